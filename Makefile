@@ -1,0 +1,58 @@
+# specpilot — every target does its own set-up (virtualenv, control-plane binaries).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: help venv binaries test test-unit test-cluster lint crd cluster-up cluster-down cluster-reset demo bench clean
+
+help:
+	@echo "make demo         run a pilot on the local cluster with mock vLLM pods"
+	@echo "make test         lint-free unit, component and cluster tests (sets everything up)"
+	@echo "make lint         ruff, mypy, import layering, CRD freshness"
+	@echo "make cluster-up   start the local control plane + node agent (idempotent)"
+	@echo "make cluster-down stop what cluster-up started"
+
+$(VENV)/.installed: pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q -U pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+venv: $(VENV)/.installed
+
+binaries:
+	@e2e/local/build.sh >/dev/null
+
+test: venv binaries
+	$(PY) -m pytest tests $(PYTEST_ARGS)
+
+test-unit: venv
+	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
+
+test-cluster: venv binaries
+	$(PY) -m pytest tests/cluster $(PYTEST_ARGS)
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/ruff format --check operator tests bench
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+crd: venv
+	$(VENV)/bin/specpilot crd > crds/specpilot.io_speculationpilots.yaml
+
+cluster-up: venv
+	@e2e/local/cluster.sh up
+
+cluster-down:
+	@e2e/local/cluster.sh down
+
+cluster-reset:
+	@e2e/local/cluster.sh reset
+
+demo: venv
+	@e2e/local/demo.sh
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

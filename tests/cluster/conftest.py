@@ -1,0 +1,81 @@
+"""Cluster tier: a real local control plane (e2e/local), brought up once per test session.
+
+`make cluster-up` leaves one running that these tests reuse; otherwise the session starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER_SH = ROOT / "e2e" / "local" / "cluster.sh"
+BUILD_SH = ROOT / "e2e" / "local" / "build.sh"
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Handle on the running local cluster."""
+
+    kubeconfig: Path
+    bin_dir: Path
+
+    def env(self) -> dict[str, str]:
+        """Environment for clients of the cluster: its kubeconfig, and its own kubectl first on PATH."""
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "PATH": f"{self.bin_dir}:{os.environ['PATH']}"}
+
+    def kubectl(
+        self, *args: str, input: str | None = None, check: bool = True, timeout: float = 60
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against the cluster; raises with stderr when `check` and it fails."""
+        proc = subprocess.run(
+            ["kubectl", *args],
+            check=False,
+            input=input,
+            capture_output=True,
+            text=True,
+            env=self.env(),
+            timeout=timeout,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
+        return proc
+
+    def get_json(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+
+def _script(*args: str) -> str:
+    out = subprocess.run([*args], check=False, capture_output=True, text=True, timeout=1800)
+    if out.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{out.stdout}\n{out.stderr}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    """The running cluster (left running), or one started for this session (stopped afterwards)."""
+    was_running = (
+        "stopped" not in subprocess.run([str(CLUSTER_SH), "status"], capture_output=True, text=True, check=True).stdout
+    )
+    bin_dir = Path(_script(str(BUILD_SH)))
+    yield Cluster(kubeconfig=Path(_script(str(CLUSTER_SH), "up")), bin_dir=bin_dir)
+    if not was_running:
+        subprocess.run([str(CLUSTER_SH), "down"], check=False, timeout=120)
+
+
+@pytest.fixture()
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    cluster.kubectl("create", "namespace", name)
+    yield name
+    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
