@@ -221,3 +221,32 @@ def test_pod_service_account_gets_rbac_scoped_credentials(cluster: Cluster, name
     uid = cluster.get_json("pod", "-n", namespace, "sa")["metadata"]["uid"]
     (log_file,) = node_dir.glob(f"{namespace}_sa_{uid}/c.log")
     assert "DENIED 403" in log_file.read_text()
+
+
+def test_deletion_waits_the_grace_period_then_kills(cluster: Cluster, namespace: str) -> None:
+    """A process that ignores SIGTERM lives through terminationGracePeriodSeconds, then is killed."""
+    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)\n"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "stubborn"},
+        "spec": {
+            "terminationGracePeriodSeconds": 3,
+            "containers": [{"name": "c", "image": "specpilot/specpilot:dev", "command": ["python", "-c", stubborn]}],
+        },
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/stubborn", "--timeout=30s")
+    status = cluster.get_json("pod", "-n", namespace, "stubborn")["status"]
+    pid = int(status["containerStatuses"][0]["containerID"].removeprefix("local://"))
+    started = time.monotonic()
+    cluster.kubectl("delete", "-n", namespace, "pod/stubborn", "--wait=false")
+    time.sleep(1.5)
+    assert os.path.exists(f"/proc/{pid}"), "killed before its grace period ended"
+    wait_until(
+        "the pod object to go",
+        lambda: not cluster.kubectl("get", "-n", namespace, "pod/stubborn", check=False).stdout,
+        timeout=30,
+    )
+    assert time.monotonic() - started >= 3
+    assert not os.path.exists(f"/proc/{pid}")

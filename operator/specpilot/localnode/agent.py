@@ -190,6 +190,8 @@ class Agent:
                 data = json.loads(listing.data)
                 for pod in data["items"]:
                     loop.call_soon_threadsafe(queue.put_nowait, ("SYNC", pod))
+                listed = {"metadata": {"uid": "", "listed": [p["metadata"]["uid"] for p in data["items"]]}}
+                loop.call_soon_threadsafe(queue.put_nowait, ("LISTED", listed))
                 rv = data["metadata"]["resourceVersion"]
                 for event in watch.Watch().stream(
                     self.core.list_pod_for_all_namespaces,
@@ -207,6 +209,10 @@ class Agent:
                 threading.Event().wait(1.0)
 
     async def handle(self, kind: str, pod: Json) -> None:
+        if kind == "LISTED":  # pods deleted while the watch was down: stop them now
+            for uid in set(self.pods) - set(pod["metadata"]["listed"]):
+                self.pods[uid].request_stop(0)
+            return
         uid = pod["metadata"]["uid"]
         runtime = self.pods.get(uid)
         if kind == "DELETED":
