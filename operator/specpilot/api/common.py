@@ -1,0 +1,160 @@
+"""Building blocks shared by the spec and status models.
+
+A constraint is declared once, next to its field, and reaches both places that enforce it: pydantic
+(what the operator parses) and the CRD's OpenAPI schema with its CEL rules (what the API server
+checks at `kubectl apply`). Rules that relate several fields are declared as `Rule`s on the model
+that holds them; `specpilot.api.validate` judges the same rules in Python with the same messages.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Annotated, Any, Self
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    GetCoreSchemaHandler,
+    GetJsonSchemaHandler,
+    PlainValidator,
+    StringConstraints,
+    WithJsonSchema,
+)
+from pydantic.alias_generators import to_camel
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import CoreSchema, PydanticCustomError, core_schema
+
+# Go duration syntax (what CEL's `duration()` parses), restricted to whole numbers of h, m, s, ms.
+DURATION_PATTERN = r"^([0-9]{1,7}(ms|h|m|s)){1,4}$"
+_DURATION_PART = re.compile(r"([0-9]+)(ms|h|m|s)")
+_UNIT = {
+    "h": timedelta(hours=1),
+    "m": timedelta(minutes=1),
+    "s": timedelta(seconds=1),
+    "ms": timedelta(milliseconds=1),
+}
+
+# Kubernetes resource quantity, non-negative (the pattern apimachinery publishes for Quantity).
+QUANTITY_PATTERN = (
+    r"^(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+
+# RFC 1123 label, as Kubernetes object names and scope names use it.
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class ApiModel(BaseModel):
+    """Base of every SpeculationPilot model: camelCase on the wire, unknown fields rejected, immutable."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        validate_by_name=True,
+        validate_by_alias=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        frozen=True,
+        use_attribute_docstrings=True,
+    )
+
+    @classmethod
+    def from_wire(cls, data: Any) -> Self:
+        """Parse a Kubernetes object's camelCase form; Python field names are refused there."""
+        return cls.model_validate(data, by_alias=True, by_name=False)
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-ready form as it appears in a Kubernetes object (camelCase, unset fields left out)."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One CEL rule as the API server evaluates it: an entry of `x-kubernetes-validations`."""
+
+    cel: str
+    message: str
+    field_path: str | None = None
+    reason: str | None = None
+
+    def to_schema(self) -> dict[str, str]:
+        entry = {"rule": self.cel, "message": self.message}
+        if self.field_path is not None:
+            entry["fieldPath"] = self.field_path
+        if self.reason is not None:
+            entry["reason"] = self.reason
+        return entry
+
+
+def cel(*rules: Rule) -> dict[str, Any]:
+    """The `json_schema_extra` that attaches `rules` to a model's schema."""
+    return {"x-kubernetes-validations": [rule.to_schema() for rule in rules]}
+
+
+@dataclass(frozen=True)
+class Check:
+    """A rule on a single value: pydantic runs `holds`, the API server runs `rule.cel` on `self`."""
+
+    rule: Rule
+    holds: Callable[[Any], bool]
+
+    def __get_pydantic_core_schema__(self, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        return core_schema.no_info_after_validator_function(self._validate, handler(source))
+
+    def __get_pydantic_json_schema__(self, schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
+        out = handler(schema)
+        out.setdefault("x-kubernetes-validations", []).append(self.rule.to_schema())
+        return out
+
+    def _validate(self, value: Any) -> Any:
+        if not self.holds(value):
+            raise PydanticCustomError("rule", "{message}", {"message": self.rule.message})
+        return value
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a duration such as `90s`, `5m` or `1h30m` (the syntax of DURATION_PATTERN)."""
+    if re.fullmatch(DURATION_PATTERN, text) is None:
+        raise ValueError(f"not a duration: {text!r} (expected e.g. 30s, 5m, 1h30m)")
+    return sum((int(n) * _UNIT[unit] for n, unit in _DURATION_PART.findall(text)), timedelta())
+
+
+def duration_within(minimum: str, maximum: str) -> Check:
+    """Bound a duration field to [minimum, maximum], in pydantic and in CEL alike."""
+    low, high = parse_duration(minimum), parse_duration(maximum)
+    return Check(
+        Rule(
+            # Guarded by the pattern so that a malformed value gets the pattern's message alone.
+            cel=f"!self.matches('{DURATION_PATTERN}')"
+            f" || (duration(self) >= duration('{minimum}') && duration(self) <= duration('{maximum}'))",
+            message=f"must be between {minimum} and {maximum}",
+        ),
+        holds=lambda text: low <= parse_duration(text) <= high,
+    )
+
+
+DurationText = Annotated[str, StringConstraints(pattern=DURATION_PATTERN, max_length=32)]
+
+
+def _quantity(value: Any) -> int | str:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, str) and len(value) <= 64 and re.fullmatch(QUANTITY_PATTERN, value):
+        return value
+    raise PydanticCustomError("quantity", "must be a resource quantity such as 2, 500m or 64Gi")
+
+
+Quantity = Annotated[
+    int | str,
+    PlainValidator(_quantity),
+    WithJsonSchema(
+        {
+            "x-kubernetes-int-or-string": True,
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "maxLength": 64,
+            "pattern": QUANTITY_PATTERN,
+        }
+    ),
+]

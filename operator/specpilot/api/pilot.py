@@ -1,0 +1,41 @@
+"""The SpeculationPilot resource: its identity in the API and the whole object as one model."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from specpilot.api.common import ApiModel, Rule
+from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.status import SpeculationPilotStatus
+
+GROUP = "specpilot.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "SpeculationPilot"
+PLURAL = "speculationpilots"
+SINGULAR = "speculationpilot"
+SHORT_NAMES = ("sp", "spilot")
+CATEGORIES = ("specpilot",)
+
+# The pilot's name prefixes the names of the objects it owns (e.g. `<name>-alternative`, a Service
+# name, which must be an RFC 1035 label of at most 63 characters).
+NAME_PATTERN = r"^[a-z]([-a-z0-9]*[a-z0-9])?$"
+NAME_MAX_LENGTH = 40
+NAME_RULE = Rule(
+    cel=f"self.metadata.name.size() <= {NAME_MAX_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
+    message=f"must be an RFC 1035 label of at most {NAME_MAX_LENGTH} characters: it prefixes "
+    "the names of the Services and Deployments the pilot owns",
+    field_path=".metadata.name",
+)
+
+
+class SpeculationPilot(ApiModel):
+    """A SpeculationPilot object as stored by the API server."""
+
+    api_version: Literal["specpilot.io/v1alpha1"]
+    kind: Literal["SpeculationPilot"]
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: SpeculationPilotSpec
+    status: SpeculationPilotStatus | None = None

@@ -1,0 +1,685 @@
+"""SpeculationPilot spec: what an SRE asks for.
+
+One frozen engine shared by every arm; a baseline arm (ordinary decoding), a speculative arm (the same
+engine plus one speculation config) and an optional alternative arm on the same GPU budget; traffic
+scopes piloted in stages; the analysis, quality and rollback policy that judges them.
+
+Field docstrings become the CRD's descriptions, so they are written for `kubectl explain`.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from itertools import pairwise
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, StringConstraints
+
+from specpilot.api.common import (
+    DNS_LABEL_PATTERN,
+    ApiModel,
+    Check,
+    DurationText,
+    Quantity,
+    Rule,
+    cel,
+    duration_within,
+)
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Flags the operator renders from the spec; setting them in extraArgs would break the frozen engine,
+# the speculation config or the metrics the analysis reads.
+OWNED_FLAGS = (
+    "--model",
+    "--host",
+    "--port",
+    "--served-model-name",
+    "--revision",
+    "--tokenizer",
+    "--max-model-len",
+    "--tensor-parallel-size",
+    "-tp",
+    "--pipeline-parallel-size",
+    "-pp",
+    "--data-parallel-size",
+    "-dp",
+    "--gpu-memory-utilization",
+    "--device-memory-utilization",
+    "--speculative-config",
+    "-sc",
+    "--spec-method",
+    "--spec-model",
+    "--spec-tokens",
+    "--disable-log-stats",
+)
+OWNED_FLAG_PATTERN = "^(" + "|".join(OWNED_FLAGS) + ")(=.*)?$"  # plain text: it also sits in a CEL string
+
+ExtraArgs = Annotated[
+    list[Annotated[str, StringConstraints(min_length=1, max_length=1024)]],
+    Field(max_length=64),
+    Check(
+        Rule(
+            cel=f"self.all(arg, !arg.matches('{OWNED_FLAG_PATTERN}'))",
+            message="must not set flags the operator renders from the spec: " + ", ".join(OWNED_FLAGS),
+        ),
+        holds=lambda args: not any(re.fullmatch(OWNED_FLAG_PATTERN, arg) for arg in args),
+    ),
+]
+Replicas = Annotated[int, Field(strict=True, ge=1, le=64)]
+TensorParallelSize = Annotated[int, Field(strict=True, ge=1, le=16)]
+Fraction = Annotated[float, Field(strict=True, ge=0, le=1)]
+Ratio = Annotated[float, Field(strict=True, ge=0.1, le=10)]
+Quantile = Annotated[float, Field(strict=True, ge=0.5, lt=1)]
+Name = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, min_length=1, max_length=63)]
+HeaderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", min_length=1, max_length=128)]
+ModelRef = Annotated[str, StringConstraints(min_length=1, max_length=256)]
+Revision = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+
+
+# --- engine -------------------------------------------------------------------------------------
+
+
+class SecretKeySelector(ApiModel):
+    """A key of a Secret in the pilot's namespace."""
+
+    name: Annotated[str, StringConstraints(min_length=1, max_length=253)]
+    """Name of the Secret."""
+    key: Annotated[str, StringConstraints(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)]
+    """Key within the Secret."""
+
+
+class EnvVarSource(ApiModel):
+    """Where an environment variable's value comes from."""
+
+    secret_key_ref: SecretKeySelector
+    """Take the value from a Secret's key (for example HF_TOKEN for gated models)."""
+
+
+ENV_VALUE_OR_SOURCE = Rule(
+    cel="!(has(self.value) && has(self.valueFrom))",
+    message="set either value or valueFrom, not both",
+    reason="FieldValueForbidden",
+    field_path=".valueFrom",
+)
+
+
+class EnvVar(ApiModel):
+    """An environment variable of the engine container."""
+
+    model_config = ConfigDict(json_schema_extra=cel(ENV_VALUE_OR_SOURCE))
+
+    name: Annotated[str, StringConstraints(pattern=r"^[-._a-zA-Z][-._a-zA-Z0-9]*$", max_length=128)]
+    """Variable name."""
+    value: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    """Literal value."""
+    value_from: EnvVarSource | None = None
+    """Source of the value; mutually exclusive with value."""
+
+
+class Resources(ApiModel):
+    """Compute resources of one engine replica, as in a container's `resources`."""
+
+    requests: Annotated[dict[str, Quantity], Field(max_length=16)] = {}
+    """Minimum resources, e.g. cpu: "8", memory: 64Gi."""
+    limits: Annotated[dict[str, Quantity], Field(max_length=16)] = {}
+    """Maximum resources. `nvidia.com/gpu`, when set, must equal the engine's tensorParallelSize: vLLM
+    uses one GPU per tensor-parallel rank, and the GPU budget of every arm is computed that way."""
+
+
+class TolerationOperator(StrEnum):
+    """How a toleration matches a taint's value."""
+
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    """The taint effect a toleration matches."""
+
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+TOLERATION_EXISTS_WITHOUT_VALUE = Rule(
+    cel="self.operator != 'Exists' || !has(self.value)",
+    message="value must be empty when operator is Exists",
+    reason="FieldValueForbidden",
+    field_path=".value",
+)
+
+
+class Toleration(ApiModel):
+    """A toleration of the engine pods, as in a Pod's `tolerations`."""
+
+    model_config = ConfigDict(json_schema_extra=cel(TOLERATION_EXISTS_WITHOUT_VALUE))
+
+    key: Annotated[str, StringConstraints(max_length=316)] | None = None
+    """Taint key to tolerate; empty with operator Exists tolerates every taint."""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    """Exists or Equal."""
+    value: Annotated[str, StringConstraints(max_length=63)] | None = None
+    """Taint value to match when operator is Equal."""
+    effect: TaintEffect | None = None
+    """Taint effect to match; empty matches all effects."""
+    toleration_seconds: Annotated[int, Field(strict=True, ge=0, le=86400)] | None = None
+    """How long a NoExecute taint is tolerated before eviction."""
+
+
+class Sampling(ApiModel):
+    """Sampling parameters the pilot's traffic is expected to use.
+
+    Gains from speculation depend on them (greedy decoding accepts more draft tokens than high
+    temperatures), so they are part of the frozen engine. They are not imposed on clients: the router
+    counts requests that deviate, and the report states the envelope they define."""
+
+    temperature: Annotated[float, Field(strict=True, ge=0, le=2)] | None = None
+    """Expected temperature; 0 means greedy decoding."""
+    top_p: Annotated[float, Field(strict=True, gt=0, le=1)] | None = None
+    """Expected nucleus-sampling probability mass."""
+    top_k: Annotated[int, Field(strict=True, ge=-1, le=1000)] | None = None
+    """Expected top-k; -1 disables it."""
+
+
+def _gpus_match(resources: str) -> str:
+    gpus = f"self.resources.{resources}['{GPU_RESOURCE}']"
+    return (
+        f"(!has(self.resources.{resources}) || !('{GPU_RESOURCE}' in self.resources.{resources})"
+        f" || {gpus} == self.tensorParallelSize || {gpus} == string(self.tensorParallelSize))"
+    )
+
+
+GPU_PER_RANK = Rule(
+    cel=f"!has(self.resources) || ({_gpus_match('limits')} && {_gpus_match('requests')})",
+    message=f"{GPU_RESOURCE} in limits and requests must equal tensorParallelSize (one GPU per rank)",
+    field_path=".resources",
+)
+
+
+class Engine(ApiModel):
+    """The frozen engine every arm shares: one switch changes between arms, nothing else.
+
+    The operator renders `<command> <model> --port 8000` plus the flags below; a change here restarts
+    the whole pilot, since earlier measurements no longer compare like with like."""
+
+    model_config = ConfigDict(json_schema_extra=cel(GPU_PER_RANK))
+
+    image: Annotated[str, StringConstraints(min_length=1, max_length=512)]
+    """Container image of the engine, e.g. vllm/vllm-openai:v0.33.0."""
+    command: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=256)]],
+        Field(min_length=1, max_length=8),
+    ] = ["vllm", "serve"]
+    """Command that starts the server and accepts `vllm serve` arguments."""
+    model: ModelRef
+    """Target model: a Hugging Face repository id or a path in the image."""
+    revision: Revision | None = None
+    """Target model revision (branch, tag or commit); pin a commit for a reproducible pilot."""
+    tokenizer: ModelRef | None = None
+    """Tokenizer, when it differs from the model."""
+    served_model_name: ModelRef | None = None
+    """Model name clients send and metrics carry; defaults to the model."""
+    max_model_len: Annotated[int, Field(strict=True, ge=1, le=16_777_216)] | None = None
+    """Context length limit in tokens; defaults to the model's."""
+    tensor_parallel_size: TensorParallelSize = 1
+    """GPUs per replica, one per tensor-parallel rank."""
+    gpu_memory_utilization: Annotated[float, Field(strict=True, gt=0, le=1)] | None = None
+    """Fraction of GPU memory vLLM may use; vLLM's default is 0.92."""
+    extra_args: ExtraArgs = []
+    """Further `vllm serve` flags shared by every arm, e.g. --max-num-seqs=256. Flags the operator
+    renders from the spec are refused here."""
+    env: Annotated[list[EnvVar], Field(max_length=32)] = []
+    """Environment variables of the engine container."""
+    resources: Resources = Resources()
+    """Resources of one replica."""
+    node_selector: Annotated[dict[str, Annotated[str, StringConstraints(max_length=63)]], Field(max_length=32)] = {}
+    """Node labels the engine pods require, e.g. a GPU product label."""
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
+    """Tolerations of the engine pods."""
+    sampling: Sampling = Sampling()
+    """Sampling parameters the traffic is expected to use."""
+
+
+# --- arms ---------------------------------------------------------------------------------------
+
+
+class Baseline(ApiModel):
+    """The baseline arm: the engine with ordinary decoding."""
+
+    replicas: Replicas = 1
+    """Engine replicas of the baseline arm."""
+
+
+class DraftMethod(StrEnum):
+    """How draft tokens are proposed (vLLM `--speculative-config` method)."""
+
+    DRAFT_MODEL = "draft_model"
+    EAGLE = "eagle"
+    EAGLE3 = "eagle3"
+    MTP = "mtp"
+    NGRAM = "ngram"
+    SUFFIX = "suffix"
+
+
+METHODS_WITH_DRAFT_MODEL = (DraftMethod.DRAFT_MODEL, DraftMethod.EAGLE, DraftMethod.EAGLE3)
+METHODS_WITHOUT_DRAFT_MODEL = (DraftMethod.NGRAM, DraftMethod.SUFFIX)
+
+
+def _cel_list(values: tuple[str, ...]) -> str:
+    return "[" + ", ".join(f"'{value}'" for value in values) + "]"
+
+
+DRAFT_MODEL_REQUIRED = Rule(
+    cel=f"!(self.method in {_cel_list(METHODS_WITH_DRAFT_MODEL)}) || has(self.model)",
+    message="model is required for methods " + ", ".join(METHODS_WITH_DRAFT_MODEL),
+    reason="FieldValueRequired",
+    field_path=".model",
+)
+DRAFT_MODEL_FORBIDDEN = Rule(
+    cel=f"!(self.method in {_cel_list(METHODS_WITHOUT_DRAFT_MODEL)}) || !has(self.model)",
+    message="model must not be set for methods "
+    + ", ".join(METHODS_WITHOUT_DRAFT_MODEL)
+    + " (they draft from the prompt and the output so far)",
+    reason="FieldValueForbidden",
+    field_path=".model",
+)
+DRAFT_REVISION_NEEDS_MODEL = Rule(
+    cel="!has(self.revision) || has(self.model)",
+    message="revision needs model",
+    reason="FieldValueForbidden",
+    field_path=".revision",
+)
+
+
+class Draft(ApiModel):
+    """The one speculation config the speculative arm adds (vLLM `--speculative-config`)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(DRAFT_MODEL_REQUIRED, DRAFT_MODEL_FORBIDDEN, DRAFT_REVISION_NEEDS_MODEL)
+    )
+
+    method: DraftMethod = DraftMethod.DRAFT_MODEL
+    """draft_model, eagle, eagle3, mtp, ngram or suffix."""
+    model: ModelRef | None = None
+    """Draft model (Hugging Face id or path); required for draft_model, eagle and eagle3, absent for
+    ngram and suffix, optional for mtp."""
+    revision: Revision | None = None
+    """Draft model revision."""
+    num_speculative_tokens: Annotated[int, Field(strict=True, ge=1, le=16)] = 3
+    """Tokens proposed per round (k); a round commits between 1 and k+1 tokens."""
+    tensor_parallel_size: TensorParallelSize | None = None
+    """Tensor parallel size of the draft: 1 or the engine's tensorParallelSize (what vLLM 0.33
+    accepts). Defaults to the engine's."""
+
+
+class Speculative(ApiModel):
+    """The speculative arm: the engine plus exactly one speculation config."""
+
+    replicas: Replicas = 1
+    """Engine replicas of the speculative arm; the draft runs on the same GPUs as the target."""
+    draft: Draft
+    """The speculation config."""
+
+
+class Alternative(ApiModel):
+    """An optional third arm that spends the speculative arm's GPU budget another way, e.g. more replicas
+    with a smaller tensor parallel size, or different batching."""
+
+    replicas: Replicas = 1
+    """Engine replicas of the alternative arm."""
+    tensor_parallel_size: TensorParallelSize | None = None
+    """Tensor parallel size of the alternative arm; defaults to the engine's."""
+    extra_args: ExtraArgs = []
+    """`vllm serve` flags appended after the engine's extraArgs (the last occurrence of a flag wins)."""
+
+
+# --- router and scopes --------------------------------------------------------------------------
+
+
+class HeaderMatchType(StrEnum):
+    """How a header value is compared."""
+
+    EXACT = "Exact"
+    REGULAR_EXPRESSION = "RegularExpression"
+
+
+class PathMatchType(StrEnum):
+    """How a request path is compared."""
+
+    EXACT = "Exact"
+    PATH_PREFIX = "PathPrefix"
+
+
+class HeaderMatch(ApiModel):
+    """A request header condition."""
+
+    type: HeaderMatchType = HeaderMatchType.EXACT
+    """Exact or RegularExpression (Python `re` syntax, matched in full)."""
+    name: HeaderName
+    """Header name, case-insensitive."""
+    value: Annotated[str, StringConstraints(min_length=1, max_length=256)]
+    """Value or regular expression to match."""
+
+
+class PathMatch(ApiModel):
+    """A request path condition."""
+
+    type: PathMatchType = PathMatchType.PATH_PREFIX
+    """Exact or PathPrefix."""
+    value: Annotated[str, StringConstraints(pattern=r"^/", max_length=256)]
+    """Path, e.g. /v1/chat/completions."""
+
+
+class ScopeMatch(ApiModel):
+    """Which requests a scope takes. Every condition given must hold. A request naming a scope in the
+    router's scopeHeader goes to that scope regardless; otherwise scopes are tried in order."""
+
+    headers: Annotated[list[HeaderMatch], Field(max_length=8)] = []
+    """Header conditions, all of which must hold."""
+    paths: Annotated[list[PathMatch], Field(max_length=8)] = []
+    """Path conditions, one of which must hold."""
+
+
+class Stage(ApiModel):
+    """One step of a scope's rollout."""
+
+    weight: Annotated[int, Field(strict=True, gt=0, le=100)]
+    """Percent of the scope's requests routed to the speculative arm, in (0, 100]."""
+    min_requests: Annotated[int, Field(strict=True, ge=1, le=10_000_000)] = 200
+    """Requests the scope must complete at this weight before promotion; at least analysis.minSamples."""
+    min_duration: Annotated[DurationText, duration_within("5s", "168h")] = "10m"
+    """Time the scope must spend at this weight before promotion; at least analysis.interval."""
+
+
+STAGES_INCREASING = Check(
+    Rule(
+        cel="self.map(s, s.weight).isSorted() && self.all(a, self.exists_one(b, b.weight == a.weight))",
+        message="stage weights must be strictly increasing",
+    ),
+    holds=lambda stages: all(a.weight < b.weight for a, b in pairwise(stages)),
+)
+
+
+class Scope(ApiModel):
+    """A traffic scope (task group): requests the router classifies together and that are piloted, judged
+    and rolled back together."""
+
+    name: Name
+    """Scope name, unique within the pilot (an RFC 1123 label)."""
+    match: ScopeMatch = ScopeMatch()
+    """Which requests belong to the scope; empty takes only requests that name it in the scope header."""
+    deadline: Annotated[DurationText, duration_within("100ms", "1h")] | None = None
+    """Latency budget of one request; a request that has not finished by then counts as a timeout.
+    Defaults to router.requestTimeout, which it must not exceed."""
+    stages: Annotated[list[Stage], Field(min_length=1, max_length=10), STAGES_INCREASING] = [
+        Stage(weight=10),
+        Stage(weight=25),
+        Stage(weight=50),
+    ]
+    """Stages with strictly increasing weights. The last stage's weight is where the scope stays once
+    speculative; below 100 it keeps measuring both arms on the same traffic."""
+
+
+class Router(ApiModel):
+    """The per-pilot router that classifies requests into scopes and splits them between arms."""
+
+    replicas: Annotated[int, Field(strict=True, ge=1, le=16)] = 2
+    """Router replicas."""
+    scope_header: HeaderName = "x-specpilot-scope"
+    """Request header that names a scope explicitly."""
+    default_scope: Name | None = None
+    """Scope for requests that match no scope; without it they go to the baseline and are not piloted."""
+    request_timeout: Annotated[DurationText, duration_within("1s", "1h")] = "10m"
+    """Upper bound on one proxied request."""
+
+
+# --- analysis -----------------------------------------------------------------------------------
+
+
+class QuantileRatio(ApiModel):
+    """A latency quantile of the speculative arm relative to the baseline's."""
+
+    quantile: Quantile
+    """Quantile compared, in [0.5, 1)."""
+    max_ratio: Ratio
+    """Highest acceptable speculative / baseline ratio of that quantile."""
+
+
+class KvCacheUsage(ApiModel):
+    """A hard limit on the speculative arm's KV-cache usage (vllm:kv_cache_usage_perc)."""
+
+    max: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.95
+    """Usage fraction (0 to 1) the speculative arm must not stay above for sustainedFor."""
+    sustained_for: Annotated[DurationText, duration_within("5s", "1h")] = "2m"
+    """How long usage above max is tolerated; at most analysis.window."""
+
+
+class Thresholds(ApiModel):
+    """When a window fails. Ratios compare the speculative arm with the baseline on the same scope."""
+
+    max_time_per_committed_token_ratio: Ratio = 1.0
+    """Highest speculative / baseline ratio of decode time per committed token: the measure that decides
+    whether speculation pays. 1.0 fails any window where speculation is slower."""
+    ttft: QuantileRatio = QuantileRatio(quantile=0.99, max_ratio=1.2)
+    """Time to first token."""
+    inter_token_latency: QuantileRatio = QuantileRatio(quantile=0.99, max_ratio=2.0)
+    """Gap between streamed chunks; a speculative step delivers several tokens at once, so its gaps are
+    longer by nature."""
+    end_to_end: QuantileRatio = QuantileRatio(quantile=0.95, max_ratio=1.05)
+    """End-to-end request latency."""
+    kv_cache_usage: KvCacheUsage = KvCacheUsage()
+    """Sustained KV-cache usage of the speculative arm; fires directly."""
+    max_error_rate: Fraction = 0.01
+    """Highest share of the speculative arm's requests that fail (5xx other than 503, errors); fires
+    directly."""
+    max_timeout_rate: Fraction = 0.01
+    """Highest share that exceeds the scope's deadline; fires directly."""
+    max_rejection_rate: Fraction = 0.01
+    """Highest share rejected by the engine (429, 503); fires directly."""
+    min_acceptance_length: Annotated[float, Field(strict=True, ge=1, le=17)] | None = None
+    """Lowest mean committed tokens per speculative round (1 + accepted / drafts); at most
+    1 + numSpeculativeTokens. Unset, acceptance is reported but not judged."""
+
+
+WINDOW_COVERS_INTERVAL = Rule(
+    cel="duration(self.window) >= duration(self.interval)",
+    message="window must be at least interval",
+    field_path=".window",
+)
+WINDOW_COVERS_KV_CACHE = Rule(
+    cel="duration(self.thresholds.kvCacheUsage.sustainedFor) <= duration(self.window)",
+    message="thresholds.kvCacheUsage.sustainedFor must not exceed window",
+    field_path=".thresholds.kvCacheUsage.sustainedFor",
+)
+
+
+class Analysis(ApiModel):
+    """How windows are closed and judged, per scope, speculative arm against baseline."""
+
+    model_config = ConfigDict(json_schema_extra=cel(WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE))
+
+    interval: Annotated[DurationText, duration_within("5s", "1h")] = "1m"
+    """How often each scope's window is closed and judged."""
+    window: Annotated[DurationText, duration_within("5s", "24h")] = "5m"
+    """How far back a window reaches; at least interval."""
+    min_samples: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = 50
+    """Requests each arm needs in a window; fewer make the window inconclusive, never a pass."""
+    failure_limit: Annotated[int, Field(strict=True, ge=1, le=100)] = 3
+    """Consecutive failing windows that flip a scope back to ordinary decoding."""
+    confidence: Annotated[float, Field(strict=True, ge=0.5, lt=1)] = 0.95
+    """Confidence level of the statistical comparisons of latency-type metrics."""
+    thresholds: Thresholds = Thresholds()
+    """Limits that make a window fail."""
+
+
+# --- quality and rollback -----------------------------------------------------------------------
+
+
+class Probes(ApiModel):
+    """Greedy-output agreement probes: fixed prompts sent to both arms with temperature 0."""
+
+    prompts: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]],
+        Field(min_length=1, max_length=32),
+    ]
+    """Prompts to send."""
+    max_tokens: Annotated[int, Field(strict=True, ge=1, le=1024)] = 64
+    """Tokens generated per probe."""
+    interval: Annotated[DurationText, duration_within("10s", "24h")] = "10m"
+    """How often the probes run."""
+
+
+class Webhook(ApiModel):
+    """A business regression check called once per window and scope; a non-2xx answer fails it."""
+
+    name: Name
+    """Webhook name, unique within the pilot."""
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+([/?#]\S*)?$", max_length=2048)]
+    """http or https URL that receives the scope, window and arms as JSON."""
+    critical: Annotated[bool, Field(strict=True)] = False
+    """A failing critical webhook flips the scope back at once; others count as a failed check."""
+    timeout: Annotated[DurationText, duration_within("1s", "5m")] = "10s"
+    """How long to wait for an answer; no answer fails the check."""
+    metadata: Annotated[dict[str, Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=16)] = {}
+    """Extra key/value pairs passed along."""
+
+
+class Quality(ApiModel):
+    """Quality gates, separate from speed: verification is probability computation, not fact checking."""
+
+    probes: Probes | None = None
+    """Agreement probes; none run unless set."""
+    min_agreement: Fraction = 0.95
+    """Lowest share of probes whose speculative output equals the baseline's."""
+    webhooks: Annotated[
+        list[Webhook],
+        Field(
+            max_length=8,
+            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        ),
+    ] = []
+    """Business regression webhooks."""
+
+
+class Reentry(StrEnum):
+    """How a rolled-back scope may pilot again."""
+
+    MANUAL = "Manual"
+    AUTOMATIC = "Automatic"
+
+
+class Rollback(ApiModel):
+    """What happens after a scope is flipped back to ordinary decoding."""
+
+    cooldown: Annotated[DurationText, duration_within("1m", "168h")] = "30m"
+    """A rolled-back scope stays ordinary at least this long."""
+    reentry: Reentry = Reentry.MANUAL
+    """Manual: it stays RolledBack until an SRE intervenes. Automatic: it restarts at the first stage
+    once the cooldown ends."""
+
+
+# --- spec ---------------------------------------------------------------------------------------
+
+
+ALTERNATIVE_GPU_BUDGET = Rule(
+    cel=(
+        "!has(self.alternative) || self.alternative.replicas * (has(self.alternative.tensorParallelSize)"
+        " ? self.alternative.tensorParallelSize : self.engine.tensorParallelSize)"
+        " <= self.speculative.replicas * self.engine.tensorParallelSize"
+    ),
+    message="the alternative arm's GPU budget (replicas x tensorParallelSize) must not exceed the speculative arm's",
+    field_path=".alternative",
+)
+DRAFT_TENSOR_PARALLEL = Rule(
+    cel=(
+        "!has(self.speculative.draft.tensorParallelSize) || self.speculative.draft.tensorParallelSize == 1"
+        " || self.speculative.draft.tensorParallelSize == self.engine.tensorParallelSize"
+    ),
+    message="must be 1 or engine.tensorParallelSize",
+    field_path=".speculative.draft.tensorParallelSize",
+)
+ACCEPTANCE_LENGTH_REACHABLE = Rule(
+    cel=(
+        "!has(self.analysis.thresholds.minAcceptanceLength) || self.analysis.thresholds.minAcceptanceLength"
+        " <= 1.0 + double(self.speculative.draft.numSpeculativeTokens)"
+    ),
+    message="must not exceed 1 + speculative.draft.numSpeculativeTokens",
+    field_path=".analysis.thresholds.minAcceptanceLength",
+)
+DEFAULT_SCOPE_EXISTS = Rule(
+    cel="!has(self.router.defaultScope) || self.scopes.exists(s, s.name == self.router.defaultScope)",
+    message="must name one of the scopes",
+    field_path=".router.defaultScope",
+)
+DEADLINE_WITHIN_TIMEOUT = Rule(
+    cel=("self.scopes.all(s, !has(s.deadline) || duration(s.deadline) <= duration(self.router.requestTimeout))"),
+    message="a scope's deadline must not exceed router.requestTimeout",
+    field_path=".scopes",
+)
+STAGE_SPANS_INTERVAL = Rule(
+    cel=("self.scopes.all(s, s.stages.all(st, duration(st.minDuration) >= duration(self.analysis.interval)))"),
+    message="a stage's minDuration must be at least analysis.interval",
+    field_path=".scopes",
+)
+STAGE_SPANS_SAMPLES = Rule(
+    cel="self.scopes.all(s, s.stages.all(st, st.minRequests >= self.analysis.minSamples))",
+    message="a stage's minRequests must be at least analysis.minSamples",
+    field_path=".scopes",
+)
+ALTERNATIVE_DIFFERS = Rule(
+    cel=(
+        "!has(self.alternative) || (has(self.alternative.extraArgs) && size(self.alternative.extraArgs) > 0)"
+        " || self.alternative.replicas != self.baseline.replicas"
+        " || (has(self.alternative.tensorParallelSize)"
+        " && self.alternative.tensorParallelSize != self.engine.tensorParallelSize)"
+    ),
+    message="the alternative arm must differ from the baseline (replicas, tensorParallelSize or extraArgs)",
+    field_path=".alternative",
+)
+
+SPEC_RULES = (
+    ALTERNATIVE_GPU_BUDGET,
+    ALTERNATIVE_DIFFERS,
+    DRAFT_TENSOR_PARALLEL,
+    ACCEPTANCE_LENGTH_REACHABLE,
+    DEFAULT_SCOPE_EXISTS,
+    DEADLINE_WITHIN_TIMEOUT,
+    STAGE_SPANS_INTERVAL,
+    STAGE_SPANS_SAMPLES,
+)
+
+
+class SpeculationPilotSpec(ApiModel):
+    """A staged pilot of speculative decoding for one vLLM service."""
+
+    model_config = ConfigDict(json_schema_extra=cel(*SPEC_RULES))
+
+    engine: Engine
+    """The frozen engine shared by every arm."""
+    baseline: Baseline = Baseline()
+    """The arm with ordinary decoding."""
+    speculative: Speculative
+    """The arm with speculative decoding."""
+    alternative: Alternative | None = None
+    """An optional third arm on the same GPU budget."""
+    router: Router = Router()
+    """The scope router in front of the arms."""
+    scopes: Annotated[
+        list[Scope],
+        Field(
+            min_length=1,
+            max_length=16,
+            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]},
+        ),
+    ]
+    """Traffic scopes, tried in order; names are unique."""
+    analysis: Analysis = Analysis()
+    """How windows are judged."""
+    quality: Quality = Quality()
+    """Quality gates."""
+    rollback: Rollback = Rollback()
+    """What follows a rollback."""
+    suspend: Annotated[bool, Field(strict=True)] = False
+    """Freeze the pilot: stages stop advancing and no new windows are judged; routing stays as is."""

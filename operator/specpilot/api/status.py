@@ -1,0 +1,253 @@
+"""SpeculationPilot status: everything the operator knows, so that a restarted operator resumes exactly.
+
+The operator writes it through the status subresource, once per tick. Phases map one to one onto Argo
+CD health; conditions follow metav1.Condition, so `kubectl wait --for=condition=Ready` works.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, StringConstraints
+
+from specpilot.api.common import ApiModel
+
+FALLBACK_LIMIT = 20
+
+Count = Annotated[int, Field(ge=0)]
+Reason = Annotated[
+    str, StringConstraints(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$", min_length=1, max_length=1024)
+]
+ScopeName = Annotated[str, StringConstraints(max_length=63)]
+
+
+class Phase(StrEnum):
+    """The pilot's phase, named after the Argo CD health status it maps onto."""
+
+    PROGRESSING = "Progressing"
+    """Arms are starting, or at least one scope is still piloting; rollbacks happen within this phase."""
+    HEALTHY = "Healthy"
+    """Arms ready and every scope settled: speculative at its last stage, held, or rolled back with a
+    decision stated."""
+    DEGRADED = "Degraded"
+    """The spec is invalid, or an arm or the router is unavailable."""
+    SUSPENDED = "Suspended"
+    """spec.suspend is set."""
+
+
+class ConditionType(StrEnum):
+    """Condition types the operator sets."""
+
+    READY = "Ready"
+    ARMS_READY = "ArmsReady"
+    PROGRESSING = "Progressing"
+    DEGRADED = "Degraded"
+    SUSPENDED = "Suspended"
+    INVALID_SPEC = "InvalidSpec"
+
+
+class ConditionStatus(StrEnum):
+    """Whether a condition holds."""
+
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class Condition(ApiModel):
+    """One aspect of the pilot's state, shaped as metav1.Condition."""
+
+    type: Annotated[str, StringConstraints(pattern=r"^([a-z0-9.-]+/)?[A-Za-z0-9_.-]+$", max_length=316)]
+    """Ready, ArmsReady, Progressing, Degraded, Suspended or InvalidSpec."""
+    status: ConditionStatus
+    """True, False or Unknown."""
+    observed_generation: Count | None = None
+    """The spec generation the condition was set for."""
+    last_transition_time: datetime
+    """When status last changed."""
+    reason: Reason
+    """Machine-readable CamelCase reason."""
+    message: Annotated[str, StringConstraints(max_length=32768)] = ""
+    """Human-readable detail."""
+
+
+class ArmStatus(ApiModel):
+    """One arm's deployment."""
+
+    replicas: Count = 0
+    """Desired engine replicas."""
+    ready_replicas: Count = 0
+    """Engine replicas that pass their readiness check."""
+    gpus: Count = 0
+    """GPUs the arm holds (replicas x tensor parallel size)."""
+    config_hash: Annotated[str, StringConstraints(max_length=64)] | None = None
+    """Hash of the rendered engine configuration; equal hashes mean identical arms."""
+
+
+class ArmsStatus(ApiModel):
+    """The arms' deployments."""
+
+    baseline: ArmStatus = ArmStatus()
+    """The baseline arm."""
+    speculative: ArmStatus = ArmStatus()
+    """The speculative arm."""
+    alternative: ArmStatus | None = None
+    """The alternative arm, when the spec has one."""
+
+
+class ScopeState(StrEnum):
+    """Where a scope stands."""
+
+    ORDINARY = "Ordinary"
+    """All its traffic on the baseline; not piloting (yet)."""
+    PILOTING = "Piloting"
+    """Advancing through its stages."""
+    SPECULATIVE = "Speculative"
+    """At its last stage with passing windows."""
+    ROLLED_BACK = "RolledBack"
+    """Flipped back to ordinary decoding after failing windows, a hard limit or a critical webhook."""
+    HELD = "Held"
+    """Kept at its current weight (pilot suspended or inconclusive windows)."""
+
+
+class Verdict(StrEnum):
+    """The judgement of one window."""
+
+    PASS = "Pass"
+    FAIL = "Fail"
+    INCONCLUSIVE = "Inconclusive"
+
+
+class Outcome(StrEnum):
+    """What the pilot recommends."""
+
+    ADOPT_WITHIN_ENVELOPE = "AdoptWithinEnvelope"
+    """Speculation pays within the stated envelope of scopes and load."""
+    ADOPT_IN_LOW_LOAD_WINDOWS = "AdoptInLowLoadWindows"
+    """Speculation pays only below the crossover load."""
+    DEFER = "Defer"
+    """Speculation does not pay, or the evidence is insufficient."""
+
+
+class WindowSummary(ApiModel):
+    """The last closed window of a scope, speculative arm against baseline."""
+
+    end: datetime
+    """When the window closed."""
+    verdict: Verdict
+    """Pass, Fail or Inconclusive."""
+    samples: Count = 0
+    """Requests of the speculative arm in the window."""
+    ms_per_committed_token: float | None = None
+    """Speculative arm's decode time per committed token, in milliseconds."""
+    ratio: float | None = None
+    """Speculative / baseline decode time per committed token."""
+    ttft_p99: float | None = None
+    """Speculative arm's 99th percentile time to first token, in seconds."""
+    e2e_p95: float | None = Field(default=None, alias="e2eP95")
+    """Speculative arm's 95th percentile end-to-end latency, in seconds."""
+    acceptance_length: float | None = None
+    """Mean committed tokens per speculative round."""
+
+
+class ScopeStatus(ApiModel):
+    """One scope's progress."""
+
+    name: ScopeName
+    """Scope name."""
+    state: ScopeState = ScopeState.ORDINARY
+    """Ordinary, Piloting, Speculative, RolledBack or Held."""
+    stage: Count | None = None
+    """Index of the current stage in spec.scopes[].stages."""
+    weight: Annotated[int, Field(ge=0, le=100)] = 0
+    """Percent of the scope's requests currently routed to the speculative arm."""
+    failed_checks: Count = 0
+    """Consecutive failing windows."""
+    last_transition_time: datetime | None = None
+    """When state last changed."""
+    last_window: WindowSummary | None = None
+    """The last closed window."""
+    outcome: Outcome | None = None
+    """The scope's outcome once decided."""
+
+
+class Window(ApiModel):
+    """A time interval."""
+
+    start: datetime
+    """Start of the interval."""
+    end: datetime
+    """End of the interval."""
+
+
+class FallbackRecord(ApiModel):
+    """Why a scope was flipped back to ordinary decoding."""
+
+    scope: ScopeName
+    """The scope."""
+    at: datetime
+    """When the routing table was flipped."""
+    reason: Reason
+    """CamelCase reason, e.g. ThresholdExceeded or CriticalWebhookFailed."""
+    metric: Annotated[str, StringConstraints(max_length=128)]
+    """The metric that tripped, e.g. ttftRatio."""
+    observed: float | None = None
+    """Its value in the window."""
+    threshold: float | None = None
+    """The limit it crossed."""
+    window: Window
+    """The window judged."""
+
+
+class Envelope(ApiModel):
+    """Where speculation was shown to pay."""
+
+    scopes: Annotated[list[ScopeName], Field(max_length=16)] = []
+    """Scopes inside the envelope."""
+    max_concurrency: float | None = None
+    """Highest load measured within it, in concurrent requests per target replica."""
+
+
+class Decision(ApiModel):
+    """The pilot's conclusion."""
+
+    outcome: Outcome
+    """AdoptWithinEnvelope, AdoptInLowLoadWindows or Defer."""
+    decided_at: datetime
+    """When it was stated."""
+    envelope: Envelope | None = None
+    """The envelope, for AdoptWithinEnvelope."""
+    crossover_concurrency: float | None = None
+    """Load above which speculation stops paying, in concurrent requests per target replica, for
+    AdoptInLowLoadWindows."""
+    reasons: Annotated[list[Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=32)] = []
+    """Why, in sentences."""
+
+
+class SpeculationPilotStatus(ApiModel):
+    """Observed state of a pilot."""
+
+    observed_generation: Count | None = None
+    """The spec generation last reconciled."""
+    phase: Phase | None = None
+    """Progressing, Healthy, Degraded or Suspended (as Argo CD health)."""
+    conditions: Annotated[
+        list[Condition],
+        Field(
+            max_length=16,
+            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        ),
+    ] = []
+    """Ready, ArmsReady, Progressing, Degraded, Suspended and InvalidSpec."""
+    arms: ArmsStatus | None = None
+    """The arms' deployments."""
+    scopes: Annotated[list[ScopeStatus], Field(max_length=16)] = []
+    """Per-scope progress, in spec order."""
+    speculative_scopes: Annotated[str, StringConstraints(pattern=r"^[0-9]+/[0-9]+$", max_length=16)] | None = None
+    """Speculative scopes out of all scopes, e.g. 2/5 (shown by kubectl get)."""
+    fallbacks: Annotated[list[FallbackRecord], Field(max_length=FALLBACK_LIMIT)] = []
+    """The latest rollbacks, newest last, at most 20."""
+    decision: Decision | None = None
+    """The conclusion, once stated."""

@@ -1,0 +1,150 @@
+"""The operator's judge of a SpeculationPilot: which fields are wrong, and why.
+
+The API server already refuses what the CRD's schema and CEL rules can say; this repeats those rules in
+Python with the same messages (so that an object stored before a CRD upgrade, or on a server that
+skipped a rule, is still caught) and adds what only the operator can judge. A non-empty answer becomes
+an `InvalidSpec` condition, and nothing is deployed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from specpilot.api import spec as s
+from specpilot.api.common import Rule, parse_duration
+from specpilot.api.pilot import NAME_MAX_LENGTH, NAME_PATTERN, NAME_RULE
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a spec, naming the field as the API server would (`spec.scopes[1].name`)."""
+
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def validate(body: Mapping[str, Any]) -> list[Problem]:
+    """Judge a SpeculationPilot object as the API server returns it; an empty list means deployable."""
+    problems = list(_name_problems(body.get("metadata", {}).get("name")))
+    try:
+        spec = s.SpeculationPilotSpec.from_wire(body.get("spec"))
+    except ValidationError as error:
+        return problems + [Problem(_field_path(("spec", *e["loc"])), e["msg"]) for e in error.errors()]
+    return problems + check_spec(spec)
+
+
+def check_spec(spec: s.SpeculationPilotSpec) -> list[Problem]:
+    """The rules that relate several fields of a parsed spec."""
+    return [
+        *_engine_problems(spec.engine),
+        *_arm_problems(spec),
+        *_scope_problems(spec),
+        *_analysis_problems(spec),
+        *_unique("spec.quality.webhooks", [webhook.name for webhook in spec.quality.webhooks]),
+    ]
+
+
+def _field_path(loc: Sequence[int | str]) -> str:
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
+
+
+def _problem(field: str, rule: Rule) -> Problem:
+    return Problem(field, rule.message)
+
+
+def _name_problems(name: object) -> Iterator[Problem]:
+    if not isinstance(name, str):
+        return
+    if len(name) > NAME_MAX_LENGTH or not re.fullmatch(NAME_PATTERN, name):
+        yield Problem("metadata.name", NAME_RULE.message)
+
+
+def _unique(field: str, names: Sequence[str]) -> Iterator[Problem]:
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            yield Problem(f"{field}[{index}]", f"duplicate name {name!r}")
+
+
+def _engine_problems(engine: s.Engine) -> Iterator[Problem]:
+    gpu_counts = [m.get(s.GPU_RESOURCE) for m in (engine.resources.limits, engine.resources.requests)]
+    if any(str(count) != str(engine.tensor_parallel_size) for count in gpu_counts if count is not None):
+        yield _problem("spec.engine.resources", s.GPU_PER_RANK)
+    for index, var in enumerate(engine.env):
+        if var.value is not None and var.value_from is not None:
+            yield _problem(f"spec.engine.env[{index}].valueFrom", s.ENV_VALUE_OR_SOURCE)
+    for index, toleration in enumerate(engine.tolerations):
+        if toleration.operator is s.TolerationOperator.EXISTS and toleration.value is not None:
+            yield _problem(f"spec.engine.tolerations[{index}].value", s.TOLERATION_EXISTS_WITHOUT_VALUE)
+
+
+def _arm_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
+    draft, engine_tp = spec.speculative.draft, spec.engine.tensor_parallel_size
+    if draft.method in s.METHODS_WITH_DRAFT_MODEL and draft.model is None:
+        yield _problem("spec.speculative.draft.model", s.DRAFT_MODEL_REQUIRED)
+    if draft.method in s.METHODS_WITHOUT_DRAFT_MODEL and draft.model is not None:
+        yield _problem("spec.speculative.draft.model", s.DRAFT_MODEL_FORBIDDEN)
+    if draft.revision is not None and draft.model is None:
+        yield _problem("spec.speculative.draft.revision", s.DRAFT_REVISION_NEEDS_MODEL)
+    if draft.tensor_parallel_size not in (None, 1, engine_tp):
+        yield _problem("spec.speculative.draft.tensorParallelSize", s.DRAFT_TENSOR_PARALLEL)
+    alternative = spec.alternative
+    if alternative is None:
+        return
+    alternative_tp = alternative.tensor_parallel_size or engine_tp
+    if alternative.replicas * alternative_tp > spec.speculative.replicas * engine_tp:
+        yield _problem("spec.alternative", s.ALTERNATIVE_GPU_BUDGET)
+    if not alternative.extra_args and alternative.replicas == spec.baseline.replicas and alternative_tp == engine_tp:
+        yield _problem("spec.alternative", s.ALTERNATIVE_DIFFERS)
+
+
+def _scope_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
+    scopes, router = spec.scopes, spec.router
+    yield from _unique("spec.scopes", [scope.name for scope in scopes])
+    if router.default_scope is not None and router.default_scope not in {scope.name for scope in scopes}:
+        yield _problem("spec.router.defaultScope", s.DEFAULT_SCOPE_EXISTS)
+    timeout, interval = parse_duration(router.request_timeout), parse_duration(spec.analysis.interval)
+    if any(scope.deadline is not None and parse_duration(scope.deadline) > timeout for scope in scopes):
+        yield _problem("spec.scopes", s.DEADLINE_WITHIN_TIMEOUT)
+    stages = [stage for scope in scopes for stage in scope.stages]
+    if any(parse_duration(stage.min_duration) < interval for stage in stages):
+        yield _problem("spec.scopes", s.STAGE_SPANS_INTERVAL)
+    if any(stage.min_requests < spec.analysis.min_samples for stage in stages):
+        yield _problem("spec.scopes", s.STAGE_SPANS_SAMPLES)
+    for index, scope in enumerate(scopes):
+        yield from _match_problems(f"spec.scopes[{index}].match", scope.match)
+        if scope.match != s.ScopeMatch() and scope.match in [earlier.match for earlier in scopes[:index]]:
+            yield Problem(
+                f"spec.scopes[{index}].match",
+                "an earlier scope has the same match rules, so this scope would only receive requests "
+                "that name it in the scope header",
+            )
+
+
+def _match_problems(field: str, match: s.ScopeMatch) -> Iterator[Problem]:
+    for index, header in enumerate(match.headers):
+        if header.type is not s.HeaderMatchType.REGULAR_EXPRESSION:
+            continue
+        try:
+            re.compile(header.value)
+        except re.error as error:
+            yield Problem(f"{field}.headers[{index}].value", f"not a valid regular expression: {error}")
+
+
+def _analysis_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
+    analysis = spec.analysis
+    window = parse_duration(analysis.window)
+    if window < parse_duration(analysis.interval):
+        yield _problem("spec.analysis.window", s.WINDOW_COVERS_INTERVAL)
+    if parse_duration(analysis.thresholds.kv_cache_usage.sustained_for) > window:
+        yield _problem("spec.analysis.thresholds.kvCacheUsage.sustainedFor", s.WINDOW_COVERS_KV_CACHE)
+    minimum = analysis.thresholds.min_acceptance_length
+    if minimum is not None and minimum > 1 + spec.speculative.draft.num_speculative_tokens:
+        yield _problem("spec.analysis.thresholds.minAcceptanceLength", s.ACCEPTANCE_LENGTH_REACHABLE)

@@ -1,0 +1,233 @@
+"""The operator's judge: the same rules as the CRD, the ones only the operator can judge, field paths."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specpilot.api import Problem, validate
+from specpilot.api import spec as s
+from specpilot.api.pilot import NAME_RULE
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+INVALID = sorted((ROOT / "tests" / "cluster" / "api" / "invalid").glob("*.yaml"))
+BASE: dict[str, Any] = {
+    "apiVersion": "specpilot.io/v1alpha1",
+    "kind": "SpeculationPilot",
+    "metadata": {"name": "pilot"},
+    "spec": {
+        "engine": {"image": "vllm/vllm-openai:v0.33.0", "model": "Qwen/Qwen3-8B"},
+        "speculative": {"draft": {"model": "Qwen/Qwen3-0.6B"}},
+        "scopes": [{"name": "chat"}],
+    },
+}
+
+
+def _pilot(**spec: Any) -> dict[str, Any]:
+    body = copy.deepcopy(BASE)
+    body["spec"].update(spec)
+    return body
+
+
+def _engine(**fields: Any) -> dict[str, Any]:
+    return {**BASE["spec"]["engine"], **fields}
+
+
+def _header(name: str, value: str, kind: str = "Exact") -> dict[str, Any]:
+    return {"match": {"headers": [{"name": name, "value": value, "type": kind}]}}
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
+def test_examples_are_deployable(path: Path) -> None:
+    assert validate(yaml.safe_load(path.read_text())) == []
+
+
+@pytest.mark.parametrize("path", INVALID, ids=lambda path: path.stem)
+def test_invalid_corpus_is_refused_naming_the_field(path: Path) -> None:
+    """The corpus the API server refuses (cluster tier) is refused by the operator too."""
+    field = re.search(r"^# field: (.+)$", path.read_text(), re.MULTILINE)
+    assert field is not None, "the manifest lacks a `# field:` line"
+    assert field[1] in [problem.field for problem in validate(yaml.safe_load(path.read_text()))]
+
+
+RULES = [
+    (
+        "gpu-limit",
+        _pilot(engine=_engine(resources={"limits": {"nvidia.com/gpu": 2}})),
+        "spec.engine.resources",
+        s.GPU_PER_RANK.message,
+    ),
+    (
+        "gpu-request",
+        _pilot(engine=_engine(tensorParallelSize=2, resources={"requests": {"nvidia.com/gpu": "1"}})),
+        "spec.engine.resources",
+        s.GPU_PER_RANK.message,
+    ),
+    (
+        "env",
+        _pilot(
+            engine=_engine(env=[{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}])
+        ),
+        "spec.engine.env[0].valueFrom",
+        s.ENV_VALUE_OR_SOURCE.message,
+    ),
+    (
+        "toleration",
+        _pilot(engine=_engine(tolerations=[{"operator": "Exists", "value": "x"}])),
+        "spec.engine.tolerations[0].value",
+        s.TOLERATION_EXISTS_WITHOUT_VALUE.message,
+    ),
+    (
+        "draft-model-required",
+        _pilot(speculative={"draft": {"method": "eagle3"}}),
+        "spec.speculative.draft.model",
+        s.DRAFT_MODEL_REQUIRED.message,
+    ),
+    (
+        "draft-model-forbidden",
+        _pilot(speculative={"draft": {"method": "suffix", "model": "m"}}),
+        "spec.speculative.draft.model",
+        s.DRAFT_MODEL_FORBIDDEN.message,
+    ),
+    (
+        "draft-revision",
+        _pilot(speculative={"draft": {"method": "mtp", "revision": "main"}}),
+        "spec.speculative.draft.revision",
+        s.DRAFT_REVISION_NEEDS_MODEL.message,
+    ),
+    (
+        "draft-tensor-parallel",
+        _pilot(engine=_engine(tensorParallelSize=8), speculative={"draft": {"model": "d", "tensorParallelSize": 4}}),
+        "spec.speculative.draft.tensorParallelSize",
+        s.DRAFT_TENSOR_PARALLEL.message,
+    ),
+    (
+        "alternative-budget",
+        _pilot(speculative={"replicas": 2, "draft": {"model": "d"}}, alternative={"replicas": 3}),
+        "spec.alternative",
+        s.ALTERNATIVE_GPU_BUDGET.message,
+    ),
+    (
+        "alternative-same-as-baseline",
+        _pilot(alternative={"replicas": 1, "tensorParallelSize": 1}),
+        "spec.alternative",
+        s.ALTERNATIVE_DIFFERS.message,
+    ),
+    (
+        "default-scope",
+        _pilot(router={"defaultScope": "code"}),
+        "spec.router.defaultScope",
+        s.DEFAULT_SCOPE_EXISTS.message,
+    ),
+    (
+        "deadline",
+        _pilot(router={"requestTimeout": "30s"}, scopes=[{"name": "chat", "deadline": "1m"}]),
+        "spec.scopes",
+        s.DEADLINE_WITHIN_TIMEOUT.message,
+    ),
+    (
+        "stage-duration",
+        _pilot(analysis={"interval": "15m", "window": "30m"}),
+        "spec.scopes",
+        s.STAGE_SPANS_INTERVAL.message,
+    ),
+    ("stage-requests", _pilot(analysis={"minSamples": 201}), "spec.scopes", s.STAGE_SPANS_SAMPLES.message),
+    (
+        "window",
+        _pilot(analysis={"interval": "10m", "window": "5m"}),
+        "spec.analysis.window",
+        s.WINDOW_COVERS_INTERVAL.message,
+    ),
+    (
+        "kv-sustained",
+        _pilot(analysis={"window": "1m", "thresholds": {"kvCacheUsage": {"sustainedFor": "90s"}}}),
+        "spec.analysis.thresholds.kvCacheUsage.sustainedFor",
+        s.WINDOW_COVERS_KV_CACHE.message,
+    ),
+    (
+        "acceptance",
+        _pilot(analysis={"thresholds": {"minAcceptanceLength": 4.5}}),
+        "spec.analysis.thresholds.minAcceptanceLength",
+        s.ACCEPTANCE_LENGTH_REACHABLE.message,
+    ),
+    (
+        "duplicate-scope",
+        _pilot(scopes=[{"name": "a"}, {"name": "b"}, {"name": "a"}]),
+        "spec.scopes[2]",
+        "duplicate name 'a'",
+    ),
+    (
+        "duplicate-webhook",
+        _pilot(quality={"webhooks": [{"name": "w", "url": "http://a"}, {"name": "w", "url": "http://b"}]}),
+        "spec.quality.webhooks[1]",
+        "duplicate name 'w'",
+    ),
+    (
+        "stages",
+        _pilot(scopes=[{"name": "chat", "stages": [{"weight": 50}, {"weight": 20}]}]),
+        "spec.scopes[0].stages",
+        "stage weights must be strictly increasing",
+    ),
+    ("name", {**_pilot(), "metadata": {"name": "Pilot"}}, "metadata.name", NAME_RULE.message),
+]
+OPERATOR_ONLY = [
+    (
+        "regex",
+        _pilot(scopes=[{"name": "chat", **_header("x-task", "code(", "RegularExpression")}]),
+        "spec.scopes[0].match.headers[0].value",
+        "not a valid regular expression",
+    ),
+    (
+        "unreachable-scope",
+        _pilot(scopes=[{"name": "a", **_header("x-task", "t")}, {"name": "b", **_header("x-task", "t")}]),
+        "spec.scopes[1].match",
+        "an earlier scope has the same match rules",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("body", "field", "message"),
+    [case[1:] for case in RULES + OPERATOR_ONLY],
+    ids=[case[0] for case in RULES + OPERATOR_ONLY],
+)
+def test_rule(body: dict[str, Any], field: str, message: str) -> None:
+    [problem] = validate(body)
+    assert problem.field == field
+    assert message in problem.message
+
+
+def test_budget_counts_tensor_parallel_ranks() -> None:
+    """4 replicas of TP 2 spend the 8 GPUs of 2 speculative replicas of TP 4."""
+    body = _pilot(
+        engine=_engine(tensorParallelSize=4),
+        speculative={"replicas": 2, "draft": {"model": "d", "tensorParallelSize": 1}},
+        alternative={"replicas": 4, "tensorParallelSize": 2},
+    )
+    assert validate(body) == []
+    body["spec"]["alternative"]["replicas"] = 5
+    assert [problem.field for problem in validate(body)] == ["spec.alternative"]
+
+
+def test_regular_expressions_in_exact_matches_are_not_compiled() -> None:
+    assert validate(_pilot(scopes=[{"name": "chat", **_header("x-task", "code(")}])) == []
+
+
+def test_empty_match_rules_are_not_duplicates() -> None:
+    assert validate(_pilot(scopes=[{"name": "a"}, {"name": "b"}])) == []
+
+
+def test_missing_spec_is_named() -> None:
+    assert [str(problem) for problem in validate({"metadata": {"name": "p"}})] == [
+        "spec: Input should be a valid dictionary or instance of SpeculationPilotSpec"
+    ]
+
+
+def test_problem_reads_as_field_then_message() -> None:
+    assert str(Problem("spec.scopes[1].name", "duplicate")) == "spec.scopes[1].name: duplicate"
