@@ -1,0 +1,190 @@
+"""Ordinary vs speculative decoding on the mock vLLM across concurrency levels, side by side.
+
+Starts two mock servers (the same flags, the speculative one with one --speculative-config),
+drives both at once with the same closed-loop load at each concurrency level, and prints time
+per committed token (from /metrics, as the operator computes it) and TTFT p99 (from the client)
+per arm. Speculation should win at low concurrency and lose once verification hits the compute
+roof, as documented for vLLM.
+
+    .venv/bin/python bench/mockvllm_concurrency.py [--levels 1,2,4,8,16,32,64] [--level-seconds 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import aiohttp
+from prometheus_client.parser import text_string_to_metric_families
+
+from specpilot.loadgen.client import Outcome, Status, Target, send
+from specpilot.loadgen.stats import quantile
+from specpilot.loadgen.workload import PlannedRequest
+from specpilot.mockvllm.costmodel import CostParams, expected_tokens_per_round, step_time
+
+# Compute-heavy target (or a small GPU): verification of k+1 tokens per sequence reaches the
+# compute roof at a few dozen sequences, so the crossover falls inside the levels measured.
+COST = CostParams(
+    step_time_s=0.02, per_seq_s=0.00005, per_token_s=0.0004, prefill_per_token_s=0.0001, draft_cost_ratio=0.1
+)
+ALPHA = 0.7
+K = 4
+INPUT_TOKENS, OUTPUT_TOKENS = 256, 128
+PROFILE = {"cost": dataclasses.asdict(COST), "acceptance": {"default": ALPHA}}
+SPECULATIVE = {"method": "draft_model", "model": "draft-1b", "num_speculative_tokens": K}
+COUNTERS = (
+    "vllm:request_decode_time_seconds_sum",
+    "vllm:request_decode_time_seconds_count",
+    "vllm:generation_tokens_total",
+    "vllm:spec_decode_num_drafts_total",
+    "vllm:spec_decode_num_accepted_tokens_total",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_mock(port: int, time_scale: float, speculative: bool) -> subprocess.Popen[bytes]:
+    args = ["bench-model", "--host", "127.0.0.1", "--port", str(port), "--time-scale", str(time_scale)]
+    if speculative:
+        args += ["--speculative-config", json.dumps(SPECULATIVE)]
+    env = {**os.environ, "SPECPILOT_MOCK_PROFILE_JSON": json.dumps(PROFILE)}
+    return subprocess.Popen(
+        [sys.executable, "-m", "specpilot.cli", "mock-vllm", *args], env=env, stderr=subprocess.DEVNULL
+    )
+
+
+async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
+    for _ in range(100):
+        try:
+            async with session.get(url + "/health") as response:
+                if response.status == 200:
+                    return
+        except aiohttp.ClientError:
+            pass
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"{url} did not become healthy")
+
+
+async def counters(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    async with session.get(url + "/metrics") as response:
+        text = await response.text()
+    out = dict.fromkeys(COUNTERS, 0.0)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name in out:
+                out[sample.name] += sample.value
+    return out
+
+
+async def closed_loop(target: Target, concurrency: int, seconds: float) -> list[Outcome]:
+    """`concurrency` clients, each sending its next request when the previous one ends. Their first
+    requests are spread over one ordinary request's duration, so the level starts without a burst."""
+    outcomes: list[Outcome] = []
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        stop_at = time.monotonic() + seconds * target.time_scale
+        ramp = OUTPUT_TOKENS * COST.step_time_s * target.time_scale
+
+        async def client(worker: int) -> None:
+            await asyncio.sleep(ramp * worker / concurrency)
+            index = 0
+            while time.monotonic() < stop_at:
+                request = PlannedRequest(
+                    at=0.0, scope="default", input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS
+                )
+                outcomes.append(await send(session, target, request, worker * 100_000 + index))
+                index += 1
+
+        await asyncio.gather(*(client(w) for w in range(concurrency)))
+    return outcomes
+
+
+def analytic(concurrency: int, k: int) -> float:
+    """Decode-only time per committed token for `concurrency` running sequences."""
+    duration = step_time(COST, k, decode_seqs=concurrency, prefill_seqs=0, prefill_tokens=0)
+    return duration / (expected_tokens_per_round(ALPHA, k) if k else 1.0)
+
+
+async def measure(url: str, target: Target, concurrency: int, seconds: float) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session:
+        before = await counters(session, url)
+        outcomes = await closed_loop(target, concurrency, seconds)
+        after = await counters(session, url)
+    delta = {name: after[name] - before[name] for name in COUNTERS}
+    tokens = delta["vllm:generation_tokens_total"] - delta["vllm:request_decode_time_seconds_count"]
+    ttfts = sorted(o.ttft_s for o in outcomes if o.status is Status.OK and o.ttft_s is not None)
+    drafts = delta["vllm:spec_decode_num_drafts_total"]
+    return {
+        "tpct_s": delta["vllm:request_decode_time_seconds_sum"] / tokens if tokens else float("nan"),
+        "ttft_p99_s": quantile(ttfts, 0.99) if ttfts else float("nan"),
+        "acceptance_length": 1 + delta["vllm:spec_decode_num_accepted_tokens_total"] / drafts if drafts else 1.0,
+        "requests": len(outcomes),
+        "failed": sum(o.status is not Status.OK for o in outcomes),
+    }
+
+
+HEADER = (
+    f"{'conc':>5} | {'ord tpct ms':>11} {'spec tpct ms':>12} {'spec/ord':>8} | {'decode-only model':>17} | "
+    f"{'ord TTFT p99':>12} {'spec TTFT p99':>13} | {'acc len':>7} | requests"
+)
+
+
+def row(concurrency: int, ordinary: dict[str, Any], speculative: dict[str, Any]) -> str:
+    """One table line: measured tpct per arm and their ratio, the decode-only model, TTFT p99."""
+    failed = ordinary["failed"] + speculative["failed"]
+    return (
+        f"{concurrency:>5} | {ordinary['tpct_s'] * 1e3:>11.2f} {speculative['tpct_s'] * 1e3:>12.2f} "
+        f"{speculative['tpct_s'] / ordinary['tpct_s']:>8.2f} | "
+        f"{analytic(concurrency, 0) * 1e3:>7.2f} / {analytic(concurrency, K) * 1e3:>7.2f} | "
+        f"{ordinary['ttft_p99_s'] * 1e3:>10.1f}ms {speculative['ttft_p99_s'] * 1e3:>11.1f}ms | "
+        f"{speculative['acceptance_length']:>7.2f} | {ordinary['requests']}/{speculative['requests']}"
+        + (f" ({failed} failed)" if failed else "")
+    )
+
+
+async def main(levels: list[int], seconds: float, time_scale: float) -> None:
+    ports = (free_port(), free_port())
+    servers = [start_mock(ports[0], time_scale, False), start_mock(ports[1], time_scale, True)]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    try:
+        async with aiohttp.ClientSession() as session:
+            for url in urls:
+                await wait_ready(session, url)
+        targets = [Target(base_url=u, model="bench-model", time_scale=time_scale, timeout_s=600) for u in urls]
+        print(f"profile {json.dumps(PROFILE)}; speculative arm: {json.dumps(SPECULATIVE)}")
+        print(
+            f"closed loop, {INPUT_TOKENS} input / {OUTPUT_TOKENS} output tokens, {seconds:g} model s per level, "
+            f"time scale {time_scale:g}"
+        )
+        print(HEADER)
+        print("-" * len(HEADER))
+        for concurrency in levels:
+            ordinary, speculative = await asyncio.gather(
+                *(measure(u, t, concurrency, seconds) for u, t in zip(urls, targets, strict=True))
+            )
+            print(row(concurrency, ordinary, speculative), flush=True)
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--levels", default="1,2,4,8,16,32,64", help="comma-separated concurrency levels")
+    parser.add_argument("--level-seconds", type=float, default=30.0, help="model seconds of load per level")
+    parser.add_argument("--time-scale", type=float, default=0.5, help="wall seconds per model second")
+    options = parser.parse_args()
+    asyncio.run(main([int(x) for x in options.levels.split(",")], options.level_seconds, options.time_scale))

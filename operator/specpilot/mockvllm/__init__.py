@@ -1,0 +1,6 @@
+"""A CPU mock of a vLLM 0.33 OpenAI-compatible server with a speculative-decoding cost model.
+
+It accepts `vllm serve` flags, serves the OpenAI API and vLLM's exact `/metrics` families, and
+times every engine step from a cost model, so pilots can be rehearsed without GPUs — including
+the regimes where speculation loses. It imports nothing from the operator.
+"""

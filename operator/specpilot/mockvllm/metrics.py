@@ -1,0 +1,448 @@
+"""vLLM 0.33's Prometheus families, with the exact names, types, labels, buckets and help text.
+
+`EngineMetrics` is what vLLM's PrometheusStatLogger registers (spec-decode counters only with a
+speculative config, the KV-residency histograms only with `--kv-cache-metrics`); `HttpMetrics`
+is what prometheus-fastapi-instrumentator adds; `new_registry` adds the process and Python
+collectors a single API server exposes. Everything lives on a private registry so several mock
+servers can share one process in tests. Durations are model seconds (see `engine.ModelClock`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    Summary,
+)
+
+ENGINE_INDEX = "0"
+BUCKETS: dict[str, tuple[float, ...]] = {
+    "request_latency": (
+        0.3,
+        0.5,
+        0.8,
+        1.0,
+        1.5,
+        2.0,
+        2.5,
+        5.0,
+        10.0,
+        15.0,
+        20.0,
+        30.0,
+        40.0,
+        50.0,
+        60.0,
+        120.0,
+        240.0,
+        480.0,
+        960.0,
+        1920.0,
+        7680.0,
+    ),
+    "time_to_first_token": (
+        0.001,
+        0.005,
+        0.01,
+        0.02,
+        0.04,
+        0.06,
+        0.08,
+        0.1,
+        0.25,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+        160.0,
+        640.0,
+        2560.0,
+    ),
+    "inter_token_latency": (
+        0.01,
+        0.025,
+        0.05,
+        0.075,
+        0.1,
+        0.15,
+        0.2,
+        0.3,
+        0.4,
+        0.5,
+        0.75,
+        1.0,
+        2.5,
+        5.0,
+        7.5,
+        10.0,
+        20.0,
+        40.0,
+        80.0,
+    ),
+    "iteration_tokens": (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
+    "request_params_n": (1, 2, 5, 10, 20),
+    "request_num_preemptions": (1, 2, 3, 4, 5, 10, 20),
+    "kv_cache_residency": (
+        0.001,
+        0.002,
+        0.005,
+        0.01,
+        0.02,
+        0.05,
+        0.1,
+        0.2,
+        0.5,
+        1,
+        2,
+        5,
+        10,
+        20,
+        30,
+        60,
+        120,
+        300,
+        600,
+        1200,
+        1800,
+    ),
+}
+HTTP_HIGHR_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.25,
+    0.5,
+    0.75,
+    1,
+    1.5,
+    2,
+    2.5,
+    3,
+    3.5,
+    4,
+    4.5,
+    5,
+    7.5,
+    10,
+    30,
+    60,
+)
+FINISHED_REASONS = ("stop", "length", "abort", "error", "repetition")
+
+
+def request_tokens_buckets(max_model_len: int) -> tuple[float, ...]:
+    """The 1-2-5 series up to and including max_model_len."""
+    out: list[float] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > max_model_len:
+                return tuple(out)
+            out.append(mantissa * scale)
+        scale *= 10
+
+
+def new_registry() -> CollectorRegistry:
+    """A registry with the process, platform and GC collectors of a single API server."""
+    registry = CollectorRegistry()
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    return registry
+
+
+class EngineMetrics:
+    """The engine families of one engine; the engine loop calls these as it steps."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        model_name: str,
+        max_model_len: int,
+        num_speculative_tokens: int,
+        cache_info: Mapping[str, str],
+        custom_buckets: Mapping[str, Sequence[float]],
+        kv_cache_metrics: bool,
+        corrupted_requests: bool,
+    ) -> None:
+        labels = {"model_name": model_name, "engine": ENGINE_INDEX}
+        names = list(labels)
+        buckets = {**BUCKETS, "request_tokens": request_tokens_buckets(max_model_len), **custom_buckets}
+
+        def gauge(name: str, help_: str) -> Gauge:
+            return Gauge(name, help_, names, registry=registry, multiprocess_mode="mostrecent").labels(**labels)
+
+        def counter(name: str, help_: str) -> Counter:
+            return Counter(name, help_, names, registry=registry).labels(**labels)
+
+        def histogram(name: str, help_: str, family: str) -> Histogram:
+            return Histogram(name, help_, names, registry=registry, buckets=buckets[family]).labels(**labels)
+
+        self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
+        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        by_reason = Gauge(
+            "vllm:num_requests_waiting_by_reason",
+            "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
+            "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
+            "status). Sum of all reasons equals vllm:num_requests_waiting.",
+            [*names, "reason"],
+            registry=registry,
+            multiprocess_mode="mostrecent",
+        )
+        self.waiting_capacity = by_reason.labels(**labels, reason="capacity")
+        by_reason.labels(**labels, reason="deferred")
+        sleep = Gauge(
+            "vllm:engine_sleep_state",
+            "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
+            "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
+            [*names, "sleep_state"],
+            registry=registry,
+            multiprocess_mode="mostrecent",
+        )
+        for state in ("awake", "weights_offloaded", "discard_all"):
+            sleep.labels(**labels, sleep_state=state).set(1 if state == "awake" else 0)
+        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        if corrupted_requests:
+            counter(
+                "vllm:corrupted_requests",
+                "Corrupted requests, in terms of total number of requests with NaNs in logits.",
+            )
+        self.prefix_queries = counter(
+            "vllm:prefix_cache_queries", "Prefix cache queries, in terms of number of queried tokens."
+        )
+        counter("vllm:prefix_cache_hits", "Prefix cache hits, in terms of number of cached tokens.")
+        counter(
+            "vllm:external_prefix_cache_queries",
+            "External prefix cache queries from KV connector cross-instance cache sharing, in terms of "
+            "number of queried tokens.",
+        )
+        counter(
+            "vllm:external_prefix_cache_hits",
+            "External prefix cache hits from KV connector cross-instance cache sharing, in terms of "
+            "number of cached tokens.",
+        )
+        counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.")
+        counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.")
+        self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
+        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        by_source = Counter(
+            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", [*names, "source"], registry=registry
+        )
+        self.prompt_tokens_computed = by_source.labels(**labels, source="local_compute")
+        for source in ("local_cache_hit", "external_kv_transfer"):
+            by_source.labels(**labels, source=source)
+        counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        cached_by_source = Counter(
+            "vllm:prompt_tokens_cached_by_source",
+            "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
+            "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. "
+            "Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
+            [*names, "source"],
+            registry=registry,
+        )
+        for source in ("device", "host", "p2p", "disk", "external_unspecified"):
+            cached_by_source.labels(**labels, source=source)
+        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
+        success = Counter(
+            "vllm:request_success",
+            "Count of successfully processed requests.",
+            [*names, "finished_reason"],
+            registry=registry,
+        )
+        self.success = {reason: success.labels(**labels, finished_reason=reason) for reason in FINISHED_REASONS}
+        rejections = Counter(
+            "vllm:admission_rejections",
+            "Number of admission attempts rejected by a queue limit, by reason.",
+            ["model_name", "reason"],
+            registry=registry,
+        )
+        self.rejections = {
+            reason: rejections.labels(model_name=model_name, reason=reason)
+            for reason in ("max_num_queued_reqs", "max_num_queued_tokens")
+        }
+        self.request_prompt_tokens = histogram(
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_tokens"
+        )
+        self.request_generation_tokens = histogram(
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", "request_tokens"
+        )
+        self.iteration_tokens = histogram(
+            "vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.", "iteration_tokens"
+        )
+        self.max_generation_tokens = histogram(
+            "vllm:request_max_num_generation_tokens",
+            "Histogram of maximum number of requested generation tokens.",
+            "request_tokens",
+        )
+        self.params_n = histogram("vllm:request_params_n", "Histogram of the n request parameter.", "request_params_n")
+        self.params_max_tokens = histogram(
+            "vllm:request_params_max_tokens", "Histogram of the max_tokens request parameter.", "request_tokens"
+        )
+        self.prefill_kv_computed = histogram(
+            "vllm:request_prefill_kv_computed_tokens",
+            "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
+            "request_tokens",
+        )
+        self.ttft = histogram(
+            "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "time_to_first_token"
+        )
+        self.itl = histogram(
+            "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", "inter_token_latency"
+        )
+        self.tpot = histogram(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            "inter_token_latency",
+        )
+        self.e2e = histogram(
+            "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", "request_latency"
+        )
+        self.queue_time = histogram(
+            "vllm:request_queue_time_seconds",
+            "Histogram of time spent in WAITING phase for request.",
+            "request_latency",
+        )
+        self.inference_time = histogram(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            "request_latency",
+        )
+        self.prefill_time = histogram(
+            "vllm:request_prefill_time_seconds",
+            "Histogram of time spent in PREFILL phase for request.",
+            "request_latency",
+        )
+        self.decode_time = histogram(
+            "vllm:request_decode_time_seconds",
+            "Histogram of time spent in DECODE phase for request.",
+            "request_latency",
+        )
+        self.request_preemptions = histogram(
+            "vllm:request_num_preemptions",
+            "Histogram of the number of times a request was preempted.",
+            "request_num_preemptions",
+        )
+        self.kv_block_lifetime: Histogram | None = None
+        if kv_cache_metrics:
+            sampled = "Sampled metrics (controlled by --kv-cache-metrics-sample)."
+            self.kv_block_lifetime = histogram(
+                "vllm:kv_block_lifetime_seconds",
+                f"Histogram of KV cache block lifetime from allocation to eviction. {sampled}",
+                "kv_cache_residency",
+            )
+            histogram(
+                "vllm:kv_block_idle_before_evict_seconds",
+                f"Histogram of idle time before KV cache block eviction. {sampled}",
+                "kv_cache_residency",
+            )
+            histogram(
+                "vllm:kv_block_reuse_gap_seconds",
+                "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent "
+                f"accesses are recorded (ring buffer). {sampled}",
+                "kv_cache_residency",
+            )
+        info = Gauge(
+            "vllm:cache_config_info",
+            "Information of the LLMEngine CacheConfig",
+            [*cache_info, "engine"],
+            registry=registry,
+            multiprocess_mode="mostrecent",
+        )
+        info.labels(**cache_info, engine=ENGINE_INDEX).set(1)
+        mfu = "per GPU (for Model Flops Utilization calculations)."
+        self.flops = counter(
+            "vllm:estimated_flops_per_gpu_total", f"Estimated number of floating point operations {mfu}"
+        )
+        self.read_bytes = counter(
+            "vllm:estimated_read_bytes_per_gpu_total", f"Estimated number of bytes read from memory {mfu}"
+        )
+        self.write_bytes = counter(
+            "vllm:estimated_write_bytes_per_gpu_total", f"Estimated number of bytes written to memory {mfu}"
+        )
+        self.spec_drafts: Counter | None = None
+        self.spec_draft_tokens: Counter | None = None
+        self.spec_accepted: Counter | None = None
+        self.spec_accepted_per_pos: list[Counter] = []
+        if num_speculative_tokens:
+            self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+            self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+            self.spec_accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+            per_pos = Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.",
+                [*names, "position"],
+                registry=registry,
+            )
+            self.spec_accepted_per_pos = [
+                per_pos.labels(**labels, position=str(i)) for i in range(num_speculative_tokens)
+            ]
+
+
+class HttpMetrics:
+    """The prometheus-fastapi-instrumentator families vLLM's API server exposes."""
+
+    # Handlers the instrumentator leaves out (regular-expression search on the route).
+    EXCLUDED = ("/metrics", "/health", "/load", "/ping", "/version", "/server_info")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.requests = Counter(
+            "http_requests_total",
+            "Total number of requests by method, status and handler.",
+            ["method", "status", "handler"],
+            registry=registry,
+        )
+        self.request_size = Summary(
+            "http_request_size_bytes",
+            "Content length of incoming requests by handler. Only value of header is respected. Otherwise "
+            "ignored. No percentile calculated. ",
+            ["handler"],
+            registry=registry,
+        )
+        self.response_size = Summary(
+            "http_response_size_bytes",
+            "Content length of outgoing responses by handler. Only value of header is respected. Otherwise "
+            "ignored. No percentile calculated. ",
+            ["handler"],
+            registry=registry,
+        )
+        self.duration_highr = Histogram(
+            "http_request_duration_highr_seconds",
+            "Latency with many buckets but no API specific labels. Made for more accurate percentile calculations. ",
+            buckets=HTTP_HIGHR_BUCKETS,
+            registry=registry,
+        )
+        self.duration = Histogram(
+            "http_request_duration_seconds",
+            "Latency with only few buckets by handler. Made to be only used if aggregation by handler is important. ",
+            ["method", "handler"],
+            buckets=(0.1, 0.5, 1),
+            registry=registry,
+        )
+
+    def observe(
+        self, *, method: str, handler: str, status: int, request_bytes: int, response_bytes: int, seconds: float
+    ) -> None:
+        """Record one finished HTTP request, unless its handler is excluded."""
+        if any(excluded in handler for excluded in self.EXCLUDED):
+            return
+        self.requests.labels(method=method, status=f"{status // 100}xx", handler=handler).inc()
+        self.request_size.labels(handler=handler).observe(request_bytes)
+        self.response_size.labels(handler=handler).observe(response_bytes)
+        self.duration_highr.observe(seconds)
+        self.duration.labels(method=method, handler=handler).observe(seconds)

@@ -1,0 +1,74 @@
+"""Component tier: real processes and HTTP on loopback, no cluster.
+
+`mock_vllm` starts in-process mock vLLM servers on 127.0.0.1 (port 0) and stops them after the
+test; `scrape` reads a server's /metrics through prometheus-client's parser.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from specpilot.mockvllm.config import parse_args
+from specpilot.mockvllm.profile import parse_profile
+from specpilot.mockvllm.server import MockServer
+
+
+@dataclass
+class RunningMock:
+    """A started mock and where to reach it."""
+
+    server: MockServer
+    url: str
+    admin_url: str
+    crashes: list[int]
+
+
+StartMock = Callable[..., Awaitable[RunningMock]]
+
+
+@pytest.fixture
+async def mock_vllm() -> AsyncIterator[StartMock]:
+    """Start mock servers: `await mock_vllm(*vllm_flags, profile={...})`."""
+    running: list[RunningMock] = []
+
+    async def start(*flags: str, profile: dict[str, Any] | None = None, model: str = "test-model") -> RunningMock:
+        crashes: list[int] = []
+        server = MockServer(parse_args([model, *flags]), parse_profile(profile), env={}, on_crash=crashes.append)
+        await server.start("127.0.0.1", 0, 0)
+        mock = RunningMock(server, f"http://127.0.0.1:{server.port}", f"http://127.0.0.1:{server.admin_port}", crashes)
+        running.append(mock)
+        return mock
+
+    yield start
+    for mock in running:
+        await mock.server.stop()
+
+
+Scrape = Callable[[str], Awaitable[dict[str, float]]]
+
+
+@pytest.fixture
+def scrape() -> Scrape:
+    """Read /metrics; return each sample name (plus its non-`engine`/`model_name` labels) summed."""
+
+    async def read(url: str) -> dict[str, float]:
+        async with aiohttp.ClientSession() as session, session.get(url + "/metrics") as response:
+            assert response.status == 200
+            text = await response.text()
+        out: dict[str, float] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                extra = ",".join(
+                    f"{k}={v}" for k, v in sorted(sample.labels.items()) if k not in ("engine", "model_name")
+                )
+                key = f"{sample.name}{{{extra}}}" if extra else sample.name
+                out[key] = out.get(key, 0.0) + sample.value
+        return out
+
+    return read

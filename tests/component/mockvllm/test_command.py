@@ -1,0 +1,54 @@
+"""`specpilot mock-vllm` as a process: start-up errors, serving, and a clean SIGTERM."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+
+COMMAND = [sys.executable, "-m", "specpilot.cli", "mock-vllm"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["m", "--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["m", "--speculative-config", '{"model": "d", "num_speculative_tokens": '], "not valid JSON"),
+        (["m", "--speculative-config", '{"model": "d", "num_speculative_tokens": 2, "k": 1}'], "unknown key(s) k"),
+        (["m", "--max-model-len", "1M"], "greater than the derived max_model_len"),
+    ],
+    ids=["unknown-flag", "malformed-json", "unknown-key", "too-long"],
+)
+def test_bad_command_lines_fail_at_start_up_with_a_clear_message(args: list[str], message: str) -> None:
+    done = subprocess.run([*COMMAND, *args], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode == 2
+    assert done.stderr.startswith("specpilot mock-vllm: error: ")
+    assert message in done.stderr
+
+
+def test_the_command_serves_and_stops_on_sigterm() -> None:
+    process = subprocess.Popen(
+        [*COMMAND, "org/model", "--host", "127.0.0.1", "--port", "0", "--time-scale", "0.01"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        port = None
+        deadline = time.monotonic() + 20
+        while port is None and time.monotonic() < deadline:
+            match = re.search(r"Starting vLLM API server 0 on http://127\.0\.0\.1:(\d+)", process.stderr.readline())
+            port = int(match.group(1)) if match else None
+        assert port is not None
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/version", timeout=5) as response:
+            assert response.read() == b'{"version": "0.33.0"}'
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
