@@ -19,9 +19,11 @@ import shutil
 import signal
 import sys
 import threading
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from kubernetes import client, config, watch
@@ -35,6 +37,8 @@ log = logging.getLogger("specpilot.localnode")
 
 LEASE_SECONDS = 40
 HEARTBEAT_SECONDS = 10
+AUTHORIZER_RETRIES = 10
+T = TypeVar("T")
 
 
 class IpPool:
@@ -243,13 +247,18 @@ class Agent:
             host_ip="127.0.0.1",
         )
         base = dict(self.base_env)
+        credentials_error = ""
         if pod["spec"].get("automountServiceAccountToken", True) and pod["spec"].get("serviceAccountName"):
             try:
-                base["KUBECONFIG"] = str(await asyncio.to_thread(self.pod_kubeconfig, pod, pod_dir))
+                base["KUBECONFIG"] = str(await asyncio.to_thread(authorized, self.pod_kubeconfig, pod, pod_dir))
             except ApiException as exc:
-                log.warning("no service-account token for %s/%s: %s", meta["namespace"], meta["name"], exc.reason)
+                credentials_error = f"no service-account token for the pod: {exc.status} {exc.reason}"
+                log.warning("%s/%s: %s", meta["namespace"], meta["name"], credentials_error)
         containers = [
-            await asyncio.to_thread(self.container, c, refs, base, pod_dir, ip) for c in pod["spec"]["containers"]
+            await asyncio.to_thread(
+                self.container, c, refs=refs, base=base, pod_dir=pod_dir, ip=ip, credentials_error=credentials_error
+            )
+            for c in pod["spec"]["containers"]
         ]
 
         async def report(status: Json) -> None:
@@ -262,13 +271,23 @@ class Agent:
         self.tasks[uid] = asyncio.create_task(self.drive(runtime))
         log.info("admitted %s/%s on %s", meta["namespace"], meta["name"], ip)
 
-    def container(self, spec: Json, refs: podspec.PodRefs, base: dict[str, str], pod_dir: Path, ip: str) -> Container:
+    def container(
+        self, spec: Json, *, refs: podspec.PodRefs, base: dict[str, str], pod_dir: Path, ip: str, credentials_error: str
+    ) -> Container:
         image = spec.get("image", "")
         state = podspec.ContainerState(name=spec["name"], image=image, state="waiting", reason="ContainerCreating")
         argv: list[str] | None = None
         env: dict[str, str] = {}
         readiness = liveness = None
-        if not podspec.is_runnable(image, self.args.image):
+        if credentials_error:
+            state = podspec.ContainerState(
+                name=spec["name"],
+                image=image,
+                state="waiting",
+                reason=podspec.REASON_BAD_CONFIG,
+                message=credentials_error,
+            )
+        elif not podspec.is_runnable(image, self.args.image):
             state = podspec.ContainerState(
                 name=spec["name"],
                 image=image,
@@ -303,9 +322,9 @@ class Agent:
         """configMap/secret values for env, read through the API (as the kubelet does)."""
         try:
             if kind.startswith("configMap"):
-                data = self.core.read_namespaced_config_map(name, namespace).data or {}
+                data = authorized(self.core.read_namespaced_config_map, name, namespace).data or {}
             else:
-                raw = self.core.read_namespaced_secret(name, namespace).data or {}
+                raw = authorized(self.core.read_namespaced_secret, name, namespace).data or {}
                 data = {k: base64.b64decode(v).decode() for k, v in raw.items()}
         except ApiException as exc:
             if exc.status == 404 and optional:
@@ -398,6 +417,20 @@ class Agent:
                     log.exception("handling %s of pod %s failed", kind, pod.get("metadata", {}).get("name"))
         beat.cancel()
         await self.shutdown()
+
+
+def authorized(call: Callable[..., T], *args: Any) -> T:
+    """`call`, retried for a few seconds on 403 (run it in a thread): the API server's node
+    authorizer learns of a newly bound pod, and so of its ServiceAccount and configMaps, a moment
+    after the binding that told us of it."""
+    for attempt in range(AUTHORIZER_RETRIES):
+        try:
+            return call(*args)
+        except ApiException as exc:
+            if exc.status != 403 or attempt == AUTHORIZER_RETRIES - 1:
+                raise
+            time.sleep(0.3)
+    raise AssertionError("unreachable")
 
 
 def main(argv: list[str]) -> int:
