@@ -13,6 +13,8 @@ STATE="${SPECPILOT_CLUSTER_DIR:-$ROOT/.cluster}"
 PY="${SPECPILOT_PYTHON:-$ROOT/.venv/bin/python}"
 API_PORT="${SPECPILOT_API_PORT:-16443}"
 ETCD_PORT="${SPECPILOT_ETCD_PORT:-23790}"
+KCM_PORT="${SPECPILOT_KCM_PORT:-10257}"
+SCHEDULER_PORT="${SPECPILOT_SCHEDULER_PORT:-10259}"
 NODE_NAME="${SPECPILOT_NODE_NAME:-specpilot-local}"
 NODE_GPUS="${SPECPILOT_NODE_GPUS:-8}"
 # Pod IPs: the API server rejects 127.0.0.0/8 in EndpointSlices, so pods get addresses from the
@@ -142,11 +144,11 @@ up() {
     --service-account-private-key-file "$PKI/sa.key" --root-ca-file "$PKI/ca.crt" \
     --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
     --use-service-account-credentials=true --leader-elect=false --bind-address 127.0.0.1 \
-    --secure-port 10257 --profiling=false
+    --secure-port "$KCM_PORT" --profiling=false
   start kube-scheduler "$bin/kube-scheduler" "$bin/kube-scheduler" \
     --kubeconfig "$STATE/scheduler.kubeconfig" --authentication-kubeconfig "$STATE/scheduler.kubeconfig" \
     --authorization-kubeconfig "$STATE/scheduler.kubeconfig" --leader-elect=false \
-    --bind-address 127.0.0.1 --secure-port 10259 --profiling=false
+    --bind-address 127.0.0.1 --secure-port "$SCHEDULER_PORT" --profiling=false
   start localnode "specpilot.cli" "$PY" -m specpilot.cli localnode \
     --kubeconfig "$STATE/node.kubeconfig" --node-name "$NODE_NAME" --gpus "$NODE_GPUS" \
     --state-dir "$STATE/node" --pod-cidr "$POD_CIDR" --api-server "https://127.0.0.1:$API_PORT" --ca-file "$PKI/ca.crt"
