@@ -34,8 +34,8 @@ test-cluster: venv binaries
 	$(PY) -m pytest tests/cluster $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests bench
-	$(VENV)/bin/ruff format --check operator tests bench
+	$(VENV)/bin/ruff check operator tests bench e2e
+	$(VENV)/bin/ruff format --check operator tests bench e2e
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
