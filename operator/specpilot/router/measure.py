@@ -1,0 +1,223 @@
+"""What the router measures on every request, and the SSE reader that measures streams.
+
+Engine metrics cannot tell which scope a token belonged to, and speed from successes alone
+hides timeouts and rejections, so every request ends as one `Sample` with its `Outcome`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+
+class Outcome(StrEnum):
+    """How a request ended, as the arm it went to is judged."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"  # --request-timeout ran out (the client got 504 or a cut stream)
+    REJECTED = "rejected"  # upstream answered 429 or 503 (queue limits, overload)
+    UPSTREAM_ERROR = "upstream_error"  # other 5xx, an error event mid-stream, a dropped connection
+    CLIENT_ERROR = "client_error"  # upstream answered another 4xx: the request was at fault
+    CLIENT_CANCEL = "client_cancel"  # the client went away first
+    NO_ENDPOINT = "no_endpoint"  # no ready endpoint could take it (the client got 503)
+
+
+# Outcomes that say nothing about whether the arm could have met the scope's deadline.
+_NOT_ATTRIBUTABLE = frozenset({Outcome.CLIENT_ERROR, Outcome.CLIENT_CANCEL})
+
+
+def outcome_for_status(status: int) -> Outcome:
+    """Outcome of an upstream response by its HTTP status alone."""
+    if status in (429, 503):
+        return Outcome.REJECTED
+    if status >= 500:
+        return Outcome.UPSTREAM_ERROR
+    if status >= 400:
+        return Outcome.CLIENT_ERROR
+    return Outcome.OK
+
+
+def deadline_met(outcome: Outcome, e2e: float, deadline: float | None) -> bool | None:
+    """Whether the scope's deadline was met: only an ok response in time meets it."""
+    if deadline is None or outcome in _NOT_ATTRIBUTABLE:
+        return None
+    return outcome is Outcome.OK and e2e <= deadline
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One finished request. Times in seconds; `ttft`/`decode` only for streams."""
+
+    seq: int
+    at: float  # wall-clock start, Unix seconds
+    scope: str
+    arm: str
+    endpoint: str
+    model: str
+    stream: bool
+    status: int
+    outcome: Outcome
+    e2e: float
+    ttft: float | None
+    output_tokens: int | None
+    tokens_from_usage: bool
+    decode: float | None
+    deadline_met: bool | None
+    fallback: str | None
+
+    @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first: decode / (output tokens - 1)."""
+        if self.decode is None or self.output_tokens is None or self.output_tokens < 2:
+            return None
+        return self.decode / (self.output_tokens - 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "at": round(self.at, 6),
+            "scope": self.scope,
+            "arm": self.arm,
+            "endpoint": self.endpoint,
+            "model": self.model,
+            "stream": self.stream,
+            "status": self.status,
+            "outcome": self.outcome.value,
+            "e2eSeconds": self.e2e,
+            "ttftSeconds": self.ttft,
+            "outputTokens": self.output_tokens,
+            "tokensFromUsage": self.tokens_from_usage,
+            "decodeSeconds": self.decode,
+            "tpotSeconds": self.tpot,
+            "deadlineMet": self.deadline_met,
+            "fallback": self.fallback,
+        }
+
+
+def _has_content(choice: Any) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    if choice.get("text"):
+        return True
+    delta = choice.get("delta")
+    return isinstance(delta, dict) and bool(
+        delta.get("content") or delta.get("reasoning") or delta.get("reasoning_content") or delta.get("tool_calls")
+    )
+
+
+class StreamMeter:
+    """Reads an OpenAI/vLLM SSE stream on its way to the client.
+
+    `feed` returns the bytes to pass on: whole events only, minus the final usage chunk when
+    the router asked for usage on the client's behalf (`strip_usage`). It notes the first and
+    last content chunk (TTFT, decode time), the usage chunk, error events and ``[DONE]``.
+    """
+
+    __slots__ = (
+        "_buffer",
+        "_max_event",
+        "_passthrough",
+        "_strip_usage",
+        "content_chunks",
+        "done",
+        "error",
+        "first_content",
+        "last_content",
+        "usage_tokens",
+    )
+
+    def __init__(self, *, strip_usage: bool, max_event_bytes: int = 1 << 20) -> None:
+        self._strip_usage = strip_usage
+        self._max_event = max_event_bytes
+        self._buffer = b""
+        self._passthrough = False
+        self.first_content: float | None = None
+        self.last_content: float | None = None
+        self.content_chunks = 0
+        self.usage_tokens: int | None = None
+        self.error = False
+        self.done = False
+
+    def feed(self, data: bytes, now: float) -> bytes:
+        """Bytes to forward after reading `data` from upstream at time `now`."""
+        if self._passthrough:
+            return data
+        buffer = self._buffer + data if self._buffer else data
+        end = buffer.rfind(b"\n\n")
+        if end < 0:
+            if len(buffer) > self._max_event or b"\r\n\r\n" in buffer:  # not vLLM's SSE: just pass on
+                self._passthrough, self._buffer = True, b""
+                return buffer
+            self._buffer = buffer
+            return b""
+        end += 2
+        self._buffer = buffer[end:]
+        complete = buffer[:end]
+        if complete.count(b"\n\n") == 1:
+            return complete if self._event(complete, now) else b""
+        kept = [event for event in complete.split(b"\n\n")[:-1] if self._event(event, now)]
+        return b"\n\n".join(kept) + b"\n\n" if kept else b""
+
+    def finish(self) -> bytes:
+        """What is left when upstream ends: an unterminated last event is passed on as is."""
+        rest, self._buffer = self._buffer, b""
+        return rest
+
+    def _event(self, event: bytes, now: float) -> bool:
+        """Note one event; False when it is dropped."""
+        start = event.find(b"data:")
+        if start < 0:
+            return True  # comments (keep-alives) and other fields
+        payload = event[start + 5 :].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return True
+        if self.first_content is not None and _plain_output(payload):
+            # The answer is under way: a chunk with no usage, no error and no finish is output, and
+            # not worth a JSON parse (this is the hot path of every stream).
+            self.content_chunks += 1
+            self.last_content = now
+            return True
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            return True
+        if not isinstance(chunk, dict):
+            return True
+        if "error" in chunk:
+            self.error = True
+            return True
+        choices = chunk.get("choices")
+        usage = chunk.get("usage")
+        if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
+            self.usage_tokens = usage["completion_tokens"]
+            if not choices and self._strip_usage:
+                return False
+        if isinstance(choices, list) and any(_has_content(choice) for choice in choices):
+            self.content_chunks += 1
+            self.last_content = now
+            if self.first_content is None:
+                self.first_content = now
+        return True
+
+
+def _plain_output(payload: bytes) -> bool:
+    """A chunk in mid-answer, told by bytes alone: no usage, no error, an open finish_reason."""
+    return (
+        b'"usage"' not in payload
+        and b'"error"' not in payload
+        and (b'"finish_reason":null' in payload or b'"finish_reason": null' in payload)
+    )
+
+
+def usage_tokens(body: bytes) -> int | None:
+    """``usage.completion_tokens`` of a whole (non-streamed) JSON response, if it has one."""
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    usage = doc.get("usage") if isinstance(doc, dict) else None
+    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
+    return tokens if isinstance(tokens, int) else None

@@ -1,0 +1,298 @@
+"""Loopback fixtures: a vLLM-shaped fake upstream per arm and a router in this process.
+
+The fake upstream is steered per request by ``x-fake-*`` headers so each test states the
+upstream behaviour it needs next to the request it sends.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp import web
+from multidict import CIMultiDictProxy
+from prometheus_client.parser import text_string_to_metric_families
+
+from specpilot.router.app import Router, parse_args
+from specpilot.router.table import ROUTES_KEY, ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, render_routes
+
+PILOT = "p1"
+
+
+@dataclass
+class Received:
+    path: str
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+
+@dataclass
+class FakeVllm:
+    """A tiny OpenAI/vLLM-shaped server; behaviour per request from ``x-fake-*`` headers."""
+
+    name: str
+    received: list[Received] = field(default_factory=list)
+    active: int = 0
+    cancelled: int = 0
+    port: int = 0
+    _runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._completion)
+        app.router.add_post("/v1/completions", self._completion)
+        app.router.add_get("/v1/models", self._models)
+        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self.port = int(self._runner.addresses[0][1])
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def _models(self, request: web.Request) -> web.Response:
+        self.received.append(Received(request.path, request.headers, b""))
+        return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def _completion(self, request: web.Request) -> web.StreamResponse:
+        self.active += 1
+        try:
+            return await self._respond(request)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        finally:
+            self.active -= 1
+
+    async def _respond(self, request: web.Request) -> web.StreamResponse:
+        body = await request.read()
+        self.received.append(Received(request.path, request.headers, body))
+        fake = request.headers
+        await asyncio.sleep(float(fake.get("x-fake-delay", "0")))
+        if "x-fake-status" in fake:
+            status = int(fake["x-fake-status"])
+            error = {"error": {"message": "fake", "type": "Error", "param": None, "code": status}}
+            return web.json_response(error, status=status)
+        doc = json.loads(body)
+        chunks = int(fake.get("x-fake-chunks", "4"))
+        per_chunk = int(fake.get("x-fake-per-chunk", "1"))
+        chat = request.path.endswith("chat/completions")
+        usage = {"prompt_tokens": 3, "completion_tokens": chunks * per_chunk, "total_tokens": 3 + chunks * per_chunk}
+        headers = {"x-fake-name": self.name}
+        if not doc.get("stream"):
+            text = "tok " * chunks
+            choice: dict[str, Any] = (
+                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                if chat
+                else {"index": 0, "text": text, "finish_reason": "length"}
+            )
+            out = {"id": "x", "object": "chat.completion", "model": doc.get("model"), "choices": [choice]}
+            if fake.get("x-fake-usage") != "never":
+                out["usage"] = usage
+            return web.json_response(out, headers=headers)
+        resp = web.StreamResponse(headers={**headers, "Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        gap = float(fake.get("x-fake-gap", "0"))
+
+        def event(delta: dict[str, Any] | None, finish: str | None = None) -> bytes:
+            if chat:
+                choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
+                chunk = {"id": "x", "object": "chat.completion.chunk", "choices": [choice]}
+            else:
+                text = (delta or {}).get("content", "")
+                chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": text}]}
+            return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+        if chat:
+            await resp.write(event({"role": "assistant", "content": ""}))
+        for i in range(chunks):
+            if gap:
+                await asyncio.sleep(gap)
+            if fake.get("x-fake-drop-after") == str(i):
+                assert request.transport is not None
+                request.transport.abort()
+                return resp
+            if fake.get("x-fake-error-after") == str(i):
+                error = {"error": {"message": "engine died", "type": "InternalServerError", "code": 500}}
+                await resp.write(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
+                return resp
+            if fake.get("x-fake-garbage") == str(i):
+                await resp.write(b"data: {not json\n\n: comment\n\nevent: odd\n\n")
+            await resp.write(event({"content": "tok" * per_chunk}))
+        await resp.write(event({}, "length"))
+        options = doc.get("stream_options") or {}
+        if options.get("include_usage") and fake.get("x-fake-usage") != "never":
+            await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
+        if fake.get("x-fake-no-done") is None:
+            await resp.write(b"data: [DONE]\n\n")
+        await asyncio.sleep(float(fake.get("x-fake-linger", "0")))
+        return resp
+
+
+class Metrics:
+    """Samples of a Prometheus exposition, looked up by name and labels."""
+
+    def __init__(self, text: str) -> None:
+        self._values = {
+            (s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+
+    def __call__(self, name: str, **labels: str) -> float:
+        """The sample's value; 0 when it is absent (a counter that never moved)."""
+        return self._values.get((name, frozenset(labels.items())), 0.0)
+
+
+@dataclass
+class Harness:
+    """A running router with its fake arms and a client session."""
+
+    router: Router
+    baseline: FakeVllm
+    speculative: FakeVllm
+    client: aiohttp.ClientSession
+
+    @property
+    def url(self) -> str:
+        host, port = self.router.addresses[0]
+        return f"http://{host}:{port}"
+
+    @property
+    def admin(self) -> str:
+        host, port = self.router.addresses[1]
+        return f"http://{host}:{port}"
+
+    def use(self, routes: RoutingTable) -> None:
+        self.router.state.set_table(render_routes(routes))
+
+    async def chat(
+        self, *, stream: bool = True, headers: dict[str, str] | None = None, **extra: Any
+    ) -> aiohttp.ClientResponse:
+        body = {
+            "model": extra.pop("model", "m"),
+            "messages": [{"role": "user", "content": "hi"}],
+            "stream": stream,
+            **extra,
+        }
+        return await self.client.post(f"{self.url}/v1/chat/completions", json=body, headers=headers or {})
+
+    async def samples(self, since: int = 0) -> dict[str, Any]:
+        async with self.client.get(f"{self.admin}/samples", params={"since": str(since)}) as resp:
+            assert resp.status == 200
+            result: dict[str, Any] = await resp.json()
+            return result
+
+    async def metrics(self) -> Metrics:
+        """The admin /metrics, parsed."""
+        async with self.client.get(f"{self.admin}/metrics") as resp:
+            assert resp.status == 200
+            return Metrics(await resp.text())
+
+    @staticmethod
+    def table(*scopes: ScopeRoute, default: str | None = None, generation: int = 1, age: float = 0) -> RoutingTable:
+        return RoutingTable(
+            pilot=PILOT,
+            generation=generation,
+            updated_at=datetime.fromtimestamp(time.time() - age, UTC),
+            default_scope=default,
+            scopes=scopes,
+        )
+
+    @staticmethod
+    def scope(
+        name: str, *, spec: int = 0, alt: int = 0, models: tuple[str, ...] = (), deadline: float | None = None
+    ) -> ScopeRoute:
+        return ScopeRoute(
+            name=name,
+            weights=ArmWeights(baseline=100 - spec - alt, speculative=spec, alternative=alt),
+            deadline_seconds=deadline,
+            match=ScopeMatch(models=models),
+        )
+
+    @staticmethod
+    async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
+        """Poll `condition` until it holds; fail after `within` seconds."""
+        deadline = time.monotonic() + within
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError("condition not met in time")
+            await asyncio.sleep(0.01)
+
+    @staticmethod
+    async def read_sse(resp: aiohttp.ClientResponse) -> list[bytes]:
+        """The data payloads of an SSE response, in order."""
+        body = await resp.read()
+        return [event[len(b"data: ") :] for event in body.split(b"\n\n") if event.startswith(b"data: ")]
+
+
+HarnessFactory = Callable[..., Awaitable[Harness]]
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+async def make_router(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
+    """Start a router on loopback with fake baseline and speculative arms."""
+    started: list[Harness] = []
+
+    async def make(*extra_args: str, routes: RoutingTable | None = None, spec_endpoints: str | None = None) -> Harness:
+        baseline, speculative = FakeVllm("baseline"), FakeVllm("speculative")
+        await baseline.start()
+        await speculative.start()
+        routes_file = tmp_path / f"routes-{len(started)}.json"
+        routes_file.write_text(
+            render_routes(routes or Harness.table(Harness.scope("code", spec=100, models=("code-*",))))[ROUTES_KEY]
+        )
+        spec = spec_endpoints if spec_endpoints is not None else speculative.address
+        args = parse_args(
+            [
+                "--pilot",
+                PILOT,
+                "--listen",
+                "127.0.0.1:0",
+                "--admin-listen",
+                "127.0.0.1:0",
+                "--static-routes",
+                str(routes_file),
+                "--static-endpoints",
+                f"baseline={baseline.address}",
+                "--static-endpoints",
+                f"speculative={spec}",
+                *extra_args,
+            ]
+        )
+        router = Router(args)
+        await router.start()
+        harness = Harness(router, baseline, speculative, aiohttp.ClientSession())
+        started.append(harness)
+        await Harness.wait_for(lambda: router.state.ready)
+        return harness
+
+    yield make
+    for harness in started:
+        await harness.client.close()
+        await harness.router.stop()
+        await harness.baseline.stop()
+        await harness.speculative.stop()

@@ -1,0 +1,204 @@
+"""What a request measures: the SSE meter, outcomes, deadlines, usage."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from specpilot.router.measure import Outcome, Sample, StreamMeter, deadline_met, outcome_for_status, usage_tokens
+
+
+def ev(chunk: Any) -> bytes:
+    return b"data: " + json.dumps(chunk).encode() + b"\n\n"
+
+
+def chat(content: str | None = None, **delta: Any) -> bytes:
+    if content is not None:
+        delta["content"] = content
+    return ev({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": delta, "finish_reason": None}]})
+
+
+ROLE = chat("", role="assistant")
+USAGE = ev({"choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 9, "total_tokens": 12}})
+DONE = b"data: [DONE]\n\n"
+STREAM = [ROLE, chat("a"), chat("bc"), chat("d"), USAGE, DONE]
+
+
+def feed_all(meter: StreamMeter, parts: list[bytes]) -> bytes:
+    out = b"".join(meter.feed(part, float(i)) for i, part in enumerate(parts))
+    return out + meter.finish()
+
+
+def test_meter_notes_first_and_last_content_usage_and_done() -> None:
+    meter = StreamMeter(strip_usage=False)
+    out = feed_all(meter, STREAM)
+    assert out == b"".join(STREAM)
+    assert (meter.first_content, meter.last_content) == (1.0, 3.0)  # the role chunk has no content
+    assert meter.content_chunks == 3
+    assert meter.usage_tokens == 9
+    assert meter.done and not meter.error
+
+
+def test_meter_strips_the_usage_chunk_it_asked_for() -> None:
+    meter = StreamMeter(strip_usage=True)
+    assert feed_all(meter, STREAM) == b"".join(s for s in STREAM if s is not USAGE)
+    assert meter.usage_tokens == 9
+
+
+def test_meter_keeps_continuous_usage_the_client_asked_for() -> None:
+    with_usage = ev({"choices": [{"index": 0, "delta": {"content": "x"}}], "usage": {"completion_tokens": 1}})
+    meter = StreamMeter(strip_usage=True)
+    assert feed_all(meter, [with_usage, USAGE, DONE]) == with_usage + DONE
+    assert meter.usage_tokens == 9
+
+
+@pytest.mark.parametrize("cut", [1, 7, 20, 60, 200], ids=lambda c: f"every-{c}-bytes")
+def test_events_split_across_reads_are_passed_whole_and_timed_when_complete(cut: int) -> None:
+    whole = b"".join(STREAM)
+    parts = [whole[i : i + cut] for i in range(0, len(whole), cut)]
+    meter = StreamMeter(strip_usage=True)
+    forwarded = []
+    for i, part in enumerate(parts):
+        out = meter.feed(part, float(i))
+        assert not out or out.endswith(b"\n\n")
+        forwarded.append(out)
+    assert b"".join(forwarded) + meter.finish() == whole.replace(USAGE, b"")
+    assert meter.content_chunks == 3 and meter.done and meter.usage_tokens == 9
+
+
+def test_several_events_in_one_read() -> None:
+    meter = StreamMeter(strip_usage=True)
+    assert meter.feed(b"".join(STREAM), 5.0) == b"".join(s for s in STREAM if s is not USAGE)
+    assert meter.first_content == meter.last_content == 5.0
+
+
+@pytest.mark.parametrize(
+    ("event", "content"),
+    [
+        (chat("x"), True),
+        (chat(""), False),
+        (chat(reasoning="think"), True),
+        (chat(reasoning_content="think"), True),
+        (chat(tool_calls=[{"index": 0, "function": {"arguments": "{"}}]), True),
+        (ev({"object": "text_completion", "choices": [{"index": 0, "text": "hi"}]}), True),
+        (ev({"object": "text_completion", "choices": [{"index": 0, "text": ""}]}), False),
+        (ev({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}), False),
+        (ev({"choices": ["odd"]}), False),
+        (ev([1, 2]), False),
+        (b"data: {broken\n\n", False),
+        (b": keep-alive\n\n", False),
+    ],
+)
+def test_what_counts_as_content(event: bytes, content: bool) -> None:
+    meter = StreamMeter(strip_usage=False)
+    assert meter.feed(event, 1.0) == event
+    assert (meter.first_content is not None) is content
+
+
+def test_a_closing_chunk_without_content_is_not_output() -> None:
+    finish = ev({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    meter = StreamMeter(strip_usage=False)
+    feed_all(meter, [ROLE, chat("a"), chat("b"), finish, DONE])
+    assert meter.content_chunks == 2 and meter.last_content == 2.0 and meter.usage_tokens is None
+
+
+def test_error_event_is_passed_on_and_noted() -> None:
+    meter = StreamMeter(strip_usage=True)
+    error = ev({"error": {"message": "boom", "type": "InternalServerError", "code": 500}})
+    assert feed_all(meter, [chat("a"), error, DONE]) == chat("a") + error + DONE
+    assert meter.error
+
+
+def test_unterminated_tail_is_passed_on_at_the_end() -> None:
+    meter = StreamMeter(strip_usage=True)
+    assert meter.feed(chat("a") + b"data: {partial", 1.0) == chat("a")
+    assert meter.finish() == b"data: {partial"
+    assert not meter.done
+
+
+@pytest.mark.parametrize(
+    "data", [b"data: x\r\n\r\n", b"x" * 2048], ids=["crlf-separators", "no-separator-past-the-limit"]
+)
+def test_streams_that_are_not_vllm_sse_pass_through_untouched(data: bytes) -> None:
+    meter = StreamMeter(strip_usage=True, max_event_bytes=1024)
+    assert meter.feed(data, 1.0) == data
+    assert meter.feed(chat("a"), 2.0) == chat("a")
+    assert meter.first_content is None
+
+
+@pytest.mark.parametrize(
+    ("status", "outcome"),
+    [
+        (200, Outcome.OK),
+        (204, Outcome.OK),
+        (400, Outcome.CLIENT_ERROR),
+        (404, Outcome.CLIENT_ERROR),
+        (429, Outcome.REJECTED),
+        (503, Outcome.REJECTED),
+        (500, Outcome.UPSTREAM_ERROR),
+        (502, Outcome.UPSTREAM_ERROR),
+    ],
+)
+def test_outcome_for_status(status: int, outcome: Outcome) -> None:
+    assert outcome_for_status(status) is outcome
+
+
+@pytest.mark.parametrize(
+    ("outcome", "e2e", "deadline", "met"),
+    [
+        (Outcome.OK, 1.0, None, None),
+        (Outcome.OK, 1.0, 2.0, True),
+        (Outcome.OK, 2.0, 2.0, True),
+        (Outcome.OK, 2.5, 2.0, False),
+        (Outcome.TIMEOUT, 0.5, 2.0, False),
+        (Outcome.REJECTED, 0.1, 2.0, False),
+        (Outcome.UPSTREAM_ERROR, 0.1, 2.0, False),
+        (Outcome.NO_ENDPOINT, 0.1, 2.0, False),
+        (Outcome.CLIENT_CANCEL, 0.1, 2.0, None),
+        (Outcome.CLIENT_ERROR, 0.1, 2.0, None),
+    ],
+)
+def test_deadline_met_only_by_ok_responses_in_time(
+    outcome: Outcome, e2e: float, deadline: float | None, met: bool | None
+) -> None:
+    assert deadline_met(outcome, e2e, deadline) is met
+
+
+@pytest.mark.parametrize(
+    ("body", "tokens"),
+    [
+        (b'{"usage": {"completion_tokens": 12}}', 12),
+        (b'{"usage": null}', None),
+        (b'{"usage": {"completion_tokens": "12"}}', None),
+        (b"[]", None),
+        (b"not json", None),
+    ],
+)
+def test_usage_tokens_of_a_whole_response(body: bytes, tokens: int | None) -> None:
+    assert usage_tokens(body) == tokens
+
+
+def sample(**fields: Any) -> Sample:
+    base: dict[str, Any] = {
+        "seq": 1, "at": 0.0, "scope": "s", "arm": "baseline", "endpoint": "e", "model": "m", "stream": True,
+        "status": 200, "outcome": Outcome.OK, "e2e": 1.0, "ttft": 0.1, "output_tokens": 11,
+        "tokens_from_usage": True, "decode": 0.5, "deadline_met": None, "fallback": None,
+    }  # fmt: skip
+    return Sample(**{**base, **fields})
+
+
+@pytest.mark.parametrize(
+    ("fields", "tpot"),
+    [({}, 0.05), ({"output_tokens": 1}, None), ({"decode": None}, None), ({"output_tokens": None}, None)],
+)
+def test_time_per_output_token_excludes_the_first_token(fields: dict[str, Any], tpot: float | None) -> None:
+    assert sample(**fields).tpot == tpot
+
+
+def test_sample_json_uses_camel_case_and_outcome_names() -> None:
+    doc = sample(outcome=Outcome.TIMEOUT).to_json()
+    assert doc["outcome"] == "timeout"
+    assert doc["tpotSeconds"] == 0.05
+    assert {"e2eSeconds", "ttftSeconds", "outputTokens", "decodeSeconds", "deadlineMet"} <= set(doc)
