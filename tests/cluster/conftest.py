@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,18 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "e2e" / "local" / "cluster.sh"
 BUILD_SH = ROOT / "e2e" / "local" / "build.sh"
+
+
+def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:
+    """Poll `check` until it returns something truthy, and return that; fail after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(every)
 
 
 @dataclass(frozen=True)

@@ -4,9 +4,7 @@ Services, the routing ConfigMap, and the router as a pod with its ServiceAccount
 from __future__ import annotations
 
 import json
-import time
 import urllib.request
-from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -14,22 +12,11 @@ from typing import Any
 import yaml
 
 from specpilot.router.table import ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, configmap_name, render_routes
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, wait_until
 
 PILOT = "p1"
 IMAGE = "specpilot/specpilot:dev"
 TIME_SCALE = 0.1
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 90, every: float = 0.2) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 def get_json(url: str) -> Any:

@@ -7,12 +7,11 @@ import json
 import os
 import time
 import urllib.request
-from collections.abc import Callable
 from typing import Any
 
 import yaml
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, wait_until
 
 CRD = """
 apiVersion: apiextensions.k8s.io/v1
@@ -39,17 +38,6 @@ spec:
               replicas: {type: integer}
               maxReplicas: {type: integer}
 """
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 def http_get(url: str) -> str:
