@@ -18,7 +18,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import aiohttp
-import uvloop
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -285,7 +284,7 @@ def main(argv: list[str]) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        uvloop.run(serve(args))
+        asyncio.run(serve(args))
     except OSError as exc:
         log.error("router failed: %s", exc)
         return 1
