@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 import uuid
@@ -80,9 +81,26 @@ def cluster() -> Iterator[Cluster]:
         "stopped" not in subprocess.run([str(CLUSTER_SH), "status"], capture_output=True, text=True, check=True).stdout
     )
     bin_dir = Path(_script(str(BUILD_SH)))
-    yield Cluster(kubeconfig=Path(_script(str(CLUSTER_SH), "up")), bin_dir=bin_dir)
+    kubeconfig = Path(_script(str(CLUSTER_SH), "up"))
+    yield Cluster(kubeconfig=kubeconfig, bin_dir=bin_dir)
     if not was_running:
         subprocess.run([str(CLUSTER_SH), "down"], check=False, timeout=120)
+        leftovers = _pod_processes(kubeconfig.parent / "node" / "pods")
+        for pid in leftovers:
+            os.kill(pid, signal.SIGKILL)
+        assert not leftovers, f"pod processes outlived cluster-down: {leftovers}"
+
+
+def _pod_processes(pods_dir: Path) -> list[int]:
+    """PIDs of processes still running in a pod directory of the node agent."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and Path(os.readlink(proc / "cwd")).is_relative_to(pods_dir):
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
 
 
 @pytest.fixture()

@@ -38,6 +38,7 @@ log = logging.getLogger("specpilot.localnode")
 LEASE_SECONDS = 40
 HEARTBEAT_SECONDS = 10
 AUTHORIZER_RETRIES = 10
+SHUTDOWN_GRACE_SECONDS = 2.0
 T = TypeVar("T")
 
 
@@ -66,6 +67,7 @@ class Agent:
         self.state_dir = Path(args.state_dir)
         self.pods: dict[str, PodRuntime] = {}
         self.tasks: dict[str, asyncio.Task[None]] = {}
+        self.shutting_down = False
         self.ips = IpPool(args.pod_cidr)
         bindir = str(Path(sys.executable).parent)
         self.base_env = {
@@ -371,7 +373,8 @@ class Agent:
         try:
             await runtime.run()
         finally:
-            await self.remove(runtime.pod)
+            if not self.shutting_down:
+                await self.remove(runtime.pod)
             uid = runtime.pod["metadata"]["uid"]
             self.pods.pop(uid, None)
             self.tasks.pop(uid, None)
@@ -389,9 +392,12 @@ class Agent:
                 log.warning("delete of %s/%s failed: %s", meta["namespace"], meta["name"], exc.reason)
 
     async def shutdown(self) -> None:
-        """Agent stop: end every pod's processes; pod objects stay (the node goes NotReady)."""
+        """Agent stop: stop every pod's runtime (so nothing restarts its processes) and wait for
+        its processes to end; pod objects stay, as they do when a kubelet stops."""
+        self.shutting_down = True
         for runtime in self.pods.values():
-            await asyncio.gather(*(c.stop(2.0) for c in runtime.containers))
+            runtime.request_stop(SHUTDOWN_GRACE_SECONDS)
+        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
     async def serve(self) -> None:
         await asyncio.to_thread(self.register)
