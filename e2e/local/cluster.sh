@@ -19,7 +19,7 @@ NODE_NAME="${SPECPILOT_NODE_NAME:-specpilot-local}"
 NODE_GPUS="${SPECPILOT_NODE_GPUS:-8}"
 # Pod IPs: the API server rejects 127.0.0.0/8 in EndpointSlices, so pods get addresses from the
 # RFC 2544 benchmarking range, bound to the loopback interface by one `local` route: traffic never
-# leaves the machine. Without CAP_NET_ADMIN, pods fall back to 127.1.0.0/16 (no EndpointSlices).
+# leaves the machine. Adding that route needs root (CAP_NET_ADMIN); `up` fails with the fix otherwise.
 POD_CIDR="${SPECPILOT_POD_CIDR:-198.18.0.0/16}"
 PKI="$STATE/pki"; RUN="$STATE/run"; LOGS="$STATE/logs"
 KUBECONFIG_OUT="$STATE/kubeconfig"
@@ -93,12 +93,18 @@ KC
 }
 
 pod_network() {
-  case "$POD_CIDR" in 127.*) return 0 ;; esac
-  ip route show table local | grep -q "^local $POD_CIDR dev lo" && return 0
-  if ! ip route add local "$POD_CIDR" dev lo 2>/dev/null; then
-    log "cannot route $POD_CIDR on lo (needs root/CAP_NET_ADMIN); pods use 127.1.0.0/16 and get no EndpointSlices"
-    POD_CIDR=127.1.0.0/16
+  local ip
+  ip="$(PATH="$PATH:/usr/sbin:/sbin" command -v ip || true)"
+  if [ -z "$ip" ]; then
+    log "pods need $POD_CIDR routed to lo, but the 'ip' command is missing: install iproute2"; exit 1
   fi
+  "$ip" route show table local | grep -q "^local $POD_CIDR dev lo" && return 0
+  if ! "$ip" route add local "$POD_CIDR" dev lo; then
+    log "pods need $POD_CIDR routed to lo (the API server rejects 127.0.0.0/8 in EndpointSlices);"
+    log "run as root, or add the route once: sudo ip route add local $POD_CIDR dev lo"
+    exit 1
+  fi
+  log "pod network $POD_CIDR routed to lo"
 }
 
 wait_for() {  # wait_for WHAT SECONDS CMD...

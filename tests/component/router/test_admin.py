@@ -6,7 +6,12 @@ from collections import Counter
 
 from tests.component.router.conftest import Harness, HarnessFactory
 
-MIXED = Harness.table(Harness.scope("code", spec=50, models=("code-*",), deadline=5), Harness.scope("chat"))
+from specpilot.router.table import RoutingTable
+
+
+def mixed() -> RoutingTable:
+    """A fresh table (its age counts from now) with a split `code` scope and an all-baseline `chat` scope."""
+    return Harness.table(Harness.scope("code", spec=50, models=("code-*",), deadline=5), Harness.scope("chat"))
 
 
 async def send_mix(h: Harness) -> None:
@@ -20,7 +25,7 @@ async def send_mix(h: Harness) -> None:
 
 
 async def test_samples_are_read_with_a_cursor_and_bounded(make_router: HarnessFactory) -> None:
-    h = await make_router("--max-samples", "10", routes=MIXED)
+    h = await make_router("--max-samples", "10", routes=mixed())
     await send_mix(h)
     first = await h.samples()
     assert [s["seq"] for s in first["samples"]] == list(range(15, 25))
@@ -38,7 +43,7 @@ async def test_samples_are_read_with_a_cursor_and_bounded(make_router: HarnessFa
 
 
 async def test_metrics_agree_with_samples_per_scope_and_arm(make_router: HarnessFactory) -> None:
-    h = await make_router(routes=MIXED)
+    h = await make_router(routes=mixed())
     await send_mix(h)
     samples = (await h.samples())["samples"]
     assert len(samples) == 24
@@ -68,7 +73,7 @@ def _sum_tokens(samples: list[dict[str, object]]) -> Counter[tuple[str, str]]:
 
 
 async def test_health_readiness_and_effective_routes(make_router: HarnessFactory) -> None:
-    h = await make_router(spec_endpoints="", routes=MIXED)
+    h = await make_router(spec_endpoints="", routes=mixed())
     for path in ("/healthz", "/readyz"):
         async with h.client.get(f"{h.admin}{path}") as resp:
             assert resp.status == 200
@@ -81,7 +86,7 @@ async def test_health_readiness_and_effective_routes(make_router: HarnessFactory
 
 
 async def test_a_stale_table_shows_on_routes_and_metrics_without_traffic(make_router: HarnessFactory) -> None:
-    h = await make_router("--max-table-age", "60", routes=MIXED)
+    h = await make_router("--max-table-age", "60", routes=mixed())
     h.use(Harness.table(Harness.scope("code", spec=50, models=("code-*",)), age=61))
     async with h.client.get(f"{h.admin}/routes") as resp:
         assert (await resp.json())["tableFallback"] == "table_stale"
