@@ -41,6 +41,17 @@ start() {  # start NAME MATCH CMD...: run in its own session, record PID and a c
   echo $! >"$RUN/$name.pid"; echo "$match" >"$RUN/$name.cmd"
 }
 
+ports_free() {  # ports_free NAME PORT...: when NAME has to start, each of its ports must be free
+  local name="$1" port; shift
+  alive "$name" && return 0
+  for port in "$@"; do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+      log "cannot start $name: 127.0.0.1:$port is taken (another local cluster?); stop that, or set SPECPILOT_*_PORT"
+      exit 1
+    fi
+  done
+}
+
 stop_one() {
   local name="$1" pid i
   alive "$name" || { rm -f "$RUN/$name.pid"; return 0; }
@@ -125,6 +136,7 @@ up() {
   kubeconfig scheduler scheduler; kubeconfig node node
   cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT"
   if ! alive etcd; then
+    ports_free etcd "$ETCD_PORT" "$((ETCD_PORT + 10))"
     rm -rf "$STATE/etcd"  # a fresh start is a fresh cluster
     start etcd "$bin/etcd" "$bin/etcd" --name local --data-dir "$STATE/etcd" \
       --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
@@ -133,6 +145,7 @@ up() {
       --initial-cluster "local=http://127.0.0.1:$((ETCD_PORT + 10))" --unsafe-no-fsync --quota-backend-bytes 2147483648
   fi
   wait_for etcd 30 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
+  ports_free kube-apiserver "$API_PORT"
   start kube-apiserver "$bin/kube-apiserver" "$bin/kube-apiserver" \
     --etcd-servers "http://127.0.0.1:$ETCD_PORT" --bind-address 127.0.0.1 --advertise-address 127.0.0.1 \
     --secure-port "$API_PORT" --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
@@ -143,6 +156,7 @@ up() {
     --profiling=false --event-ttl 1h
   wait_for kube-apiserver 120 curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" \
     "https://127.0.0.1:$API_PORT/readyz"
+  ports_free kube-controller-manager "$KCM_PORT"; ports_free kube-scheduler "$SCHEDULER_PORT"
   start kube-controller-manager "$bin/kube-controller-manager" "$bin/kube-controller-manager" \
     --kubeconfig "$STATE/controller-manager.kubeconfig" \
     --authentication-kubeconfig "$STATE/controller-manager.kubeconfig" \

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import time
 import urllib.request
 from typing import Any
 
 import yaml
 
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.conftest import CLUSTER_SH, Cluster, wait_until
 
 CRD = """
 apiVersion: apiextensions.k8s.io/v1
@@ -238,3 +240,24 @@ def test_deletion_waits_the_grace_period_then_kills(cluster: Cluster, namespace:
     )
     assert time.monotonic() - started >= 3
     assert not os.path.exists(f"/proc/{pid}")
+
+
+def test_a_killed_node_agent_takes_its_containers_with_it(cluster: Cluster, namespace: str) -> None:
+    """However the agent dies, no container outlives it to hold a pod IP against the next cluster."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "orphan"},
+        "spec": {"containers": [{"name": "c", "image": "specpilot/specpilot:dev", "command": ["sleep", "600"]}]},
+    }
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+    cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/orphan", "--timeout=30s")
+    status = cluster.get_json("pod", "-n", namespace, "orphan")["status"]
+    pid = int(status["containerStatuses"][0]["containerID"].removeprefix("local://"))
+    agent = int((cluster.kubeconfig.parent / "run" / "localnode.pid").read_text())
+    os.kill(agent, signal.SIGKILL)
+    try:
+        wait_until("the container to die with its agent", lambda: not os.path.exists(f"/proc/{pid}"), timeout=10)
+    finally:
+        cluster.kubectl("delete", "-n", namespace, "pod/orphan", "--grace-period=0", "--force", check=False)
+        subprocess.run([str(CLUSTER_SH), "up"], check=True, capture_output=True, timeout=120)

@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import signal
+import struct
 import sys
 import threading
 import time
@@ -42,15 +43,40 @@ SHUTDOWN_GRACE_SECONDS = 2.0
 T = TypeVar("T")
 
 
-class IpPool:
-    """Pod IPs on the loopback interface, handed out in order and returned on pod removal."""
+def listening_addresses() -> set[str]:
+    """IPv4 addresses with a listening TCP socket on this machine, from /proc/net/tcp."""
+    found = set()
+    with contextlib.suppress(OSError), open("/proc/net/tcp") as table:
+        next(table, None)
+        for line in table:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+                address = int(fields[1].split(":")[0], 16)  # in host byte order
+                found.add(str(ipaddress.IPv4Address(struct.pack("=I", address))))
+    return found
 
-    def __init__(self, cidr: str) -> None:
+
+class IpPool:
+    """Pod IPs on the loopback interface, handed out in order and returned on pod removal.
+
+    An address that something already listens on (a process of an earlier cluster, say) is
+    skipped: a pod given it could not bind, and its probes would reach the stranger.
+    """
+
+    def __init__(self, cidr: str, busy: Callable[[], set[str]] = listening_addresses) -> None:
         self._hosts = ipaddress.ip_network(cidr).hosts()
         self._free: list[str] = []
+        self._busy = busy
 
     def take(self) -> str:
-        return self._free.pop(0) if self._free else str(next(self._hosts))
+        busy = self._busy()
+        for i, ip in enumerate(self._free):
+            if ip not in busy:
+                return self._free.pop(i)
+        for host in self._hosts:
+            if str(host) not in busy:
+                return str(host)
+        raise RuntimeError("pod network exhausted")
 
     def give(self, ip: str) -> None:
         self._free.append(ip)

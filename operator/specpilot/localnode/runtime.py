@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -26,6 +27,24 @@ RESTART_BACKOFF_MAX = 30.0
 
 def now_iso() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> Callable[[], None]:
+    """A pre-exec hook: the container gets SIGKILL when the node agent dies, however it dies.
+
+    Containers run in sessions of their own, so nothing else would end them with a killed agent,
+    and an orphan would hold its pod IP and port against the next cluster.
+    """
+
+    def hook() -> None:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the agent died before the hook ran
+            os._exit(137)
+
+    return hook
 
 
 async def run_probe(probe: Probe) -> bool:
@@ -84,6 +103,7 @@ class Container:
                     stderr=out,
                     stdin=asyncio.subprocess.DEVNULL,
                     start_new_session=True,
+                    preexec_fn=_die_with_parent(os.getpid()),
                 )
             except OSError as exc:
                 self.state = replace(
