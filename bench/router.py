@@ -1,16 +1,17 @@
-"""What the scope router adds to a streamed request, next to nginx as a plain proxy, in one run.
+"""What the scope router adds to a streamed request, next to nginx and a bare aiohttp relay, in one run.
 
     .venv/bin/python bench/router.py [--concurrency 1,16,64,256] [--seconds 6] [--rounds 3]
 
 Everything runs on loopback: one mock vLLM (the upstream), the router (static routes, every
-request to the baseline arm) and nginx (``proxy_buffering off``, keep-alive upstream), each proxy
-pinned to the same single core, while the mock and this load client share the other cores. For
-each concurrency level, closed-loop clients stream chat completions for ``--seconds`` per mode,
-``--rounds`` times with the mode order rotated, so drift hits every mode alike. Added latency is a
-proxy's quantile minus the direct quantile, with a 95% bootstrap interval in brackets; the
-``direct-again`` mode (a second direct run) shows the noise floor of that difference. Results go
-to ``bench/results/router-<time>.json`` (raw TTFT and end-to-end samples included) and a
-Markdown table to stdout.
+request to the baseline arm), nginx (``proxy_buffering off``, keep-alive upstream) and
+``bench/passthrough.py`` (aiohttp server and client with nothing else: the floor under the
+router's own work), each proxy pinned to the same single core, while the mock and this load
+client share the other cores. For each concurrency level, closed-loop clients stream chat
+completions for ``--seconds`` per mode, ``--rounds`` times with the mode order rotated, so drift
+hits every mode alike. Added latency is a proxy's quantile minus the direct quantile, with a 95%
+bootstrap interval in brackets; the ``direct-again`` mode (a second direct run) shows the noise
+floor of that difference. Results go to ``bench/results/router-<time>.json`` (raw TTFT and
+end-to-end samples included) and a Markdown table to stdout.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ import aiohttp
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECPILOT = str(Path(sys.executable).with_name("specpilot"))
-MODES = ("direct", "router", "nginx", "direct-again")
+MODES = ("direct", "router", "nginx", "aiohttp", "direct-again")
 STEP_S = 0.020  # the mock's default engine step (model seconds)
 BOOTSTRAP = 200
 NGINX_CONF = """
@@ -265,7 +266,7 @@ def main() -> int:
     levels = [int(c) for c in args.concurrency.split(",")]
     if args.load_cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in args.load_cpus.split(",")})
-    ports = {name: free_port() for name in ("mock", "router", "admin", "nginx")}
+    ports = {name: free_port() for name in ("mock", "router", "admin", "nginx", "aiohttp")}
     with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp_name:
         tmp = Path(tmp_name)
         (tmp / "routes.json").write_text(
@@ -315,18 +316,23 @@ def main() -> int:
             "WARNING",
         ]
         nginx = ["nginx", "-p", str(tmp), "-c", str(tmp / "nginx.conf")]
+        floor = [sys.executable, str(ROOT / "bench" / "passthrough.py"), str(ports["aiohttp"])]
+        floor.append(f"127.0.0.1:{ports['mock']}")
         with (
             process(pinned(args.load_cpus, mock), tmp / "mock.log"),
             process(pinned(args.proxy_cpu, router), tmp / "router.log"),
             process(pinned(args.proxy_cpu, nginx), tmp / "nginx.log"),
+            process(pinned(args.proxy_cpu, floor), tmp / "aiohttp.log"),
         ):
             wait_http(f"http://127.0.0.1:{ports['mock']}/v1/models")
             wait_http(f"http://127.0.0.1:{ports['admin']}/readyz")
             wait_http(f"http://127.0.0.1:{ports['nginx']}/v1/models")
+            wait_http(f"http://127.0.0.1:{ports['aiohttp']}/v1/models")
             urls = {
                 "direct": f"http://127.0.0.1:{ports['mock']}/v1/chat/completions",
                 "router": f"http://127.0.0.1:{ports['router']}/v1/chat/completions",
                 "nginx": f"http://127.0.0.1:{ports['nginx']}/v1/chat/completions",
+                "aiohttp": f"http://127.0.0.1:{ports['aiohttp']}/v1/chat/completions",
                 "direct-again": f"http://127.0.0.1:{ports['mock']}/v1/chat/completions",
             }
             results: dict[int, dict[str, Run]] = {}
