@@ -42,6 +42,16 @@ def kubectl(*args: str, input: str | None = None) -> str:
     return out.stdout
 
 
+def rollout(deployment: str) -> None:
+    """Wait for a Deployment; when it does not come up, show its pods and where their output is."""
+    argv = ["kubectl", "-n", NAMESPACE, "rollout", "status", f"deployment/{deployment}", "--timeout=120s"]
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        print(kubectl("get", "pods", "-o", "wide"))
+        logs = Path(os.environ.get("SPECPILOT_CLUSTER_DIR", ROOT / ".cluster")) / "node" / "pods"
+        sys.exit(f"{deployment} did not roll out: {out.stderr.strip()}; container output: {logs}/{NAMESPACE}_*/")
+
+
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=10) as resp:
         return json.loads(resp.read())
@@ -178,7 +188,7 @@ def main() -> int:
     write_routes(1, chat=25, code=25)
     kubectl("apply", "-f", str(ROOT / "manifests/demo/arms.yaml"), "-f", str(ROOT / "manifests/demo/router.yaml"))
     for name in ("demo-baseline", "demo-speculative", "demo-router"):
-        kubectl("rollout", "status", f"deployment/{name}", "--timeout=120s")
+        rollout(name)
     print(kubectl("get", "pods,endpointslices", "-o", "wide"))
     (router_ip,) = pod_ips(f"specpilot.io/pilot={PILOT},app.kubernetes.io/component=router")
 

@@ -66,6 +66,39 @@ class Cluster:
     def get_json(self, *args: str) -> Any:
         return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
 
+    def rollout(self, namespace: str, deployment: str, timeout: int = 120) -> None:
+        """Wait for a Deployment's rollout; on failure, say what its pods were doing and printed."""
+        proc = self.kubectl(
+            "rollout",
+            "status",
+            "-n",
+            namespace,
+            f"deployment/{deployment}",
+            f"--timeout={timeout}s",
+            check=False,
+            timeout=timeout + 10,
+        )
+        if proc.returncode != 0:
+            raise AssertionError(
+                f"deployment {namespace}/{deployment} not rolled out: {proc.stderr}\n{self.pods_report(namespace)}"
+            )
+
+    def pods_report(self, namespace: str, log_lines: int = 15) -> str:
+        """Each pod of `namespace`: IP, conditions, container states and the tail of each container's log."""
+        lines = []
+        for pod in self.get_json("pods", "-n", namespace)["items"]:
+            meta, status = pod["metadata"], pod.get("status", {})
+            conditions = {c["type"]: c["status"] for c in status.get("conditions", [])}
+            lines.append(f"pod {meta['name']} ip={status.get('podIP')} phase={status.get('phase')} {conditions}")
+            for container in status.get("containerStatuses", []):
+                lines.append(
+                    f"  {container['name']}: {container.get('state')} restarts={container.get('restartCount')}"
+                )
+            for log in sorted(self.kubeconfig.parent.glob(f"node/pods/{namespace}_{meta['name']}_*/*.log")):
+                tail = log.read_text(errors="replace").splitlines()[-log_lines:]
+                lines += [f"  | {log.name}: {line}" for line in tail]
+        return "\n".join(lines)
+
 
 def _script(*args: str) -> str:
     out = subprocess.run([*args], check=False, capture_output=True, text=True, timeout=1800)

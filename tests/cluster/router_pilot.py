@@ -156,9 +156,7 @@ def deploy(cluster: Cluster, namespace: str, *scopes: ScopeRoute, speculative_re
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=routes_configmap(*scopes))
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
     for name in ("baseline", "speculative", "router"):
-        cluster.kubectl(
-            "rollout", "status", "-n", namespace, f"deployment/{PILOT}-{name}", "--timeout=120s", timeout=130
-        )
+        cluster.rollout(namespace, f"{PILOT}-{name}")
     pods = cluster.get_json("pods", "-n", namespace, "-l", "component=router")["items"]
     pilot = Pilot(cluster, namespace, pods[0]["status"]["podIP"])
     wait_until(

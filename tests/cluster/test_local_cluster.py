@@ -98,7 +98,7 @@ def test_crd_cel_rule_rejects_a_bad_object_with_its_message(cluster: Cluster, na
 
 def test_gpu_pods_run_as_processes_answer_on_pod_ips_and_fill_endpointslices(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=deployment("web"))
-    cluster.kubectl("rollout", "status", "-n", namespace, "deployment/web", "--timeout=90s", timeout=100)
+    cluster.rollout(namespace, "web", timeout=90)
     pods = cluster.get_json("pods", "-n", namespace, "-l", "app=web")["items"]
     assert len(pods) == 2
     ips = sorted(p["status"]["podIP"] for p in pods)
@@ -119,12 +119,17 @@ def test_gpu_pods_run_as_processes_answer_on_pod_ips_and_fill_endpointslices(clu
             for a in e["addresses"]
         )
 
-    assert wait_until("EndpointSlice with both pod IPs", lambda: slice_ips() == ips, timeout=30)
+    try:
+        wait_until("EndpointSlice with both pod IPs", lambda: slice_ips() == ips, timeout=30)
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}: slices have {slice_ips()}, pods {ips}\n{cluster.pods_report(namespace)}"
+        ) from None
 
 
 def test_deleting_the_deployment_stops_the_processes(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=deployment("gone", replicas=1, gpus=0))
-    cluster.kubectl("rollout", "status", "-n", namespace, "deployment/gone", "--timeout=90s", timeout=100)
+    cluster.rollout(namespace, "gone", timeout=90)
     pod = cluster.get_json("pods", "-n", namespace, "-l", "app=gone")["items"][0]
     pid = int(pod["status"]["containerStatuses"][0]["containerID"].removeprefix("local://"))
     ip = pod["status"]["podIP"]
