@@ -38,6 +38,8 @@ from typing import Any
 
 import aiohttp
 
+from specpilot.loadgen import stats
+
 ROOT = Path(__file__).resolve().parents[1]
 SPECPILOT = str(Path(sys.executable).with_name("specpilot"))
 MODES = ("direct", "router", "nginx", "aiohttp", "direct-again")
@@ -119,13 +121,8 @@ class Run:
 
 
 def quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    if not ordered:
-        return float("nan")
-    position = q * (len(ordered) - 1)
-    low = int(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+    """The q-quantile of unsorted values; NaN (an empty table cell) when there are none."""
+    return stats.quantile(sorted(values), q) if values else float("nan")
 
 
 async def stream_once(session: aiohttp.ClientSession, url: str, body: bytes, run: Run, record: bool) -> None:
