@@ -25,7 +25,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specpilot.loadgen.client import Outcome, Status, Target, send
+from specpilot.loadgen.client import ClientOutcome, Status, Target, send
 from specpilot.loadgen.stats import quantile
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm.costmodel import CostParams, expected_tokens_per_round, step_time
@@ -88,10 +88,10 @@ async def counters(session: aiohttp.ClientSession, url: str) -> dict[str, float]
     return out
 
 
-async def closed_loop(target: Target, concurrency: int, seconds: float) -> list[Outcome]:
+async def closed_loop(target: Target, concurrency: int, seconds: float) -> list[ClientOutcome]:
     """`concurrency` clients, each sending its next request when the previous one ends. Their first
     requests are spread over one ordinary request's duration, so the level starts without a burst."""
-    outcomes: list[Outcome] = []
+    outcomes: list[ClientOutcome] = []
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         stop_at = time.monotonic() + seconds * target.time_scale

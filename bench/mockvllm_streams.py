@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specpilot.loadgen.client import Outcome, Status, Target, send
+from specpilot.loadgen.client import ClientOutcome, Status, Target, send
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm.costmodel import CostParams, step_time
 
@@ -53,8 +53,8 @@ async def metric_sums(session: aiohttp.ClientSession, url: str) -> dict[str, flo
     return sums
 
 
-async def drive(target: Target, streams: int, seconds: float, output_tokens: int) -> tuple[list[Outcome], float]:
-    outcomes: list[Outcome] = []
+async def drive(target: Target, streams: int, seconds: float, output_tokens: int) -> tuple[list[ClientOutcome], float]:
+    outcomes: list[ClientOutcome] = []
     stop_at = time.monotonic() + seconds
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:

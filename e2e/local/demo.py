@@ -22,7 +22,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from specpilot.router.table import ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, configmap_name, render_routes
+from specpilot.wire.names import routes_name
+from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, render_routes
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = os.environ.get("SPECPILOT_DEMO_NAMESPACE", "specpilot-demo")
@@ -71,7 +72,7 @@ def write_routes(generation: int, chat: int, code: int) -> None:
         default_scope="chat",
         scopes=(route("chat", chat, 8), route("code", code, 10)),
     )
-    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap_name(PILOT)}}
+    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": routes_name(PILOT)}}
     kubectl("apply", "-f", "-", input=json.dumps({**doc, "data": render_routes(table)}))
 
 

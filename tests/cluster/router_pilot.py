@@ -11,7 +11,8 @@ from typing import Any
 
 import yaml
 
-from specpilot.router.table import ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, configmap_name, render_routes
+from specpilot.wire.names import routes_name
+from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
 from tests.cluster.conftest import Cluster, wait_until
 
 PILOT = "p1"
@@ -24,18 +25,15 @@ def get_json(url: str) -> Any:
         return json.loads(resp.read())
 
 
-def scope(name: str, *, spec: int, models: tuple[str, ...] = (), deadline: float | None = None) -> ScopeRoute:
-    return ScopeRoute(
-        name=name,
-        weights=ArmWeights(baseline=100 - spec, speculative=spec),
-        deadline_seconds=deadline,
-        match=ScopeMatch(models=models),
-    )
+def scope(name: str, *, spec: int, deadline: float | None = None) -> ScopeRoute:
+    """A scope with no match rule: it takes the requests that name it in the scope header, as the
+    tests' requests and the load generator's do."""
+    return ScopeRoute(name=name, weights=ArmWeights(baseline=100 - spec, speculative=spec), deadline_seconds=deadline)
 
 
 def routes_configmap(*scopes: ScopeRoute, generation: int = 1) -> str:
     table = RoutingTable(pilot=PILOT, generation=generation, updated_at=datetime.now(UTC), scopes=scopes)
-    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": configmap_name(PILOT)}}
+    doc = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": routes_name(PILOT)}}
     return json.dumps({**doc, "data": render_routes(table)})
 
 

@@ -26,6 +26,7 @@ from specpilot.api.common import (
     cel,
     duration_within,
 )
+from specpilot.wire.names import SCOPE_HEADER
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -427,7 +428,7 @@ class Router(ApiModel):
 
     replicas: Annotated[int, Field(strict=True, ge=1, le=16)] = 2
     """Router replicas."""
-    scope_header: HeaderName = "x-specpilot-scope"
+    scope_header: HeaderName = SCOPE_HEADER
     """Request header that names a scope explicitly."""
     default_scope: Name | None = None
     """Scope for requests that match no scope; without it they go to the baseline and are not piloted."""

@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 
 import aiohttp
 
-from specpilot.loadgen.client import SCOPE_HEADER, Target
+from specpilot.loadgen.client import Target
 from specpilot.loadgen.runner import RunLimits, run
 from specpilot.loadgen.workload import (
     DEFAULT_MIX,
@@ -33,6 +33,7 @@ from specpilot.loadgen.workload import (
     poisson_arrivals,
     read_trace,
 )
+from specpilot.wire.names import SCOPE_HEADER
 
 PROG = "specpilot loadgen"
 

@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 
 from specpilot.loadgen.workload import PlannedRequest
+from specpilot.wire.names import SCOPE_HEADER
 
-SCOPE_HEADER = "X-Specpilot-Scope"
 REJECTION_STATUSES = frozenset({429, 503})
 _FILLER = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda", "mu")
 
@@ -49,7 +49,7 @@ class Target:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ClientOutcome:
     """What happened to one request; durations are in (model) seconds, None when not reached."""
 
     scope: str
@@ -105,7 +105,7 @@ def request_body(target: Target, planned: PlannedRequest, prompt: str) -> dict[s
     return body
 
 
-async def send(session: aiohttp.ClientSession, target: Target, planned: PlannedRequest, index: int) -> Outcome:
+async def send(session: aiohttp.ClientSession, target: Target, planned: PlannedRequest, index: int) -> ClientOutcome:
     """Send one planned request and measure it."""
     path = "/v1/chat/completions" if target.endpoint == "chat" else "/v1/completions"
     body = request_body(target, planned, make_prompt(planned, index, tag=target.scope_tag))
@@ -117,9 +117,9 @@ async def send(session: aiohttp.ClientSession, target: Target, planned: PlannedR
     ttft: float | None = None
     http_status: int | None = None
 
-    def outcome(status: Status, tokens: int = 0, detail: str = "", done: bool = False) -> Outcome:
+    def outcome(status: Status, tokens: int = 0, detail: str = "", done: bool = False) -> ClientOutcome:
         e2e = (time.monotonic() - started) / scale if done else None
-        return Outcome(planned.scope, status, http_status, ttft, e2e, tokens, planned.deadline_s, detail)
+        return ClientOutcome(planned.scope, status, http_status, ttft, e2e, tokens, planned.deadline_s, detail)
 
     try:
         async with asyncio.timeout(target.timeout_s * scale):

@@ -17,7 +17,7 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from specpilot.loadgen.client import Outcome, Target, send
+from specpilot.loadgen.client import ClientOutcome, Target, send
 from specpilot.loadgen.stats import by_scope, summarize
 from specpilot.loadgen.workload import PlannedRequest
 
@@ -68,7 +68,7 @@ async def run(
     """Replay `planned` open-loop against `target`; return the result document."""
     scale = target.time_scale
     progress = _Progress()
-    outcomes: list[Outcome] = []
+    outcomes: list[ClientOutcome] = []
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(request: PlannedRequest, index: int, session: aiohttp.ClientSession) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from specpilot.loadgen.client import Outcome, Status
+from specpilot.loadgen.client import ClientOutcome, Status
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 
@@ -36,7 +36,7 @@ def describe(values: Iterable[float | None]) -> dict[str, float] | None:
     return out
 
 
-def summarize(outcomes: Sequence[Outcome], elapsed_s: float) -> dict[str, Any]:
+def summarize(outcomes: Sequence[ClientOutcome], elapsed_s: float) -> dict[str, Any]:
     """Counts, on-time share, token throughput and TTFT/e2e/TPOT quantiles of some outcomes."""
     ok = [o for o in outcomes if o.status is Status.OK]
     on_time = sum(o.on_time for o in outcomes)
@@ -57,7 +57,7 @@ def summarize(outcomes: Sequence[Outcome], elapsed_s: float) -> dict[str, Any]:
     }
 
 
-def by_scope(outcomes: Sequence[Outcome], elapsed_s: float) -> dict[str, dict[str, Any]]:
+def by_scope(outcomes: Sequence[ClientOutcome], elapsed_s: float) -> dict[str, dict[str, Any]]:
     """`summarize` per scope, scopes in name order."""
     scopes = sorted({o.scope for o in outcomes})
     return {s: summarize([o for o in outcomes if o.scope == s], elapsed_s) for s in scopes}

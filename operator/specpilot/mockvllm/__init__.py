@@ -2,5 +2,6 @@
 
 It accepts `vllm serve` flags, serves the OpenAI API and vLLM's exact `/metrics` families, and
 times every engine step from a cost model, so pilots can be rehearsed without GPUs — including
-the regimes where speculation loses. It imports nothing from the operator.
+the regimes where speculation loses. It imports nothing from the operator; only `specpilot.wire`
+(the scope header) is shared.
 """

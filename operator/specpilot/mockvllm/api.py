@@ -27,8 +27,8 @@ from specpilot.mockvllm.faults import FaultBoard, FaultError, parse_fault
 from specpilot.mockvllm.metrics import HttpMetrics
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile
 from specpilot.mockvllm.textgen import TokenSource, chat_prompt, count_tokens, scope_tag, text_seed
+from specpilot.wire.names import SCOPE_HEADER
 
-SCOPE_HEADER = "X-Specpilot-Scope"
 _ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",

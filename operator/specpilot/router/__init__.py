@@ -3,4 +3,11 @@
 It classifies each request into a scope, splits scopes between arms by the operator's routing
 table, measures every request per scope and arm, and falls back to ordinary decoding (the
 baseline arm) whenever the table or the speculative arm cannot be trusted.
+
+It is a program of its own: among specpilot's packages it imports only `specpilot.wire`, where
+its contracts with the operator live (the routing table in `wire.routes`, the per-request samples
+and the ``/samples`` page in `wire.samples`, its flags in `wire.routerconfig`, object names and
+labels in `wire.names`). What stays here is the router's own: pure decisions (`decide`), the
+EndpointSlice reading (`slices`), stream measurement (`measure`), the sample ring (`samples`) and
+state (`state`), and the I/O around them (`proxy`, `kube`, `static`, `admin`, `app`).
 """

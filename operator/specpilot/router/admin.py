@@ -1,6 +1,7 @@
 """The admin port: metrics, raw samples, health, readiness and the effective routes.
 
-Kept off the traffic port so clients of the pilot never reach it.
+Kept off the traffic port so clients of the pilot never reach it. ``/samples`` serves a
+`specpilot.wire.samples.SamplesPage`, which the operator parses with `SamplesPage.from_json`.
 """
 
 from __future__ import annotations
@@ -28,15 +29,7 @@ def admin_app(*, state: RouterState, metrics: RouterMetrics, samples: SampleLog)
             limit = min(int(request.query.get("limit", str(MAX_PAGE))), MAX_PAGE)
         except ValueError:
             raise web.HTTPBadRequest(text="since and limit must be integers") from None
-        page = samples.since(since, limit)
-        return web.json_response(
-            {
-                "epoch": page.epoch,
-                "next": page.next_cursor,
-                "dropped": page.dropped,
-                "samples": [sample.to_json() for sample in page.samples],
-            }
-        )
+        return web.json_response(samples.since(since, limit).to_json())
 
     async def healthz(_: web.Request) -> web.Response:
         return web.Response(text="ok")

@@ -1,19 +1,19 @@
 """`specpilot router`: the per-pilot scope router process.
 
-Flags have environment fallbacks (``SPECPILOT_<FLAG>``, e.g. ``SPECPILOT_PILOT``), so a Deployment
-can configure the router either way. ``--static-routes`` with ``--static-endpoints`` runs it
-without Kubernetes (benchmarks, local trials).
+Its flags, their environment fallbacks and their checks are `specpilot.wire.routerconfig.RouterConfig`,
+which the operator also renders the router's Deployment with. ``--static-routes`` with
+``--static-endpoints`` runs it without Kubernetes (benchmarks, local trials).
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import logging
 import os
 import signal
-from collections.abc import Callable, Sequence
+import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -22,14 +22,13 @@ from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
 from specpilot.router.admin import admin_app
-from specpilot.router.decide import Endpoint
 from specpilot.router.kube import ClusterSource, load_access
 from specpilot.router.metrics import RouterMetrics
-from specpilot.router.proxy import Proxy, ProxySettings
+from specpilot.router.proxy import Proxy
 from specpilot.router.samples import SampleLog
 from specpilot.router.state import RouterState, RouteSource
-from specpilot.router.static import StaticSource, parse_endpoints
-from specpilot.router.table import SCOPE_HEADER, Arm
+from specpilot.router.static import StaticSource, static_endpoints
+from specpilot.wire.routerconfig import RouterConfig, RouterConfigError, split_host_port
 
 log = logging.getLogger("specpilot.router")
 
@@ -58,132 +57,37 @@ class _MalformedHttp(logging.Filter):
         return self._logger.isEnabledFor(logging.DEBUG)
 
 
-def _static_endpoints(spec: str) -> tuple[Arm, tuple[Endpoint, ...]]:
-    try:
-        return parse_endpoints(spec)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _env(name: str, default: str | None = None) -> str | None:
-    return os.environ.get(f"SPECPILOT_{name.upper().replace('-', '_')}", default)
-
-
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="specpilot router", description="Per-pilot scope router (OpenAI-compatible).")
-    p.add_argument(
-        "--namespace",
-        default=_env("namespace", os.environ.get("POD_NAMESPACE")),
-        help="namespace of the pilot (env SPECPILOT_NAMESPACE, then POD_NAMESPACE)",
-    )
-    p.add_argument("--pilot", default=_env("pilot"), help="name of the SpeculationPilot")
-    p.add_argument("--listen", default=_env("listen", "0.0.0.0:8080"), help="traffic HOST:PORT")
-    p.add_argument(
-        "--admin-listen",
-        default=_env("admin-listen", ":9090"),
-        help="HOST:PORT of /metrics, /samples, /healthz, /readyz, /routes",
-    )
-    p.add_argument("--scope-header", default=_env("scope-header", SCOPE_HEADER))
-    p.add_argument(
-        "--affinity-header",
-        default=_env("affinity-header"),
-        help="header whose value keeps a conversation on one arm (default: none)",
-    )
-    p.add_argument(
-        "--default-scope",
-        default=_env("default-scope", "default"),
-        help="scope label of requests no scope takes when the table names no defaultScope",
-    )
-    p.add_argument(
-        "--request-timeout",
-        type=float,
-        default=_env("request-timeout", "600"),
-        help="seconds a request may take end to end before 504",
-    )
-    p.add_argument("--connect-timeout", type=float, default=_env("connect-timeout", "5"))
-    p.add_argument(
-        "--max-table-age",
-        type=float,
-        default=_env("max-table-age", "300"),
-        help="seconds after updatedAt a routing table turns stale (0: never)",
-    )
-    p.add_argument("--max-body-bytes", type=int, default=_env("max-body-bytes", str(8 << 20)))
-    p.add_argument(
-        "--max-header-bytes",
-        type=int,
-        default=_env("max-header-bytes", "8190"),
-        help="longest request line or header field",
-    )
-    p.add_argument("--max-headers", type=int, default=_env("max-headers", "100"))
-    p.add_argument(
-        "--max-samples", type=int, default=_env("max-samples", "100000"), help="raw samples kept for /samples"
-    )
-    p.add_argument(
-        "--static-routes",
-        type=Path,
-        default=_env("static-routes"),
-        help="routing table JSON file; with --static-endpoints, runs without Kubernetes",
-    )
-    p.add_argument(
-        "--static-endpoints",
-        action="append",
-        default=[],
-        type=_static_endpoints,
-        metavar="ARM=HOST:PORT[,HOST:PORT]",
-        help="fixed endpoints of an arm (repeatable); no Kubernetes access",
-    )
-    p.add_argument(
-        "--drain-seconds",
-        type=float,
-        default=_env("drain-seconds", "5"),
-        help="on SIGTERM, seconds of reporting not ready while still serving, before in-flight requests drain",
-    )
-    p.add_argument("--log-level", default=_env("log-level", "INFO"))
-    args = p.parse_args(list(argv))
-    if not args.pilot:
-        p.error("--pilot (or SPECPILOT_PILOT) is required")
-    if not args.static_endpoints and not args.namespace:
-        p.error("--namespace (or SPECPILOT_NAMESPACE / POD_NAMESPACE) is required to watch Kubernetes")
-    return args
-
-
-def split_address(address: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``:PORT`` binds every interface) as host and port."""
-    host, _, port = address.rpartition(":")
-    return host.strip("[]") or "0.0.0.0", int(port)
+def _bind_address(address: str) -> tuple[str, int]:
+    """Host and port to bind for ``HOST:PORT``; ``:PORT`` binds every interface."""
+    host, port = split_host_port(address)
+    return host or "0.0.0.0", port
 
 
 class Router:
-    """The router's parts, wired from parsed arguments; `start` binds both ports."""
+    """The router's parts, wired from its configuration; `start` binds both ports."""
 
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.args = args
+    def __init__(self, config: RouterConfig) -> None:
+        self.config = config
         self.metrics = RouterMetrics()
-        max_age = timedelta(seconds=args.max_table_age) if args.max_table_age > 0 else None
+        max_age = timedelta(seconds=config.max_table_age) if config.max_table_age > 0 else None
         self.state = RouterState(
-            pilot=args.pilot,
-            default_scope=args.default_scope,
+            pilot=config.pilot,
+            default_scope=config.default_scope,
             max_table_age=max_age,
             on_routes=self.metrics.show_routes,
         )
-        self.samples = SampleLog(args.max_samples)
+        self.samples = SampleLog(config.max_samples)
         self.source: RouteSource
-        if args.static_endpoints:
-            self.source = StaticSource(routes_file=args.static_routes, endpoints=dict(args.static_endpoints))
-        else:
+        if config.kubernetes:
             self.source = ClusterSource(
                 access=load_access(),
-                namespace=args.namespace,
-                pilot=args.pilot,
+                namespace=config.watched_namespace(),
+                pilot=config.pilot,
                 on_restart=lambda resource, reason: self.metrics.watch_restarts.labels(resource, reason).inc(),
             )
-        self.settings = ProxySettings(
-            scope_header=args.scope_header,
-            affinity_header=args.affinity_header,
-            request_timeout=args.request_timeout,
-            connect_timeout=args.connect_timeout,
-            max_body_bytes=args.max_body_bytes,
-        )
+        else:
+            routes_file = None if config.static_routes is None else Path(config.static_routes)
+            self.source = StaticSource(routes_file=routes_file, endpoints=static_endpoints(config.static_endpoints))
         self.addresses: list[tuple[str, int]] = []
         self._runners: list[web.AppRunner] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -191,20 +95,20 @@ class Router:
         self._http_filter: _MalformedHttp | None = None
 
     async def start(self) -> None:
-        args = self.args
+        config = self.config
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=args.connect_timeout),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout),
             auto_decompress=False,
             cookie_jar=aiohttp.DummyCookieJar(),
         )
         proxy = Proxy(
-            state=self.state, metrics=self.metrics, samples=self.samples, settings=self.settings, session=self._session
+            state=self.state, metrics=self.metrics, samples=self.samples, config=config, session=self._session
         )
         http_log = logging.getLogger("specpilot.router.http")
         self._http_filter = _MalformedHttp(http_log, self.metrics.refused.labels("malformed_http").inc)
         http_log.addFilter(self._http_filter)
-        traffic = web.Application(client_max_size=args.max_body_bytes)
+        traffic = web.Application(client_max_size=config.max_body_bytes)
         traffic.router.add_route("*", "/v1/{tail:.*}", proxy.handle)
         self._runners = [
             web.AppRunner(
@@ -213,9 +117,9 @@ class Router:
                 logger=http_log,
                 handler_cancellation=True,
                 shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
-                max_line_size=args.max_header_bytes,
-                max_field_size=args.max_header_bytes,
-                max_headers=args.max_headers,
+                max_line_size=config.max_header_bytes,
+                max_field_size=config.max_header_bytes,
+                max_headers=config.max_headers,
             ),
             web.AppRunner(admin_app(state=self.state, metrics=self.metrics, samples=self.samples), access_log=None),
         ]
@@ -223,9 +127,9 @@ class Router:
             asyncio.create_task(self.source.run(self.state), name="route-source"),
             asyncio.create_task(_tick(self.state), name="staleness"),
         ]
-        for runner, address in zip(self._runners, (args.listen, args.admin_listen), strict=True):
+        for runner, address in zip(self._runners, (config.listen, config.admin_listen), strict=True):
             await runner.setup()
-            host, port = split_address(address)
+            host, port = _bind_address(address)
             await web.TCPSite(runner, host, port, backlog=1024).start()
             bound = runner.addresses[0]
             self.addresses.append((str(bound[0]), int(bound[1])))
@@ -250,13 +154,13 @@ class Router:
             logging.getLogger("specpilot.router.http").removeFilter(self._http_filter)
 
 
-async def serve(args: argparse.Namespace) -> None:
+async def serve(config: RouterConfig) -> None:
     """Run the router until SIGTERM/SIGINT, then drain in-flight requests."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    router = Router(args)
+    router = Router(config)
     try:
         await router.start()
         stopping = asyncio.create_task(stop.wait())
@@ -267,8 +171,8 @@ async def serve(args: argparse.Namespace) -> None:
         if failing in done:
             failing.result()  # a source only ends by failing
         router.state.drain()
-        log.info("stopping: not ready for %g s, then draining in-flight requests", args.drain_seconds)
-        await asyncio.sleep(args.drain_seconds)
+        log.info("stopping: not ready for %g s, then draining in-flight requests", config.drain_seconds)
+        await asyncio.sleep(config.drain_seconds)
     finally:
         await router.stop()
 
@@ -281,10 +185,14 @@ async def _tick(state: RouterState) -> None:
 
 
 def main(argv: list[str]) -> int:
-    args = parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(args))
+        config = RouterConfig.parse(argv, os.environ)
+    except RouterConfigError as exc:
+        print(f"specpilot router: error: {exc} (see specpilot router --help)", file=sys.stderr)
+        return 2
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        asyncio.run(serve(config))
     except OSError as exc:
         log.error("router failed: %s", exc)
         return 1

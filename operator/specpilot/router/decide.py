@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specpilot.router.table import ORDINARY, Arm, ArmWeights, RoutingTable
+from specpilot.wire.names import Arm
+from specpilot.wire.routes import ORDINARY, ArmWeights, RoutingTable
 
 # Arms in the order their shares are laid out on [0, 1): growing the speculative weight only
 # widens the speculative interval, so a conversation pinned by affinity stays on its arm.
@@ -98,7 +99,7 @@ def resolve_routes(
 ) -> Routes:
     """Effective routes from the last valid table and what is known to be wrong.
 
-    `table` is the last table that parsed (kept for scope names, model rules and deadlines even
+    `table` is the last table that parsed (kept for scope names, matches and deadlines even
     when a newer version is invalid); `table_fallback` says why it must not steer traffic.
     """
     if table is None:
@@ -128,12 +129,12 @@ def _effective(
     return EffectiveRoute(scope, weights, deadline, diverted)
 
 
-def classify_scope(routes: Routes, *, named: str | None, model: str, path: str, headers: Mapping[str, str]) -> str:
+def classify_scope(routes: Routes, *, named: str | None, path: str, headers: Mapping[str, str]) -> str:
     """Scope of a request: a listed scope it names, else the first whose match holds, else default."""
     if named and named in routes.scopes:
         return named
     if routes.table is not None:
-        matched = routes.table.classify(model=model, path=path, headers=headers)
+        matched = routes.table.classify(path=path, headers=headers)
         if matched is not None:
             return matched
     return routes.default_scope

@@ -21,7 +21,7 @@ from kubernetes import client, config
 
 from specpilot.router.slices import ready_endpoints
 from specpilot.router.state import ENDPOINTS, TABLE, RouteSink
-from specpilot.router.table import SERVICE_NAME_LABEL, Arm, arm_service_name, configmap_name
+from specpilot.wire.names import SERVICE_NAME_LABEL, Arm, arm_name, routes_name
 
 log = logging.getLogger("specpilot.router.kube")
 
@@ -201,7 +201,7 @@ class ClusterSource:
 
     async def run(self, sink: RouteSink) -> None:
         ns, pilot = self._namespace, self._pilot
-        services = ",".join(arm_service_name(pilot, arm) for arm in Arm)
+        services = ",".join(arm_name(pilot, arm) for arm in Arm)
 
         def table_changed(objects: list[dict[str, Any]]) -> None:
             sink.set_table((objects[0].get("data") or {}) if objects else None)
@@ -218,7 +218,7 @@ class ClusterSource:
             reflectors = (
                 Reflector(
                     path=f"/api/v1/namespaces/{ns}/configmaps",
-                    selector={"fieldSelector": f"metadata.name={configmap_name(pilot)}"},
+                    selector={"fieldSelector": f"metadata.name={routes_name(pilot)}"},
                     resource="configmaps",
                     on_change=table_changed,
                     **common,

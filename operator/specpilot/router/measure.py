@@ -1,99 +1,13 @@
-"""What the router measures on every request, and the SSE reader that measures streams.
+"""The SSE reader that measures streams on their way to the client, and usage of whole responses.
 
-Engine metrics cannot tell which scope a token belonged to, and speed from successes alone
-hides timeouts and rejections, so every request ends as one `Sample` with its `Outcome`.
+What a request's measurement becomes (`RequestSample`, `RequestOutcome`) is a contract with the
+operator, so it lives in `specpilot.wire.samples`; this module reads the bytes it is made of.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
-
-
-class Outcome(StrEnum):
-    """How a request ended, as the arm it went to is judged."""
-
-    OK = "ok"
-    TIMEOUT = "timeout"  # --request-timeout ran out (the client got 504 or a cut stream)
-    REJECTED = "rejected"  # upstream answered 429 or 503 (queue limits, overload)
-    UPSTREAM_ERROR = "upstream_error"  # other 5xx, an error event mid-stream, a dropped connection
-    CLIENT_ERROR = "client_error"  # upstream answered another 4xx: the request was at fault
-    CLIENT_CANCEL = "client_cancel"  # the client went away first
-    NO_ENDPOINT = "no_endpoint"  # no ready endpoint could take it (the client got 503)
-
-
-# Outcomes that say nothing about whether the arm could have met the scope's deadline.
-_NOT_ATTRIBUTABLE = frozenset({Outcome.CLIENT_ERROR, Outcome.CLIENT_CANCEL})
-
-
-def outcome_for_status(status: int) -> Outcome:
-    """Outcome of an upstream response by its HTTP status alone."""
-    if status in (429, 503):
-        return Outcome.REJECTED
-    if status >= 500:
-        return Outcome.UPSTREAM_ERROR
-    if status >= 400:
-        return Outcome.CLIENT_ERROR
-    return Outcome.OK
-
-
-def deadline_met(outcome: Outcome, e2e: float, deadline: float | None) -> bool | None:
-    """Whether the scope's deadline was met: only an ok response in time meets it."""
-    if deadline is None or outcome in _NOT_ATTRIBUTABLE:
-        return None
-    return outcome is Outcome.OK and e2e <= deadline
-
-
-@dataclass(frozen=True, slots=True)
-class Sample:
-    """One finished request. Times in seconds; `ttft`/`decode` only for streams."""
-
-    seq: int
-    at: float  # wall-clock start, Unix seconds
-    scope: str
-    arm: str
-    endpoint: str
-    model: str
-    stream: bool
-    status: int
-    outcome: Outcome
-    e2e: float
-    ttft: float | None
-    output_tokens: int | None
-    tokens_from_usage: bool
-    decode: float | None
-    deadline_met: bool | None
-    fallback: str | None
-
-    @property
-    def tpot(self) -> float | None:
-        """Time per output token after the first: decode / (output tokens - 1)."""
-        if self.decode is None or self.output_tokens is None or self.output_tokens < 2:
-            return None
-        return self.decode / (self.output_tokens - 1)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "seq": self.seq,
-            "at": round(self.at, 6),
-            "scope": self.scope,
-            "arm": self.arm,
-            "endpoint": self.endpoint,
-            "model": self.model,
-            "stream": self.stream,
-            "status": self.status,
-            "outcome": self.outcome.value,
-            "e2eSeconds": self.e2e,
-            "ttftSeconds": self.ttft,
-            "outputTokens": self.output_tokens,
-            "tokensFromUsage": self.tokens_from_usage,
-            "decodeSeconds": self.decode,
-            "tpotSeconds": self.tpot,
-            "deadlineMet": self.deadline_met,
-            "fallback": self.fallback,
-        }
 
 
 def _has_content(choice: Any) -> bool:

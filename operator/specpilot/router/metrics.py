@@ -11,8 +11,8 @@ from collections.abc import Mapping
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from specpilot.router.decide import Endpoint, Fallback, Routes
-from specpilot.router.measure import Sample
-from specpilot.router.table import Arm
+from specpilot.wire.names import Arm
+from specpilot.wire.samples import RequestOutcome, RequestSample
 
 PREFIX = "specpilot_router"
 # vLLM's TTFT set; vLLM's ITL set with finer low buckets (speculation goes well below 10 ms);
@@ -195,15 +195,15 @@ class RouterMetrics:
             registry=r,
         )
 
-    def observe(self, sample: Sample) -> None:
-        scope, arm = sample.scope, sample.arm
+    def observe(self, sample: RequestSample) -> None:
+        scope, arm = sample.scope, sample.arm.value
         self.requests.labels(scope, arm, sample.outcome.value).inc()
         self.e2e.labels(scope, arm, sample.outcome.value).observe(sample.e2e)
         if sample.output_tokens:
             self.output_tokens.labels(scope, arm).inc(sample.output_tokens)
         if sample.deadline_met is not None:
             self.deadline.labels(scope, arm, "true" if sample.deadline_met else "false").inc()
-        if sample.outcome != "ok":
+        if sample.outcome is not RequestOutcome.OK:
             return
         if sample.ttft is not None:
             self.ttft.labels(scope, arm).observe(sample.ttft)

@@ -15,7 +15,6 @@ import logging
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -23,11 +22,13 @@ from aiohttp import hdrs, web
 from multidict import CIMultiDict, CIMultiDictProxy
 
 from specpilot.router.decide import UNAVAILABLE, Endpoint, Fallback, affinity_draw, choose_arm, classify_scope
-from specpilot.router.measure import Outcome, Sample, StreamMeter, deadline_met, outcome_for_status, usage_tokens
+from specpilot.router.measure import StreamMeter, usage_tokens
 from specpilot.router.metrics import RouterMetrics
 from specpilot.router.samples import SampleLog
 from specpilot.router.state import RouterState
-from specpilot.router.table import SCOPE_HEADER, Arm
+from specpilot.wire.names import SCOPE_HEADER, Arm
+from specpilot.wire.routerconfig import RouterConfig
+from specpilot.wire.samples import RequestOutcome, RequestSample, deadline_met, outcome_for_status
 
 log = logging.getLogger("specpilot.router")
 
@@ -62,17 +63,6 @@ _ERROR_TYPES = {
 }
 
 
-@dataclass(frozen=True)
-class ProxySettings:
-    """Knobs of the proxy, from the command line."""
-
-    scope_header: str = SCOPE_HEADER
-    affinity_header: str | None = None
-    request_timeout: float = 600.0
-    connect_timeout: float = 5.0
-    max_body_bytes: int = 8 << 20
-
-
 def error_response(status: int, message: str) -> web.Response:
     """An error in the OpenAI/vLLM shape: ``{"error": {message, type, param, code}}``."""
     kind = _ERROR_TYPES.get(status, "Error")
@@ -89,7 +79,7 @@ class _Refused(Exception):
 
 
 class _Exchange:
-    """One measured request as it goes; becomes a `Sample` at the end."""
+    """One measured request as it goes; becomes a `RequestSample` at the end."""
 
     __slots__ = (
         "arm",
@@ -117,7 +107,7 @@ class _Exchange:
         self.endpoint: Endpoint | None = None
         self.fallback: Fallback | None = None
         self.status = 0
-        self.outcome = Outcome.OK
+        self.outcome = RequestOutcome.OK
         self.meter: StreamMeter | None = None
         self.tokens: int | None = None
         self.delivered = False  # the client has the whole answer
@@ -132,13 +122,13 @@ class Proxy:
         state: RouterState,
         metrics: RouterMetrics,
         samples: SampleLog,
-        settings: ProxySettings,
+        config: RouterConfig,
         session: aiohttp.ClientSession,
     ) -> None:
         self._state = state
         self._metrics = metrics
         self._samples = samples
-        self._settings = settings
+        self._config = config
         self._session = session
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
@@ -170,13 +160,12 @@ class Proxy:
         routes = self._state.routes()
         scope = classify_scope(
             routes,
-            named=request.headers.get(self._settings.scope_header),
-            model=model,
+            named=request.headers.get(self._config.scope_header),
             path=request.path,
             headers=request.headers,
         )
         route = routes.route(scope)
-        key = request.headers.get(self._settings.affinity_header) if self._settings.affinity_header else None
+        key = request.headers.get(self._config.affinity_header) if self._config.affinity_header else None
         arm, fallback = choose_arm(route, affinity_draw(scope, key) if key else random.random())
         ex = _Exchange(
             started=started, scope=scope, arm=arm, model=model, stream=stream, deadline=route.deadline_seconds
@@ -193,7 +182,7 @@ class Proxy:
             return await self._exchange(request, ex, headers, body, strip_usage)
         except asyncio.CancelledError:
             if not ex.delivered:
-                ex.outcome = Outcome.CLIENT_CANCEL
+                ex.outcome = RequestOutcome.CLIENT_CANCEL
             raise
         finally:
             in_flight.dec()
@@ -204,10 +193,10 @@ class Proxy:
     ) -> web.StreamResponse:
         resp: web.StreamResponse | None = None
         try:
-            async with asyncio.timeout(self._settings.request_timeout):
+            async with asyncio.timeout(self._config.request_timeout):
                 upstream = await self._connect(request, ex, headers, body)
                 if upstream is None:
-                    ex.outcome, ex.status = Outcome.NO_ENDPOINT, 503
+                    ex.outcome, ex.status = RequestOutcome.NO_ENDPOINT, 503
                     return error_response(503, f"no ready endpoint in arm {ex.arm.value}")
                 try:
                     ex.status = upstream.status
@@ -225,15 +214,15 @@ class Proxy:
                 return resp
         except _ClientGone:
             if not ex.delivered:
-                ex.outcome = Outcome.CLIENT_CANCEL
+                ex.outcome = RequestOutcome.CLIENT_CANCEL
             return _prepared(resp)
         except aiohttp.ClientError as exc:  # before TimeoutError: aiohttp's socket timeouts are both
             return resp if ex.delivered and resp is not None else await self._failed(request, resp, ex, exc)
         except TimeoutError:
             if ex.delivered and resp is not None:
                 return resp
-            ex.outcome = Outcome.TIMEOUT
-            message = f"upstream did not finish within {self._settings.request_timeout:g} s"
+            ex.outcome = RequestOutcome.TIMEOUT
+            message = f"upstream did not finish within {self._config.request_timeout:g} s"
             if resp is None:
                 ex.status = 504
                 return error_response(504, message)
@@ -333,7 +322,7 @@ class Proxy:
     async def _failed(
         self, request: web.Request, resp: web.StreamResponse | None, ex: _Exchange, exc: Exception
     ) -> web.StreamResponse:
-        ex.outcome = Outcome.UPSTREAM_ERROR
+        ex.outcome = RequestOutcome.UPSTREAM_ERROR
         if resp is None:
             ex.status = 502
             return error_response(502, f"upstream failed: {type(exc).__name__}")
@@ -344,7 +333,7 @@ class Proxy:
     ) -> web.StreamResponse:
         """End a response that has started: an SSE error event when streaming, else a cut connection."""
         if ex.meter is not None:
-            status = 504 if ex.outcome is Outcome.TIMEOUT else 502
+            status = 504 if ex.outcome is RequestOutcome.TIMEOUT else 502
             error = {"error": {"message": message, "type": _ERROR_TYPES[status], "param": None, "code": status}}
             try:
                 await resp.write(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
@@ -360,17 +349,17 @@ class Proxy:
         meter = ex.meter
         ttft = decode = None
         if meter is not None:
-            if ex.outcome is Outcome.OK and (meter.error or not meter.done):
-                ex.outcome = Outcome.UPSTREAM_ERROR  # an error event, or a stream that ended without [DONE]
+            if ex.outcome is RequestOutcome.OK and (meter.error or not meter.done):
+                ex.outcome = RequestOutcome.UPSTREAM_ERROR  # an error event, or a stream that ended without [DONE]
             ex.tokens = meter.usage_tokens if meter.usage_tokens is not None else meter.content_chunks
             if meter.first_content is not None and meter.last_content is not None:
                 ttft = meter.first_content - ex.started
                 decode = meter.last_content - meter.first_content
-        sample = Sample(
+        sample = RequestSample(
             seq=self._samples.next_seq(),
             at=ex.at,
             scope=ex.scope,
-            arm=ex.arm.value,
+            arm=ex.arm,
             endpoint=ex.endpoint.address if ex.endpoint is not None else "",
             model=ex.model[:200],
             stream=ex.stream,
@@ -392,7 +381,7 @@ class Proxy:
     # Other /v1 requests
 
     async def _other(self, request: web.Request) -> web.StreamResponse:
-        limit = self._settings.max_body_bytes
+        limit = self._config.max_body_bytes
         length = request.content_length
         if length is not None and length > limit:
             raise _Refused(413, "body_too_large", f"request body over {limit} bytes")
@@ -408,7 +397,7 @@ class Proxy:
         self._state.acquire(endpoint)
         try:
             async with (
-                asyncio.timeout(self._settings.request_timeout),
+                asyncio.timeout(self._config.request_timeout),
                 self._session.request(
                     request.method,
                     f"http://{endpoint.address}{request.rel_url}",
@@ -450,7 +439,7 @@ class Proxy:
     # Helpers
 
     async def _read_body(self, request: web.Request) -> bytes:
-        limit = self._settings.max_body_bytes
+        limit = self._config.max_body_bytes
         if request.content_length is not None and request.content_length > limit:
             raise _Refused(413, "body_too_large", f"request body over {limit} bytes")
         try:

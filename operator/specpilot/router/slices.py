@@ -6,7 +6,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from specpilot.router.decide import Endpoint
-from specpilot.router.table import SERVICE_NAME_LABEL, Arm, arm_of_service
+from specpilot.wire.names import SERVICE_NAME_LABEL, Arm, arm_of_service
 
 PORT_NAME = "http"
 

@@ -13,7 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
 from specpilot.router.decide import Endpoint, Fallback, Routes, pick_endpoint, resolve_routes
-from specpilot.router.table import Arm, RoutingTable, TableError, parse_routes
+from specpilot.wire.names import Arm
+from specpilot.wire.routes import RoutingTable, TableError, parse_routes
 
 log = logging.getLogger("specpilot.router")
 

@@ -6,26 +6,19 @@ Used by the benchmark and by loopback tests; in a cluster the router watches the
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from specpilot.router.decide import Endpoint
 from specpilot.router.state import ENDPOINTS, TABLE, RouteSink
-from specpilot.router.table import ROUTES_KEY, Arm
+from specpilot.wire.names import Arm
+from specpilot.wire.routerconfig import split_host_port
+from specpilot.wire.routes import ROUTES_KEY
 
 
-def parse_endpoints(spec: str) -> tuple[Arm, tuple[Endpoint, ...]]:
-    """An ``ARM=HOST:PORT[,HOST:PORT...]`` spec as the arm and its endpoints."""
-    arm, _, addresses = spec.partition("=")
-    try:
-        return Arm(arm), tuple(_endpoint(address) for address in addresses.split(",") if address)
-    except ValueError:
-        raise ValueError(f"bad endpoints {spec!r}: want ARM=HOST:PORT[,HOST:PORT...]") from None
-
-
-def _endpoint(address: str) -> Endpoint:
-    host, _, port = address.rpartition(":")
-    return Endpoint(host.strip("[]"), int(port))
+def static_endpoints(arms: Iterable[tuple[Arm, Iterable[str]]]) -> dict[Arm, tuple[Endpoint, ...]]:
+    """Endpoints per arm from ``HOST:PORT`` addresses, as `RouterConfig.static_endpoints` holds them."""
+    return {arm: tuple(Endpoint(*split_host_port(address)) for address in addresses) for arm, addresses in arms}
 
 
 class StaticSource:

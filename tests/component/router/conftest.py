@@ -22,10 +22,20 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 from prometheus_client.parser import text_string_to_metric_families
 
-from specpilot.router.app import Router, parse_args
-from specpilot.router.table import ROUTES_KEY, ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, render_routes
+from specpilot.router.app import Router
+from specpilot.wire.routerconfig import RouterConfig
+from specpilot.wire.routes import (
+    ROUTES_KEY,
+    ArmWeights,
+    HeaderMatch,
+    RoutingTable,
+    ScopeMatch,
+    ScopeRoute,
+    render_routes,
+)
 
 PILOT = "p1"
+TEAM_HEADER = "x-team"  # each scope of the harness's tables takes the requests whose x-team names it
 
 
 @dataclass
@@ -182,15 +192,17 @@ class Harness:
         self.router.state.set_table(render_routes(routes))
 
     async def chat(
-        self, *, stream: bool = True, headers: dict[str, str] | None = None, **extra: Any
+        self, *, stream: bool = True, team: str | None = None, headers: dict[str, str] | None = None, **extra: Any
     ) -> aiohttp.ClientResponse:
+        """A chat completion; `team` puts it in the scope of that name by the scope's header match."""
+        headers = {**(headers or {}), **({TEAM_HEADER: team} if team is not None else {})}
         body = {
             "model": extra.pop("model", "m"),
             "messages": [{"role": "user", "content": "hi"}],
             "stream": stream,
             **extra,
         }
-        return await self.client.post(f"{self.url}/v1/chat/completions", json=body, headers=headers or {})
+        return await self.client.post(f"{self.url}/v1/chat/completions", json=body, headers=headers)
 
     async def samples(self, since: int = 0) -> dict[str, Any]:
         async with self.client.get(f"{self.admin}/samples", params={"since": str(since)}) as resp:
@@ -215,14 +227,13 @@ class Harness:
         )
 
     @staticmethod
-    def scope(
-        name: str, *, spec: int = 0, alt: int = 0, models: tuple[str, ...] = (), deadline: float | None = None
-    ) -> ScopeRoute:
+    def scope(name: str, *, spec: int = 0, alt: int = 0, deadline: float | None = None) -> ScopeRoute:
+        """A scope taking the requests whose `TEAM_HEADER` is its name (and those naming it)."""
         return ScopeRoute(
             name=name,
             weights=ArmWeights(baseline=100 - spec - alt, speculative=spec, alternative=alt),
             deadline_seconds=deadline,
-            match=ScopeMatch(models=models),
+            match=ScopeMatch(headers=(HeaderMatch(name=TEAM_HEADER, value=name),)),
         )
 
     @staticmethod
@@ -262,11 +273,9 @@ async def make_router(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
         await baseline.start()
         await speculative.start()
         routes_file = tmp_path / f"routes-{len(started)}.json"
-        routes_file.write_text(
-            render_routes(routes or Harness.table(Harness.scope("code", spec=100, models=("code-*",))))[ROUTES_KEY]
-        )
+        routes_file.write_text(render_routes(routes or Harness.table(Harness.scope("code", spec=100)))[ROUTES_KEY])
         spec = spec_endpoints if spec_endpoints is not None else speculative.address
-        args = parse_args(
+        config = RouterConfig.parse(
             [
                 "--pilot",
                 PILOT,
@@ -281,9 +290,10 @@ async def make_router(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
                 "--static-endpoints",
                 f"speculative={spec}",
                 *extra_args,
-            ]
+            ],
+            {},
         )
-        router = Router(args)
+        router = Router(config)
         await router.start()
         harness = Harness(router, baseline, speculative, aiohttp.ClientSession())
         started.append(harness)

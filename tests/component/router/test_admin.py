@@ -6,21 +6,21 @@ from collections import Counter
 
 from tests.component.router.conftest import Harness, HarnessFactory
 
-from specpilot.router.table import RoutingTable
+from specpilot.wire.routes import RoutingTable
 
 
 def mixed() -> RoutingTable:
     """A fresh table (its age counts from now) with a split `code` scope and an all-baseline `chat` scope."""
-    return Harness.table(Harness.scope("code", spec=50, models=("code-*",), deadline=5), Harness.scope("chat"))
+    return Harness.table(Harness.scope("code", spec=50, deadline=5), Harness.scope("chat"))
 
 
 async def send_mix(h: Harness) -> None:
     for i in range(24):
-        model = "code-1" if i % 2 else "chat-1"
-        headers = {"X-Specpilot-Scope": "chat"} if model == "chat-1" else {}
+        code = i % 2 == 1  # the other half names the chat scope in the scope header
+        headers = {} if code else {"X-Specpilot-Scope": "chat"}
         if i % 6 == 5:
             headers["x-fake-status"] = "503"
-        async with await h.chat(model=model, headers=headers, stream=i % 3 != 0) as resp:
+        async with await h.chat(team="code" if code else None, headers=headers, stream=i % 3 != 0) as resp:
             await resp.read()
 
 
@@ -30,7 +30,7 @@ async def test_samples_are_read_with_a_cursor_and_bounded(make_router: HarnessFa
     first = await h.samples()
     assert [s["seq"] for s in first["samples"]] == list(range(15, 25))
     assert first["dropped"] == 14 and first["next"] == 24
-    async with await h.chat(model="code-1") as resp:
+    async with await h.chat(team="code") as resp:
         await resp.read()
     after = await h.samples(since=first["next"])
     assert [s["seq"] for s in after["samples"]] == [25]
@@ -87,13 +87,13 @@ async def test_health_readiness_and_effective_routes(make_router: HarnessFactory
 
 async def test_a_stale_table_shows_on_routes_and_metrics_without_traffic(make_router: HarnessFactory) -> None:
     h = await make_router("--max-table-age", "60", routes=mixed())
-    h.use(Harness.table(Harness.scope("code", spec=50, models=("code-*",)), age=61))
+    h.use(Harness.table(Harness.scope("code", spec=50), age=61))
     async with h.client.get(f"{h.admin}/routes") as resp:
         assert (await resp.json())["tableFallback"] == "table_stale"
     metric = await h.metrics()
     assert metric("specpilot_router_table_fallback", reason="table_stale") == 1
     assert metric("specpilot_router_route_weight", scope="code", arm="speculative") == 0
-    async with await h.chat(model="code-1") as resp:
+    async with await h.chat(team="code") as resp:
         assert resp.headers["X-Specpilot-Arm"] == "baseline"
 
 

@@ -16,8 +16,8 @@ from tests.component.router.conftest import Harness, HarnessFactory
 async def test_upstream_error_statuses_pass_through_and_count(
     make_router: HarnessFactory, status: int, outcome: str
 ) -> None:
-    h = await make_router(routes=Harness.table(Harness.scope("code", spec=100, models=("code-*",), deadline=5)))
-    async with await h.chat(model="code-1", headers={"x-fake-status": str(status)}) as resp:
+    h = await make_router(routes=Harness.table(Harness.scope("code", spec=100, deadline=5)))
+    async with await h.chat(team="code", headers={"x-fake-status": str(status)}) as resp:
         assert resp.status == status
         assert (await resp.json())["error"]["code"] == status
     (sample,) = (await h.samples())["samples"]
@@ -41,7 +41,7 @@ async def test_broken_streams_count_as_upstream_errors(
     make_router: HarnessFactory, fault: dict[str, str], client_sees: bytes | None
 ) -> None:
     h = await make_router()
-    async with await h.chat(model="code-1", headers=fault) as resp:
+    async with await h.chat(team="code", headers=fault) as resp:
         assert resp.status == 200
         events = await h.read_sse(resp)
     if client_sees is not None:
@@ -52,7 +52,7 @@ async def test_broken_streams_count_as_upstream_errors(
 
 async def test_garbage_events_are_passed_on_without_harm(make_router: HarnessFactory) -> None:
     h = await make_router()
-    async with await h.chat(model="code-1", headers={"x-fake-garbage": "1"}) as resp:
+    async with await h.chat(team="code", headers={"x-fake-garbage": "1"}) as resp:
         events = await h.read_sse(resp)
     assert b"{not json" in events and events[-1] == b"[DONE]"
     (sample,) = (await h.samples())["samples"]
@@ -61,7 +61,7 @@ async def test_garbage_events_are_passed_on_without_harm(make_router: HarnessFac
 
 async def test_no_answer_in_time_is_504_and_the_upstream_request_is_cancelled(make_router: HarnessFactory) -> None:
     h = await make_router("--request-timeout", "0.2")
-    async with await h.chat(model="code-1", headers={"x-fake-delay": "30"}) as resp:
+    async with await h.chat(team="code", headers={"x-fake-delay": "30"}) as resp:
         assert resp.status == 504
         assert (await resp.json())["error"]["type"] == "GatewayTimeoutError"
     await h.wait_for(lambda: h.speculative.cancelled == 1)
@@ -71,7 +71,7 @@ async def test_no_answer_in_time_is_504_and_the_upstream_request_is_cancelled(ma
 
 async def test_a_stream_cut_by_the_timeout_ends_with_an_error_event(make_router: HarnessFactory) -> None:
     h = await make_router("--request-timeout", "0.3")
-    async with await h.chat(model="code-1", headers={"x-fake-gap": "0.1", "x-fake-chunks": "50"}) as resp:
+    async with await h.chat(team="code", headers={"x-fake-gap": "0.1", "x-fake-chunks": "50"}) as resp:
         assert resp.status == 200
         events = await h.read_sse(resp)
     assert json.loads(events[-2])["error"]["code"] == 504 and events[-1] == b"[DONE]"
@@ -84,7 +84,7 @@ async def test_a_stream_cut_by_the_timeout_ends_with_an_error_event(make_router:
 async def test_a_client_that_leaves_cancels_the_upstream_request(make_router: HarnessFactory, when: str) -> None:
     h = await make_router()
     fault = {"x-fake-delay": "30"} if when == "before-headers" else {"x-fake-gap": "0.05", "x-fake-chunks": "200"}
-    task = asyncio.create_task(h.chat(model="code-1", headers=fault))
+    task = asyncio.create_task(h.chat(team="code", headers=fault))
     await h.wait_for(lambda: h.speculative.active == 1)
     if when == "mid-stream":
         resp = await task
@@ -102,7 +102,7 @@ async def test_a_client_that_leaves_cancels_the_upstream_request(make_router: Ha
 
 async def test_a_client_that_leaves_after_done_got_an_ok_answer(make_router: HarnessFactory) -> None:
     h = await make_router()
-    resp = await h.chat(model="code-1", headers={"x-fake-linger": "0.3"})
+    resp = await h.chat(team="code", headers={"x-fake-linger": "0.3"})
     seen = b""
     while b"[DONE]" not in seen:
         seen += await resp.content.readany()
@@ -115,7 +115,7 @@ async def test_a_client_that_leaves_after_done_got_an_ok_answer(make_router: Har
 async def test_no_endpoint_anywhere_is_503(make_router: HarnessFactory) -> None:
     h = await make_router(spec_endpoints="")
     h.router.state.set_endpoints({})
-    async with await h.chat(model="code-1") as resp:
+    async with await h.chat(team="code") as resp:
         assert resp.status == 503
         assert "no ready endpoint" in (await resp.json())["error"]["message"]
     (sample,) = (await h.samples())["samples"]
@@ -127,7 +127,7 @@ async def test_no_endpoint_anywhere_is_503(make_router: HarnessFactory) -> None:
 async def test_every_endpoint_refusing_is_502(make_router: HarnessFactory, free_port: int) -> None:
     h = await make_router(spec_endpoints=f"127.0.0.1:{free_port}")
     await h.baseline.stop()
-    async with await h.chat(model="code-1") as resp:
+    async with await h.chat(team="code") as resp:
         assert resp.status == 502
         assert (await resp.json())["error"]["type"] == "BadGatewayError"
     (sample,) = (await h.samples())["samples"]

@@ -20,7 +20,7 @@ import pytest
 from tests.component.router.conftest import Harness, HarnessFactory
 
 from specpilot.router.decide import Endpoint
-from specpilot.router.table import Arm
+from specpilot.wire.names import Arm
 
 SEED = 20261129
 CASES = 150
@@ -207,7 +207,7 @@ async def test_malformed_requests_get_clear_answers_and_leave_nothing_behind(
         assert b" 500 " not in answer[:13], answer[:300]
     assert any(s.startswith(b"HTTP/1.1 400") for s in statuses)
     assert any(s.startswith(b"HTTP/1.1 200") for s in statuses)
-    async with await h.chat(model="code-1") as resp:  # still serving
+    async with await h.chat(team="code") as resp:  # still serving
         assert resp.status == 200 and (await h.read_sse(resp))[-1] == b"[DONE]"
     await _assert_nothing_leaked(h)
     assert _unexpected(no_errors_logged) == []
@@ -231,7 +231,7 @@ async def test_malformed_upstream_responses_become_errors_not_crashes(
                     async with h.client.get(f"{h.url}/v1/models") as resp:
                         await resp.read()
                         return resp.status
-                async with await h.chat(model="code-1", stream=i % 2 == 0) as resp:
+                async with await h.chat(team="code", stream=i % 2 == 0) as resp:
                     await resp.read()
                     return resp.status
             except aiohttp.ClientPayloadError:  # a cut body reaches the client as a cut body
@@ -245,7 +245,7 @@ async def test_malformed_upstream_responses_become_errors_not_crashes(
                                                                             "client_error", "rejected"}  # fmt: skip
         await h.wait_for(lambda: junk.open == 0, within=10)
         h.router.state.set_endpoints({Arm.BASELINE: (Endpoint("127.0.0.1", h.baseline.port),)})
-        async with await h.chat(model="code-1") as resp:
+        async with await h.chat(team="code") as resp:
             assert resp.status == 200
             await resp.read()
         await _assert_nothing_leaked(h)

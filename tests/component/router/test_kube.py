@@ -17,7 +17,8 @@ from tests.component.router.conftest import Harness
 from specpilot.router.decide import Endpoint, Fallback
 from specpilot.router.kube import ClusterSource, KubeAccess
 from specpilot.router.state import RouterState
-from specpilot.router.table import Arm, ArmWeights, RoutingTable, ScopeRoute, render_routes
+from specpilot.wire.names import Arm
+from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
 
 NS = "ns1"
 _DROP = {"drop": True}

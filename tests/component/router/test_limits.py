@@ -75,15 +75,15 @@ async def test_a_streamed_body_over_the_limit_is_refused_on_other_paths(
 
 async def test_headers_over_the_limit_are_refused(make_router: HarnessFactory) -> None:
     h = await make_router("--max-header-bytes", "1024")
-    async with await h.chat(model="code-1", headers={"X-Big": "x" * 2000}) as resp:
+    async with await h.chat(team="code", headers={"X-Big": "x" * 2000}) as resp:
         assert resp.status in (400, 431)
-    async with await h.chat(model="code-1", headers={"X-Small": "x" * 500}) as resp:
+    async with await h.chat(team="code", headers={"X-Small": "x" * 500}) as resp:
         assert resp.status == 200
 
 
 async def test_too_many_headers_are_refused(make_router: HarnessFactory) -> None:
     h = await make_router("--max-headers", "20")
-    async with await h.chat(model="code-1", headers={f"X-H{i}": "v" for i in range(40)}) as resp:
+    async with await h.chat(team="code", headers={f"X-H{i}": "v" for i in range(40)}) as resp:
         assert resp.status in (400, 431)
 
 
@@ -94,7 +94,7 @@ async def test_authorization_and_bodies_are_never_logged(
     with caplog.at_level(logging.DEBUG):
         for headers in ({}, {"x-fake-delay": "5"}, {"x-fake-drop-after": "1"}, {"x-fake-status": "500"}):
             async with await h.chat(
-                model="code-1", headers={"Authorization": "Bearer TOPSECRET", **headers}, prompt_secret="BODYSECRET"
+                team="code", headers={"Authorization": "Bearer TOPSECRET", **headers}, prompt_secret="BODYSECRET"
             ) as resp:
                 await resp.read()
         async with h.client.post(f"{h.url}/v1/chat/completions", data=b"{BODYSECRET") as resp:

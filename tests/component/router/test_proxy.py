@@ -11,7 +11,7 @@ from tests.component.router.conftest import Harness, HarnessFactory
 
 async def test_a_stream_passes_through_whole_and_is_measured(make_router: HarnessFactory) -> None:
     h = await make_router()
-    async with await h.chat(model="code-7b", headers={"x-fake-chunks": "5", "x-fake-per-chunk": "3"}) as resp:
+    async with await h.chat(team="code", headers={"x-fake-chunks": "5", "x-fake-per-chunk": "3"}) as resp:
         assert resp.status == 200
         assert resp.headers["Content-Type"] == "text/event-stream"
         assert resp.headers["X-Specpilot-Arm"] == "speculative"
@@ -31,18 +31,18 @@ async def test_a_stream_passes_through_whole_and_is_measured(make_router: Harnes
 
 async def test_a_usage_chunk_the_client_asked_for_is_kept(make_router: HarnessFactory) -> None:
     h = await make_router()
-    async with await h.chat(model="code-7b", stream_options={"include_usage": True}) as resp:
+    async with await h.chat(team="code", stream_options={"include_usage": True}) as resp:
         events = await h.read_sse(resp)
     assert json.loads(events[-2])["usage"]["completion_tokens"] == 4
     assert h.speculative.received[-1].body == json.dumps(
-        {"model": "code-7b", "messages": [{"role": "user", "content": "hi"}], "stream": True,
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": True,
          "stream_options": {"include_usage": True}}
     ).encode()  # fmt: skip
 
 
 async def test_other_stream_options_are_kept_when_usage_is_added(make_router: HarnessFactory) -> None:
     h = await make_router()
-    async with await h.chat(model="code-7b", stream_options={"continuous_usage_stats": False}) as resp:
+    async with await h.chat(team="code", stream_options={"continuous_usage_stats": False}) as resp:
         await resp.read()
     assert json.loads(h.speculative.received[-1].body)["stream_options"] == {
         "continuous_usage_stats": False,
@@ -52,7 +52,7 @@ async def test_other_stream_options_are_kept_when_usage_is_added(make_router: Ha
 
 async def test_without_usage_tokens_are_counted_from_content_chunks(make_router: HarnessFactory) -> None:
     h = await make_router()
-    async with await h.chat(model="code-7b", headers={"x-fake-usage": "never", "x-fake-chunks": "6"}) as resp:
+    async with await h.chat(team="code", headers={"x-fake-usage": "never", "x-fake-chunks": "6"}) as resp:
         await resp.read()
     (sample,) = (await h.samples())["samples"]
     assert sample["outputTokens"] == 6 and not sample["tokensFromUsage"]
@@ -60,7 +60,7 @@ async def test_without_usage_tokens_are_counted_from_content_chunks(make_router:
 
 async def test_a_whole_response_passes_through_with_its_length(make_router: HarnessFactory) -> None:
     h = await make_router()
-    async with await h.chat(model="code-7b", stream=False, headers={"x-fake-chunks": "7"}) as resp:
+    async with await h.chat(team="code", stream=False, headers={"x-fake-chunks": "7"}) as resp:
         body = await resp.read()
         assert resp.headers["Content-Length"] == str(len(body))
     assert json.loads(body)["usage"]["completion_tokens"] == 7
@@ -81,7 +81,7 @@ async def test_text_completions_stream_too(make_router: HarnessFactory) -> None:
 async def test_headers_forwarded_both_ways(make_router: HarnessFactory) -> None:
     h = await make_router()
     async with await h.chat(
-        model="code-7b",
+        team="code",
         headers={"Authorization": "Bearer s3cret", "X-Specpilot-Scope": "forged", "X-Request-Id": "r1",
                  "Connection": "keep-alive", "Proxy-Authorization": "x"},
     ) as resp:  # fmt: skip
@@ -94,11 +94,11 @@ async def test_headers_forwarded_both_ways(make_router: HarnessFactory) -> None:
     assert "Proxy-Authorization" not in seen
 
 
-async def test_scope_by_header_then_model_then_default(make_router: HarnessFactory) -> None:
-    routes = Harness.table(Harness.scope("code", spec=100, models=("code-*",)), Harness.scope("chat"), default="chat")
+async def test_scope_by_header_then_match_then_default(make_router: HarnessFactory) -> None:
+    routes = Harness.table(Harness.scope("code", spec=100), Harness.scope("chat"), default="chat")
     h = await make_router(routes=routes)
-    for model, header in [("code-1", None), ("code-1", "chat"), ("other", None), ("other", "nope")]:
-        async with await h.chat(model=model, headers={"X-Specpilot-Scope": header} if header else {}) as resp:
+    for team, header in [("code", None), ("code", "chat"), ("other", None), (None, "nope")]:
+        async with await h.chat(team=team, headers={"X-Specpilot-Scope": header} if header else {}) as resp:
             await resp.read()
     scopes = [(s["scope"], s["arm"]) for s in (await h.samples())["samples"]]
     assert scopes == [("code", "speculative"), ("chat", "baseline"), ("chat", "baseline"), ("chat", "baseline")]
@@ -106,10 +106,10 @@ async def test_scope_by_header_then_model_then_default(make_router: HarnessFacto
 
 async def test_a_table_change_moves_new_requests_and_in_flight_streams_finish(make_router: HarnessFactory) -> None:
     h = await make_router()
-    slow = await h.chat(model="code-1", headers={"x-fake-gap": "0.05", "x-fake-chunks": "6"})
+    slow = await h.chat(team="code", headers={"x-fake-gap": "0.05", "x-fake-chunks": "6"})
     assert slow.headers["X-Specpilot-Arm"] == "speculative"
-    h.use(h.table(h.scope("code", spec=0, models=("code-*",)), generation=2))
-    async with await h.chat(model="code-1") as resp:
+    h.use(h.table(h.scope("code", spec=0), generation=2))
+    async with await h.chat(team="code") as resp:
         assert resp.headers["X-Specpilot-Arm"] == "baseline"
         await resp.read()
     events = await h.read_sse(slow)
@@ -120,23 +120,21 @@ async def test_a_table_change_moves_new_requests_and_in_flight_streams_finish(ma
 
 
 async def test_weights_split_a_scope(make_router: HarnessFactory) -> None:
-    h = await make_router(routes=Harness.table(Harness.scope("code", spec=30, models=("code-*",))))
+    h = await make_router(routes=Harness.table(Harness.scope("code", spec=30)))
     arms: Counter[str] = Counter()
     for _ in range(200):
-        async with await h.chat(model="code-1", stream=False) as resp:
+        async with await h.chat(team="code", stream=False) as resp:
             arms[resp.headers["X-Specpilot-Arm"]] += 1
             await resp.read()
     assert 30 <= arms["speculative"] <= 90 and arms["speculative"] + arms["baseline"] == 200
 
 
 async def test_affinity_keeps_a_conversation_on_one_arm(make_router: HarnessFactory) -> None:
-    h = await make_router(
-        "--affinity-header", "X-Session", routes=Harness.table(Harness.scope("code", spec=50, models=("code-*",)))
-    )
+    h = await make_router("--affinity-header", "X-Session", routes=Harness.table(Harness.scope("code", spec=50)))
     for conversation in range(6):
         arms = set()
         for _ in range(5):
-            async with await h.chat(model="code-1", stream=False, headers={"X-Session": f"c{conversation}"}) as resp:
+            async with await h.chat(team="code", stream=False, headers={"X-Session": f"c{conversation}"}) as resp:
                 arms.add(resp.headers["X-Specpilot-Arm"])
                 await resp.read()
         assert len(arms) == 1
@@ -144,7 +142,7 @@ async def test_affinity_keeps_a_conversation_on_one_arm(make_router: HarnessFact
 
 async def test_no_speculative_endpoint_sends_the_scope_to_baseline_and_says_why(make_router: HarnessFactory) -> None:
     h = await make_router(spec_endpoints="")
-    async with await h.chat(model="code-1") as resp:
+    async with await h.chat(team="code") as resp:
         assert resp.headers["X-Specpilot-Arm"] == "baseline"
         await resp.read()
     (sample,) = (await h.samples())["samples"]
@@ -157,7 +155,7 @@ async def test_no_speculative_endpoint_sends_the_scope_to_baseline_and_says_why(
 
 async def test_a_refused_connect_is_retried_on_baseline(make_router: HarnessFactory, free_port: int) -> None:
     h = await make_router(spec_endpoints=f"127.0.0.1:{free_port}")
-    async with await h.chat(model="code-1") as resp:
+    async with await h.chat(team="code") as resp:
         assert resp.status == 200 and resp.headers["X-Specpilot-Arm"] == "baseline"
         await resp.read()
     (sample,) = (await h.samples())["samples"]
@@ -177,10 +175,10 @@ async def test_other_v1_requests_go_to_baseline_unmeasured(make_router: HarnessF
 
 
 async def test_concurrent_streams_all_finish(make_router: HarnessFactory) -> None:
-    h = await make_router(routes=Harness.table(Harness.scope("code", spec=50, models=("code-*",))))
+    h = await make_router(routes=Harness.table(Harness.scope("code", spec=50)))
 
     async def one() -> list[bytes]:
-        async with await h.chat(model="code-1", headers={"x-fake-gap": "0.002", "x-fake-chunks": "10"}) as resp:
+        async with await h.chat(team="code", headers={"x-fake-gap": "0.002", "x-fake-chunks": "10"}) as resp:
             return await h.read_sse(resp)
 
     results = await asyncio.gather(*(one() for _ in range(40)))

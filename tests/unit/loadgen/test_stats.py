@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.loadgen.client import Outcome, Status
+from specpilot.loadgen.client import ClientOutcome, Status
 from specpilot.loadgen.stats import by_scope, describe, quantile, summarize
 
 
@@ -27,8 +27,8 @@ def outcome(
     ttft: float | None = 0.5,
     tokens: int = 11,
     deadline: float | None = None,
-) -> Outcome:
-    return Outcome(scope, status, 200, ttft, e2e, tokens, deadline)
+) -> ClientOutcome:
+    return ClientOutcome(scope, status, 200, ttft, e2e, tokens, deadline)
 
 
 def test_summaries_count_every_kind_of_ending_and_deadlines() -> None:

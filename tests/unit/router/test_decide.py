@@ -19,7 +19,8 @@ from specpilot.router.decide import (
     pick_endpoint,
     resolve_routes,
 )
-from specpilot.router.table import ORDINARY, Arm, ArmWeights, RoutingTable, ScopeMatch, ScopeRoute
+from specpilot.wire.names import Arm
+from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, RoutingTable, ScopeMatch, ScopeRoute
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 ALL = frozenset(Arm)
@@ -30,7 +31,12 @@ TABLE = RoutingTable(
     generation=4,
     updated_at=T0,
     scopes=(
-        ScopeRoute(name="code", weights=SPLIT, deadline_seconds=20, match=ScopeMatch(models=("code-*",))),
+        ScopeRoute(
+            name="code",
+            weights=SPLIT,
+            deadline_seconds=20,
+            match=ScopeMatch(headers=(HeaderMatch(name="x-team", value="code"),)),
+        ),
         ScopeRoute(name="chat", weights=ArmWeights(baseline=50, speculative=50)),
         ScopeRoute(name="plain"),
     ),
@@ -151,17 +157,18 @@ ROUTES = resolve_routes(table=TABLE, table_fallback=None, ready_arms=ALL, now=T0
 
 
 @pytest.mark.parametrize(
-    ("named", "model", "expected"),
+    ("named", "team", "expected"),
     [
-        ("chat", "code-1", "chat"),  # a named, listed scope wins over the model rule
-        ("nope", "code-1", "code"),  # an unknown name is ignored
-        (None, "code-1", "code"),
+        ("chat", "code", "chat"),  # a named, listed scope wins over the header rule
+        ("nope", "code", "code"),  # an unknown name is ignored
+        (None, "code", "code"),
         (None, "other", "dflt"),
         ("", "", "dflt"),
     ],
 )
-def test_classify_scope(named: str | None, model: str, expected: str) -> None:
-    assert classify_scope(ROUTES, named=named, model=model, path="/v1/completions", headers=CIMultiDict()) == expected
+def test_classify_scope(named: str | None, team: str, expected: str) -> None:
+    headers = CIMultiDict({"x-team": team})
+    assert classify_scope(ROUTES, named=named, path="/v1/completions", headers=headers) == expected
 
 
 @pytest.mark.parametrize(

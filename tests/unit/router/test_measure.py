@@ -1,4 +1,4 @@
-"""What a request measures: the SSE meter, outcomes, deadlines, usage."""
+"""What the router reads from responses: the SSE meter and the usage of whole responses."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.router.measure import Outcome, Sample, StreamMeter, deadline_met, outcome_for_status, usage_tokens
+from specpilot.router.measure import StreamMeter, usage_tokens
 
 
 def ev(chunk: Any) -> bytes:
@@ -129,44 +129,6 @@ def test_streams_that_are_not_vllm_sse_pass_through_untouched(data: bytes) -> No
 
 
 @pytest.mark.parametrize(
-    ("status", "outcome"),
-    [
-        (200, Outcome.OK),
-        (204, Outcome.OK),
-        (400, Outcome.CLIENT_ERROR),
-        (404, Outcome.CLIENT_ERROR),
-        (429, Outcome.REJECTED),
-        (503, Outcome.REJECTED),
-        (500, Outcome.UPSTREAM_ERROR),
-        (502, Outcome.UPSTREAM_ERROR),
-    ],
-)
-def test_outcome_for_status(status: int, outcome: Outcome) -> None:
-    assert outcome_for_status(status) is outcome
-
-
-@pytest.mark.parametrize(
-    ("outcome", "e2e", "deadline", "met"),
-    [
-        (Outcome.OK, 1.0, None, None),
-        (Outcome.OK, 1.0, 2.0, True),
-        (Outcome.OK, 2.0, 2.0, True),
-        (Outcome.OK, 2.5, 2.0, False),
-        (Outcome.TIMEOUT, 0.5, 2.0, False),
-        (Outcome.REJECTED, 0.1, 2.0, False),
-        (Outcome.UPSTREAM_ERROR, 0.1, 2.0, False),
-        (Outcome.NO_ENDPOINT, 0.1, 2.0, False),
-        (Outcome.CLIENT_CANCEL, 0.1, 2.0, None),
-        (Outcome.CLIENT_ERROR, 0.1, 2.0, None),
-    ],
-)
-def test_deadline_met_only_by_ok_responses_in_time(
-    outcome: Outcome, e2e: float, deadline: float | None, met: bool | None
-) -> None:
-    assert deadline_met(outcome, e2e, deadline) is met
-
-
-@pytest.mark.parametrize(
     ("body", "tokens"),
     [
         (b'{"usage": {"completion_tokens": 12}}', 12),
@@ -178,27 +140,3 @@ def test_deadline_met_only_by_ok_responses_in_time(
 )
 def test_usage_tokens_of_a_whole_response(body: bytes, tokens: int | None) -> None:
     assert usage_tokens(body) == tokens
-
-
-def sample(**fields: Any) -> Sample:
-    base: dict[str, Any] = {
-        "seq": 1, "at": 0.0, "scope": "s", "arm": "baseline", "endpoint": "e", "model": "m", "stream": True,
-        "status": 200, "outcome": Outcome.OK, "e2e": 1.0, "ttft": 0.1, "output_tokens": 11,
-        "tokens_from_usage": True, "decode": 0.5, "deadline_met": None, "fallback": None,
-    }  # fmt: skip
-    return Sample(**{**base, **fields})
-
-
-@pytest.mark.parametrize(
-    ("fields", "tpot"),
-    [({}, 0.05), ({"output_tokens": 1}, None), ({"decode": None}, None), ({"output_tokens": None}, None)],
-)
-def test_time_per_output_token_excludes_the_first_token(fields: dict[str, Any], tpot: float | None) -> None:
-    assert sample(**fields).tpot == tpot
-
-
-def test_sample_json_uses_camel_case_and_outcome_names() -> None:
-    doc = sample(outcome=Outcome.TIMEOUT).to_json()
-    assert doc["outcome"] == "timeout"
-    assert doc["tpotSeconds"] == 0.05
-    assert {"e2eSeconds", "ttftSeconds", "outputTokens", "decodeSeconds", "deadlineMet"} <= set(doc)

@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.router.measure import Outcome, Sample
 from specpilot.router.samples import SampleLog
+from specpilot.wire.names import Arm
+from specpilot.wire.samples import RequestOutcome, RequestSample
 
 
 def fill(log: SampleLog, count: int) -> None:
     for _ in range(count):
         log.append(
-            Sample(
-                seq=log.next_seq(), at=0.0, scope="s", arm="baseline", endpoint="e", model="m", stream=True,
-                status=200, outcome=Outcome.OK, e2e=1.0, ttft=0.1, output_tokens=3, tokens_from_usage=True,
+            RequestSample(
+                seq=log.next_seq(), at=0.0, scope="s", arm=Arm.BASELINE, endpoint="e", model="m", stream=True,
+                status=200, outcome=RequestOutcome.OK, e2e=1.0, ttft=0.1, output_tokens=3, tokens_from_usage=True,
                 decode=0.2, deadline_met=None, fallback=None,
             )
         )  # fmt: skip

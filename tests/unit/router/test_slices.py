@@ -8,7 +8,7 @@ import pytest
 
 from specpilot.router.decide import Endpoint
 from specpilot.router.slices import ready_endpoints, slice_port
-from specpilot.router.table import Arm
+from specpilot.wire.names import Arm
 
 
 def eps(

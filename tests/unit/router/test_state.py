@@ -9,7 +9,8 @@ import pytest
 
 from specpilot.router.decide import Endpoint, Fallback
 from specpilot.router.state import ENDPOINTS, TABLE, RouterState
-from specpilot.router.table import Arm, ArmWeights, RoutingTable, ScopeRoute, render_routes
+from specpilot.wire.names import Arm
+from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 B1, B2, S1 = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.9", 8000)

@@ -1,4 +1,4 @@
-"""The routing-table contract: codec, validation, classification and staleness."""
+"""The routing-table contract between operator and router: codec, validation, classification, staleness."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from multidict import CIMultiDict
 
-from specpilot.router.table import (
+from specpilot.wire.names import Arm
+from specpilot.wire.routes import (
     ROUTES_KEY,
-    Arm,
     ArmWeights,
     HeaderMatch,
     PathMatch,
@@ -18,9 +18,6 @@ from specpilot.router.table import (
     ScopeMatch,
     ScopeRoute,
     TableError,
-    arm_of_service,
-    arm_service_name,
-    configmap_name,
     parse_routes,
     render_routes,
 )
@@ -37,7 +34,7 @@ EXAMPLE = {
             "name": "code",
             "weights": {"baseline": 90, "speculative": 10, "alternative": 0},
             "deadlineSeconds": 20,
-            "match": {"models": ["code-*"]},
+            "match": {"headers": [{"name": "x-team", "value": "code"}]},
         },
         {"name": "chat", "weights": {"baseline": 100}},
     ],
@@ -71,7 +68,6 @@ def test_render_then_parse_is_the_same_table() -> None:
                 weights=ArmWeights(baseline=50, speculative=25, alternative=25),
                 deadline_seconds=1.5,
                 match=ScopeMatch(
-                    models=("code-*",),
                     headers=(HeaderMatch(name="x-team", type="RegularExpression", value="a|b"),),
                     paths=(PathMatch(type="Exact", value="/v1/completions"),),
                 ),
@@ -87,6 +83,15 @@ def test_render_then_parse_is_the_same_table() -> None:
 def test_unknown_fields_are_ignored_so_a_newer_operator_keeps_routers_working() -> None:
     doc = {**EXAMPLE, "futureField": {"x": 1}}
     assert parse_routes(data(doc), pilot="p1").generation == 3
+
+
+def test_a_model_glob_is_no_match_rule() -> None:
+    # Every arm serves the same model name, so the table cannot match on it; an older table's
+    # `models` is ignored like any unknown field, leaving a scope that only named requests reach.
+    doc = {**EXAMPLE, "defaultScope": None, "scopes": [{"name": "code", "match": {"models": ["code-*"]}}]}
+    table = parse_routes(data(doc), pilot="p1")
+    assert table.scopes[0].match == ScopeMatch()
+    assert table.classify(path="/v1/completions", headers=CIMultiDict()) is None
 
 
 @pytest.mark.parametrize(
@@ -145,7 +150,7 @@ CLASSIFY = RoutingTable(
     updated_at=T0,
     scopes=(
         ScopeRoute(name="named-only"),
-        ScopeRoute(name="code", match=ScopeMatch(models=("code-*", "starcoder"))),
+        ScopeRoute(name="code", match=ScopeMatch(paths=(PathMatch(type="Exact", value="/v1/completions"),))),
         ScopeRoute(
             name="support",
             match=ScopeMatch(
@@ -157,31 +162,34 @@ CLASSIFY = RoutingTable(
             name="batch",
             match=ScopeMatch(headers=(HeaderMatch(name="x-tier", type="RegularExpression", value="batch-[0-9]+"),)),
         ),
-        ScopeRoute(name="all-code", match=ScopeMatch(models=("*code*",))),
+        ScopeRoute(
+            name="chat",
+            match=ScopeMatch(paths=(PathMatch(value="/v1/chat/"), PathMatch(type="Exact", value="/v1/responses"))),
+        ),
     ),
 )
 
 
 @pytest.mark.parametrize(
-    ("model", "path", "headers", "expected"),
+    ("path", "headers", "expected"),
     [
-        pytest.param("code-7b", "/v1/completions", {}, "code", id="model-glob"),
-        pytest.param("starcoder", "/v1/completions", {}, "code", id="model-exact"),
-        pytest.param("Code-7b", "/v1/completions", {}, None, id="glob-is-case-sensitive"),
-        pytest.param("mycode", "/v1/completions", {}, "all-code", id="later-scope"),
-        pytest.param("code-7b", "/v1/chat/completions", {"x-team": "support"}, "code", id="first-match-wins"),
-        pytest.param("m", "/v1/chat/completions", {"x-team": "support"}, "support", id="header-and-path"),
-        pytest.param("m", "/v1/completions", {"x-team": "support"}, None, id="path-must-match"),
-        pytest.param("m", "/v1/chat/completions", {"x-team": "sales"}, None, id="header-value-must-match"),
-        pytest.param("m", "/v1/completions", {"x-tier": "batch-12"}, "batch", id="regex-full-match"),
-        pytest.param("m", "/v1/completions", {"x-tier": "batch-12x"}, None, id="regex-is-anchored"),
-        pytest.param("", "/v1/completions", {}, None, id="no-model"),
+        pytest.param("/v1/completions", {}, "code", id="exact-path"),
+        pytest.param("/v1/completions/x", {"x-tier": "none"}, None, id="exact-path-is-exact"),
+        pytest.param("/v1/completions", {"x-team": "support"}, "code", id="first-match-wins"),
+        pytest.param("/v1/chat/completions", {"x-team": "support"}, "support", id="header-and-path"),
+        pytest.param("/v1/chat/completions", {"X-TEAM": "support"}, "support", id="header-name-any-case"),
+        pytest.param("/v1/embeddings", {"x-team": "support"}, None, id="path-must-match"),
+        pytest.param("/v1/chat/completions", {"x-team": "sales"}, "chat", id="header-value-must-match"),
+        pytest.param("/v1/embeddings", {"x-tier": "batch-12"}, "batch", id="regex-full-match"),
+        pytest.param("/v1/embeddings", {"x-tier": "batch-12x"}, None, id="regex-is-anchored"),
+        pytest.param("/v1/responses", {}, "chat", id="one-of-the-paths"),
+        pytest.param("/v1/embeddings", {}, None, id="nothing-matches"),
     ],
 )
 def test_classify_takes_the_first_scope_whose_match_holds(
-    model: str, path: str, headers: dict[str, str], expected: str | None
+    path: str, headers: dict[str, str], expected: str | None
 ) -> None:
-    assert CLASSIFY.classify(model=model, path=path, headers=CIMultiDict(headers)) == expected
+    assert CLASSIFY.classify(path=path, headers=CIMultiDict(headers)) == expected
 
 
 @pytest.mark.parametrize(
@@ -191,23 +199,3 @@ def test_classify_takes_the_first_scope_whose_match_holds(
 )
 def test_stale_at_is_updated_at_plus_max_age(max_age: timedelta | None, expected: datetime | None) -> None:
     assert CLASSIFY.stale_at(max_age) == expected
-
-
-def test_names_of_the_objects_the_router_reads() -> None:
-    assert configmap_name("p1") == "p1-routes"
-    assert arm_service_name("p1", Arm.SPECULATIVE) == "p1-speculative"
-
-
-@pytest.mark.parametrize(
-    ("service", "arm"),
-    [
-        ("p1-baseline", Arm.BASELINE),
-        ("p1-speculative", Arm.SPECULATIVE),
-        ("p1-alternative", Arm.ALTERNATIVE),
-        ("p1-router", None),
-        ("p2-baseline", None),
-        ("p1-baseline-x", None),
-    ],
-)
-def test_arm_of_service(service: str, arm: Arm | None) -> None:
-    assert arm_of_service("p1", service) is arm

@@ -1,12 +1,13 @@
-"""The routing table: the one contract between the operator, which writes it, and the router.
+"""The routing table: the contract between the operator, which writes it, and the router.
 
-The operator writes a ConfigMap named ``<pilot>-routes`` in the pilot's namespace whose data key
-``routes.json`` holds a `RoutingTable` as JSON (render it with `render_routes`)::
+The operator writes a ConfigMap named `routes_name(pilot)` (``<pilot>-routes``) in the pilot's
+namespace whose data key ``routes.json`` holds a `RoutingTable` as JSON (render it with
+`render_routes`, read it with `parse_routes`)::
 
     {"pilot": "p1", "generation": 3, "updatedAt": "2026-11-29T12:00:00Z", "defaultScope": "chat",
      "scopes": [
        {"name": "code", "weights": {"baseline": 90, "speculative": 10, "alternative": 0},
-        "deadlineSeconds": 20, "match": {"models": ["code-*"]}},
+        "deadlineSeconds": 20, "match": {"headers": [{"name": "x-team", "type": "Exact", "value": "code"}]}},
        {"name": "chat", "weights": {"baseline": 100},
         "match": {"headers": [{"name": "x-team", "type": "Exact", "value": "support"}],
                   "paths": [{"type": "PathPrefix", "value": "/v1/chat/"}]}}]}
@@ -14,29 +15,30 @@ The operator writes a ConfigMap named ``<pilot>-routes`` in the pilot's namespac
 Rules both sides rely on:
 
 - ``weights`` are percentages per arm that sum to 100; an arm left out gets 0.
-- Classification: a request naming a listed scope in the scope header belongs to it. Otherwise
-  scopes are tried in list order and the first whose ``match`` holds takes it: every header
-  condition must hold, one of the paths and one of the model globs (``fnmatch``, on the body's
-  ``model``) must match when given; an empty match takes only requests naming the scope. The
-  rest belong to ``defaultScope``, or, without one, to the router's ``--default-scope`` label.
-  A scope that is not listed runs ordinary decoding (baseline 100).
+- Classification: a request naming a listed scope in the scope header (`SCOPE_HEADER` unless the
+  router is told otherwise) belongs to it. Otherwise scopes are tried in list order and the first
+  whose ``match`` holds takes it: every header condition must hold, and one of the paths must
+  match when paths are given; an empty match takes only requests naming the scope. The rest
+  belong to ``defaultScope``, or, without one, to the router's ``--default-scope`` label. A scope
+  that is not listed runs ordinary decoding (baseline 100). There is no match on the model: every
+  arm of a pilot serves the same model name, so it cannot tell scopes apart.
 - ``deadlineSeconds`` is the scope's latency budget; each request is measured against it.
 - Staleness: the operator rewrites the table (at least ``updatedAt``) every analysis interval.
   A router treats a table whose ``updatedAt`` is older than its ``--max-table-age`` as stale and
   sends every scope to the baseline arm until a fresh table arrives; so does a missing or
   invalid table (the router keeps the last valid one's scope names, matches and deadlines).
-- Arms are the Services ``<pilot>-baseline``, ``<pilot>-speculative`` and ``<pilot>-alternative``;
-  the router finds their ready pods through EndpointSlices labelled ``kubernetes.io/service-name``.
+- Arms are the Services `arm_name(pilot, arm)` (``<pilot>-baseline``, ``<pilot>-speculative``,
+  ``<pilot>-alternative``); the router finds their ready pods through EndpointSlices labelled
+  `SERVICE_NAME_LABEL`.
+- Unknown fields are ignored, so a newer operator does not knock an older router into fallback.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import re
 from collections.abc import Mapping
 from datetime import datetime, timedelta
-from enum import StrEnum
 from typing import Annotated, Literal, Self
 
 from pydantic import (
@@ -51,44 +53,15 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from specpilot.wire.names import Arm
+
 ROUTES_KEY = "routes.json"
-SERVICE_NAME_LABEL = "kubernetes.io/service-name"
-SCOPE_HEADER = "X-Specpilot-Scope"
+SCOPE_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"  # a DNS label, as the API has it
 
-ScopeName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")]
-
-
-class Arm(StrEnum):
-    """A deployment of the shared frozen engine; only the speculative arm adds a draft model."""
-
-    BASELINE = "baseline"
-    SPECULATIVE = "speculative"
-    ALTERNATIVE = "alternative"
-
-
-def configmap_name(pilot: str) -> str:
-    """Name of the ConfigMap holding the pilot's routing table."""
-    return f"{pilot}-routes"
-
-
-def arm_service_name(pilot: str, arm: Arm) -> str:
-    """Name of the Service (and EndpointSlice label value) of one arm of a pilot."""
-    return f"{pilot}-{arm.value}"
-
-
-def arm_of_service(pilot: str, service: str) -> Arm | None:
-    """The arm a Service name belongs to, or None if it is not one of the pilot's arms."""
-    prefix = f"{pilot}-"
-    if not service.startswith(prefix):
-        return None
-    try:
-        return Arm(service[len(prefix) :])
-    except ValueError:
-        return None
+ScopeName = Annotated[str, StringConstraints(pattern=SCOPE_NAME_PATTERN)]
 
 
 class _Model(BaseModel):
-    # Unknown fields are ignored: a newer operator must not knock an older router into fallback.
     model_config = ConfigDict(
         frozen=True, extra="ignore", alias_generator=to_camel, validate_by_name=True, serialize_by_alias=True
     )
@@ -154,19 +127,16 @@ class PathMatch(_Model):
 
 
 class ScopeMatch(_Model):
-    """Which requests a scope takes: all headers, and one path and one model glob where given."""
+    """Which requests a scope takes: every header condition, and one path where paths are given."""
 
-    models: tuple[str, ...] = ()
     headers: tuple[HeaderMatch, ...] = ()
     paths: tuple[PathMatch, ...] = ()
 
-    def holds(self, *, model: str, path: str, headers: Mapping[str, str]) -> bool:
-        if not (self.models or self.headers or self.paths):
+    def holds(self, *, path: str, headers: Mapping[str, str]) -> bool:
+        if not (self.headers or self.paths):
             return False
-        return (
-            all(h.holds(headers) for h in self.headers)
-            and (not self.paths or any(p.holds(path) for p in self.paths))
-            and (not self.models or any(fnmatch.fnmatchcase(model, glob) for glob in self.models))
+        return all(h.holds(headers) for h in self.headers) and (
+            not self.paths or any(p.holds(path) for p in self.paths)
         )
 
 
@@ -203,10 +173,10 @@ class RoutingTable(_Model):
     def scope(self, name: str) -> ScopeRoute | None:
         return self._by_name.get(name)
 
-    def classify(self, *, model: str, path: str, headers: Mapping[str, str]) -> str | None:
+    def classify(self, *, path: str, headers: Mapping[str, str]) -> str | None:
         """The first scope, in table order, whose match holds for the request."""
         for scope in self.scopes:
-            if scope.match.holds(model=model, path=path, headers=headers):
+            if scope.match.holds(path=path, headers=headers):
                 return scope.name
         return None
 

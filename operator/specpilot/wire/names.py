@@ -1,0 +1,79 @@
+"""Names and labels of the objects a pilot owns, and the ports its pods listen on.
+
+Every object a pilot owns is named after it (`<pilot>-baseline`, `<pilot>-routes`, ...) and carries
+`specpilot.io/pilot=<pilot>`; engine pods also carry `specpilot.io/arm=<arm>`. The operator renders
+these names, the router finds its arms and table by them, and tests and tools select by them.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+GROUP = "specpilot.io"
+PILOT_LABEL = f"{GROUP}/pilot"
+ARM_LABEL = f"{GROUP}/arm"
+CONFIG_HASH_ANNOTATION = f"{GROUP}/config-hash"
+COMPONENT_LABEL = "app.kubernetes.io/component"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+PART_OF_LABEL = "app.kubernetes.io/part-of"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"  # set by the EndpointSlice controller
+MANAGER = "specpilot"  # value of app.kubernetes.io/managed-by, and the server-side-apply field manager
+
+ENGINE_COMPONENT = "engine"
+ROUTER_COMPONENT = "router"
+
+# Request header naming a scope explicitly (header names are case-insensitive).
+SCOPE_HEADER = "x-specpilot-scope"
+
+ENGINE_PORT = 8000  # `vllm serve --port`
+ROUTER_PORT = 8080  # OpenAI-compatible traffic
+ROUTER_ADMIN_PORT = 9090  # /metrics, /samples, /routes, /healthz, /readyz
+
+
+class Arm(StrEnum):
+    """A deployment of the shared frozen engine; only the speculative arm adds a draft model."""
+
+    BASELINE = "baseline"
+    SPECULATIVE = "speculative"
+    ALTERNATIVE = "alternative"
+
+
+def arm_name(pilot: str, arm: Arm) -> str:
+    """Name of an arm's Deployment and Service (and the EndpointSlice label value)."""
+    return f"{pilot}-{arm.value}"
+
+
+def arm_of_service(pilot: str, service: str) -> Arm | None:
+    """The arm a Service name belongs to, or None if it is not one of the pilot's arms."""
+    prefix = f"{pilot}-"
+    if not service.startswith(prefix):
+        return None
+    try:
+        return Arm(service[len(prefix) :])
+    except ValueError:
+        return None
+
+
+def routes_name(pilot: str) -> str:
+    """Name of the ConfigMap holding the pilot's routing table."""
+    return f"{pilot}-routes"
+
+
+def router_name(pilot: str) -> str:
+    """Name of the router's Deployment, Service, ServiceAccount, Role and RoleBinding."""
+    return f"{pilot}-router"
+
+
+def pilot_labels(pilot: str) -> dict[str, str]:
+    """Labels every object the pilot owns carries."""
+    return {PILOT_LABEL: pilot, MANAGED_BY_LABEL: MANAGER, PART_OF_LABEL: "specpilot"}
+
+
+def arm_selector(pilot: str, arm: Arm) -> dict[str, str]:
+    """Labels that select an arm's engine pods."""
+    return {PILOT_LABEL: pilot, ARM_LABEL: arm.value}
+
+
+def router_selector(pilot: str) -> dict[str, str]:
+    """Labels that select the pilot's router pods."""
+    return {PILOT_LABEL: pilot, COMPONENT_LABEL: ROUTER_COMPONENT}
