@@ -14,6 +14,7 @@ from specpilot import __version__
 
 # subcommand -> (module, one-line help); each module exposes `main(argv: list[str]) -> int`.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
+    "operator": ("specpilot.controller.main", "run the operator that reconciles SpeculationPilots"),
     "crd": ("specpilot.api.crd", "print the SpeculationPilot CustomResourceDefinition (YAML)"),
     "mock-vllm": ("specpilot.mockvllm.server", "run a CPU mock of a vLLM 0.33 OpenAI server"),
     "loadgen": ("specpilot.loadgen.cli", "replay arrivals against an OpenAI-compatible URL"),

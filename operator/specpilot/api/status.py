@@ -13,6 +13,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel
+from specpilot.api.reasons import FallbackReason, MetricName
 
 FALLBACK_LIMIT = 20
 
@@ -86,6 +87,24 @@ class ArmStatus(ApiModel):
     """Hash of the rendered engine configuration; equal hashes mean identical arms."""
 
 
+class RouterStatus(ApiModel):
+    """The router's deployment."""
+
+    replicas: Count = 0
+    """Desired router replicas."""
+    ready_replicas: Count = 0
+    """Router replicas that pass their readiness check."""
+
+
+class RoutesStatus(ApiModel):
+    """The routing table last written to the `<pilot>-routes` ConfigMap."""
+
+    generation: Count = 0
+    """Increases whenever the table's content changes; the router reports the generation it uses."""
+    hash: Annotated[str, StringConstraints(max_length=64)] | None = None
+    """Hash of the table's content (scopes, matches, weights, deadlines)."""
+
+
 class ArmsStatus(ApiModel):
     """The arms' deployments."""
 
@@ -120,7 +139,7 @@ class Verdict(StrEnum):
     INCONCLUSIVE = "Inconclusive"
 
 
-class Outcome(StrEnum):
+class DecisionOutcome(StrEnum):
     """What the pilot recommends."""
 
     ADOPT_WITHIN_ENVELOPE = "AdoptWithinEnvelope"
@@ -157,6 +176,9 @@ class ScopeStatus(ApiModel):
 
     name: ScopeName
     """Scope name."""
+    config_hash: Annotated[str, StringConstraints(max_length=64)] | None = None
+    """Hash of the scope's spec (match, deadline, stages) its progress was made under; a change
+    restarts the scope from ordinary decoding."""
     state: ScopeState = ScopeState.ORDINARY
     """Ordinary, Piloting, Speculative, RolledBack or Held."""
     stage: Count | None = None
@@ -169,7 +191,7 @@ class ScopeStatus(ApiModel):
     """When state last changed."""
     last_window: WindowSummary | None = None
     """The last closed window."""
-    outcome: Outcome | None = None
+    outcome: DecisionOutcome | None = None
     """The scope's outcome once decided."""
 
 
@@ -189,9 +211,10 @@ class FallbackRecord(ApiModel):
     """The scope."""
     at: datetime
     """When the routing table was flipped."""
-    reason: Reason
-    """CamelCase reason, e.g. ThresholdExceeded or CriticalWebhookFailed."""
-    metric: Annotated[str, StringConstraints(max_length=128)]
+    reason: FallbackReason
+    """ThresholdExceeded, HardLimit, KvCachePressure, QualityRegression, CriticalWebhookFailed or
+    ManualAbort."""
+    metric: MetricName
     """The metric that tripped, e.g. ttftRatio."""
     observed: float | None = None
     """Its value in the window."""
@@ -213,7 +236,7 @@ class Envelope(ApiModel):
 class Decision(ApiModel):
     """The pilot's conclusion."""
 
-    outcome: Outcome
+    outcome: DecisionOutcome
     """AdoptWithinEnvelope, AdoptInLowLoadWindows or Defer."""
     decided_at: datetime
     """When it was stated."""
@@ -243,6 +266,10 @@ class SpeculationPilotStatus(ApiModel):
     """Ready, ArmsReady, Progressing, Degraded, Suspended and InvalidSpec."""
     arms: ArmsStatus | None = None
     """The arms' deployments."""
+    router: RouterStatus | None = None
+    """The router's deployment."""
+    routes: RoutesStatus | None = None
+    """The routing table last written."""
     scopes: Annotated[list[ScopeStatus], Field(max_length=16)] = []
     """Per-scope progress, in spec order."""
     speculative_scopes: Annotated[str, StringConstraints(pattern=r"^[0-9]+/[0-9]+$", max_length=16)] | None = None

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from specpilot.api import FALLBACK_LIMIT, SpeculationPilot, SpeculationPilotSpec, SpeculationPilotStatus
 from specpilot.api.common import parse_duration
 from specpilot.api.spec import Engine, Resources, Stage
-from specpilot.api.status import ConditionStatus, ConditionType, Outcome, Phase, ScopeState, Verdict
+from specpilot.api.status import ConditionStatus, ConditionType, DecisionOutcome, Phase, ScopeState, Verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
@@ -179,7 +179,7 @@ def _status(fallbacks: int) -> dict[str, Any]:
             }
         ]
         * fallbacks,
-        "decision": {"outcome": Outcome.DEFER, "decidedAt": at, "reasons": ["too few samples"]},
+        "decision": {"outcome": DecisionOutcome.DEFER, "decidedAt": at, "reasons": ["too few samples"]},
     }
 
 

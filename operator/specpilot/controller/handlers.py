@@ -1,0 +1,156 @@
+"""Kopf wiring: which watches feed the operator and which handler calls which controller method.
+
+One daemon per pilot runs its reconcile loop: at once when the pilot or one of its children or pods
+changes (so edits and deletions are put back within seconds), and at least once per analysis
+interval, which keeps the routing table fresh. Children and pods are watched through
+Kopf indices, selected server-side by the `specpilot.io/pilot` label, so a reconcile reads no
+object from the API server. Deletion runs the ordered teardown behind a finalizer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import kopf
+
+from specpilot.api.pilot import GROUP, PLURAL, VERSION
+from specpilot.controller.kube import ApiError
+from specpilot.controller.observe import ChildSummary, pod_troubles, summarize
+from specpilot.controller.reconcile import Controller, Observation, pilot_ref
+from specpilot.controller.status import PodTrouble
+from specpilot.wire.names import COMPONENT_LABEL, PILOT_LABEL, ROUTER_COMPONENT
+
+log = logging.getLogger("specpilot.operator")
+
+FINALIZER = f"{GROUP}/teardown"
+# (group, version, plural) of every kind a pilot owns; one index each.
+CHILD_RESOURCES = (
+    ("", "v1", "serviceaccounts"),
+    ("", "v1", "configmaps"),
+    ("", "v1", "services"),
+    ("apps", "v1", "deployments"),
+    ("rbac.authorization.k8s.io", "v1", "roles"),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings"),
+)
+OWNED = {PILOT_LABEL: kopf.PRESENT}
+PODS_INDEX = "pilot_pods"
+RETRY_SECONDS = 5.0
+
+
+def _index_name(plural: str) -> str:
+    return f"pilot_{plural}"
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the operator keeps of a pod of a pilot."""
+
+    troubles: tuple[PodTrouble, ...]
+    router: bool
+    ready_ip: str | None
+
+
+def _pod_view(body: Mapping[str, Any]) -> PodView:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    router = (meta.get("labels") or {}).get(COMPONENT_LABEL) == ROUTER_COMPONENT
+    ip = status.get("podIP") if ready and not meta.get("deletionTimestamp") else None
+    return PodView(troubles=pod_troubles(body), router=router, ready_ip=ip)
+
+
+def settings(*, peering: bool) -> kopf.OperatorSettings:
+    """Kopf settings: server-side selection of children, no generic Events, state in annotations."""
+    out = kopf.OperatorSettings()
+    for group, version, plural in (*CHILD_RESOURCES, ("", "v1", "pods")):
+        out.watching.label_selectors[(group, plural) if group else (version, plural)] = PILOT_LABEL
+    out.persistence.finalizer = FINALIZER
+    out.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
+    out.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    # Kopf would post an Event for every handler run ("Handler ... succeeded"); the operator posts its
+    # own, one per real transition, so only Kopf's warnings and errors become Events.
+    out.posting.level = logging.WARNING
+    out.watching.server_timeout = 300
+    out.peering.standalone = not peering
+    out.peering.mandatory = peering
+    return out
+
+
+def _observation(namespace: str, name: str, indices: Mapping[str, Any]) -> Observation:
+    key = (namespace, name)
+    children: dict[tuple[str, str], ChildSummary] = {}
+    for _, _, plural in CHILD_RESOURCES:
+        for child in indices[_index_name(plural)].get(key, ()):
+            children[(child.kind, child.name)] = child
+    pods: Iterable[PodView] = indices[PODS_INDEX].get(key, ())
+    pods = list(pods)
+    return Observation(
+        children=children,
+        troubles=[trouble for pod in pods for trouble in pod.troubles],
+        router_ips=[pod.ready_ip for pod in pods if pod.router and pod.ready_ip],
+        router_pods=sum(1 for pod in pods if pod.router),
+    )
+
+
+def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    """Register every handler on `registry`, bound to `controller` (no module-level state)."""
+
+    def index_child(**kwargs: Any) -> Any:
+        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): summarize(kwargs["body"])}
+
+    def index_pod(**kwargs: Any) -> Any:
+        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): _pod_view(kwargs["body"])}
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_via_client(**kwargs)
+
+    for group, version, plural in CHILD_RESOURCES:
+        kopf.index(group, version, plural, labels=OWNED, id=_index_name(plural), registry=registry)(index_child)
+    kopf.index("", "v1", "pods", labels=OWNED, id=PODS_INDEX, registry=registry)(index_pod)
+
+    def child_changed(**kwargs: Any) -> None:
+        controller.wake(kwargs["namespace"], kwargs["labels"][PILOT_LABEL])
+
+    for group, version, plural in (*CHILD_RESOURCES, ("", "v1", "pods")):
+        kopf.on.event(group, version, plural, labels=OWNED, id=f"wake_on_{plural}", registry=registry)(child_changed)
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    def pilot_changed(**kwargs: Any) -> None:
+        controller.wake(kwargs["namespace"], kwargs["name"])
+
+    @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=30.0)
+    async def pilot_loop(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+        ref = pilot_ref(body)
+        memory = controller.memory(ref)
+        while not stopped:
+            memory.wake.clear()
+            try:
+                delay = await controller.reconcile(body, _observation(ref.namespace, ref.name, kwargs))
+            except (ApiError, aiohttp.ClientError, TimeoutError) as error:
+                log.warning("%s/%s: reconcile failed, retrying: %s", ref.namespace, ref.name, error)
+                delay = RETRY_SECONDS
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await _first(memory.wake.wait(), stopped.wait())
+
+    @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
+    async def pilot_deleted(body: kopf.Body, **kwargs: Any) -> None:
+        ref = pilot_ref(body)
+        if not await controller.teardown(body, _observation(ref.namespace, ref.name, kwargs)):
+            raise kopf.TemporaryError("the router is still draining; the baseline keeps serving it", delay=1)
+
+
+async def _first(*waits: Any) -> None:
+    """Until the first of `waits` finishes; the others are cancelled."""
+    tasks = [asyncio.ensure_future(w) for w in waits]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()

@@ -1,0 +1,163 @@
+"""The operator's Kubernetes calls: server-side apply, delete, status, Events; async, on Kopf's loop.
+
+A thin aiohttp client rather than the `kubernetes` package's synchronous one: every call awaits on
+the event loop Kopf already runs (no worker threads, no blocking), and bodies stay plain JSON (no
+model deserialisation, which dominates that client's CPU cost). Credentials come from the
+`kubernetes` package's config loaders (in-cluster, else KUBECONFIG), refreshed per request.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+from kubernetes import client, config
+
+from specpilot.wire.names import MANAGER
+
+Json = dict[str, Any]
+
+# (apiVersion, kind) -> resource plural, for the kinds a pilot owns.
+RESOURCES: Mapping[tuple[str, str], str] = {
+    ("v1", "ServiceAccount"): "serviceaccounts",
+    ("v1", "ConfigMap"): "configmaps",
+    ("v1", "Service"): "services",
+    ("v1", "Pod"): "pods",
+    ("v1", "Event"): "events",
+    ("apps/v1", "Deployment"): "deployments",
+    ("rbac.authorization.k8s.io/v1", "Role"): "roles",
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
+}
+
+
+@dataclass(frozen=True)
+class Access:
+    """Where the API server is and how to authenticate to it."""
+
+    server: str
+    ssl: ssl.SSLContext | bool
+    token: Callable[[], str | None]
+
+
+def load_access() -> Access:
+    """Credentials from the in-cluster service account, else from KUBECONFIG (or ~/.kube/config)."""
+    cfg = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=cfg)
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=cfg)
+    context: ssl.SSLContext | bool = False
+    if cfg.host.startswith("https:"):
+        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
+        if not cfg.verify_ssl:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if cfg.cert_file:
+            context.load_cert_chain(cfg.cert_file, cfg.key_file)
+
+    def token() -> str | None:
+        value = cfg.auth_settings().get("BearerToken", {}).get("value")  # refreshes expiring tokens
+        return str(value) if value else None
+
+    return Access(server=str(cfg.host).rstrip("/"), ssl=context, token=token)
+
+
+class ApiError(Exception):
+    """The API server refused a call."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(f"{code}: {message}")
+        self.code = code
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str | None = None) -> str:
+    plural = RESOURCES[(api_version, kind)]
+    base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
+    path = f"{base}/namespaces/{namespace}/{plural}"
+    return f"{path}/{name}" if name is not None else path
+
+
+class Kube:
+    """The calls the operator makes; one per method, each raising `ApiError` on refusal."""
+
+    def __init__(
+        self, access: Access, session: aiohttp.ClientSession, *, observe: Callable[[str, float], None]
+    ) -> None:
+        self._access = access
+        self._session = session
+        self._observe = observe  # (kind, seconds) of each apply, for the operator's metrics
+
+    async def _call(
+        self, method: str, path: str, *, body: Any = None, content_type: str = "application/json", **params: str
+    ) -> Json | None:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        token = self._access.token()
+        if token:
+            headers["Authorization"] = token
+        data = None if body is None else json.dumps(body, separators=(",", ":"))
+        async with self._session.request(
+            method, self._access.server + path, params=params, data=data, headers=headers, ssl=self._access.ssl
+        ) as resp:
+            text = await resp.text()
+            if resp.status == 404 and method in ("GET", "DELETE"):
+                return None
+            if resp.status >= 300:
+                try:
+                    message = str(json.loads(text).get("message", text))
+                except ValueError:
+                    message = text
+                raise ApiError(resp.status, message[:2000])
+            return json.loads(text) if text else {}
+
+    async def apply(self, obj: Json, *, dry_run: bool = False) -> Json:
+        """Server-side apply under the operator's field manager, taking over conflicting fields;
+        `dry_run` has the server validate and admit it without persisting anything."""
+        meta = obj["metadata"]
+        path = object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"])
+        params = {"fieldManager": MANAGER, "force": "true", **({"dryRun": "All"} if dry_run else {})}
+        started = time.perf_counter()
+        try:
+            out = await self._call("PATCH", path, body=obj, content_type="application/apply-patch+yaml", **params)
+        finally:
+            if not dry_run:
+                self._observe(obj["kind"], time.perf_counter() - started)
+        return out or {}
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Json | None:
+        return await self._call("GET", object_path(api_version, kind, namespace, name))
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Delete in the background (dependents are collected after); False when already gone."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        return await self._call("DELETE", object_path(api_version, kind, namespace, name), body=body) is not None
+
+    async def replace_status(self, path: str, status: Json) -> Json:
+        """Set the whole status of a custom resource through its status subresource, in one write."""
+        patch = [{"op": "add", "path": "/status", "value": status}]
+        return await self._call("PATCH", f"{path}/status", body=patch, content_type="application/json-patch+json") or {}
+
+    async def event(self, involved: Json, *, type: str, reason: str, message: str) -> None:
+        """A core/v1 Event on `involved` (apiVersion, kind, namespace, name, uid)."""
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
+            "involvedObject": involved,
+            "type": type,
+            "reason": reason,
+            "message": message[:1024],
+            "source": {"component": MANAGER},
+            "reportingComponent": MANAGER,
+            "reportingInstance": MANAGER,
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        await self._call("POST", object_path("v1", "Event", involved["namespace"]), body=body)

@@ -1,0 +1,123 @@
+"""`specpilot operator`: run the operator (Kopf) over one namespace, several, or the whole cluster."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import aiohttp
+import kopf
+from prometheus_client import start_http_server
+
+from specpilot import __version__
+from specpilot.controller.handlers import register, settings
+from specpilot.controller.kube import Kube, load_access
+from specpilot.controller.metrics import OperatorMetrics
+from specpilot.controller.reconcile import Controller
+
+DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class OperatorConfig:
+    """The operator's start-up configuration, validated."""
+
+    namespaces: tuple[str, ...]  # empty: the whole cluster
+    router_image: str
+    liveness: str | None  # HOST:PORT of /healthz
+    metrics: str | None  # HOST:PORT of /metrics
+    peering: str | None  # KopfPeering name; None runs standalone
+    priority: int
+    log_level: str
+
+
+def _address(text: str) -> tuple[str, int]:
+    host, _, port = text.rpartition(":")
+    if not port.isdigit():
+        raise ValueError(f"expected HOST:PORT or :PORT, got {text!r}")
+    return host or "0.0.0.0", int(port)
+
+
+def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfig:
+    p = argparse.ArgumentParser(prog="specpilot operator", description="Reconcile SpeculationPilots.")
+    p.add_argument(
+        "--namespace",
+        action="append",
+        default=[n for n in environ.get("SPECPILOT_NAMESPACES", "").split(",") if n],
+        help="namespace to watch (repeatable; env SPECPILOT_NAMESPACES, comma-separated)",
+    )
+    p.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
+    p.add_argument(
+        "--router-image",
+        default=environ.get("SPECPILOT_ROUTER_IMAGE", DEFAULT_ROUTER_IMAGE),
+        help="image of the per-pilot router (env SPECPILOT_ROUTER_IMAGE)",
+    )
+    p.add_argument("--liveness", default=":8081", help="HOST:PORT of the liveness endpoint /healthz ('' disables)")
+    p.add_argument("--metrics", default=":8082", help="HOST:PORT of the Prometheus /metrics endpoint ('' disables)")
+    p.add_argument("--peering", default=None, help="KopfPeering name: replicas sharing it stand by for each other")
+    p.add_argument("--priority", type=int, default=0, help="peering priority: the highest one is active")
+    p.add_argument("--log-level", default=environ.get("SPECPILOT_LOG_LEVEL", "INFO"))
+    args = p.parse_args(list(argv))
+    if bool(args.namespace) == args.all_namespaces:
+        p.error("give --namespace (one or more) or --all-namespaces")
+    for flag in ("liveness", "metrics"):
+        value = getattr(args, flag)
+        if value:
+            try:
+                _address(value)
+            except ValueError as error:
+                p.error(f"--{flag}: {error}")
+    return OperatorConfig(
+        namespaces=tuple(args.namespace),
+        router_image=args.router_image,
+        liveness=args.liveness or None,
+        metrics=args.metrics or None,
+        peering=args.peering,
+        priority=args.priority,
+        log_level=args.log_level.upper(),
+    )
+
+
+async def run(config: OperatorConfig) -> None:
+    metrics = OperatorMetrics()
+    if config.metrics:
+        host, port = _address(config.metrics)
+        start_http_server(port, host, registry=metrics.registry)
+    liveness = None
+    if config.liveness:
+        host, port = _address(config.liveness)
+        liveness = f"http://{host}:{port}/healthz"
+    access = load_access()
+    timeout = aiohttp.ClientTimeout(total=30)
+    async with (
+        aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as api,
+        aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as http,
+    ):
+        kube = Kube(access, api, observe=metrics.observe_apply)
+        controller = Controller(kube=kube, http=http, metrics=metrics, router_image=config.router_image)
+        registry = kopf.OperatorRegistry()
+        register(registry, controller)
+        await kopf.operator(
+            registry=registry,
+            settings=settings(peering=config.peering is not None),
+            clusterwide=not config.namespaces,
+            namespaces=config.namespaces,
+            liveness_endpoint=liveness,
+            peering_name=config.peering,
+            priority=config.priority,
+            standalone=config.peering is None,
+        )
+
+
+def main(argv: list[str]) -> int:
+    config = parse_args(argv, os.environ)
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if config.log_level != "DEBUG":
+        # Kopf logs every watch handler's success ("Handler ... succeeded"); the operator logs what happened.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    asyncio.run(run(config))
+    return 0

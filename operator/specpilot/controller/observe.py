@@ -1,0 +1,108 @@
+"""What the operator keeps of each child it watches: small summaries, never whole bodies.
+
+Kopf's indices call these on every watch event of a pilot's children (selected server-side by the
+`specpilot.io/pilot` label); the reconcile reads the summaries instead of calling the API server.
+Pure functions of a body.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.controller.status import DeploymentState, PodTrouble
+from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, ROUTER_COMPONENT
+
+
+@dataclass(frozen=True, kw_only=True)
+class ChildSummary:
+    """One owned object: enough to tell whether it drifted from what was applied."""
+
+    kind: str
+    name: str
+    generation: int  # Deployments count spec edits; 0 for kinds without a generation
+    managed: Mapping[str, Any]  # the top-level fields the operator renders (spec, data, rules, ...)
+    deployment: DeploymentState | None = None
+
+
+# Top-level fields the operator renders, per kind (metadata is compared through labels only).
+MANAGED_FIELDS: Mapping[str, tuple[str, ...]] = {
+    "ServiceAccount": (),
+    "ConfigMap": ("data",),
+    "Service": ("spec",),
+    "Role": ("rules",),
+    "RoleBinding": ("roleRef", "subjects"),
+    "Deployment": (),  # compared by metadata.generation: a rendered Deployment comes back defaulted
+}
+
+
+def summarize(body: Mapping[str, Any]) -> ChildSummary:
+    kind, meta = str(body.get("kind", "")), body.get("metadata") or {}
+    managed = {field: body.get(field) for field in MANAGED_FIELDS.get(kind, ())}
+    return ChildSummary(
+        kind=kind,
+        name=str(meta.get("name", "")),
+        generation=int(meta.get("generation") or 0),
+        managed={**managed, "labels": meta.get("labels") or {}},
+        deployment=deployment_state(body) if kind == "Deployment" else None,
+    )
+
+
+def deployment_state(body: Mapping[str, Any]) -> DeploymentState:
+    meta, spec, status = body.get("metadata") or {}, body.get("spec") or {}, body.get("status") or {}
+    conditions = status.get("conditions") or []
+    return DeploymentState(
+        generation=int(meta.get("generation") or 0),
+        observed_generation=int(status.get("observedGeneration") or 0),
+        replicas=int(spec.get("replicas", 1)),
+        current=int(status.get("replicas") or 0),
+        updated=int(status.get("updatedReplicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        available=int(status.get("availableReplicas") or 0),
+        deadline_exceeded=any(
+            c.get("type") == "Progressing" and c.get("reason") == "ProgressDeadlineExceeded" for c in conditions
+        ),
+    )
+
+
+def pod_troubles(body: Mapping[str, Any]) -> tuple[PodTrouble, ...]:
+    """Why a pod of an arm or of the router is not running: waiting containers, or unschedulable."""
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    if meta.get("deletionTimestamp"):
+        return ()
+    labels = meta.get("labels") or {}
+    component = labels.get(ARM_LABEL) or (ROUTER_COMPONENT if labels.get(COMPONENT_LABEL) == ROUTER_COMPONENT else "")
+    name = str(meta.get("name", ""))
+    troubles = []
+    for container in status.get("containerStatuses") or []:
+        waiting = (container.get("state") or {}).get("waiting")
+        if waiting and waiting.get("reason") not in (None, "ContainerCreating", "PodInitializing"):
+            troubles.append(
+                PodTrouble(
+                    component=component,
+                    pod=name,
+                    reason=str(waiting["reason"]),
+                    message=str(waiting.get("message", "")),
+                )
+            )
+    for cond in status.get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            reason = str(cond.get("reason") or "Unschedulable")
+            troubles.append(
+                PodTrouble(component=component, pod=name, reason=reason, message=str(cond.get("message", "")))
+            )
+    return tuple(troubles)
+
+
+def drifted(desired: Mapping[str, Any], observed: Any) -> bool:
+    """Whether `observed` lacks or differs in any value `desired` sets (defaults the server adds are fine)."""
+    if isinstance(desired, Mapping):
+        return not isinstance(observed, Mapping) or any(drifted(v, observed.get(k)) for k, v in desired.items())
+    if isinstance(desired, list):
+        return (
+            not isinstance(observed, list)
+            or len(desired) != len(observed)
+            or any(drifted(d, o) for d, o in zip(desired, observed, strict=True))
+        )
+    return bool(desired != observed)

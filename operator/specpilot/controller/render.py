@@ -1,0 +1,385 @@
+"""What a pilot's objects should look like: `render(pilot) -> objects`, with no I/O.
+
+Every arm runs the same frozen engine, rendered by one function; the speculative arm adds exactly
+`--speculative-config`, and the alternative arm changes only what its spec names (replicas, tensor
+parallel size, extraArgs). There is no mock branch: a mock engine is an engine whose command is
+`specpilot mock-vllm`. Objects are plain JSON-ready dicts in server-side-apply form, each owned by
+the pilot, so deleting the pilot collects them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specpilot.api import spec as s
+from specpilot.api.common import parse_duration
+from specpilot.api.pilot import API_VERSION, KIND
+from specpilot.wire.names import (
+    ARM_LABEL,
+    COMPONENT_LABEL,
+    CONFIG_HASH_ANNOTATION,
+    ENGINE_COMPONENT,
+    ENGINE_PORT,
+    ROUTER_ADMIN_PORT,
+    ROUTER_COMPONENT,
+    ROUTER_PORT,
+    Arm,
+    arm_name,
+    arm_selector,
+    pilot_labels,
+    router_name,
+    router_selector,
+    routes_name,
+)
+from specpilot.wire.routerconfig import RouterConfig
+from specpilot.wire.routes import RoutingTable, render_routes
+
+Json = dict[str, Any]
+
+ENGINE_CONTAINER = "vllm"
+ROUTER_CONTAINER = "router"
+# A pod may take this long to become ready before its Deployment reports ProgressDeadlineExceeded:
+# loading a large model and capturing CUDA graphs takes minutes.
+ENGINE_PROGRESS_DEADLINE_SECONDS = 1800
+ROUTER_PROGRESS_DEADLINE_SECONDS = 300
+ROUTER_DRAIN_SECONDS = 5.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class PilotRef:
+    """Identity of the pilot object, for names and ownerReferences."""
+
+    name: str
+    namespace: str
+    uid: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmPlan:
+    """One arm as rendered: its Deployment and Service, GPU count and configuration hash."""
+
+    arm: Arm
+    replicas: int
+    gpus: int
+    config_hash: str
+    deployment: Json
+    service: Json
+
+    @property
+    def name(self) -> str:
+        """Name of the arm's Deployment and Service."""
+        return str(self.deployment["metadata"]["name"])
+
+
+def _meta(ref: PilotRef, name: str, **labels: str) -> Json:
+    return {
+        "name": name,
+        "namespace": ref.namespace,
+        "labels": {**pilot_labels(ref.name), **labels},
+        "ownerReferences": [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": ref.name,
+                "uid": ref.uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ],
+    }
+
+
+def content_hash(value: Any) -> str:
+    """A short, stable hash of a JSON-ready value (key order does not matter)."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def speculative_config(draft: s.Draft) -> str:
+    """vLLM's `--speculative-config` JSON for the draft, with vLLM's keys; what the spec leaves unset
+    is left to vLLM's default (the draft's tensor parallel size defaults to the target's)."""
+    config: dict[str, Any] = {"method": draft.method.value}
+    if draft.model is not None:
+        config["model"] = draft.model
+    config["num_speculative_tokens"] = draft.num_speculative_tokens
+    if draft.tensor_parallel_size is not None:
+        config["draft_tensor_parallel_size"] = draft.tensor_parallel_size
+    if draft.revision is not None:
+        config["revision"] = draft.revision
+    return json.dumps(config, separators=(",", ":"))
+
+
+def engine_args(engine: s.Engine, *, tensor_parallel_size: int, extra: Sequence[str] = ()) -> list[str]:
+    """`vllm serve` arguments after the command: the model, the flags the spec owns, then extraArgs."""
+    args = [engine.model, "--host", "$(POD_IP)", "--port", str(ENGINE_PORT)]
+    optional = (
+        ("--served-model-name", engine.served_model_name),
+        ("--revision", engine.revision),
+        ("--tokenizer", engine.tokenizer),
+        ("--max-model-len", engine.max_model_len),
+        ("--gpu-memory-utilization", engine.gpu_memory_utilization),
+    )
+    args += [part for flag, value in optional if value is not None for part in (flag, str(value))]
+    args += ["--tensor-parallel-size", str(tensor_parallel_size)]
+    return [*args, *engine.extra_args, *extra]
+
+
+def _env(engine: s.Engine) -> list[Json]:
+    env: list[Json] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
+    for var in engine.env:
+        if var.value_from is not None:
+            ref = var.value_from.secret_key_ref
+            env.append({"name": var.name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+        else:
+            env.append({"name": var.name, "value": var.value or ""})
+    return env
+
+
+def _resources(engine: s.Engine, gpus: int) -> Json:
+    """The engine's resources with `nvidia.com/gpu` set from the tensor parallel size, in limits and
+    (when requests are given) requests: extended resources must match in both."""
+    limits = {**engine.resources.limits, s.GPU_RESOURCE: gpus}
+    out: Json = {"limits": {k: limits[k] for k in sorted(limits)}}
+    if engine.resources.requests:
+        requests = {**engine.resources.requests, s.GPU_RESOURCE: gpus}
+        out["requests"] = {k: requests[k] for k in sorted(requests)}
+    return out
+
+
+def engine_pod(engine: s.Engine, *, tensor_parallel_size: int, extra_args: Sequence[str] = ()) -> Json:
+    """The engine pod spec every arm shares; arms differ only through the two keyword arguments."""
+    container: Json = {
+        "name": ENGINE_CONTAINER,
+        "image": engine.image,
+        "command": list(engine.command),
+        "args": engine_args(engine, tensor_parallel_size=tensor_parallel_size, extra=extra_args),
+        "env": _env(engine),
+        "ports": [{"name": "http", "containerPort": ENGINE_PORT, "protocol": "TCP"}],
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": "http"},
+            "periodSeconds": 2,
+            "timeoutSeconds": 2,
+            "failureThreshold": 3,
+        },
+        "resources": _resources(engine, tensor_parallel_size),
+    }
+    pod: Json = {"containers": [container]}
+    if tensor_parallel_size > 1:
+        # NCCL between tensor-parallel ranks needs more shared memory than a container's default 64 MiB.
+        container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+        pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    if engine.node_selector:
+        pod["nodeSelector"] = dict(sorted(engine.node_selector.items()))
+    if engine.tolerations:
+        pod["tolerations"] = [t.to_wire() for t in engine.tolerations]
+    return pod
+
+
+def _arm_pod(spec: s.SpeculationPilotSpec, arm: Arm) -> tuple[Json, int]:
+    """An arm's pod spec and its tensor parallel size: the one place where arms differ."""
+    engine = spec.engine
+    if arm is Arm.SPECULATIVE:
+        flag = ["--speculative-config", speculative_config(spec.speculative.draft)]
+        return engine_pod(engine, tensor_parallel_size=engine.tensor_parallel_size, extra_args=flag), (
+            engine.tensor_parallel_size
+        )
+    if arm is Arm.ALTERNATIVE and spec.alternative is not None:
+        tp = spec.alternative.tensor_parallel_size or engine.tensor_parallel_size
+        return engine_pod(engine, tensor_parallel_size=tp, extra_args=spec.alternative.extra_args), tp
+    return engine_pod(engine, tensor_parallel_size=engine.tensor_parallel_size), engine.tensor_parallel_size
+
+
+def arm_replicas(spec: s.SpeculationPilotSpec, arm: Arm) -> int:
+    if arm is Arm.SPECULATIVE:
+        return spec.speculative.replicas
+    if arm is Arm.ALTERNATIVE:
+        return spec.alternative.replicas if spec.alternative is not None else 0
+    return spec.baseline.replicas
+
+
+def arms_of(spec: s.SpeculationPilotSpec) -> tuple[Arm, ...]:
+    """The arms the spec asks for, baseline first."""
+    return (Arm.BASELINE, Arm.SPECULATIVE, *((Arm.ALTERNATIVE,) if spec.alternative is not None else ()))
+
+
+def render_arm(ref: PilotRef, spec: s.SpeculationPilotSpec, arm: Arm) -> ArmPlan:
+    pod, tp = _arm_pod(spec, arm)
+    config_hash = content_hash(pod)
+    replicas = arm_replicas(spec, arm)
+    name, selector = arm_name(ref.name, arm), arm_selector(ref.name, arm)
+    labels = {ARM_LABEL: arm.value, COMPONENT_LABEL: ENGINE_COMPONENT}
+    # Speculative and alternative arms take no spare GPUs to roll: the router sends their share to the
+    # baseline while a replica restarts. The baseline keeps serving through a surge replica.
+    surge = {"maxSurge": 1, "maxUnavailable": 0} if arm is Arm.BASELINE else {"maxSurge": 0, "maxUnavailable": 1}
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(ref, name, **labels),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "progressDeadlineSeconds": ENGINE_PROGRESS_DEADLINE_SECONDS,
+            "strategy": {"type": "RollingUpdate", "rollingUpdate": surge},
+            "template": {
+                "metadata": {
+                    "labels": {**pilot_labels(ref.name), **selector, COMPONENT_LABEL: ENGINE_COMPONENT},
+                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
+                },
+                "spec": pod,
+            },
+        },
+    }
+    return ArmPlan(
+        arm=arm,
+        replicas=replicas,
+        gpus=replicas * tp,
+        config_hash=config_hash,
+        deployment=deployment,
+        service=_service(ref, name, selector, {**labels}, [("http", ENGINE_PORT)]),
+    )
+
+
+def _service(ref: PilotRef, name: str, selector: Mapping[str, str], labels: Mapping[str, str], ports: Any) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(ref, name, **labels),
+        "spec": {
+            "selector": dict(selector),
+            "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports],
+        },
+    }
+
+
+def max_table_age_seconds(spec: s.SpeculationPilotSpec) -> float:
+    """How old a routing table may get before the router sends everything to the baseline: three
+    missed rewrites (the operator rewrites it every analysis interval), and never under 30 s."""
+    return max(30.0, 3 * parse_duration(spec.analysis.interval).total_seconds())
+
+
+def router_config(ref: PilotRef, spec: s.SpeculationPilotSpec) -> RouterConfig:
+    return RouterConfig(
+        pilot=ref.name,
+        namespace=None,  # from POD_NAMESPACE
+        listen=f"$(POD_IP):{ROUTER_PORT}",
+        admin_listen=f"$(POD_IP):{ROUTER_ADMIN_PORT}",
+        scope_header=spec.router.scope_header,
+        request_timeout=parse_duration(spec.router.request_timeout).total_seconds(),
+        max_table_age=max_table_age_seconds(spec),
+        drain_seconds=ROUTER_DRAIN_SECONDS,
+    )
+
+
+def router_rbac(ref: PilotRef) -> tuple[Json, Json, Json]:
+    """ServiceAccount, Role and RoleBinding of the router: read its own routing ConfigMap and the
+    namespace's EndpointSlices (RBAC cannot narrow those by label), nothing else."""
+    name, labels = router_name(ref.name), {COMPONENT_LABEL: ROUTER_COMPONENT}
+    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(ref, name, **labels)}
+    role = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "Role",
+        "metadata": _meta(ref, name, **labels),
+        "rules": [
+            {
+                "apiGroups": [""],
+                "resources": ["configmaps"],
+                "resourceNames": [routes_name(ref.name)],
+                "verbs": ["get", "list", "watch"],
+            },
+            {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
+        ],
+    }
+    binding = {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": "RoleBinding",
+        "metadata": _meta(ref, name, **labels),
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ref.namespace}],
+    }
+    return account, role, binding
+
+
+def render_router(ref: PilotRef, spec: s.SpeculationPilotSpec, *, image: str) -> tuple[Json, Json]:
+    """The router's Deployment and Service."""
+    name, selector = router_name(ref.name), router_selector(ref.name)
+    labels = {COMPONENT_LABEL: ROUTER_COMPONENT}
+    container = {
+        "name": ROUTER_CONTAINER,
+        "image": image,
+        "args": ["router", *router_config(ref, spec).to_args()],
+        "env": [
+            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
+        ],
+        "ports": [
+            {"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"},
+            {"name": "admin", "containerPort": ROUTER_ADMIN_PORT, "protocol": "TCP"},
+        ],
+        "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"}, "periodSeconds": 1},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": "admin"}, "periodSeconds": 10, "failureThreshold": 3},
+        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "runAsNonRoot": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(ref, name, **labels),
+        "spec": {
+            "replicas": spec.router.replicas,
+            "selector": {"matchLabels": selector},
+            "progressDeadlineSeconds": ROUTER_PROGRESS_DEADLINE_SECONDS,
+            "template": {
+                "metadata": {"labels": {**pilot_labels(ref.name), **selector}},
+                "spec": {
+                    "serviceAccountName": name,
+                    # In-flight requests finish within the drain and the request timeout.
+                    "terminationGracePeriodSeconds": int(ROUTER_DRAIN_SECONDS + 30),
+                    "containers": [container],
+                },
+            },
+        },
+    }
+    return deployment, _service(ref, name, selector, labels, [("http", ROUTER_PORT), ("admin", ROUTER_ADMIN_PORT)])
+
+
+def render_routes_configmap(ref: PilotRef, table: RoutingTable) -> Json:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(ref, routes_name(ref.name), **{COMPONENT_LABEL: ROUTER_COMPONENT}),
+        "data": render_routes(table),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rendered:
+    """Every object of a pilot, in the order they are applied (the router's access before the router,
+    the table before anything routes by it, arms before the router that sends them traffic)."""
+
+    arms: tuple[ArmPlan, ...]
+    routes: Json
+    objects: tuple[Json, ...]
+
+
+def render(ref: PilotRef, spec: s.SpeculationPilotSpec, *, table: RoutingTable, router_image: str) -> Rendered:
+    arms = tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
+    routes = render_routes_configmap(ref, table)
+    deployment, service = render_router(ref, spec, image=router_image)
+    objects = (
+        *router_rbac(ref),
+        routes,
+        *(plan.service for plan in arms),
+        *(plan.deployment for plan in arms),
+        service,
+        deployment,
+    )
+    return Rendered(arms=arms, routes=routes, objects=objects)

@@ -1,0 +1,66 @@
+"""The routing table a pilot's state asks for, rendered from the spec's scopes and their weights.
+
+The table's content (everything but `updatedAt` and `generation`) is hashed: the generation moves
+only when the content does, so the router's reported generation says which decision it runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+
+from specpilot.api import spec as s
+from specpilot.api.common import parse_duration
+from specpilot.controller.render import content_hash
+from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, PathMatch, RoutingTable, ScopeMatch, ScopeRoute
+
+
+def scope_route(scope: s.Scope, *, weight: int, request_timeout: str) -> ScopeRoute:
+    """One scope's entry: its match as the API states it, its deadline, and its speculative weight."""
+    match = ScopeMatch(
+        headers=tuple(HeaderMatch(name=h.name, type=h.type.value, value=h.value) for h in scope.match.headers),
+        paths=tuple(PathMatch(type=p.type.value, value=p.value) for p in scope.match.paths),
+    )
+    deadline = parse_duration(scope.deadline or request_timeout).total_seconds()
+    return ScopeRoute(
+        name=scope.name,
+        weights=ArmWeights(baseline=100 - weight, speculative=weight),
+        deadline_seconds=deadline,
+        match=match,
+    )
+
+
+def routing_table(
+    pilot: str, spec: s.SpeculationPilotSpec, weights: Mapping[str, int], *, generation: int, now: datetime
+) -> RoutingTable:
+    """The table for `weights` (speculative percent per scope; a scope left out gets 0)."""
+    return RoutingTable(
+        pilot=pilot,
+        generation=generation,
+        updated_at=now,
+        default_scope=spec.router.default_scope,
+        scopes=tuple(
+            scope_route(scope, weight=weights.get(scope.name, 0), request_timeout=spec.router.request_timeout)
+            for scope in spec.scopes
+        ),
+    )
+
+
+def table_hash(table: RoutingTable) -> str:
+    """Hash of what the router acts on: scopes, matches, weights, deadlines and the default scope."""
+    return content_hash(table.model_dump(mode="json", exclude={"updated_at", "generation"}, exclude_none=True))
+
+
+def ordinary(table: RoutingTable, *, generation: int, now: datetime) -> RoutingTable:
+    """The same table with every scope on the baseline: the first step of a teardown."""
+    # Built anew rather than copied, so that the table's validation and lookups see the new weights.
+    return RoutingTable(
+        pilot=table.pilot,
+        generation=generation,
+        updated_at=now,
+        default_scope=table.default_scope,
+        scopes=tuple(
+            ScopeRoute(name=route.name, weights=ORDINARY, deadline_seconds=route.deadline_seconds, match=route.match)
+            for route in table.scopes
+        ),
+    )

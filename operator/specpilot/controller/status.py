@@ -1,0 +1,447 @@
+"""The pilot's next status, and the Events its transitions call for, from what was observed.
+
+Pure: it takes the previous status, the rendered arms, what the cluster shows and `now`, and
+returns a new status plus Events. Conditions move `lastTransitionTime` only when their status
+changes; Events come from transitions alone, so a restarted operator that reads its status back
+emits none twice.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from specpilot.api import spec as s
+from specpilot.api.reasons import Reason
+from specpilot.api.status import (
+    ArmsStatus,
+    ArmStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Phase,
+    RouterStatus,
+    RoutesStatus,
+    ScopeState,
+    ScopeStatus,
+    SpeculationPilotStatus,
+)
+from specpilot.api.validate import Problem
+from specpilot.controller.render import ArmPlan, content_hash
+from specpilot.wire.names import ROUTER_COMPONENT, Arm
+
+# Waiting reasons of a container that will not resolve by waiting: the arm is unavailable.
+FATAL_WAITING = frozenset(
+    {
+        "ImageNotRunnable",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+_IMAGE_REASONS = frozenset({"ImageNotRunnable", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
+
+
+class EventType(StrEnum):
+    NORMAL = "Normal"
+    WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event to emit on the pilot once its status has landed."""
+
+    type: EventType
+    reason: Reason
+    message: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentState:
+    """What a Deployment reports about its rollout."""
+
+    generation: int = 0
+    observed_generation: int = 0
+    replicas: int = 0
+    current: int = 0  # status.replicas: pods of every revision
+    updated: int = 0
+    ready: int = 0
+    available: int = 0
+    deadline_exceeded: bool = False
+
+    @property
+    def rolled_out(self) -> bool:
+        """The current generation is observed and every replica runs it and is ready."""
+        return (
+            self.observed_generation >= self.generation
+            and self.updated >= self.replicas
+            and self.ready >= self.replicas
+            and self.available >= self.replicas
+            and self.current <= self.replicas
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodTrouble:
+    """A pod of an arm or of the router that is not running, and why."""
+
+    component: str  # an Arm value, or "router"
+    pod: str
+    reason: str
+    message: str
+
+    @property
+    def fatal(self) -> bool:
+        return self.reason in FATAL_WAITING
+
+    def describe(self) -> str:
+        text = f"pod {self.pod}: {self.reason}"
+        return f"{text}: {self.message}" if self.message else text
+
+
+@dataclass(frozen=True, kw_only=True)
+class Observed:
+    """The pilot's children as the cluster shows them."""
+
+    deployments: Mapping[str, DeploymentState]
+    troubles: Sequence[PodTrouble] = ()
+
+
+@dataclass(frozen=True)
+class StatusPlan:
+    status: SpeculationPilotStatus
+    events: tuple[Event, ...]
+
+
+def _second(now: datetime) -> datetime:
+    return now.replace(microsecond=0)  # metav1.Time has second precision
+
+
+def set_condition(
+    conditions: Sequence[Condition],
+    *,
+    type: ConditionType,
+    status: ConditionStatus,
+    reason: Reason,
+    message: str,
+    generation: int,
+    now: datetime,
+) -> list[Condition]:
+    """`conditions` with `type` set; its lastTransitionTime moves only when its status changes."""
+    old = next((c for c in conditions if c.type == type), None)
+    moved = old is None or old.status != status
+    new = Condition(
+        type=type,
+        status=status,
+        observed_generation=generation,
+        last_transition_time=_second(now) if moved or old is None else old.last_transition_time,
+        reason=reason,
+        message=message[:32768],
+    )
+    return (
+        [*(c for c in conditions if c.type != type), new]
+        if old is None
+        else [new if c.type == type else c for c in conditions]
+    )
+
+
+def condition(status: SpeculationPilotStatus | None, type: ConditionType) -> Condition | None:
+    return next((c for c in status.conditions if c.type == type), None) if status is not None else None
+
+
+def scope_hash(scope: s.Scope) -> str:
+    """What a scope's progress depends on in its own spec: match, deadline and stages."""
+    return content_hash(scope.to_wire())
+
+
+def carry_scopes(
+    previous: SpeculationPilotStatus | None, spec: s.SpeculationPilotSpec, arms: Sequence[ArmPlan], *, now: datetime
+) -> tuple[list[ScopeStatus], list[Event]]:
+    """Per-scope status for this spec: kept where nothing it depends on changed, restarted from
+    ordinary decoding where it did. An engine or draft change restarts every scope; a change to one
+    scope's spec restarts that scope alone."""
+    hashes = {plan.arm: plan.config_hash for plan in arms}
+    before = {scope.name: scope for scope in (previous.scopes if previous is not None else [])}
+    old_arms = previous.arms if previous is not None else None
+    events: list[Event] = []
+    restart_all = False
+    if old_arms is not None and old_arms.baseline.config_hash not in (None, hashes[Arm.BASELINE]):
+        restart_all = True
+        events.append(
+            Event(
+                EventType.NORMAL,
+                Reason.ENGINE_CHANGED,
+                f"engine configuration changed ({old_arms.baseline.config_hash} -> {hashes[Arm.BASELINE]}): "
+                "every scope restarts from ordinary decoding",
+            )
+        )
+    elif old_arms is not None and old_arms.speculative.config_hash not in (None, hashes[Arm.SPECULATIVE]):
+        restart_all = True
+        events.append(
+            Event(
+                EventType.NORMAL,
+                Reason.DRAFT_CHANGED,
+                f"speculation config changed ({old_arms.speculative.config_hash} -> {hashes[Arm.SPECULATIVE]}): "
+                "every scope restarts from ordinary decoding",
+            )
+        )
+    scopes = []
+    for scope in spec.scopes:
+        digest, old = scope_hash(scope), before.get(scope.name)
+        if old is not None and old.config_hash == digest and not restart_all:
+            scopes.append(old)
+            continue
+        if old is not None and old.config_hash != digest and not restart_all:
+            events.append(
+                Event(
+                    EventType.NORMAL,
+                    Reason.SCOPE_CHANGED,
+                    f"scope {scope.name}: match, deadline or stages changed; it restarts from ordinary decoding",
+                )
+            )
+        fresh = old is None or old.state is not ScopeState.ORDINARY or old.weight != 0
+        scopes.append(
+            ScopeStatus(
+                name=scope.name,
+                config_hash=digest,
+                state=ScopeState.ORDINARY,
+                weight=0,
+                last_transition_time=_second(now) if fresh or old is None else old.last_transition_time,
+            )
+        )
+    return scopes, events
+
+
+def _arm_status(plan: ArmPlan, state: DeploymentState | None) -> ArmStatus:
+    return ArmStatus(
+        replicas=plan.replicas,
+        ready_replicas=state.ready if state is not None else 0,
+        gpus=plan.gpus,
+        config_hash=plan.config_hash,
+    )
+
+
+@dataclass(frozen=True)
+class _Health:
+    ready: bool
+    fatal: bool
+    reason: Reason
+    message: str
+
+
+def _component_health(
+    label: str, state: DeploymentState | None, replicas: int, troubles: Sequence[PodTrouble], *, router: bool
+) -> _Health:
+    progressing = Reason.ROUTER_PROGRESSING if router else Reason.ARMS_PROGRESSING
+    unavailable = Reason.ROUTER_UNAVAILABLE if router else Reason.ARM_UNAVAILABLE
+    fatal = [t for t in troubles if t.fatal]
+    if fatal:
+        hint = _hint(fatal[0], router=router)
+        return _Health(False, True, unavailable, f"{label}: {fatal[0].describe()}{hint}")
+    if state is None:
+        return _Health(False, False, progressing, f"{label}: Deployment not observed yet")
+    if state.deadline_exceeded:
+        return _Health(False, True, unavailable, f"{label}: rollout missed its progress deadline")
+    if state.rolled_out:
+        return _Health(True, False, Reason.ARMS_AVAILABLE, f"{label} {state.ready}/{replicas} ready")
+    waiting = "; ".join(t.describe() for t in troubles[:2])
+    detail = f" ({waiting})" if waiting else ""
+    return _Health(
+        False, False, progressing, f"{label} {state.ready}/{replicas} ready, {state.updated} updated{detail}"
+    )
+
+
+def _hint(trouble: PodTrouble, *, router: bool) -> str:
+    if router:
+        return "; check the operator's --router-image"
+    if trouble.reason in _IMAGE_REASONS:
+        return "; fix spec.engine.image (the nodes cannot run it)"
+    return "; check spec.engine.command, spec.engine.extraArgs and the container's log"
+
+
+def _health(
+    arms: Sequence[ArmPlan], router_replicas: int, router_deployment: str, observed: Observed
+) -> tuple[list[_Health], _Health]:
+    def troubles(component: str) -> list[PodTrouble]:
+        return [t for t in observed.troubles if t.component == component]
+
+    arm_health = [
+        _component_health(
+            f"arm {plan.arm.value}",
+            observed.deployments.get(plan.name),
+            plan.replicas,
+            troubles(plan.arm.value),
+            router=False,
+        )
+        for plan in arms
+    ]
+    router = _component_health(
+        "router",
+        observed.deployments.get(router_deployment),
+        router_replicas,
+        troubles(ROUTER_COMPONENT),
+        router=True,
+    )
+    return arm_health, router
+
+
+def reconciled_status(
+    previous: SpeculationPilotStatus | None,
+    *,
+    spec: s.SpeculationPilotSpec,
+    generation: int,
+    arms: Sequence[ArmPlan],
+    router_deployment: str,
+    observed: Observed,
+    routes: RoutesStatus,
+    scopes: Sequence[ScopeStatus],
+    scope_events: Sequence[Event] = (),
+    now: datetime,
+) -> StatusPlan:
+    """Status after applying a valid spec."""
+    arm_health, router = _health(arms, spec.router.replicas, router_deployment, observed)
+    arms_ready = all(h.ready for h in arm_health)
+    not_ready = [h for h in arm_health if not h.ready]
+    fatal = [h for h in [*arm_health, router] if h.fatal]
+    ready = arms_ready and router.ready
+    by_arm = {
+        plan.arm: _arm_status(plan, observed.deployments.get(plan.deployment["metadata"]["name"])) for plan in arms
+    }
+    router_state = observed.deployments.get(router_deployment)
+    if fatal:
+        phase = Phase.DEGRADED
+    elif spec.suspend:
+        phase = Phase.SUSPENDED
+    elif ready:
+        phase = Phase.HEALTHY
+    else:
+        phase = Phase.PROGRESSING
+
+    arms_message = "; ".join(h.message for h in arm_health)
+    blocking = fatal or not_ready or ([] if router.ready else [router])
+    restart = next((e for e in scope_events if e.reason in (Reason.ENGINE_CHANGED, Reason.DRAFT_CHANGED)), None)
+    conditions = list(previous.conditions if previous is not None else [])
+    updates = [
+        (ConditionType.INVALID_SPEC, False, Reason.SPEC_VALID, "every field passed the operator's checks"),
+        (
+            ConditionType.ARMS_READY,
+            arms_ready,
+            Reason.ARMS_AVAILABLE if arms_ready else not_ready[0].reason,
+            arms_message,
+        ),
+        (
+            ConditionType.READY,
+            ready,
+            Reason.PILOT_READY if ready else blocking[0].reason,
+            f"{arms_message}; {router.message}",
+        ),
+        (
+            ConditionType.DEGRADED,
+            bool(fatal),
+            fatal[0].reason if fatal else Reason.NOT_DEGRADED,
+            "; ".join(h.message for h in fatal) if fatal else "arms and router are available or on their way",
+        ),
+        (
+            ConditionType.PROGRESSING,
+            not ready,
+            (restart.reason if restart else blocking[0].reason) if not ready else Reason.PILOT_READY,
+            (restart.message if restart else blocking[0].message) if not ready else "arms and router are ready",
+        ),
+        (
+            ConditionType.SUSPENDED,
+            spec.suspend,
+            Reason.PILOT_SUSPENDED if spec.suspend else Reason.NOT_SUSPENDED,
+            "spec.suspend is set: stages do not advance" if spec.suspend else "spec.suspend is not set",
+        ),
+    ]
+    for type_, holds, reason, message in updates:
+        conditions = set_condition(
+            conditions,
+            type=type_,
+            status=ConditionStatus.TRUE if holds else ConditionStatus.FALSE,
+            reason=reason,
+            message=message,
+            generation=generation,
+            now=now,
+        )
+    speculative = sum(1 for scope in scopes if scope.state is ScopeState.SPECULATIVE)
+    status = SpeculationPilotStatus(
+        observed_generation=generation,
+        phase=phase,
+        conditions=conditions,
+        arms=ArmsStatus(
+            baseline=by_arm[Arm.BASELINE], speculative=by_arm[Arm.SPECULATIVE], alternative=by_arm.get(Arm.ALTERNATIVE)
+        ),
+        router=RouterStatus(
+            replicas=spec.router.replicas, ready_replicas=router_state.ready if router_state is not None else 0
+        ),
+        routes=routes,
+        scopes=list(scopes),
+        speculative_scopes=f"{speculative}/{len(scopes)}",
+        fallbacks=previous.fallbacks if previous is not None else [],
+        decision=previous.decision if previous is not None else None,
+    )
+    events = list(scope_events)
+    if previous is None or previous.observed_generation is None:
+        arm_names = ", ".join(plan.arm.value for plan in arms)
+        events.insert(
+            0, Event(EventType.NORMAL, Reason.PILOT_CREATED, f"applied arms {arm_names}, the router and its routes")
+        )
+    return StatusPlan(status, (*events, *transition_events(previous, status)))
+
+
+def invalid_status(
+    previous: SpeculationPilotStatus | None, *, problems: Sequence[Problem], generation: int, now: datetime
+) -> StatusPlan:
+    """Status for a spec only the operator can reject: what runs keeps running, nothing new is applied."""
+    message = "; ".join(str(problem) for problem in problems) + " (nothing new was deployed; fix the spec)"
+    conditions = list(previous.conditions if previous is not None else [])
+    for type_, holds, reason in (
+        (ConditionType.INVALID_SPEC, True, Reason.SPEC_INVALID),
+        (ConditionType.DEGRADED, True, Reason.SPEC_INVALID),
+        (ConditionType.READY, False, Reason.SPEC_INVALID),
+    ):
+        conditions = set_condition(
+            conditions,
+            type=type_,
+            status=ConditionStatus.TRUE if holds else ConditionStatus.FALSE,
+            reason=reason,
+            message=message,
+            generation=generation,
+            now=now,
+        )
+    base = previous if previous is not None else SpeculationPilotStatus()
+    status = base.model_copy(
+        update={"observed_generation": generation, "phase": Phase.DEGRADED, "conditions": conditions}
+    )
+    return StatusPlan(status, tuple(transition_events(previous, status)))
+
+
+# Condition transitions worth an Event, and the Event's type when the condition turns True / False.
+_WATCHED: tuple[tuple[ConditionType, EventType | None, EventType | None], ...] = (
+    (ConditionType.INVALID_SPEC, EventType.WARNING, EventType.NORMAL),
+    (ConditionType.DEGRADED, EventType.WARNING, None),
+    (ConditionType.READY, EventType.NORMAL, EventType.NORMAL),  # unready for a bad reason: Degraded warns
+    (ConditionType.SUSPENDED, EventType.NORMAL, EventType.NORMAL),
+)
+
+
+def transition_events(previous: SpeculationPilotStatus | None, status: SpeculationPilotStatus) -> list[Event]:
+    """One Event per watched condition whose status changed (a first False is no transition)."""
+    events = []
+    for type_, on_true, on_false in _WATCHED:
+        old, new = condition(previous, type_), condition(status, type_)
+        if new is None or (old is not None and old.status == new.status):
+            continue
+        if type_ is not ConditionType.INVALID_SPEC and new.reason == Reason.SPEC_INVALID:
+            continue  # the InvalidSpec Event says it
+        kind = on_true if new.status is ConditionStatus.TRUE else (on_false if old is not None else None)
+        if kind is not None:
+            events.append(Event(kind, Reason(new.reason), new.message))
+    return events

@@ -1,0 +1,126 @@
+"""The operator as a real process against the local cluster, started, killed and restarted by tests."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from tests.cluster.conftest import ROOT, Cluster, wait_until
+
+ROUTER_IMAGE = "specpilot/specpilot:dev"
+CRDS = ROOT / "crds"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Operator:
+    """`specpilot operator --all-namespaces` with its own liveness and metrics ports and log file."""
+
+    def __init__(self, cluster: Cluster, log: Path) -> None:
+        self.cluster = cluster
+        self.log = log
+        self.liveness, self.metrics_port = free_port(), free_port()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        argv = [
+            *(sys.executable, "-m", "specpilot.cli", "operator", "--all-namespaces"),
+            *("--router-image", ROUTER_IMAGE),
+            *("--liveness", f"127.0.0.1:{self.liveness}", "--metrics", f"127.0.0.1:{self.metrics_port}"),
+        ]
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.cluster.env())
+        wait_until("the operator's liveness endpoint", self._alive, timeout=30)
+
+    def _alive(self) -> bool:
+        if self.proc is not None and self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.liveness}/healthz", timeout=2) as resp:
+                return resp.status == 200
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup, as when a node dies."""
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
+            text: bytes = resp.read()
+        return text.decode()
+
+    def tail(self, lines: int = 60) -> str:
+        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
+
+
+@contextmanager
+def running_operator(cluster: Cluster, log: Path) -> Iterator[Operator]:
+    cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
+    cluster.kubectl("wait", "--for=condition=Established", "crd/speculationpilots.specpilot.io", "--timeout=30s")
+    operator = Operator(cluster, log)
+    operator.start()
+    try:
+        yield operator
+    finally:
+        operator.stop()
+
+
+def pilot(cluster: Cluster, namespace: str, name: str = "demo") -> dict[str, Any]:
+    result: dict[str, Any] = cluster.get_json("speculationpilot", name, "-n", namespace)
+    return result
+
+
+def condition(body: dict[str, Any], type_: str) -> dict[str, Any] | None:
+    return next((c for c in body.get("status", {}).get("conditions", []) if c["type"] == type_), None)
+
+
+def events(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    """Events on the namespace's pilots, oldest first."""
+    items: list[dict[str, Any]] = cluster.get_json(
+        "events", "-n", namespace, "--field-selector", "involvedObject.kind=SpeculationPilot"
+    )["items"]
+    return sorted(items, key=lambda e: (e.get("firstTimestamp") or "", e["metadata"]["creationTimestamp"]))
+
+
+def children(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    """Every object labelled as a pilot's, by `kind/name`."""
+    kinds = "deployments,services,configmaps,serviceaccounts,roles,rolebindings"
+    items = cluster.get_json(kinds, "-n", namespace, "-l", "specpilot.io/pilot")["items"]
+    return {f"{item['kind']}/{item['metadata']['name']}": item for item in items}
+
+
+def wait_ready(cluster: Cluster, operator: Operator, namespace: str, name: str = "demo", timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        body = pilot(cluster, namespace, name)
+        ready = condition(body, "Ready")
+        if ready is not None and ready["status"] == "True":
+            return
+        time.sleep(0.5)
+    raise AssertionError(
+        f"pilot {namespace}/{name} not Ready after {timeout}s: {pilot(cluster, namespace, name).get('status')}\n"
+        f"{cluster.pods_report(namespace)}\noperator log:\n{operator.tail()}"
+    )

@@ -1,0 +1,218 @@
+"""The renderer: golden files for every example, the one-switch property, least-privilege RBAC."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from specpilot.api import spec as s
+from specpilot.controller import render as r
+from specpilot.controller.routing import routing_table
+from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
+from specpilot.wire.routerconfig import RouterConfig
+from specpilot.wire.routes import parse_routes
+
+ROOT = Path(__file__).resolve().parents[3]
+EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+GOLDEN = Path(__file__).parent / "golden"
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+IMAGE = "specpilot/specpilot:test"
+
+
+def load(path: Path) -> tuple[r.PilotRef, s.SpeculationPilotSpec]:
+    doc = yaml.safe_load(path.read_text())
+    ref = r.PilotRef(name=doc["metadata"]["name"], namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
+    return ref, s.SpeculationPilotSpec.from_wire(doc["spec"])
+
+
+def rendered(ref: r.PilotRef, spec: s.SpeculationPilotSpec, weights: dict[str, int] | None = None) -> r.Rendered:
+    table = routing_table(ref.name, spec, weights or {}, generation=1, now=NOW)
+    return r.render(ref, spec, table=table, router_image=IMAGE)
+
+
+def with_spec(spec: s.SpeculationPilotSpec, path: str, value: Any) -> s.SpeculationPilotSpec:
+    """A copy of `spec` with the camelCase field at dotted `path` set to `value`."""
+    doc = copy.deepcopy(spec.to_wire())
+    *parents, last = path.split(".")
+    node = doc
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return s.SpeculationPilotSpec.from_wire(doc)
+
+
+def container(plan: r.ArmPlan) -> dict[str, Any]:
+    return plan.deployment["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_render_matches_golden_file(example: Path) -> None:
+    """Every object rendered for every example, as reviewed once by eye (SPECPILOT_UPDATE_GOLDEN=1 rewrites)."""
+    ref, spec = load(example)
+    text = yaml.safe_dump_all(rendered(ref, spec).objects, sort_keys=False, width=120)
+    golden = GOLDEN / f"{example.stem}.yaml"
+    if os.environ.get("SPECPILOT_UPDATE_GOLDEN"):
+        golden.parent.mkdir(exist_ok=True)
+        golden.write_text(text)
+    assert text == golden.read_text(), f"render of {example.name} changed; review and regenerate {golden}"
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_object_is_owned_labelled_and_namespaced(example: Path) -> None:
+    ref, spec = load(example)
+    for obj in rendered(ref, spec).objects:
+        meta = obj["metadata"]
+        assert meta["namespace"] == "team-a"
+        assert meta["name"].startswith(f"{ref.name}-")
+        assert meta["labels"][PILOT_LABEL] == ref.name
+        (owner,) = meta["ownerReferences"]
+        assert (owner["kind"], owner["name"], owner["uid"], owner["controller"]) == (
+            "SpeculationPilot",
+            ref.name,
+            ref.uid,
+            True,
+        )
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_baseline_and_speculative_differ_by_the_speculative_config_alone(example: Path) -> None:
+    ref, spec = load(example)
+    baseline, speculative = (r.render_arm(ref, spec, arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE))
+    base_pod, spec_pod = (copy.deepcopy(p.deployment["spec"]["template"]["spec"]) for p in (baseline, speculative))
+    spec_args = spec_pod["containers"][0].pop("args")
+    base_args = base_pod["containers"][0].pop("args")
+    assert spec_pod == base_pod
+    assert spec_args[: len(base_args)] == base_args
+    flag, config = spec_args[len(base_args) :]
+    assert flag == "--speculative-config"
+    draft = spec.speculative.draft
+    expected = {"method": draft.method.value, "num_speculative_tokens": draft.num_speculative_tokens}
+    expected |= {"model": draft.model} if draft.model else {}
+    expected |= {"draft_tensor_parallel_size": draft.tensor_parallel_size} if draft.tensor_parallel_size else {}
+    expected |= {"revision": draft.revision} if draft.revision else {}
+    assert json.loads(config) == expected
+    assert baseline.config_hash != speculative.config_hash
+
+
+def test_alternative_differs_only_where_its_spec_does() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    assert spec.alternative is not None and spec.alternative.tensor_parallel_size == 2
+    baseline, alternative = (r.render_arm(ref, spec, arm) for arm in (Arm.BASELINE, Arm.ALTERNATIVE))
+    base, alt = container(baseline), container(alternative)
+    differing = {key for key in base.keys() | alt.keys() if base.get(key) != alt.get(key)}
+    assert differing == {"args", "resources"}
+    # resources differ in the GPU count alone: one GPU per tensor-parallel rank
+    assert {k: v for k, v in alt["resources"]["limits"].items() if k != s.GPU_RESOURCE} == {
+        k: v for k, v in base["resources"]["limits"].items() if k != s.GPU_RESOURCE
+    }
+    assert (base["resources"]["limits"][s.GPU_RESOURCE], alt["resources"]["limits"][s.GPU_RESOURCE]) == (4, 2)
+    assert alt["resources"]["requests"][s.GPU_RESOURCE] == 2
+    # args: the tensor parallel size changed and the alternative's extraArgs came last
+    tp = base["args"].index("--tensor-parallel-size")
+    assert alt["args"][: tp + 1] == base["args"][: tp + 1] and alt["args"][tp + 1] == "2"
+    assert alt["args"][tp + 2 :] == [*base["args"][tp + 2 :], *spec.alternative.extra_args]
+    assert (alternative.replicas, alternative.gpus, baseline.gpus) == (4, 8, 8)
+
+
+def test_alternative_with_extra_args_only_keeps_everything_else() -> None:
+    ref, spec = load(ROOT / "manifests/examples/local-demo.yaml")
+    base, alt = (container(r.render_arm(ref, spec, arm)) for arm in (Arm.BASELINE, Arm.ALTERNATIVE))
+    assert {k: v for k, v in alt.items() if k != "args"} == {k: v for k, v in base.items() if k != "args"}
+    assert alt["args"] == [*base["args"], "--max-num-seqs=64"]
+
+
+def test_engine_change_reaches_every_arm_and_draft_change_only_the_speculative() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    hashes = {arm: r.render_arm(ref, spec, arm).config_hash for arm in Arm}
+    engine = with_spec(spec, "engine.image", "vllm/vllm-openai:v0.33.1")
+    assert all(r.render_arm(ref, engine, arm).config_hash != hashes[arm] for arm in Arm)
+    draft = with_spec(spec, "speculative.draft.numSpeculativeTokens", 5)
+    assert {arm: r.render_arm(ref, draft, arm).config_hash for arm in Arm} == hashes | {
+        Arm.SPECULATIVE: r.render_arm(ref, draft, Arm.SPECULATIVE).config_hash
+    }
+    assert r.render_arm(ref, draft, Arm.SPECULATIVE).config_hash != hashes[Arm.SPECULATIVE]
+    replicas = with_spec(spec, "baseline.replicas", 3)
+    assert r.render_arm(ref, replicas, Arm.BASELINE).config_hash == hashes[Arm.BASELINE]
+
+
+@pytest.mark.parametrize(("tp", "shm"), [(1, False), (2, True)], ids=["tp1-no-shm", "tp2-memory-backed-shm"])
+def test_shared_memory_for_tensor_parallel_engines(tp: int, shm: bool) -> None:
+    ref, spec = load(ROOT / "manifests/examples/minimal.yaml")
+    spec = with_spec(spec, "engine.tensorParallelSize", tp)
+    spec = with_spec(spec, "engine.resources", {"limits": {s.GPU_RESOURCE: tp}})
+    pod = r.render_arm(ref, spec, Arm.BASELINE).deployment["spec"]["template"]["spec"]
+    assert ("volumes" in pod) is shm
+    if shm:
+        assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+        assert pod["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert pod["containers"][0]["resources"]["limits"][s.GPU_RESOURCE] == tp
+
+
+def test_mock_engine_is_rendered_by_the_same_code() -> None:
+    ref, spec = load(ROOT / "manifests/examples/local-demo.yaml")
+    c = container(r.render_arm(ref, spec, Arm.SPECULATIVE))
+    assert c["command"] == ["specpilot", "mock-vllm"]
+    assert c["args"][:5] == ["mock/target-8b", "--host", "$(POD_IP)", "--port", "8000"]
+    assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+    assert {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}} in c["env"]
+
+
+def test_secret_env_is_passed_by_reference() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    env = container(r.render_arm(ref, spec, Arm.BASELINE))["env"]
+    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "huggingface", "key": "token"}}} in env
+
+
+def test_router_role_is_least_privilege() -> None:
+    ref, _spec = load(ROOT / "manifests/examples/local-demo.yaml")
+    _, role, binding = r.router_rbac(ref)
+    rules = role["rules"]
+    resources = {res for rule in rules for res in rule["resources"]}
+    verbs = {verb for rule in rules for verb in rule["verbs"]}
+    assert resources == {"configmaps", "endpointslices"}
+    assert verbs == {"get", "list", "watch"}
+    assert not any("*" in value for rule in rules for key in ("apiGroups", "resources", "verbs") for value in rule[key])
+    assert "secrets" not in resources
+    (configmaps,) = [rule for rule in rules if rule["resources"] == ["configmaps"]]
+    assert configmaps["resourceNames"] == [routes_name(ref.name)]
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{ref.name}-router", "namespace": "team-a"}]
+
+
+def test_router_args_parse_back_to_its_config() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    deployment, _ = r.render_router(ref, spec, image=IMAGE)
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[0] == "router"
+    config = RouterConfig.parse(args[1:], {"POD_NAMESPACE": "team-a"})
+    assert config.pilot == ref.name
+    assert config.request_timeout == 300.0
+    assert config.scope_header == "x-specpilot-scope"
+    assert config.max_table_age == r.max_table_age_seconds(spec) == 180.0  # 3 x interval 1m
+
+
+def test_routes_configmap_carries_the_table() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    out = rendered(ref, spec, {"code": 25})
+    table = parse_routes(out.routes["data"], pilot=ref.name)
+    assert [scope.name for scope in table.scopes] == [scope.name for scope in spec.scopes]
+    assert table.default_scope == "chat"
+    code = table.scopes[0]
+    assert (code.weights.baseline, code.weights.speculative) == (75, 25)
+    assert code.deadline_seconds == 120.0
+    assert code.match.headers[0].type == "RegularExpression"
+    assert all(scope.weights.speculative == 0 for scope in table.scopes[1:])
+
+
+def test_engine_pods_select_their_arm_only() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    selectors = {plan.arm: plan.deployment["spec"]["selector"]["matchLabels"] for plan in rendered(ref, spec).arms}
+    assert {sel[ARM_LABEL] for sel in selectors.values()} == {"baseline", "speculative", "alternative"}
+    for plan in rendered(ref, spec).arms:
+        assert plan.service["spec"]["selector"] == selectors[plan.arm]
