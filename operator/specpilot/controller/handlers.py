@@ -78,6 +78,7 @@ def settings(*, peering: bool) -> kopf.OperatorSettings:
     out.watching.server_timeout = 300
     out.peering.standalone = not peering
     out.peering.mandatory = peering
+    out.peering.lifetime = 30  # a standby takes over within about this long after the active one dies
     return out
 
 

@@ -2,23 +2,21 @@
 
 A thin aiohttp client rather than the `kubernetes` package's synchronous one: every call awaits on
 the event loop Kopf already runs (no worker threads, no blocking), and bodies stay plain JSON (no
-model deserialisation, which dominates that client's CPU cost). Credentials come from the
-`kubernetes` package's config loaders (in-cluster, else KUBECONFIG), refreshed per request.
+model deserialisation, which dominates that client's CPU cost). Credentials come from
+`specpilot.kubeaccess`, the token refreshed per request.
 """
 
 from __future__ import annotations
 
 import json
-import ssl
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from kubernetes import client, config
 
+from specpilot.kubeaccess import KubeAccess
 from specpilot.wire.names import MANAGER
 
 Json = dict[str, Any]
@@ -34,38 +32,6 @@ RESOURCES: Mapping[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
 }
-
-
-@dataclass(frozen=True)
-class Access:
-    """Where the API server is and how to authenticate to it."""
-
-    server: str
-    ssl: ssl.SSLContext | bool
-    token: Callable[[], str | None]
-
-
-def load_access() -> Access:
-    """Credentials from the in-cluster service account, else from KUBECONFIG (or ~/.kube/config)."""
-    cfg = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=cfg)
-    context: ssl.SSLContext | bool = False
-    if cfg.host.startswith("https:"):
-        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if not cfg.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if cfg.cert_file:
-            context.load_cert_chain(cfg.cert_file, cfg.key_file)
-
-    def token() -> str | None:
-        value = cfg.auth_settings().get("BearerToken", {}).get("value")  # refreshes expiring tokens
-        return str(value) if value else None
-
-    return Access(server=str(cfg.host).rstrip("/"), ssl=context, token=token)
 
 
 class ApiError(Exception):
@@ -87,7 +53,7 @@ class Kube:
     """The calls the operator makes; one per method, each raising `ApiError` on refusal."""
 
     def __init__(
-        self, access: Access, session: aiohttp.ClientSession, *, observe: Callable[[str, float], None]
+        self, access: KubeAccess, session: aiohttp.ClientSession, *, observe: Callable[[str, float], None]
     ) -> None:
         self._access = access
         self._session = session

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import logging
 import os
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -15,9 +16,10 @@ from prometheus_client import start_http_server
 
 from specpilot import __version__
 from specpilot.controller.handlers import register, settings
-from specpilot.controller.kube import Kube, load_access
+from specpilot.controller.kube import Kube
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.reconcile import Controller
+from specpilot.kubeaccess import load_access
 
 DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
 
@@ -58,8 +60,17 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
     )
     p.add_argument("--liveness", default=":8081", help="HOST:PORT of the liveness endpoint /healthz ('' disables)")
     p.add_argument("--metrics", default=":8082", help="HOST:PORT of the Prometheus /metrics endpoint ('' disables)")
-    p.add_argument("--peering", default=None, help="KopfPeering name: replicas sharing it stand by for each other")
-    p.add_argument("--priority", type=int, default=0, help="peering priority: the highest one is active")
+    p.add_argument(
+        "--peering",
+        default=environ.get("SPECPILOT_PEERING"),
+        help="Kopf peering object (manifests/operator/kopf-peering.yaml): replicas sharing it stand by for each other",
+    )
+    p.add_argument(
+        "--priority",
+        type=int,
+        default=None,
+        help="peering priority, the highest works (default: random, so that one of equal replicas works)",
+    )
     p.add_argument("--log-level", default=environ.get("SPECPILOT_LOG_LEVEL", "INFO"))
     args = p.parse_args(list(argv))
     if bool(args.namespace) == args.all_namespaces:
@@ -77,7 +88,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         liveness=args.liveness or None,
         metrics=args.metrics or None,
         peering=args.peering,
-        priority=args.priority,
+        priority=args.priority if args.priority is not None else random.randrange(1, 1_000_000),
         log_level=args.log_level.upper(),
     )
 

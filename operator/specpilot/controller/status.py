@@ -151,6 +151,23 @@ def set_condition(
     )
 
 
+def _set_all(
+    conditions: Sequence[Condition],
+    updates: Sequence[tuple[ConditionType, bool, Reason, str]],
+    *,
+    generation: int,
+    now: datetime,
+) -> list[Condition]:
+    """`conditions` with each (type, holds, reason, message) of `updates` set."""
+    out = list(conditions)
+    for type_, holds, reason, message in updates:
+        status = ConditionStatus.TRUE if holds else ConditionStatus.FALSE
+        out = set_condition(
+            out, type=type_, status=status, reason=reason, message=message, generation=generation, now=now
+        )
+    return out
+
+
 def condition(status: SpeculationPilotStatus | None, type: ConditionType) -> Condition | None:
     return next((c for c in status.conditions if c.type == type), None) if status is not None else None
 
@@ -326,7 +343,7 @@ def reconciled_status(
     arms_message = "; ".join(h.message for h in arm_health)
     blocking = fatal or not_ready or ([] if router.ready else [router])
     restart = next((e for e in scope_events if e.reason in (Reason.ENGINE_CHANGED, Reason.DRAFT_CHANGED)), None)
-    conditions = list(previous.conditions if previous is not None else [])
+    conditions = previous.conditions if previous is not None else []
     updates = [
         (ConditionType.INVALID_SPEC, False, Reason.SPEC_VALID, "every field passed the operator's checks"),
         (
@@ -360,16 +377,7 @@ def reconciled_status(
             "spec.suspend is set: stages do not advance" if spec.suspend else "spec.suspend is not set",
         ),
     ]
-    for type_, holds, reason, message in updates:
-        conditions = set_condition(
-            conditions,
-            type=type_,
-            status=ConditionStatus.TRUE if holds else ConditionStatus.FALSE,
-            reason=reason,
-            message=message,
-            generation=generation,
-            now=now,
-        )
+    conditions = _set_all(conditions, updates, generation=generation, now=now)
     speculative = sum(1 for scope in scopes if scope.state is ScopeState.SPECULATIVE)
     status = SpeculationPilotStatus(
         observed_generation=generation,
@@ -401,21 +409,12 @@ def invalid_status(
 ) -> StatusPlan:
     """Status for a spec only the operator can reject: what runs keeps running, nothing new is applied."""
     message = "; ".join(str(problem) for problem in problems) + " (nothing new was deployed; fix the spec)"
-    conditions = list(previous.conditions if previous is not None else [])
-    for type_, holds, reason in (
-        (ConditionType.INVALID_SPEC, True, Reason.SPEC_INVALID),
-        (ConditionType.DEGRADED, True, Reason.SPEC_INVALID),
-        (ConditionType.READY, False, Reason.SPEC_INVALID),
-    ):
-        conditions = set_condition(
-            conditions,
-            type=type_,
-            status=ConditionStatus.TRUE if holds else ConditionStatus.FALSE,
-            reason=reason,
-            message=message,
-            generation=generation,
-            now=now,
-        )
+    updates = [
+        (ConditionType.INVALID_SPEC, True, Reason.SPEC_INVALID, message),
+        (ConditionType.DEGRADED, True, Reason.SPEC_INVALID, message),
+        (ConditionType.READY, False, Reason.SPEC_INVALID, message),
+    ]
+    conditions = _set_all(previous.conditions if previous is not None else [], updates, generation=generation, now=now)
     base = previous if previous is not None else SpeculationPilotStatus()
     status = base.model_copy(
         update={"observed_generation": generation, "phase": Phase.DEGRADED, "conditions": conditions}

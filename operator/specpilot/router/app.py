@@ -21,8 +21,9 @@ import aiohttp
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
 
+from specpilot.kubeaccess import load_access
 from specpilot.router.admin import admin_app
-from specpilot.router.kube import ClusterSource, load_access
+from specpilot.router.kube import ClusterSource
 from specpilot.router.metrics import RouterMetrics
 from specpilot.router.proxy import Proxy
 from specpilot.router.samples import SampleLog

@@ -1,8 +1,8 @@
 """The router's view of Kubernetes: list+watch of its routing ConfigMap and its arms' EndpointSlices.
 
-A small aiohttp list+watch (no threads): credentials come from the kubernetes client's config
-loaders (in-cluster, else KUBECONFIG). Watches relist on 410 Gone and reconnect with backoff, so
-a change reaches the router within milliseconds and a lost connection heals on its own.
+A small aiohttp list+watch (no threads), with credentials from `specpilot.kubeaccess`. Watches
+relist on 410 Gone and reconnect with backoff, so a change reaches the router within milliseconds
+and a lost connection heals on its own.
 """
 
 from __future__ import annotations
@@ -10,52 +10,18 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import ssl
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
-from kubernetes import client, config
 
+from specpilot.kubeaccess import KubeAccess
 from specpilot.router.slices import ready_endpoints
 from specpilot.router.state import ENDPOINTS, TABLE, RouteSink
 from specpilot.wire.names import SERVICE_NAME_LABEL, Arm, arm_name, routes_name
 
 log = logging.getLogger("specpilot.router.kube")
-
-
-@dataclass(frozen=True)
-class KubeAccess:
-    """Where the API server is and how to authenticate to it."""
-
-    server: str
-    ssl: ssl.SSLContext | bool
-    token: Callable[[], str | None]
-
-
-def load_access() -> KubeAccess:
-    """Credentials from the in-cluster service account, else from KUBECONFIG (or ~/.kube/config)."""
-    cfg = client.Configuration()
-    try:
-        config.load_incluster_config(client_configuration=cfg)
-    except config.ConfigException:
-        config.load_kube_config(client_configuration=cfg)
-    context: ssl.SSLContext | bool = False
-    if cfg.host.startswith("https:"):
-        context = ssl.create_default_context(cafile=cfg.ssl_ca_cert)
-        if not cfg.verify_ssl:
-            context.check_hostname = False
-            context.verify_mode = ssl.CERT_NONE
-        if cfg.cert_file:
-            context.load_cert_chain(cfg.cert_file, cfg.key_file)
-
-    def token() -> str | None:
-        value = cfg.auth_settings().get("BearerToken", {}).get("value")  # refreshes expiring tokens
-        return str(value) if value else None
-
-    return KubeAccess(server=str(cfg.host).rstrip("/"), ssl=context, token=token)
 
 
 class KubeError(Exception):

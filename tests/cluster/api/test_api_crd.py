@@ -12,13 +12,14 @@ import yaml
 from tests.cluster.conftest import Cluster
 
 from specpilot.api import SpeculationPilot, SpeculationPilotStatus
+from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import (
     Condition,
     ConditionStatus,
     ConditionType,
     Decision,
+    DecisionOutcome,
     FallbackRecord,
-    Outcome,
     Phase,
     Window,
 )
@@ -70,8 +71,8 @@ def _status(now: datetime) -> SpeculationPilotStatus:
             FallbackRecord(
                 scope="chat",
                 at=now - timedelta(hours=3),
-                reason="ThresholdExceeded",
-                metric="ttftRatio",
+                reason=FallbackReason.THRESHOLD_EXCEEDED,
+                metric=MetricName.TTFT_RATIO,
                 observed=1.4,
                 threshold=1.2,
                 window=window,
@@ -79,14 +80,14 @@ def _status(now: datetime) -> SpeculationPilotStatus:
             FallbackRecord(
                 scope="chat",
                 at=now - timedelta(minutes=10),
-                reason="KvCacheSaturated",
-                metric="kvCacheUsage",
+                reason=FallbackReason.KV_CACHE_PRESSURE,
+                metric=MetricName.KV_CACHE_USAGE,
                 observed=0.99,
                 threshold=0.95,
                 window=window,
             ),
         ],
-        decision=Decision(outcome=Outcome.ADOPT_WITHIN_ENVELOPE, decided_at=now, reasons=["faster"]),
+        decision=Decision(outcome=DecisionOutcome.ADOPT_WITHIN_ENVELOPE, decided_at=now, reasons=["faster"]),
     )
 
 

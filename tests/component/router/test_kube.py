@@ -14,8 +14,9 @@ import pytest
 from aiohttp import web
 from tests.component.router.conftest import Harness
 
+from specpilot.kubeaccess import KubeAccess
 from specpilot.router.decide import Endpoint, Fallback
-from specpilot.router.kube import ClusterSource, KubeAccess
+from specpilot.router.kube import ClusterSource
 from specpilot.router.state import RouterState
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
