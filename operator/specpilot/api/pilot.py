@@ -31,6 +31,13 @@ NAME_RULE = Rule(
 )
 
 
+# Manual actions, as annotations on the pilot; the operator acts once and removes the annotation.
+PROMOTE_ANNOTATION = f"{GROUP}/promote"  # value: a scope name; it moves to its next stage now
+ABORT_ANNOTATION = f"{GROUP}/abort"  # value: a scope name, or "*" for every scope: back to ordinary decoding
+RESUME_ANNOTATION = f"{GROUP}/resume"  # value: a rolled-back scope's name; it pilots again from its first stage
+ALL_SCOPES = "*"
+
+
 class SpeculationPilot(ApiModel):
     """A SpeculationPilot object as stored by the API server."""
 

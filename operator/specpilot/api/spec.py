@@ -505,6 +505,9 @@ class Analysis(ApiModel):
     """How often each scope's window is closed and judged."""
     window: Annotated[DurationText, duration_within("5s", "24h")] = "5m"
     """How far back a window reaches; at least interval."""
+    warmup: Annotated[DurationText, duration_within("0s", "1h")] = "1m"
+    """How long both arms must have been ready before a window is judged, so that cold starts (weights
+    loading, graph capture, empty caches) are kept apart from steady operation."""
     min_samples: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = 50
     """Requests each arm needs in a window; fewer make the window inconclusive, never a pass."""
     failure_limit: Annotated[int, Field(strict=True, ge=1, le=100)] = 3

@@ -169,6 +169,8 @@ class WindowSummary(ApiModel):
     """Speculative arm's 95th percentile end-to-end latency, in seconds."""
     acceptance_length: float | None = None
     """Mean committed tokens per speculative round."""
+    reason: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """Why the window got its verdict: the failing or inconclusive checks, in a sentence."""
 
 
 class ScopeStatus(ApiModel):
@@ -187,6 +189,15 @@ class ScopeStatus(ApiModel):
     """Percent of the scope's requests currently routed to the speculative arm."""
     failed_checks: Count = 0
     """Consecutive failing windows."""
+    stage_started_at: datetime | None = None
+    """When the current stage's weight took effect."""
+    stage_requests: Count = 0
+    """Speculative-arm requests of the scope judged at the current stage."""
+    passed_windows: Count = 0
+    """Passing windows at the current stage."""
+    judge: Annotated[dict[str, float], Field(max_length=32)] = {}
+    """State of the sequential comparison at the current stage (so that a restarted operator resumes
+    the same test)."""
     last_transition_time: datetime | None = None
     """When state last changed."""
     last_window: WindowSummary | None = None

@@ -1,10 +1,11 @@
 """The operator's footprint with many pilots: RSS and CPU idle, and CPU per reconcile.
 
 Runs `specpilot operator` as a process against the local cluster (started if needed), applies N
-pilots whose arms nothing can schedule (a nodeSelector no node has), waits until every one has a
-status, then measures the operator idle. CPU comes from /proc (user + system time of the process).
+pilots while the node is cordoned, so that no arm or router is scheduled (2 cores cannot run a
+hundred routers), waits until every pilot has a status, then measures the operator idle. CPU comes
+from /proc (user + system time of the process).
 
-    .venv/bin/python bench/operator.py [--pilots 100] [--idle-seconds 60]
+    .venv/bin/python bench/operator_footprint.py [--pilots 100] [--idle-seconds 60]
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMESPACE = "bench-operator"
+NODE = os.environ.get("SPECPILOT_NODE_NAME", "specpilot-local")
 TARGET_RSS_MIB, TARGET_IDLE_CORES = 150.0, 0.1
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -56,7 +58,6 @@ def reconciles(metrics_port: int) -> float:
 
 def pilots(count: int) -> str:
     base = yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text())
-    base["spec"]["engine"]["nodeSelector"] = {"specpilot.io/bench": "nowhere"}
     docs = []
     for index in range(count):
         doc = copy.deepcopy(base)
@@ -91,6 +92,7 @@ def main() -> int:
     kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
     subprocess.run(["kubectl", "delete", "namespace", NAMESPACE, "--wait=true"], capture_output=True, check=False)
     kubectl("create", "namespace", NAMESPACE)
+    kubectl("cordon", NODE)
     metrics_port = 18482
     operator = subprocess.Popen(
         [
@@ -114,11 +116,18 @@ def main() -> int:
         idle_cores, idle_rss = window(operator.pid, args.idle_seconds)
         idle_reconciles = reconciles(metrics_port) - before - done
     finally:
+        # Pilots go while the operator runs: their teardown finalizer needs it.
+        subprocess.run(
+            ["kubectl", "delete", "speculationpilots", "--all", "-n", NAMESPACE, "--timeout=120s"],
+            capture_output=True,
+            check=False,
+        )
         operator.terminate()
         operator.wait(timeout=30)
         subprocess.run(["kubectl", "delete", "namespace", NAMESPACE, "--wait=false"], capture_output=True, check=False)
+        kubectl("uncordon", NODE)
 
-    print(f"\noperator with {args.pilots} pilots (arms unschedulable), one process, measured from /proc")
+    print(f"\noperator with {args.pilots} pilots (pods unschedulable), one process, measured from /proc")
     print(f"  {'':<34} {'measured':>12} {'target':>10} {'ratio':>7}")
     print(f"  {'RSS, no pilots (MiB)':<34} {idle_empty[1]:>12.1f}")
     print(f"  {'CPU idle, no pilots (cores)':<34} {idle_empty[0]:>12.4f}")

@@ -1,0 +1,78 @@
+"""One closed window of one scope, as the judge reads it: what each arm did with the scope's requests,
+and what each arm's engines reported.
+
+`specpilot.metrics` builds these from the router's per-request samples and the engines' /metrics;
+the judge only reads them. Per-scope speed comes from the requests (engines cannot tell scopes
+apart); the engine figures are arm-wide diagnostics and hard limits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from specpilot.wire.samples import RequestOutcome
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmRequests:
+    """The scope's requests that the router sent to one arm and that finished within the window.
+
+    `outcomes` counts every request, failures included: it is the denominator of every rate. The
+    tuples hold one value per request that yields it: `decode_seconds` and `committed_tokens` are
+    paired (ok streamed requests with at least two output tokens: decode time, and output tokens
+    after the first); `ttft_seconds` is per ok streamed request; `e2e_seconds` per ok request."""
+
+    outcomes: Mapping[RequestOutcome, int] = field(default_factory=dict)
+    late: int = 0  # ok but after the scope's deadline
+    decode_seconds: tuple[float, ...] = ()
+    committed_tokens: tuple[int, ...] = ()
+    ttft_seconds: tuple[float, ...] = ()
+    e2e_seconds: tuple[float, ...] = ()
+
+    @property
+    def routed(self) -> int:
+        """Every request sent to the arm, whatever its outcome."""
+        return sum(self.outcomes.values())
+
+    def count(self, *outcomes: RequestOutcome) -> int:
+        return sum(self.outcomes.get(outcome, 0) for outcome in outcomes)
+
+    @property
+    def time_per_committed_token(self) -> float | None:
+        """Accumulated decode time over accumulated tokens after the first, in seconds."""
+        tokens = sum(self.committed_tokens)
+        return sum(self.decode_seconds) / tokens if tokens > 0 else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmEngine:
+    """One arm's engines over the window, summed over its ready pods (counter deltas, gauge samples)."""
+
+    time_per_committed_token: float | None = None  # seconds: Δdecode sum / (Δgeneration tokens − Δfinished)
+    acceptance_rate: float | None = None  # Δaccepted / Δdraft tokens
+    acceptance_length: float | None = None  # 1 + Δaccepted / Δdrafts: committed tokens per round
+    per_position_acceptance: tuple[float, ...] = ()  # acceptance rate at draft position 0, 1, ...
+    kv_usage: tuple[tuple[datetime, float], ...] = ()  # (scrape time, highest kv_cache_usage_perc of its pods)
+    inter_token_latency: float | None = None  # seconds, at thresholds.interTokenLatency.quantile (bucket deltas)
+    preemptions: int = 0
+    running: float | None = None  # mean of num_requests_running over the scrapes
+    waiting: float | None = None  # mean of num_requests_waiting over the scrapes
+    inconclusive: str | None = None  # why these figures cannot be trusted (missing, NaN, truncated, reset)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScopeWindow:
+    """Everything the judge needs about one scope's window, speculative arm against baseline."""
+
+    scope: str
+    start: datetime
+    end: datetime
+    baseline: ArmRequests
+    speculative: ArmRequests
+    baseline_engine: ArmEngine
+    speculative_engine: ArmEngine
+    # Why the sources could not see the whole window (dropped samples, a router restart, a failed
+    # scrape): the window is inconclusive, never a pass.
+    gaps: tuple[str, ...] = ()
