@@ -57,7 +57,8 @@ def reconciles(metrics_port: int) -> float:
 
 
 def pilots(count: int) -> str:
-    base = yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text())
+    # Production defaults (an analysis interval of a minute), not the local demo's short clock.
+    base = yaml.safe_load((ROOT / "manifests/examples/minimal.yaml").read_text())
     docs = []
     for index in range(count):
         doc = copy.deepcopy(base)
@@ -78,6 +79,19 @@ def statuses(count: int) -> int:
         "items"
     ]
     return sum(1 for item in items if (item.get("status") or {}).get("observedGeneration"))
+
+
+def wait_for_pods(count: int, timeout: float = 600) -> None:
+    """Until `count` pods exist in the namespace and the number has held still for 10 s."""
+    deadline, last, since = time.monotonic() + timeout, -1, time.monotonic()
+    while time.monotonic() < deadline:
+        pods = len(json.loads(kubectl("get", "pods", "-n", NAMESPACE, "-o", "json"))["items"])
+        if pods != last:
+            last, since = pods, time.monotonic()
+        elif pods >= count and time.monotonic() - since >= 10:
+            return
+        time.sleep(2)
+    raise SystemExit(f"pods did not settle at {count} within {timeout} s (last {last})")
 
 
 def main() -> int:
@@ -111,7 +125,7 @@ def main() -> int:
                 raise SystemExit("pilots were not all reconciled within 10 minutes")
             time.sleep(2)
         settle = time.monotonic() - started
-        time.sleep(10)  # the arms' Deployments and pods settle as Pending
+        wait_for_pods(4 * args.pilots)  # every arm's and router's pod created, and Pending
         spent, done = cpu_seconds(operator.pid) - cpu, reconciles(metrics_port) - before
         idle_cores, idle_rss = window(operator.pid, args.idle_seconds)
         idle_reconciles = reconciles(metrics_port) - before - done

@@ -41,6 +41,7 @@ CHILD_RESOURCES = (
 OWNED = {PILOT_LABEL: kopf.PRESENT}
 PODS_INDEX = "pilot_pods"
 RETRY_SECONDS = 5.0
+WAKE_GATHER_SECONDS = 1.0
 
 
 def _index_name(plural: str) -> str:
@@ -118,12 +119,19 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     def child_changed(**kwargs: Any) -> None:
         controller.wake(kwargs["namespace"], kwargs["labels"][PILOT_LABEL])
 
+    # Not the routing ConfigMap: the operator rewrites it every interval, and each rewrite would wake
+    # it again; an edit to it is undone by the next rewrite.
     for group, version, plural in (*CHILD_RESOURCES, ("", "v1", "pods")):
-        kopf.on.event(group, version, plural, labels=OWNED, id=f"wake_on_{plural}", registry=registry)(child_changed)
+        if plural != "configmaps":
+            kopf.on.event(group, version, plural, labels=OWNED, id=f"wake_on_{plural}", registry=registry)(
+                child_changed
+            )
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def pilot_changed(**kwargs: Any) -> None:
-        controller.wake(kwargs["namespace"], kwargs["name"])
+        # The operator's own status writes come back as events too; only a new generation matters.
+        meta = kwargs["meta"]
+        controller.wake_for_spec(kwargs["namespace"], kwargs["name"], int(meta.get("generation") or 0))
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=30.0)
     async def pilot_loop(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
@@ -139,12 +147,14 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await _first(memory.wake.wait(), stopped.wait())
+                # A rollout or a pilot being created changes many objects at once: gather them.
+                await _first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def pilot_deleted(body: kopf.Body, **kwargs: Any) -> None:
         ref = pilot_ref(body)
         if not await controller.teardown(body, _observation(ref.namespace, ref.name, kwargs)):
-            raise kopf.TemporaryError("the router is still draining; the baseline keeps serving it", delay=1)
+            raise kopf.TemporaryError("waiting for the router's pods to go; the baseline serves until then", delay=1)
 
 
 async def _first(*waits: Any) -> None:

@@ -136,6 +136,12 @@ class Controller:
         if memory is not None:
             memory.wake.set()
 
+    def wake_for_spec(self, namespace: str, pilot: str, generation: int) -> None:
+        """Wake a pilot's reconcile when its spec has a generation not reconciled yet."""
+        memory = self.memories.get((namespace, pilot))
+        if memory is not None and (memory.status is None or memory.status.observed_generation != generation):
+            memory.wake.set()
+
     # --- reconcile ---------------------------------------------------------------------------
 
     async def reconcile(self, body: Mapping[str, Any], seen: Observation) -> float:
