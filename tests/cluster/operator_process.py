@@ -27,9 +27,10 @@ def free_port() -> int:
 class Operator:
     """`specpilot operator --all-namespaces` with its own liveness and metrics ports and log file."""
 
-    def __init__(self, cluster: Cluster, log: Path) -> None:
+    def __init__(self, cluster: Cluster, log: Path, *extra: str) -> None:
         self.cluster = cluster
         self.log = log
+        self.extra = extra
         self.liveness, self.metrics_port = free_port(), free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -38,9 +39,11 @@ class Operator:
             *(sys.executable, "-m", "specpilot.cli", "operator", "--all-namespaces"),
             *("--router-image", ROUTER_IMAGE),
             *("--liveness", f"127.0.0.1:{self.liveness}", "--metrics", f"127.0.0.1:{self.metrics_port}"),
+            *self.extra,
         ]
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=self.cluster.env())
+            env = {**self.cluster.env(), "PYTHONUNBUFFERED": "1"}
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         wait_until("the operator's liveness endpoint", self._alive, timeout=30)
 
     def _alive(self) -> bool:
@@ -77,10 +80,10 @@ class Operator:
 
 
 @contextmanager
-def running_operator(cluster: Cluster, log: Path) -> Iterator[Operator]:
+def running_operator(cluster: Cluster, log: Path, *extra: str) -> Iterator[Operator]:
     cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
     cluster.kubectl("wait", "--for=condition=Established", "crd/speculationpilots.specpilot.io", "--timeout=30s")
-    operator = Operator(cluster, log)
+    operator = Operator(cluster, log, *extra)
     operator.start()
     try:
         yield operator

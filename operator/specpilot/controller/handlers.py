@@ -13,7 +13,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
@@ -21,10 +20,9 @@ import kopf
 
 from specpilot.api.pilot import GROUP, PLURAL, VERSION
 from specpilot.controller.kube import ApiError
-from specpilot.controller.observe import ChildSummary, pod_troubles, summarize
+from specpilot.controller.observe import ChildSummary, PodView, pod_view, summarize
 from specpilot.controller.reconcile import Controller, Observation, pilot_ref
-from specpilot.controller.status import PodTrouble
-from specpilot.wire.names import COMPONENT_LABEL, PILOT_LABEL, ROUTER_COMPONENT
+from specpilot.wire.names import PILOT_LABEL
 
 log = logging.getLogger("specpilot.operator")
 
@@ -46,23 +44,6 @@ WAKE_GATHER_SECONDS = 1.0
 
 def _index_name(plural: str) -> str:
     return f"pilot_{plural}"
-
-
-@dataclass(frozen=True)
-class PodView:
-    """What the operator keeps of a pod of a pilot."""
-
-    troubles: tuple[PodTrouble, ...]
-    router: bool
-    ready_ip: str | None
-
-
-def _pod_view(body: Mapping[str, Any]) -> PodView:
-    meta, status = body.get("metadata") or {}, body.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    router = (meta.get("labels") or {}).get(COMPONENT_LABEL) == ROUTER_COMPONENT
-    ip = status.get("podIP") if ready and not meta.get("deletionTimestamp") else None
-    return PodView(troubles=pod_troubles(body), router=router, ready_ip=ip)
 
 
 def settings(*, peering: bool) -> kopf.OperatorSettings:
@@ -90,13 +71,7 @@ def _observation(namespace: str, name: str, indices: Mapping[str, Any]) -> Obser
         for child in indices[_index_name(plural)].get(key, ()):
             children[(child.kind, child.name)] = child
     pods: Iterable[PodView] = indices[PODS_INDEX].get(key, ())
-    pods = list(pods)
-    return Observation(
-        children=children,
-        troubles=[trouble for pod in pods for trouble in pod.troubles],
-        router_ips=[pod.ready_ip for pod in pods if pod.router and pod.ready_ip],
-        router_pods=sum(1 for pod in pods if pod.router),
-    )
+    return Observation(children=children, pods=tuple(pods))
 
 
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
@@ -106,7 +81,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): summarize(kwargs["body"])}
 
     def index_pod(**kwargs: Any) -> Any:
-        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): _pod_view(kwargs["body"])}
+        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): pod_view(kwargs["body"])}
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:

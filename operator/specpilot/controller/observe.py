@@ -66,14 +66,34 @@ def deployment_state(body: Mapping[str, Any]) -> DeploymentState:
     )
 
 
+@dataclass(frozen=True)
+class PodView:
+    """What the operator keeps of a pod of a pilot."""
+
+    name: str
+    component: str  # an Arm value, or "router"
+    troubles: tuple[PodTrouble, ...]
+    ready_ip: str | None  # set while the pod is Ready and not being deleted
+
+
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    meta, status = body.get("metadata") or {}, body.get("status") or {}
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
+    ip = status.get("podIP") if ready and not meta.get("deletionTimestamp") else None
+    return PodView(name=str(meta.get("name", "")), component=_component(meta), troubles=pod_troubles(body), ready_ip=ip)
+
+
+def _component(meta: Mapping[str, Any]) -> str:
+    labels = meta.get("labels") or {}
+    return str(labels.get(ARM_LABEL) or (ROUTER_COMPONENT if labels.get(COMPONENT_LABEL) == ROUTER_COMPONENT else ""))
+
+
 def pod_troubles(body: Mapping[str, Any]) -> tuple[PodTrouble, ...]:
     """Why a pod of an arm or of the router is not running: waiting containers, or unschedulable."""
     meta, status = body.get("metadata") or {}, body.get("status") or {}
     if meta.get("deletionTimestamp"):
         return ()
-    labels = meta.get("labels") or {}
-    component = labels.get(ARM_LABEL) or (ROUTER_COMPONENT if labels.get(COMPONENT_LABEL) == ROUTER_COMPONENT else "")
-    name = str(meta.get("name", ""))
+    component, name = _component(meta), str(meta.get("name", ""))
     troubles = []
     for container in status.get("containerStatuses") or []:
         waiting = (container.get("state") or {}).get("waiting")

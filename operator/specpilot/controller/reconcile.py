@@ -25,7 +25,7 @@ from specpilot.api.validate import Problem, validate
 from specpilot.controller import render as r
 from specpilot.controller.kube import ApiError, Kube
 from specpilot.controller.metrics import OperatorMetrics
-from specpilot.controller.observe import MANAGED_FIELDS, ChildSummary, drifted
+from specpilot.controller.observe import MANAGED_FIELDS, ChildSummary, PodView, drifted
 from specpilot.controller.routing import ordinary, routing_table, table_hash
 from specpilot.controller.status import (
     Event,
@@ -37,7 +37,7 @@ from specpilot.controller.status import (
     invalid_status,
     reconciled_status,
 )
-from specpilot.wire.names import ROUTER_ADMIN_PORT, Arm, arm_name, router_name, routes_name
+from specpilot.wire.names import ROUTER_ADMIN_PORT, ROUTER_COMPONENT, Arm, arm_name, router_name, routes_name
 from specpilot.wire.routes import RoutingTable, TableError, parse_routes
 
 log = logging.getLogger("specpilot.operator")
@@ -76,9 +76,19 @@ class Observation:
     """A pilot's children and pods as the operator's indices hold them."""
 
     children: Mapping[Key, ChildSummary]  # (kind, name) -> summary
-    troubles: Sequence[PodTrouble]
-    router_ips: Sequence[str]  # pod IPs of the ready router pods
-    router_pods: int  # router pods that exist, ready or not
+    pods: Sequence[PodView] = ()
+
+    @property
+    def troubles(self) -> list[PodTrouble]:
+        return [trouble for pod in self.pods for trouble in pod.troubles]
+
+    def ready(self, component: str) -> list[tuple[str, str]]:
+        """(pod name, IP) of the ready pods of an arm (an Arm value) or of the router."""
+        return [(pod.name, pod.ready_ip) for pod in self.pods if pod.component == component and pod.ready_ip]
+
+    def count(self, component: str) -> int:
+        """Pods of an arm or of the router that exist, ready or not."""
+        return sum(1 for pod in self.pods if pod.component == component)
 
 
 def pilot_ref(body: Mapping[str, Any]) -> r.PilotRef:
@@ -330,11 +340,11 @@ class Controller:
                         ref, [Event(EventType.NORMAL, Reason.TEARDOWN, "every scope flipped to ordinary decoding")]
                     )
                     table = flipped
-                await self._await_routers(seen.router_ips, table.generation)
+                await self._await_routers([ip for _, ip in seen.ready(ROUTER_COMPONENT)], table.generation)
             for arm in (Arm.SPECULATIVE, Arm.ALTERNATIVE):
                 await self.kube.delete("apps/v1", "Deployment", ref.namespace, arm_name(ref.name, arm))
             await self.kube.delete("apps/v1", "Deployment", ref.namespace, router_name(ref.name))
-            if seen.router_pods:
+            if seen.count(ROUTER_COMPONENT):
                 return False  # the router still drains; the baseline keeps serving it
             await self.kube.delete("apps/v1", "Deployment", ref.namespace, arm_name(ref.name, Arm.BASELINE))
             for api_version, kind, name in (
