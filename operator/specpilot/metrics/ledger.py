@@ -1,0 +1,170 @@
+"""The router's per-request samples as the operator has read them, and where it may have missed some.
+
+Each router pod serves its newest samples at ``/samples?since=<cursor>``; the ledger keeps, per
+router pod, the epoch and the cursor to ask for next, and every sample that finished within its
+time horizon (older ones are let go, so memory stays bounded). Samples can be lost three ways,
+and each loss is kept as a gap with the time span it may cover, so that a window overlapping it
+is told why instead of being judged on a partial count:
+
+- the page says ``dropped > 0``: the router's ring pushed samples out before they were read;
+- the epoch changed: the router restarted, and what it had not yet served is gone (the cursor
+  goes back to 0 and the page, read with the old epoch's cursor, is read again from the start);
+- the router pod went away (`forget`) with samples possibly unread.
+
+A failed read loses nothing by itself (the next read resumes at the cursor), but until a read
+succeeds again the pod counts as read only up to its last good read, with the failure as reason.
+Pure: the caller does the reading and passes ``at`` (when the page was read).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from specpilot.metrics.samples import finished_at
+from specpilot.wire.samples import RequestSample, SamplesPage
+
+_BEGINNING = datetime.min.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class _Gap:
+    """Samples of one router pod that finished within [start, end] may be missing."""
+
+    start: datetime
+    end: datetime
+    reason: str
+
+
+@dataclass(slots=True)
+class _Router:
+    epoch: str | None = None
+    cursor: int = 0
+    seen_until: datetime | None = None  # every sample that finished before this has been read
+    failure: tuple[datetime, str] | None = None  # the last failed read since the last good one
+    samples: deque[RequestSample] = field(default_factory=deque)
+
+
+class SampleLedger:
+    """Samples per router pod within a time horizon, the cursors to read on from, and the gaps."""
+
+    def __init__(self, *, horizon: timedelta) -> None:
+        self._horizon = horizon
+        self._routers: dict[str, _Router] = {}
+        self._gone: list[deque[RequestSample]] = []  # samples of forgotten pods, still inside the horizon
+        self._gaps: list[_Gap] = []
+        self._now = _BEGINNING
+
+    def cursor(self, pod: str) -> int:
+        """The ``since`` to ask the pod for next (0 for a pod not read yet)."""
+        router = self._routers.get(pod)
+        return router.cursor if router is not None else 0
+
+    def record(self, pod: str, page: SamplesPage, *, at: datetime, limit: int) -> int:
+        """Take a page read at `at` with ``limit=<limit>``; returns the cursor to ask for next.
+
+        A full page means more is waiting: read again at once with the cursor returned (ask for
+        no more than the router's 10,000 per page, or a full page looks complete).
+        """
+        router = self._routers.setdefault(pod, _Router())
+        watermark = router.seen_until or _BEGINNING
+        router.failure = None
+        if router.epoch is not None and page.epoch != router.epoch:
+            span = _span(watermark, at)
+            self._gaps.append(
+                _Gap(
+                    watermark,
+                    at,
+                    f"router {pod} restarted (epoch {router.epoch} to {page.epoch}): samples {span} were lost",
+                )
+            )
+            router.epoch, router.cursor, router.seen_until = page.epoch, 0, max(watermark, at)
+            self._prune(at)
+            return 0
+        router.epoch = page.epoch
+        if page.dropped > 0:
+            oldest = _utc(finished_at(page.samples[0])) if page.samples else at
+            span = _span(watermark, oldest)
+            reason = f"router {pod}: {page.dropped} samples {span} were pushed out of its buffer unread"
+            self._gaps.append(_Gap(watermark, oldest, reason))
+        router.samples.extend(page.samples)
+        router.cursor = page.next_cursor
+        full = bool(page.samples) and len(page.samples) >= limit
+        covered = _utc(finished_at(page.samples[-1])) if full else at
+        router.seen_until = max(watermark, covered)
+        self._prune(at)
+        return router.cursor
+
+    def record_failure(self, pod: str, reason: str, *, at: datetime) -> None:
+        """A read of the pod failed at `at`; it stays read only up to its last good read."""
+        self._routers.setdefault(pod, _Router()).failure = (at, reason)
+        self._prune(at)
+
+    def forget(self, pod: str, *, at: datetime) -> None:
+        """The router pod is gone: what it had not served is lost; what was read is kept."""
+        router = self._routers.pop(pod, None)
+        if router is None:
+            return
+        self._gone.append(router.samples)
+        watermark = router.seen_until or _BEGINNING
+        if watermark < at:
+            self._gaps.append(
+                _Gap(watermark, at, f"router {pod} went away: samples {_span(watermark, at)} were never read")
+            )
+        self._prune(at)
+
+    def samples(self, start: datetime, end: datetime) -> tuple[RequestSample, ...]:
+        """Every sample read, of any pod, that finished within [start, end)."""
+        since, until = start.timestamp(), end.timestamp()
+        return tuple(sample for sample in self._all() if since <= finished_at(sample) < until)
+
+    def gaps(self, start: datetime, end: datetime) -> tuple[str, ...]:
+        """Why the samples of [start, end) may be incomplete; empty when they are complete."""
+        if not self._routers:
+            return ("no router pod is being read",)
+        reasons: list[str] = []
+        kept_from = self._now - self._horizon
+        if start < kept_from:
+            reasons.append(f"the window starts before {_time(kept_from)}, the oldest time samples are kept for")
+        for pod, router in sorted(self._routers.items()):
+            if router.seen_until is None or router.seen_until < end:
+                seen = "not read yet" if router.seen_until is None else f"read only up to {_time(router.seen_until)}"
+                failed = ""
+                if router.failure is not None:
+                    failed = f"; its last read failed at {_time(router.failure[0])}: {router.failure[1]}"
+                reasons.append(f"router {pod}: {seen}{failed}")
+        reasons.extend(gap.reason for gap in self._gaps if gap.start <= end and gap.end >= start)
+        return tuple(reasons)
+
+    def _all(self) -> Iterator[RequestSample]:
+        for router in self._routers.values():
+            yield from router.samples
+        for samples in self._gone:
+            yield from samples
+
+    def _prune(self, at: datetime) -> None:
+        """Let go of samples and gaps older than the horizon (samples arrive in the order they finished)."""
+        self._now = max(self._now, at)
+        cutoff = self._now - self._horizon
+        oldest = cutoff.timestamp()
+        for samples in (*(router.samples for router in self._routers.values()), *self._gone):
+            while samples and finished_at(samples[0]) < oldest:
+                samples.popleft()
+        self._gone = [samples for samples in self._gone if samples]
+        self._gaps = [gap for gap in self._gaps if gap.end >= cutoff]
+
+
+def _utc(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, UTC)
+
+
+def _span(start: datetime, end: datetime) -> str:
+    if start == _BEGINNING:
+        return f"that finished before {_time(end)}"
+    return f"that finished between {_time(start)} and {_time(end)}"
+
+
+def _time(at: datetime) -> str:
+    return at.isoformat(timespec="seconds")

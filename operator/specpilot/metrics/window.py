@@ -1,0 +1,39 @@
+"""One closed window of one scope, put together for the judge: `ScopeWindow`.
+
+The requests come from the sample ledger (per scope and arm), the engine figures from
+`engine.engine_window` per arm (engines cannot tell scopes apart, so every scope of an arm shares
+them), and the ledger says where the router's samples may be incomplete. Close a window at or
+before the routers' last good read, or it is incomplete by construction.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from specpilot.analysis.window import ArmEngine, ScopeWindow
+from specpilot.metrics.ledger import SampleLedger
+from specpilot.metrics.samples import arm_requests
+from specpilot.wire.names import Arm
+
+
+def scope_window(
+    ledger: SampleLedger,
+    *,
+    scope: str,
+    start: datetime,
+    end: datetime,
+    baseline_engine: ArmEngine,
+    speculative_engine: ArmEngine,
+) -> ScopeWindow:
+    """The scope's window [start, end): both arms' requests and engines, and the gaps in the samples."""
+    samples = ledger.samples(start, end)
+    return ScopeWindow(
+        scope=scope,
+        start=start,
+        end=end,
+        baseline=arm_requests(samples, scope=scope, arm=Arm.BASELINE, start=start, end=end),
+        speculative=arm_requests(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end),
+        baseline_engine=baseline_engine,
+        speculative_engine=speculative_engine,
+        gaps=ledger.gaps(start, end),
+    )

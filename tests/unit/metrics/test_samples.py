@@ -1,0 +1,113 @@
+"""A scope's requests to one arm over a window: every outcome counted, speed only from what yields it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from specpilot.analysis.window import ArmRequests
+from specpilot.metrics.samples import arm_requests
+from specpilot.wire.names import Arm
+from specpilot.wire.samples import RequestOutcome, RequestSample
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+END = T0 + timedelta(seconds=60)
+OK = RequestSample(
+    seq=1,
+    at=T0.timestamp() + 10,
+    scope="code",
+    arm=Arm.SPECULATIVE,
+    endpoint="10.0.0.7:8000",
+    model="m",
+    stream=True,
+    status=200,
+    outcome=RequestOutcome.OK,
+    e2e=2.0,
+    ttft=0.25,
+    output_tokens=33,
+    tokens_from_usage=True,
+    decode=1.6,
+    deadline_met=True,
+    fallback=None,
+)
+
+
+def requests(*samples: RequestSample, arm: Arm = Arm.SPECULATIVE) -> ArmRequests:
+    return arm_requests(samples, scope="code", arm=arm, start=T0, end=END)
+
+
+def finishing(seconds: float) -> RequestSample:
+    """The ok sample, finishing `seconds` after the window's start."""
+    return replace(OK, at=T0.timestamp() + seconds - OK.e2e)
+
+
+@pytest.mark.parametrize(
+    ("samples", "expected"),
+    [
+        (
+            (OK,),
+            ArmRequests(
+                outcomes={RequestOutcome.OK: 1},
+                decode_seconds=(1.6,),
+                committed_tokens=(32,),
+                ttft_seconds=(0.25,),
+                e2e_seconds=(2.0,),
+            ),
+        ),
+        (
+            (replace(OK, stream=False, ttft=None, decode=None),),
+            ArmRequests(outcomes={RequestOutcome.OK: 1}, e2e_seconds=(2.0,)),
+        ),
+        (
+            (replace(OK, output_tokens=1, decode=0.0),),
+            ArmRequests(outcomes={RequestOutcome.OK: 1}, ttft_seconds=(0.25,), e2e_seconds=(2.0,)),
+        ),
+        (
+            (replace(OK, output_tokens=None),),
+            ArmRequests(outcomes={RequestOutcome.OK: 1}, ttft_seconds=(0.25,), e2e_seconds=(2.0,)),
+        ),
+        (
+            (replace(OK, deadline_met=False),),
+            ArmRequests(
+                outcomes={RequestOutcome.OK: 1},
+                late=1,
+                decode_seconds=(1.6,),
+                committed_tokens=(32,),
+                ttft_seconds=(0.25,),
+                e2e_seconds=(2.0,),
+            ),
+        ),
+        (
+            (
+                replace(OK, outcome=RequestOutcome.TIMEOUT, status=504, deadline_met=False),
+                replace(OK, outcome=RequestOutcome.REJECTED, status=429, ttft=None, decode=None),
+                replace(OK, outcome=RequestOutcome.UPSTREAM_ERROR, status=200),
+                replace(OK, outcome=RequestOutcome.CLIENT_CANCEL, status=0, deadline_met=None),
+                replace(OK, outcome=RequestOutcome.CLIENT_ERROR, status=400),
+                replace(OK, outcome=RequestOutcome.NO_ENDPOINT, status=503),
+            ),
+            ArmRequests(outcomes={outcome: 1 for outcome in RequestOutcome if outcome is not RequestOutcome.OK}),
+        ),
+    ],
+    ids=["ok-stream", "ok-not-streamed", "one-token", "tokens-unknown", "late", "failures-count-and-yield-nothing"],
+)
+def test_outcomes_are_all_counted_and_speed_comes_from_what_yields_it(
+    samples: tuple[RequestSample, ...], expected: ArmRequests
+) -> None:
+    assert requests(*samples) == expected
+
+
+def test_a_request_belongs_to_the_window_it_finished_in() -> None:
+    got = requests(
+        finishing(0), finishing(59.999), finishing(60), finishing(-0.001), replace(OK, at=T0.timestamp() - 1)
+    )
+    assert got.routed == 3  # finished at the start, just before the end, and started before but finished within
+
+
+def test_other_scopes_and_arms_are_left_out() -> None:
+    samples = (OK, replace(OK, scope="chat"), replace(OK, arm=Arm.BASELINE), replace(OK, arm=Arm.BASELINE))
+    assert requests(*samples).routed == 1
+    assert requests(*samples, arm=Arm.BASELINE).routed == 2
+    assert requests(*samples, arm=Arm.ALTERNATIVE) == ArmRequests()
