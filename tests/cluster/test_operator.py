@@ -30,6 +30,8 @@ from tests.cluster.operator_process import (
 pytestmark = pytest.mark.cluster
 
 DEMO = yaml.safe_load((ROOT / "manifests" / "examples" / "local-demo.yaml").read_text())
+# These tests are about reconciling, not judging: the scopes wait for a warm-up they never reach.
+DEMO["spec"]["analysis"]["warmup"] = "1h"
 ARMS = ("baseline", "speculative", "alternative")
 
 
@@ -88,7 +90,8 @@ def test_applied_pilot_gets_arms_router_and_a_ready_status(
     assert proc.returncode == 0, f"{proc.stderr}\n{cluster.pods_report(namespace)}\n{operator.tail()}"
     body = pilot(cluster, namespace)
     status = body["status"]
-    assert status["phase"] == "Healthy"
+    assert status["phase"] == "Progressing"  # every scope still waits to pilot
+    assert condition(body, "Progressing")["reason"] == "ScopesPiloting"  # type: ignore[index]
     assert status["observedGeneration"] == body["metadata"]["generation"]
     assert condition(body, "ArmsReady")["status"] == "True"  # type: ignore[index]
     assert condition(body, "InvalidSpec")["status"] == "False"  # type: ignore[index]

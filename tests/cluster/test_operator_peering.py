@@ -47,5 +47,5 @@ def test_standby_replica_takes_over_from_a_killed_one(cluster: Cluster, namespac
         took_over = time.monotonic() - killed
         assert "Resuming operations" in standby.tail(400)
         assert took_over < 30 + 15, f"took over after {took_over:.0f} s (peering lifetime 30 s)"
-        assert pilot(cluster, namespace)["status"]["phase"] == "Healthy"
+        assert pilot(cluster, namespace)["status"]["observedGeneration"] == 1
         cluster.kubectl("delete", "-n", namespace, "speculationpilot/demo", "--timeout=90s")

@@ -50,7 +50,7 @@ class ArmRequests:
 class ArmEngine:
     """One arm's engines over the window, summed over its ready pods (counter deltas, gauge samples)."""
 
-    time_per_committed_token: float | None = None  # seconds: Δdecode sum / (Δgeneration tokens − Δfinished)
+    time_per_committed_token: float | None = None  # seconds: Δdecode sum / (Δgeneration tokens - Δfinished)
     acceptance_rate: float | None = None  # Δaccepted / Δdraft tokens
     acceptance_length: float | None = None  # 1 + Δaccepted / Δdrafts: committed tokens per round
     per_position_acceptance: tuple[float, ...] = ()  # acceptance rate at draft position 0, 1, ...

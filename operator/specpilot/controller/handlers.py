@@ -21,6 +21,7 @@ import kopf
 from specpilot.api.pilot import GROUP, PLURAL, VERSION
 from specpilot.controller.kube import ApiError
 from specpilot.controller.observe import ChildSummary, PodView, pod_view, summarize
+from specpilot.controller.progress import MANUAL
 from specpilot.controller.reconcile import Controller, Observation, pilot_ref
 from specpilot.wire.names import PILOT_LABEL
 
@@ -64,14 +65,16 @@ def settings(*, peering: bool) -> kopf.OperatorSettings:
     return out
 
 
-def _observation(namespace: str, name: str, indices: Mapping[str, Any]) -> Observation:
+def _observation(body: Mapping[str, Any], indices: Mapping[str, Any]) -> Observation:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
     key = (namespace, name)
     children: dict[tuple[str, str], ChildSummary] = {}
     for _, _, plural in CHILD_RESOURCES:
         for child in indices[_index_name(plural)].get(key, ()):
             children[(child.kind, child.name)] = child
     pods: Iterable[PodView] = indices[PODS_INDEX].get(key, ())
-    return Observation(children=children, pods=tuple(pods))
+    return Observation(children=children, pods=tuple(pods), annotations=dict(meta.get("annotations") or {}))
 
 
 def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
@@ -104,18 +107,38 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def pilot_changed(**kwargs: Any) -> None:
-        # The operator's own status writes come back as events too; only a new generation matters.
+        # The operator's own status writes come back as events too; only a new generation matters, or
+        # an SRE's manual action.
         meta = kwargs["meta"]
-        controller.wake_for_spec(kwargs["namespace"], kwargs["name"], int(meta.get("generation") or 0))
+        manual = any(key in MANUAL for key in meta.get("annotations") or {})
+        controller.wake_for_spec(kwargs["namespace"], kwargs["name"], int(meta.get("generation") or 0), manual)
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=30.0)
     async def pilot_loop(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
+        ref = pilot_ref(body)
+        collector = asyncio.create_task(_collect(body, stopped, kwargs), name=f"collect {ref.namespace}/{ref.name}")
+        try:
+            await _reconcile_loop(body, stopped, kwargs)
+        finally:
+            collector.cancel()
+
+    async def _collect(body: kopf.Body, stopped: kopf.DaemonStopped, indices: Mapping[str, Any]) -> None:
+        """Measure the pilot a few times per analysis interval, apart from reconciles."""
+        while not stopped:
+            try:
+                delay = await controller.collect(body, _observation(body, indices))
+            except (aiohttp.ClientError, TimeoutError) as error:
+                log.warning("%s: measuring failed, retrying: %s", body["metadata"]["name"], error)
+                delay = RETRY_SECONDS
+            await _first(asyncio.sleep(delay), stopped.wait())
+
+    async def _reconcile_loop(body: kopf.Body, stopped: kopf.DaemonStopped, kwargs: Mapping[str, Any]) -> None:
         ref = pilot_ref(body)
         memory = controller.memory(ref)
         while not stopped:
             memory.wake.clear()
             try:
-                delay = await controller.reconcile(body, _observation(ref.namespace, ref.name, kwargs))
+                delay = await controller.reconcile(body, _observation(body, kwargs))
             except (ApiError, aiohttp.ClientError, TimeoutError) as error:
                 log.warning("%s/%s: reconcile failed, retrying: %s", ref.namespace, ref.name, error)
                 delay = RETRY_SECONDS
@@ -127,8 +150,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def pilot_deleted(body: kopf.Body, **kwargs: Any) -> None:
-        ref = pilot_ref(body)
-        if not await controller.teardown(body, _observation(ref.namespace, ref.name, kwargs)):
+        if not await controller.teardown(body, _observation(body, kwargs)):
             raise kopf.TemporaryError("waiting for the router's pods to go; the baseline serves until then", delay=1)
 
 

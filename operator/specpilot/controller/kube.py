@@ -108,6 +108,10 @@ class Kube:
         patch = [{"op": "add", "path": "/status", "value": status}]
         return await self._call("PATCH", f"{path}/status", body=patch, content_type="application/json-patch+json") or {}
 
+    async def patch_metadata(self, path: str, metadata: Json) -> None:
+        """Merge `metadata` into an object's metadata (a None value removes a key)."""
+        await self._call("PATCH", path, body={"metadata": metadata}, content_type="application/merge-patch+json")
+
     async def event(self, involved: Json, *, type: str, reason: str, message: str) -> None:
         """A core/v1 Event on `involved` (apiVersion, kind, namespace, name, uid)."""
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

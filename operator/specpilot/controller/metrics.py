@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from specpilot.api.status import Phase
+from specpilot.api.status import Phase, ScopeStatus
 
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -34,6 +34,25 @@ class OperatorMetrics:
         self.events = Counter(
             "specpilot_operator_events", "Events emitted on pilots, by reason", ["reason"], registry=self.registry
         )
+        scope = ["namespace", "pilot", "scope"]
+        self.weights = Gauge(
+            "specpilot_scope_weight",
+            "Percent of a scope's requests on the speculative arm",
+            scope,
+            registry=self.registry,
+        )
+        self.verdicts = Counter(
+            "specpilot_scope_verdicts", "Windows judged, by verdict", [*scope, "verdict"], registry=self.registry
+        )
+        self.flips = Counter(
+            "specpilot_scope_flips", "Scopes flipped back to ordinary decoding", scope, registry=self.registry
+        )
+        self.flip_seconds = Histogram(
+            "specpilot_operator_flip_ack_seconds",
+            "From writing a flipped routing table to every router serving it",
+            buckets=_SECONDS,
+            registry=self.registry,
+        )
         self.pilots = Gauge("specpilot_operator_pilots", "Pilots by phase", ["phase"], registry=self.registry)
         for phase in Phase:
             self.pilots.labels(phase.value).set(0)
@@ -54,6 +73,9 @@ class OperatorMetrics:
             self.reconciles.labels("ok").inc()
         finally:
             self.reconcile_seconds.observe(time.perf_counter() - started)
+
+    def scope(self, namespace: str, pilot: str, status: ScopeStatus) -> None:
+        self.weights.labels(namespace, pilot, status.name).set(status.weight)
 
     def phase(self, namespace: str, name: str, phase: Phase) -> None:
         self._phases[(namespace, name)] = phase

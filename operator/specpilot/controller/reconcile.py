@@ -16,20 +16,34 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
+from specpilot.analysis.checks import Check
+from specpilot.analysis.quality import probe_check, webhook_check
+from specpilot.analysis.rollout import Event, EventType
+from specpilot.analysis.window import ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.api.pilot import API_VERSION, KIND, PLURAL
 from specpilot.api.reasons import Reason
-from specpilot.api.status import RoutesStatus, SpeculationPilotStatus
+from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
 from specpilot.controller import render as r
 from specpilot.controller.kube import ApiError, Kube
+from specpilot.controller.measure import PilotMeasurements, cadence
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.observe import MANAGED_FIELDS, ChildSummary, PodView, drifted
+from specpilot.controller.progress import (
+    MANUAL,
+    Measured,
+    Progress,
+    advance_scopes,
+    due,
+    manual_actions,
+    warm,
+    window_summary,
+)
+from specpilot.controller.quality import ProbeResult, call_webhooks, run_probes
 from specpilot.controller.routing import ordinary, routing_table, table_hash
 from specpilot.controller.status import (
-    Event,
-    EventType,
     Observed,
     PodTrouble,
     StatusPlan,
@@ -69,6 +83,10 @@ class PilotMemory:
     applied: dict[Key, Applied] = field(default_factory=dict)
     routes_written: tuple[str, datetime] | None = None  # (table hash, when) of the last table written
     status: SpeculationPilotStatus | None = None  # the last status written, newer than a lagging watch
+    measurements: PilotMeasurements = field(default_factory=PilotMeasurements)
+    probe: ProbeResult | None = None
+    probed_at: datetime | None = None
+    manual_keys: frozenset[str] = frozenset()  # manual-action annotations acted on, to remove once landed
 
 
 @dataclass(frozen=True)
@@ -77,6 +95,7 @@ class Observation:
 
     children: Mapping[Key, ChildSummary]  # (kind, name) -> summary
     pods: Sequence[PodView] = ()
+    annotations: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def troubles(self) -> list[PodTrouble]:
@@ -146,10 +165,11 @@ class Controller:
         if memory is not None:
             memory.wake.set()
 
-    def wake_for_spec(self, namespace: str, pilot: str, generation: int) -> None:
-        """Wake a pilot's reconcile when its spec has a generation not reconciled yet."""
+    def wake_for_spec(self, namespace: str, pilot: str, generation: int, manual: bool) -> None:
+        """Wake a pilot's reconcile for a generation not reconciled yet, or a manual action."""
         memory = self.memories.get((namespace, pilot))
-        if memory is not None and (memory.status is None or memory.status.observed_generation != generation):
+        stale = memory is not None and (memory.status is None or memory.status.observed_generation != generation)
+        if memory is not None and (stale or manual):
             memory.wake.set()
 
     # --- reconcile ---------------------------------------------------------------------------
@@ -191,6 +211,10 @@ class Controller:
     ) -> StatusPlan:
         arms = tuple(r.render_arm(ref, spec, arm) for arm in r.arms_of(spec))
         scopes, scope_events = carry_scopes(previous, spec, arms, now=now)
+        progress = await self._progress(
+            ref, spec=spec, previous=previous, scopes=scopes, seen=seen, memory=memory, now=now
+        )
+        scopes = progress.scopes
         weights = {scope.name: scope.weight for scope in scopes}
         digest = table_hash(routing_table(ref.name, spec, weights, generation=0, now=now))
         routes = previous.routes if previous is not None else None
@@ -201,6 +225,8 @@ class Controller:
         try:
             refresh = parse_duration(spec.analysis.interval) * 0.9  # reconciles land a little after the interval
             restored = await self._apply(ref, rendered, seen, memory, routes=routes, now=now, refresh=refresh)
+            if progress.flipped:
+                restored.append(await self._confirm_flip(ref, seen, progress.flipped, routes.generation))
         except ApiError as error:
             if error.code not in (400, 403, 422):
                 raise
@@ -223,9 +249,116 @@ class Controller:
             observed=observed,
             routes=routes,
             scopes=scopes,
-            scope_events=[*scope_events, *restored],
+            scope_events=[*scope_events, *progress.events, *restored],
+            fallbacks=progress.fallbacks,
             now=now,
         )
+
+    async def _progress(
+        self,
+        ref: r.PilotRef,
+        *,
+        spec: s.SpeculationPilotSpec,
+        previous: SpeculationPilotStatus | None,
+        scopes: list[ScopeStatus],
+        seen: Observation,
+        memory: PilotMemory,
+        now: datetime,
+    ) -> Progress:
+        """Judge the scopes whose window is due, apply manual actions, and move each scope."""
+        is_warm = warm(previous, spec.analysis, now)
+        end = memory.measurements.collected_at
+        measured: dict[str, Measured] = {}
+        if is_warm and end is not None and not spec.suspend:
+            for scope in scopes:
+                if due(scope, spec.analysis, end):
+                    window = memory.measurements.window(scope.name, analysis=spec.analysis, end=end)
+                    since = max(scope.last_window.end if scope.last_window else window.start, window.start)
+                    new = memory.measurements.new_requests(scope.name, since=since, end=end)
+                    checks = await self._quality_checks(ref, spec, window, memory)
+                    measured[scope.name] = Measured(window, new, checks)
+        manual = manual_actions(seen.annotations, [scope.name for scope in scopes])
+        memory.manual_keys = frozenset(key for key in MANUAL if key in seen.annotations)
+        progress = advance_scopes(
+            scopes,
+            spec,
+            measured=measured,
+            manual=manual,
+            fallbacks=previous.fallbacks if previous is not None else [],
+            warm=is_warm,
+            now=now,
+        )
+        for scope in progress.scopes:
+            self.metrics.scope(ref.namespace, ref.name, scope)
+        for name in measured:
+            verdict = next(s.last_window.verdict for s in progress.scopes if s.name == name and s.last_window)
+            self.metrics.verdicts.labels(ref.namespace, ref.name, name, verdict.value).inc()
+        for name in progress.flipped:
+            self.metrics.flips.labels(ref.namespace, ref.name, name).inc()
+        return progress
+
+    async def _quality_checks(
+        self, ref: r.PilotRef, spec: s.SpeculationPilotSpec, window: ScopeWindow, memory: PilotMemory
+    ) -> tuple[Check, ...]:
+        """The quality gates' checks for a window: the latest probe round, and each webhook's answer."""
+        checks: list[Check] = []
+        if spec.quality.probes is not None:
+            probe = memory.probe
+            checks.append(
+                probe_check(
+                    probe.agreement if probe else None, quality=spec.quality, probes=probe.pairs if probe else None
+                )
+            )
+        if spec.quality.webhooks:
+            summary = window_summary(ref.name, ref.namespace, window)
+            for result in await call_webhooks(self.http, spec.quality.webhooks, summary):
+                checks.append(webhook_check(result.name, result.ok, critical=result.critical, detail=result.detail))
+        return tuple(checks)
+
+    async def _confirm_flip(self, ref: r.PilotRef, seen: Observation, scopes: Sequence[str], generation: int) -> Event:
+        """Read the routers' /routes back after a flip, and say when they took it."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await self._await_routers([ip for _, ip in seen.ready(ROUTER_COMPONENT)], generation)
+        took = loop.time() - started
+        self.metrics.flip_seconds.observe(took)
+        names = ", ".join(scopes)
+        return Event(
+            EventType.NORMAL,
+            Reason.ROUTES_TAKEN,
+            f"routers took routing generation {generation} ({names} on ordinary decoding) {took * 1000:.0f} ms "
+            "after the write",
+        )
+
+    async def collect(self, body: Mapping[str, Any], seen: Observation) -> float:
+        """One collection of the pilot's measurements (and its probes, when due); seconds to the next."""
+        ref = pilot_ref(body)
+        memory = self.memory(ref)
+        try:
+            spec = s.SpeculationPilotSpec.from_wire(body["spec"])
+        except ValidationError:
+            return INVALID_SPEC_TICK_SECONDS
+        now = self.clock()
+        arms = {arm: seen.ready(arm.value) for arm in (Arm.BASELINE, Arm.SPECULATIVE)}
+        await memory.measurements.collect(
+            self.http, arms=arms, routers=seen.ready(ROUTER_COMPONENT), analysis=spec.analysis, now=now
+        )
+        probes = spec.quality.probes
+        ready = arms[Arm.BASELINE] and arms[Arm.SPECULATIVE]
+        if (
+            probes is not None
+            and ready
+            and (memory.probed_at is None or now - memory.probed_at >= parse_duration(probes.interval))
+        ):
+            memory.probed_at = now
+            memory.probe = await run_probes(
+                self.http,
+                baseline=arms[Arm.BASELINE][0][1],
+                speculative=arms[Arm.SPECULATIVE][0][1],
+                probes=probes,
+                model=spec.engine.served_model_name or spec.engine.model,
+            )
+        return cadence(spec.analysis)
 
     async def _apply(
         self,
@@ -304,6 +437,10 @@ class Controller:
         if plan.status != previous:
             await self.kube.replace_status(_pilot_path(ref), plan.status.to_wire())
             memory.status = plan.status
+        if memory.manual_keys:
+            # The status that acted on the manual actions has landed: the annotations are done.
+            await self.kube.patch_metadata(_pilot_path(ref), {"annotations": dict.fromkeys(memory.manual_keys)})
+            memory.manual_keys = frozenset()
         if plan.status.phase is not None:
             self.metrics.phase(ref.namespace, ref.name, plan.status.phase)
         await self.announce(ref, plan.events)

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 
+from specpilot.analysis.rollout import Event, EventType
 from specpilot.api import spec as s
 from specpilot.api.reasons import Reason
 from specpilot.api.status import (
@@ -21,6 +21,7 @@ from specpilot.api.status import (
     Condition,
     ConditionStatus,
     ConditionType,
+    FallbackRecord,
     Phase,
     RouterStatus,
     RoutesStatus,
@@ -46,20 +47,6 @@ FATAL_WAITING = frozenset(
     }
 )
 _IMAGE_REASONS = frozenset({"ImageNotRunnable", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
-
-
-class EventType(StrEnum):
-    NORMAL = "Normal"
-    WARNING = "Warning"
-
-
-@dataclass(frozen=True)
-class Event:
-    """A Kubernetes Event to emit on the pilot once its status has landed."""
-
-    type: EventType
-    reason: Reason
-    message: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -235,6 +222,15 @@ def carry_scopes(
     return scopes, events
 
 
+# Scopes at rest: the pilot is Healthy when every scope is one of these.
+SETTLED = frozenset({ScopeState.SPECULATIVE, ScopeState.ROLLED_BACK})
+
+
+def _scope_line(scope: ScopeStatus) -> str:
+    stage = f" stage {scope.stage + 1}" if scope.stage is not None else ""
+    return f"scope {scope.name} {scope.state.value}{stage} at {scope.weight}%"
+
+
 def _arm_status(plan: ArmPlan, state: DeploymentState | None) -> ArmStatus:
     return ArmStatus(
         replicas=plan.replicas,
@@ -319,6 +315,7 @@ def reconciled_status(
     routes: RoutesStatus,
     scopes: Sequence[ScopeStatus],
     scope_events: Sequence[Event] = (),
+    fallbacks: Sequence[FallbackRecord] | None = None,
     now: datetime,
 ) -> StatusPlan:
     """Status after applying a valid spec."""
@@ -327,6 +324,8 @@ def reconciled_status(
     not_ready = [h for h in arm_health if not h.ready]
     fatal = [h for h in [*arm_health, router] if h.fatal]
     ready = arms_ready and router.ready
+    settled = all(scope.state in SETTLED for scope in scopes)
+    piloting = "; ".join(_scope_line(scope) for scope in scopes if scope.state not in SETTLED)
     by_arm = {
         plan.arm: _arm_status(plan, observed.deployments.get(plan.deployment["metadata"]["name"])) for plan in arms
     }
@@ -335,7 +334,7 @@ def reconciled_status(
         phase = Phase.DEGRADED
     elif spec.suspend:
         phase = Phase.SUSPENDED
-    elif ready:
+    elif ready and settled:
         phase = Phase.HEALTHY
     else:
         phase = Phase.PROGRESSING
@@ -366,9 +365,13 @@ def reconciled_status(
         ),
         (
             ConditionType.PROGRESSING,
-            not ready,
-            (restart.reason if restart else blocking[0].reason) if not ready else Reason.PILOT_READY,
-            (restart.message if restart else blocking[0].message) if not ready else "arms and router are ready",
+            not (ready and settled),
+            ((restart.reason if restart else blocking[0].reason) if not ready else Reason.SCOPES_PILOTING)
+            if not (ready and settled)
+            else Reason.PILOT_READY,
+            ((restart.message if restart else blocking[0].message) if not ready else piloting)
+            if not (ready and settled)
+            else "arms and router are ready; every scope is speculative or rolled back",
         ),
         (
             ConditionType.SUSPENDED,
@@ -392,7 +395,7 @@ def reconciled_status(
         routes=routes,
         scopes=list(scopes),
         speculative_scopes=f"{speculative}/{len(scopes)}",
-        fallbacks=previous.fallbacks if previous is not None else [],
+        fallbacks=list(fallbacks) if fallbacks is not None else (previous.fallbacks if previous is not None else []),
         decision=previous.decision if previous is not None else None,
     )
     events = list(scope_events)

@@ -82,7 +82,7 @@ def test_condition_transition_time_moves_only_on_a_real_change() -> None:
 @pytest.mark.parametrize(
     ("deployments", "troubles", "phase", "degraded_reason", "words"),
     [
-        (dict.fromkeys(NAMES, READY), (), Phase.HEALTHY, None, ()),
+        (dict.fromkeys(NAMES, READY), (), Phase.PROGRESSING, None, ()),  # ready, scopes not piloted yet
         ({**dict.fromkeys(NAMES, READY), "demo-speculative": STARTING}, (), Phase.PROGRESSING, None, ()),
         ({n: READY for n in NAMES if n != "demo-router"}, (), Phase.PROGRESSING, None, ()),
         (
@@ -126,13 +126,27 @@ def test_phase_and_conditions(
     status = plan_for(None, deployments=deployments, troubles=troubles).status
     assert status.phase is phase
     ready = condition(status, ConditionType.READY)
-    assert ready is not None and (ready.status is ConditionStatus.TRUE) == (phase is Phase.HEALTHY)
+    all_up = deployments == dict.fromkeys(NAMES, READY) and not troubles
+    assert ready is not None and (ready.status is ConditionStatus.TRUE) == all_up
     degraded = condition(status, ConditionType.DEGRADED)
     assert degraded is not None
     assert (degraded.status is ConditionStatus.TRUE) == (degraded_reason is not None)
     if degraded_reason is not None:
         assert degraded.reason == degraded_reason
         assert all(word in degraded.message for word in words), degraded.message
+
+
+def test_healthy_once_every_scope_is_speculative_or_rolled_back() -> None:
+    piloting = _piloting(plan_for(None).status)
+    assert plan_for(piloting).status.phase is Phase.PROGRESSING
+    progressing = condition(plan_for(piloting).status, ConditionType.PROGRESSING)
+    assert progressing is not None and progressing.reason == Reason.SCOPES_PILOTING
+    assert "scope chat Piloting stage 1 at 25%" in progressing.message
+    states = [ScopeState.SPECULATIVE, ScopeState.ROLLED_BACK]
+    settled = piloting.model_copy(
+        update={"scopes": [s.model_copy(update={"state": st}) for s, st in zip(piloting.scopes, states, strict=True)]}
+    )
+    assert plan_for(settled).status.phase is Phase.HEALTHY
 
 
 def test_suspended_pilot_reports_suspended() -> None:

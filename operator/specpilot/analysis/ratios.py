@@ -1,0 +1,148 @@
+"""Ratio checks, speculative arm against baseline on the same scope's requests: time per committed
+token, and the TTFT and end-to-end quantiles.
+
+Each is a one-sided test of "the ratio is within its threshold" at the level `stats.spent_alpha` gives
+look `look` of the scope's pilot, from 1 - confidence per check: the levels of all looks there will
+ever be sum to 1 - confidence, so identical arms fail even one window of a check with at most that
+chance, however the windows overlap and however long the pilot goes on, and they flip a scope (which
+takes failureLimit failing windows in a row) far more rarely.
+
+- Fail: the evidence shows the ratio above its threshold at the look's level.
+- Pass: it does not, with at least minSamples usable requests on each arm. "Not shown slower" passes
+  (identical arms under a threshold of 1.0 are never shown within it, and must not be held forever);
+  the stage gate's minRequests and minDuration are what make promotion wait for enough evidence, and
+  the reason says whether the ratio was shown within its threshold or only not shown above it.
+- Inconclusive: too few or non-finite values on either arm; it spends no look.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from specpilot.analysis.checks import Check, inconclusive
+from specpilot.analysis.stats import exceedance_pvalue, log_ratio_of_sums, nearest_rank, spent_alpha, z_quantile
+from specpilot.analysis.window import ArmRequests
+from specpilot.api.reasons import MetricName
+from specpilot.api.spec import Analysis, QuantileRatio
+from specpilot.api.status import Verdict
+
+
+@dataclass(frozen=True, kw_only=True)
+class RatioPolicy:
+    """How ratio checks are tested: the spending schedule and the samples each window needs."""
+
+    confidence: float
+    failure_limit: int
+    min_samples: int
+
+    @classmethod
+    def of(cls, analysis: Analysis) -> RatioPolicy:
+        return cls(
+            confidence=analysis.confidence, failure_limit=analysis.failure_limit, min_samples=analysis.min_samples
+        )
+
+    def alpha(self, look: int) -> float:
+        """The level spent at look `look` (1-based) of the scope's pilot."""
+        return spent_alpha(look, alpha=1 - self.confidence, failure_limit=self.failure_limit)
+
+
+def time_per_token_check(
+    speculative: ArmRequests, baseline: ArmRequests, *, max_ratio: float, policy: RatioPolicy, look: int
+) -> Check:
+    """Accumulated decode time over accumulated committed tokens, speculative / baseline.
+
+    Log ratio of two ratio estimators, standard error by the delta method from the per-request
+    residuals, a one-sided z-test of log(max_ratio)."""
+    metric = MetricName.TIME_PER_COMMITTED_TOKEN_RATIO
+    arms = {"speculative": speculative, "baseline": baseline}
+    for name, arm in arms.items():
+        problem = _unusable(arm.decode_seconds, policy.min_samples, name) or _unpaired(arm, name)
+        if problem:
+            return inconclusive(metric, f"time per committed token: {problem}")
+    spec = log_ratio_of_sums(speculative.decode_seconds, speculative.committed_tokens)
+    base = log_ratio_of_sums(baseline.decode_seconds, baseline.committed_tokens)
+    if spec is None or base is None:
+        return inconclusive(metric, "time per committed token: an arm recorded no decode time")
+    log_ratio = spec.value - base.value
+    se = math.sqrt(spec.variance + base.variance)
+    alpha = policy.alpha(look)
+    z_fail, z_within = z_quantile(1 - alpha), z_quantile(policy.confidence)
+    ratio, lower, upper = math.exp(log_ratio), math.exp(log_ratio - z_fail * se), math.exp(log_ratio + z_within * se)
+    evidence = (
+        f"ratio {ratio:.3f}, lower bound {lower:.3f} (level {alpha:.2g} at look {look}), "
+        f"upper bound {upper:.3f} at {policy.confidence:g}; {spec.count}/{base.count} requests"
+    )
+    limit = math.log(max_ratio)
+    if log_ratio - z_fail * se > limit:
+        verdict, reason = Verdict.FAIL, f"time per committed token ratio {ratio:.3f} is shown above {max_ratio:g}"
+    elif log_ratio + z_within * se <= limit:
+        verdict, reason = Verdict.PASS, f"time per committed token ratio {ratio:.3f} is shown within {max_ratio:g}"
+    else:
+        verdict, reason = Verdict.PASS, f"time per committed token ratio {ratio:.3f} is not shown above {max_ratio:g}"
+    return Check(metric=metric, verdict=verdict, observed=ratio, threshold=max_ratio, evidence=evidence, reason=reason)
+
+
+def quantile_check(
+    metric: MetricName,
+    speculative: Sequence[float],
+    baseline: Sequence[float],
+    *,
+    limit: QuantileRatio,
+    policy: RatioPolicy,
+    look: int,
+) -> Check:
+    """The speculative arm's q-quantile against max_ratio x the baseline's.
+
+    A precedence test: count the speculative values above max_ratio x the baseline's nearest-rank
+    q-quantile; with a ratio at the threshold that count is beta-binomial whatever the latency
+    distribution, and a tail of them shows the ratio above it. A window of 200 requests holds two
+    values above its p99, so p99 checks flip on clear tail regressions, not on noise."""
+    label = f"{_LABEL[metric]} p{limit.quantile * 100:g}"
+    for name, values in (("speculative", speculative), ("baseline", baseline)):
+        problem = _unusable(values, policy.min_samples, name)
+        if problem:
+            return inconclusive(metric, f"{label}: {problem}")
+    spec, base = sorted(speculative), sorted(baseline)
+    base_q, spec_q = nearest_rank(base, limit.quantile), nearest_rank(spec, limit.quantile)
+    if base_q <= 0:
+        return inconclusive(metric, f"{label}: the baseline's quantile is zero")
+    cut = limit.max_ratio * base_q
+    above = len(spec) - bisect_right(spec, cut)
+    rank = max(1, math.ceil(limit.quantile * len(base)))
+    p_value = exceedance_pvalue(above, len(spec), rank=rank, reference=len(base))
+    alpha = policy.alpha(look)
+    ratio = spec_q / base_q
+    evidence = (
+        f"{above} of {len(spec)} speculative above {limit.max_ratio:g} x baseline {label} ({cut:.4g}s); "
+        f"p={p_value:.2g} (level {alpha:.2g} at look {look}); {len(spec)}/{len(base)} requests"
+    )
+    if p_value < alpha:
+        verdict, reason = Verdict.FAIL, f"{label} ratio {ratio:.3f} is shown above {limit.max_ratio:g}"
+    else:
+        verdict, reason = Verdict.PASS, f"{label} ratio {ratio:.3f} is not shown above {limit.max_ratio:g}"
+    return Check(
+        metric=metric, verdict=verdict, observed=ratio, threshold=limit.max_ratio, evidence=evidence, reason=reason
+    )
+
+
+_LABEL = {MetricName.TTFT_RATIO: "TTFT", MetricName.END_TO_END_RATIO: "end-to-end"}
+
+
+def _unusable(values: Sequence[float], min_samples: int, arm: str) -> str | None:
+    if len(values) < min_samples:
+        return f"the {arm} arm has {len(values)} usable requests, fewer than minSamples {min_samples}"
+    # One pass each: a NaN or an infinity anywhere makes the sum non-finite.
+    if not math.isfinite(sum(values)) or min(values) < 0:
+        return f"the {arm} arm reported non-finite or negative times"
+    return None
+
+
+def _unpaired(arm: ArmRequests, name: str) -> str | None:
+    if len(arm.committed_tokens) != len(arm.decode_seconds):
+        return f"the {name} arm's decode times and committed tokens are not paired"
+    if min(arm.committed_tokens) <= 0:
+        return f"the {name} arm reported requests without committed tokens"
+    return None

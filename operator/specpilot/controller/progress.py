@@ -1,0 +1,163 @@
+"""Every scope's next step in one reconcile: which windows are due, what the judge says, where the
+rollout state machine moves each scope. Pure: windows and quality checks come in as data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from specpilot.analysis import rollout
+from specpilot.analysis.checks import Check
+from specpilot.analysis.judge import judge_window, summarize
+from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
+from specpilot.api import spec as s
+from specpilot.api.common import parse_duration
+from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.status import (
+    FALLBACK_LIMIT,
+    ConditionStatus,
+    ConditionType,
+    FallbackRecord,
+    ScopeState,
+    ScopeStatus,
+    SpeculationPilotStatus,
+)
+from specpilot.controller.status import condition
+
+JUDGED = frozenset({ScopeState.PILOTING, ScopeState.SPECULATIVE, ScopeState.HELD})
+MANUAL = {
+    PROMOTE_ANNOTATION: rollout.Action.PROMOTE,
+    ABORT_ANNOTATION: rollout.Action.ABORT,
+    RESUME_ANNOTATION: rollout.Action.RESUME,
+}
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A due scope's window, the speculative requests new since its last window, and quality checks."""
+
+    window: ScopeWindow
+    new_requests: int
+    quality: tuple[Check, ...] = ()
+
+
+@dataclass(frozen=True)
+class Progress:
+    scopes: list[ScopeStatus]
+    fallbacks: list[FallbackRecord]
+    events: list[rollout.Event]
+    flipped: tuple[str, ...]  # scopes sent back to ordinary decoding in this step
+
+
+def window_summary(pilot: str, namespace: str, window: ScopeWindow) -> dict[str, Any]:
+    """What a webhook receives about a window: the scope, its span, and both arms' figures."""
+
+    def arm(requests: ArmRequests, engine: ArmEngine) -> dict[str, Any]:
+        return {
+            "requests": requests.routed,
+            "outcomes": {outcome.value: count for outcome, count in requests.outcomes.items()},
+            "late": requests.late,
+            "timePerCommittedTokenSeconds": requests.time_per_committed_token,
+            "engine": {
+                "timePerCommittedTokenSeconds": engine.time_per_committed_token,
+                "acceptanceLength": engine.acceptance_length,
+                "kvCacheUsageMax": max((value for _, value in engine.kv_usage), default=None),
+            },
+        }
+
+    return {
+        "pilot": pilot,
+        "namespace": namespace,
+        "scope": window.scope,
+        "window": {"start": window.start.isoformat(), "end": window.end.isoformat()},
+        "arms": {
+            "baseline": arm(window.baseline, window.baseline_engine),
+            "speculative": arm(window.speculative, window.speculative_engine),
+        },
+    }
+
+
+def warm(previous: SpeculationPilotStatus | None, analysis: s.Analysis, now: datetime) -> bool:
+    """Both arms have been ready for analysis.warmup (ArmsReady True since long enough)."""
+    ready = condition(previous, ConditionType.ARMS_READY)
+    return (
+        ready is not None
+        and ready.status is ConditionStatus.TRUE
+        and now - ready.last_transition_time >= parse_duration(analysis.warmup)
+    )
+
+
+def due(scope: ScopeStatus, analysis: s.Analysis, end: datetime) -> bool:
+    """A window ending at `end` should be judged: the scope is piloting and an interval has passed
+    since its last window (less a little, as reconciles land just after the interval)."""
+    if scope.state not in JUDGED:
+        return False
+    interval = parse_duration(analysis.interval)
+    return scope.last_window is None or end - scope.last_window.end >= interval - timedelta(seconds=1)
+
+
+def manual_actions(annotations: Mapping[str, str], scopes: Sequence[str]) -> dict[str, rollout.Action]:
+    """The manual action asked for each scope, from the pilot's annotations (abort wins)."""
+    asked: dict[str, rollout.Action] = {}
+    for key in (PROMOTE_ANNOTATION, RESUME_ANNOTATION, ABORT_ANNOTATION):
+        value = annotations.get(key)
+        if value is None:
+            continue
+        for name in scopes if value.strip() == ALL_SCOPES else [v.strip() for v in value.split(",")]:
+            if name in scopes:
+                asked[name] = MANUAL[key]
+    return asked
+
+
+def advance_scopes(
+    scopes: Sequence[ScopeStatus],
+    spec: s.SpeculationPilotSpec,
+    *,
+    measured: Mapping[str, Measured],
+    manual: Mapping[str, rollout.Action],
+    fallbacks: Sequence[FallbackRecord],
+    warm: bool,
+    now: datetime,
+) -> Progress:
+    """Each scope moved by its manual action, else its judged window, else time passing."""
+    by_name = {scope.name: scope for scope in spec.scopes}
+    out: list[ScopeStatus] = []
+    records = list(fallbacks)
+    events: list[rollout.Event] = []
+    flipped: list[str] = []
+    for status in scopes:
+        policy = rollout.Policy(
+            scope=by_name[status.name], analysis=spec.analysis, rollback=spec.rollback, suspend=spec.suspend
+        )
+        event: rollout.Input
+        if status.name in manual:
+            event = rollout.Manual(manual[status.name])
+        elif status.name in measured:
+            item = measured[status.name]
+            verdict = judge_window(
+                item.window,
+                analysis=spec.analysis,
+                quality=spec.quality,
+                draft_tokens=spec.speculative.draft.num_speculative_tokens,
+                state=status.judge,
+                extra=item.quality,
+            )
+            event = rollout.Judged(
+                verdict=verdict,
+                summary=summarize(item.window, verdict),
+                start=item.window.start,
+                requests=item.new_requests,
+            )
+        else:
+            event = rollout.Tick()
+        step = rollout.advance(status, event, policy=policy, warm=warm, now=now)
+        out.append(step.status)
+        events.extend(step.events)
+        if step.record is not None:
+            records.append(step.record)
+        if status.weight > 0 and step.status.weight == 0:
+            flipped.append(status.name)
+    return Progress(out, records[-FALLBACK_LIMIT:], events, tuple(flipped))

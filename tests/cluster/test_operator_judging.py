@@ -1,0 +1,124 @@
+"""The operator judging windows on real traffic: one scope adopted through every stage, one flipped
+back for a net slowdown in time per committed token, one without traffic held as inconclusive.
+
+Mock engines with per-scope draft acceptance (chat drafts well, code badly) run as pods; loadgen
+sends chat and code through the router; the operator scrapes the arms, reads the router's samples,
+judges each scope on a short clock and moves it through its stages."""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
+from tests.cluster.test_operator import router_ip
+
+pytestmark = pytest.mark.cluster
+
+PROFILE = {
+    "cost": {"step_time_s": 0.02, "draft_cost_ratio": 0.3},
+    "acceptance": {"default": 0.7, "scopes": {"chat": 0.9, "code": 0.1}},
+}
+STAGES = [
+    {"weight": 25, "minRequests": 10, "minDuration": "10s"},
+    {"weight": 50, "minRequests": 10, "minDuration": "10s"},
+]
+
+
+def judged_pilot() -> dict[str, Any]:
+    doc = copy.deepcopy(yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text()))
+    spec = doc["spec"]
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    spec.pop("alternative")
+    spec.pop("quality")
+    spec["scopes"] = [
+        {"name": "chat", "stages": STAGES},
+        {"name": "code", "stages": STAGES},
+        {"name": "batch", "stages": STAGES},  # no traffic
+    ]
+    spec["analysis"] = {
+        "interval": "5s",
+        "window": "15s",
+        "warmup": "5s",
+        "minSamples": 10,
+        "failureLimit": 2,
+        # Latency tails on a handful of requests per window are noise on two shared cores: this test
+        # is about time per committed token.
+        "thresholds": {
+            "kvCacheUsage": {"max": 0.95, "sustainedFor": "10s"},
+            "ttft": {"quantile": 0.99, "maxRatio": 10.0},
+            "endToEnd": {"quantile": 0.95, "maxRatio": 10.0},
+        },
+    }
+    spec["rollback"] = {"cooldown": "1m", "reentry": "Manual"}
+    return doc
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    with running_operator(cluster, tmp_path_factory.mktemp("judging") / "operator.log") as running:
+        yield running
+
+
+def scopes(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in pilot(cluster, namespace).get("status", {}).get("scopes", [])}
+
+
+def test_adopt_flip_and_hold_on_real_traffic(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(judged_pilot()))
+    wait_ready(cluster, operator, namespace)
+    ip = router_ip(cluster, namespace)
+    load = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{ip}:8080"),
+            *("--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", "10"),
+            *("--duration", "150", "--timeout", "60", "--no-progress"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        env=cluster.env(),
+    )
+    try:
+
+        def settled() -> dict[str, dict[str, Any]] | None:
+            now = scopes(cluster, namespace)
+            done = (
+                now.get("chat", {}).get("state") == "Speculative" and now.get("code", {}).get("state") == "RolledBack"
+            )
+            return now if done else None
+
+        try:
+            final = wait_until("chat adopted and code flipped back", settled, timeout=150, every=1)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {scopes(cluster, namespace)}\n{operator.tail(80)}") from None
+    finally:
+        load.terminate()
+        load.wait(timeout=30)
+    chat, code, batch = final["chat"], final["code"], final["batch"]
+    assert (chat["stage"], chat["weight"]) == (1, 50)
+    assert chat["lastWindow"]["verdict"] == "Pass" and chat["lastWindow"]["ratio"] < 1
+    assert code["weight"] == 0
+    status = pilot(cluster, namespace)["status"]
+    (record,) = [r for r in status["fallbacks"] if r["scope"] == "code"]
+    assert (record["reason"], record["metric"]) == ("ThresholdExceeded", "timePerCommittedTokenRatio")
+    assert record["observed"] > record["threshold"] == 1.0
+    # the router took the flip: the routing table and the router's effective routes agree
+    table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
+    weights = {s["name"]: s["weights"]["speculative"] for s in table["scopes"]}
+    assert weights == {"chat": 50, "code": 0, "batch": 25}
+    reasons = [e["reason"] for e in events(cluster, namespace)]
+    assert "ScopeRolledBack" in reasons and "RoutesTaken" in reasons and "ScopePromoted" in reasons, reasons
+    # a scope without traffic neither promotes nor flips, and says why
+    assert batch["state"] in ("Held", "Piloting") and batch["weight"] == 25
+    assert batch["lastWindow"]["verdict"] == "Inconclusive"
+    assert "fewer than minSamples" in batch["lastWindow"]["reason"]
+    assert status["phase"] == "Progressing"
+    assert status["speculativeScopes"] == "1/3"
