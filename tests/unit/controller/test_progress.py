@@ -1,0 +1,145 @@
+"""One reconcile's scope progress: due windows, warm-up, manual actions, and the flips it reports."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from specpilot.analysis import rollout
+from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
+from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.reasons import FallbackReason, MetricName
+from specpilot.api.status import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    ScopeState,
+    ScopeStatus,
+    SpeculationPilotStatus,
+    Verdict,
+    WindowSummary,
+)
+from specpilot.controller.progress import Measured, advance_scopes, due, manual_actions, warm, window_summary
+from specpilot.wire.samples import RequestOutcome
+from tests.unit.controller.test_render import ROOT, load
+
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+_, SPEC = load(ROOT / "manifests/examples/local-demo.yaml")  # interval 10s, window 30s, warmup 20s
+
+
+def armsready(since: datetime, status: ConditionStatus = ConditionStatus.TRUE) -> SpeculationPilotStatus:
+    ready = Condition(type=ConditionType.ARMS_READY, status=status, last_transition_time=since, reason="ArmsAvailable")
+    return SpeculationPilotStatus(conditions=[ready])
+
+
+@pytest.mark.parametrize(
+    ("previous", "expected"),
+    [
+        (None, False),
+        (armsready(T0 - timedelta(seconds=5)), False),
+        (armsready(T0 - timedelta(seconds=20)), True),
+        (armsready(T0 - timedelta(hours=1), ConditionStatus.FALSE), False),
+    ],
+    ids=["no-status", "ready-too-recently", "ready-for-warmup", "not-ready"],
+)
+def test_warm_means_arms_ready_for_the_warmup(previous: SpeculationPilotStatus | None, expected: bool) -> None:
+    assert warm(previous, SPEC.analysis, T0) is expected
+
+
+def scope(state: ScopeState, last_end: datetime | None = None, weight: int = 25) -> ScopeStatus:
+    last = WindowSummary(end=last_end, verdict=Verdict.PASS) if last_end is not None else None
+    return ScopeStatus(name="chat", state=state, stage=0, weight=weight, last_window=last, stage_started_at=T0)
+
+
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (scope(ScopeState.ORDINARY, weight=0), False),
+        (scope(ScopeState.ROLLED_BACK, weight=0), False),
+        (scope(ScopeState.PILOTING), True),
+        (scope(ScopeState.PILOTING, T0 - timedelta(seconds=5)), False),
+        (scope(ScopeState.HELD, T0 - timedelta(seconds=10)), True),
+        (scope(ScopeState.SPECULATIVE, T0 - timedelta(seconds=9.5)), True),  # reconciles land late
+    ],
+    ids=["ordinary", "rolled-back", "first-window", "within-interval", "held-after-interval", "slack"],
+)
+def test_window_due_once_per_interval_for_judged_states(status: ScopeStatus, expected: bool) -> None:
+    assert due(status, SPEC.analysis, T0) is expected
+
+
+@pytest.mark.parametrize(
+    ("annotations", "expected"),
+    [
+        ({}, {}),
+        ({PROMOTE_ANNOTATION: "chat"}, {"chat": rollout.Action.PROMOTE}),
+        ({RESUME_ANNOTATION: "code, chat"}, {"chat": rollout.Action.RESUME, "code": rollout.Action.RESUME}),
+        (
+            {ABORT_ANNOTATION: "*", PROMOTE_ANNOTATION: "chat"},
+            {"chat": rollout.Action.ABORT, "code": rollout.Action.ABORT},
+        ),
+        ({PROMOTE_ANNOTATION: "nosuch"}, {}),
+        ({"other/annotation": "chat"}, {}),
+    ],
+    ids=["none", "promote", "resume-two", "abort-all-wins", "unknown-scope", "unrelated"],
+)
+def test_manual_actions_from_annotations(annotations: dict[str, str], expected: dict[str, rollout.Action]) -> None:
+    assert manual_actions(annotations, ["chat", "code"]) == expected
+
+
+def slow_window(end: datetime) -> ScopeWindow:
+    """A window in which the speculative arm is twice as slow per committed token, on plenty of requests."""
+    n = 200
+
+    def arm(seconds_per_token: float) -> ArmRequests:
+        return ArmRequests(
+            outcomes={RequestOutcome.OK: n},
+            decode_seconds=tuple(seconds_per_token * 99 for _ in range(n)),
+            committed_tokens=tuple(99 for _ in range(n)),
+            ttft_seconds=tuple(0.05 for _ in range(n)),
+            e2e_seconds=tuple(2.0 for _ in range(n)),
+        )
+
+    engine = ArmEngine(acceptance_length=1.2, kv_usage=((end, 0.3),))
+    return ScopeWindow(
+        scope="code",
+        start=end - timedelta(seconds=30),
+        end=end,
+        baseline=arm(0.02),
+        speculative=arm(0.04),
+        baseline_engine=engine,
+        speculative_engine=engine,
+    )
+
+
+def test_failing_windows_flip_a_scope_and_record_why() -> None:
+    statuses = [
+        ScopeStatus(name="chat", state=ScopeState.ORDINARY),
+        ScopeStatus(name="code", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=T0),
+    ]
+    flips, now = (), T0
+    for tick in range(1, 6):
+        now = T0 + timedelta(seconds=10 * tick)
+        measured = {"code": Measured(slow_window(now), new_requests=50)}
+        spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+        step = advance_scopes(statuses, spec, measured=measured, manual={}, fallbacks=[], warm=True, now=now)
+        statuses, flips = step.scopes, step.flipped or flips
+        if step.flipped:
+            break
+    code = next(s for s in statuses if s.name == "code")
+    assert flips == ("code",) and code.state is ScopeState.ROLLED_BACK and code.weight == 0
+    (record,) = step.fallbacks
+    assert (record.reason, record.metric) == (
+        FallbackReason.THRESHOLD_EXCEEDED,
+        MetricName.TIME_PER_COMMITTED_TOKEN_RATIO,
+    )
+    assert record.observed is not None and record.observed > 1.5
+    chat = next(s for s in statuses if s.name == "chat")
+    assert chat.state is ScopeState.PILOTING, "a warm ordinary scope starts its first stage"
+
+
+def test_window_summary_for_webhooks_names_scope_span_and_arms() -> None:
+    summary = window_summary("demo", "team-a", slow_window(T0))
+    assert summary["scope"] == "code" and summary["window"]["end"] == T0.isoformat()
+    assert summary["arms"]["speculative"]["requests"] == 200
+    assert summary["arms"]["speculative"]["timePerCommittedTokenSeconds"] == pytest.approx(0.04)
