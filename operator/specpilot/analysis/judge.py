@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from specpilot.analysis.checks import Check, finite, inconclusive
 from specpilot.analysis.limits import acceptance_check, kv_cache_check, rate_checks
-from specpilot.analysis.ratios import RatioPolicy, quantile_check, time_per_token_check
+from specpilot.analysis.ratios import RatioPolicy, inter_token_latency_check, quantile_check, time_per_token_check
 from specpilot.analysis.stats import nearest_rank
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.common import parse_duration
@@ -162,10 +162,13 @@ def _ratio_checks(
             policy=policy,
             look=spent[MetricName.END_TO_END_RATIO] + 1,
         ),
+        inter_token_latency_check(
+            window.speculative_engine, window.baseline_engine, limit=thresholds.inter_token_latency
+        ),
     )
     # Only a judged check spends its look: an inconclusive one tested nothing.
     for check in checks:
-        if check.verdict is not Verdict.INCONCLUSIVE:
+        if check.verdict is not Verdict.INCONCLUSIVE and check.metric in spent:  # tests, not point comparisons
             spent[check.metric] += 1
     return checks, _state(spent)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from specpilot.analysis.checks import Check, inconclusive
 from specpilot.analysis.stats import exceedance_pvalue, log_ratio_of_sums, nearest_rank, spent_alpha, z_quantile
-from specpilot.analysis.window import ArmRequests
+from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import Analysis, QuantileRatio
 from specpilot.api.status import Verdict
@@ -146,3 +146,33 @@ def _unpaired(arm: ArmRequests, name: str) -> str | None:
     if min(arm.committed_tokens) <= 0:
         return f"the {name} arm reported requests without committed tokens"
     return None
+
+
+def inter_token_latency_check(speculative: ArmEngine, baseline: ArmEngine, *, limit: QuantileRatio) -> Check:
+    """The engines' gap between streamed chunks at the limit's quantile, speculative over baseline.
+
+    Arm-wide (vLLM's histogram cannot tell scopes apart) and a point comparison: there are no
+    per-request values to test, only bucket deltas. A speculative step delivers several tokens at
+    once, so its gaps are longer by nature; the default limit (2x) is loose for that reason."""
+    metric = MetricName.INTER_TOKEN_LATENCY_RATIO
+    label = f"inter-token latency p{limit.quantile * 100:g}"
+    for name, engine in (("speculative", speculative), ("baseline", baseline)):
+        if engine.inconclusive:
+            return inconclusive(metric, f"{label}: {name} engines: {engine.inconclusive}")
+        if engine.inter_token_latency is None or not math.isfinite(engine.inter_token_latency):
+            return inconclusive(metric, f"{label}: no {name} engine steps in the window")
+    spec, base = speculative.inter_token_latency, baseline.inter_token_latency
+    assert spec is not None and base is not None
+    if base <= 0:
+        return inconclusive(metric, f"{label}: the baseline's quantile is zero")
+    ratio = spec / base
+    above = ratio > limit.max_ratio
+    return Check(
+        metric=metric,
+        verdict=Verdict.FAIL if above else Verdict.PASS,
+        observed=ratio,
+        threshold=limit.max_ratio,
+        evidence=f"speculative {spec * 1000:.1f} ms, baseline {base * 1000:.1f} ms (histogram quantiles)",
+        reason=f"{label} ratio {ratio:.3f} is {'above' if above else 'within'} {limit.max_ratio:g}",
+        hard=False,
+    )

@@ -105,6 +105,7 @@ class MetricName(StrEnum):
     TIME_PER_COMMITTED_TOKEN_RATIO = "timePerCommittedTokenRatio"
     TTFT_RATIO = "ttftRatio"
     END_TO_END_RATIO = "endToEndRatio"
+    INTER_TOKEN_LATENCY_RATIO = "interTokenLatencyRatio"
     KV_CACHE_USAGE = "kvCacheUsage"
     ERROR_RATE = "errorRate"
     TIMEOUT_RATE = "timeoutRate"

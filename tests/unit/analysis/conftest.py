@@ -38,12 +38,13 @@ def arm(
     )
 
 
-def engine(usage: float = 0.4, *, acceptance: float | None = 2.5, scrapes: int = 31) -> ArmEngine:
-    """Scrapes every 10 s over the window, all at `usage`."""
+def engine(usage: float = 0.4, *, acceptance: float | None = 2.5, scrapes: int = 31, itl: float = 0.03) -> ArmEngine:
+    """Scrapes every 10 s over the window, all at `usage`; engine steps `itl` s apart at the quantile."""
     step = (END - START) / (scrapes - 1)
     return ArmEngine(
         kv_usage=tuple((START + i * step, usage) for i in range(scrapes)),
         acceptance_length=acceptance,
+        inter_token_latency=itl,
     )
 
 

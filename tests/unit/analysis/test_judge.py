@@ -129,7 +129,8 @@ CASES = {
     "kv-pressure-not-sustained": Case(
         window(
             speculative_engine=ArmEngine(
-                kv_usage=tuple((END - timedelta(seconds=10 * i), 0.5 if i == 3 else 0.97) for i in range(30))
+                kv_usage=tuple((END - timedelta(seconds=10 * i), 0.5 if i == 3 else 0.97) for i in range(30)),
+                inter_token_latency=0.03,
             )
         ),
         Verdict.PASS,

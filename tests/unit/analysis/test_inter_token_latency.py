@@ -1,0 +1,40 @@
+"""The inter-token-latency check: the engines' histogram quantiles compared directly."""
+
+from __future__ import annotations
+
+import pytest
+
+from specpilot.analysis.ratios import inter_token_latency_check
+from specpilot.analysis.window import ArmEngine
+from specpilot.api.spec import QuantileRatio
+from specpilot.api.status import Verdict
+
+LIMIT = QuantileRatio(quantile=0.99, max_ratio=2.0)
+
+
+@pytest.mark.parametrize(
+    ("speculative", "baseline", "verdict", "words"),
+    [
+        (ArmEngine(inter_token_latency=0.05), ArmEngine(inter_token_latency=0.03), Verdict.PASS, "within 2"),
+        (
+            ArmEngine(inter_token_latency=0.09),
+            ArmEngine(inter_token_latency=0.03),
+            Verdict.FAIL,
+            "ratio 3.000 is above 2",
+        ),
+        (ArmEngine(), ArmEngine(inter_token_latency=0.03), Verdict.INCONCLUSIVE, "no speculative engine steps"),
+        (
+            ArmEngine(inter_token_latency=0.05),
+            ArmEngine(inter_token_latency=0.03, inconclusive="p: counters reset"),
+            Verdict.INCONCLUSIVE,
+            "baseline engines: p: counters reset",
+        ),
+        (ArmEngine(inter_token_latency=0.05), ArmEngine(inter_token_latency=0.0), Verdict.INCONCLUSIVE, "zero"),
+    ],
+    ids=["within", "above", "no-steps", "engine-inconclusive", "zero-baseline"],
+)
+def test_inter_token_latency(speculative: ArmEngine, baseline: ArmEngine, verdict: Verdict, words: str) -> None:
+    check = inter_token_latency_check(speculative, baseline, limit=LIMIT)
+    assert check.verdict is verdict
+    assert words in check.reason
+    assert not check.hard
