@@ -1,3 +1,4 @@
-"""The operator: a pure core (`render`, `routing`, `status`, `observe`) and a thin shell around it
-(`reconcile` applies and writes, `kube` talks to the API server, `handlers` wires Kopf, `main` runs it).
+"""The operator: a pure core (`render`, `routing`, `status`, `observe`, `progress`) and a thin shell
+around it (`reconcile` applies and writes, `measure` and `quality` collect what is judged, `kube`
+talks to the API server, `handlers` wires Kopf, `main` runs it).
 """

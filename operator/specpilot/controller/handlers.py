@@ -127,8 +127,8 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         while not stopped:
             try:
                 delay = await controller.collect(body, _observation(body, indices))
-            except (aiohttp.ClientError, TimeoutError) as error:
-                log.warning("%s: measuring failed, retrying: %s", body["metadata"]["name"], error)
+            except Exception:
+                log.exception("%s: measuring failed, retrying", body["metadata"]["name"])
                 delay = RETRY_SECONDS
             await _first(asyncio.sleep(delay), stopped.wait())
 
@@ -141,6 +141,10 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
                 delay = await controller.reconcile(body, _observation(body, kwargs))
             except (ApiError, aiohttp.ClientError, TimeoutError) as error:
                 log.warning("%s/%s: reconcile failed, retrying: %s", ref.namespace, ref.name, error)
+                delay = RETRY_SECONDS
+            except Exception:
+                # A bug must not stop the pilot's loop: say so loudly, count it, and look again.
+                log.exception("%s/%s: reconcile failed unexpectedly, retrying", ref.namespace, ref.name)
                 delay = RETRY_SECONDS
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):

@@ -290,9 +290,11 @@ class Controller:
         )
         for scope in progress.scopes:
             self.metrics.scope(ref.namespace, ref.name, scope)
-        for name in measured:
-            verdict = next(s.last_window.verdict for s in progress.scopes if s.name == name and s.last_window)
-            self.metrics.verdicts.labels(ref.namespace, ref.name, name, verdict.value).inc()
+        for status in progress.scopes:
+            if status.name in measured and status.name not in manual and status.last_window is not None:
+                self.metrics.verdicts.labels(
+                    ref.namespace, ref.name, status.name, status.last_window.verdict.value
+                ).inc()
         for name in progress.flipped:
             self.metrics.flips.labels(ref.namespace, ref.name, name).inc()
         return progress

@@ -174,27 +174,17 @@ def carry_scopes(
     before = {scope.name: scope for scope in (previous.scopes if previous is not None else [])}
     old_arms = previous.arms if previous is not None else None
     events: list[Event] = []
-    restart_all = False
-    if old_arms is not None and old_arms.baseline.config_hash not in (None, hashes[Arm.BASELINE]):
-        restart_all = True
-        events.append(
-            Event(
-                EventType.NORMAL,
-                Reason.ENGINE_CHANGED,
-                f"engine configuration changed ({old_arms.baseline.config_hash} -> {hashes[Arm.BASELINE]}): "
-                "every scope restarts from ordinary decoding",
+    # The baseline's hash is the engine's: an engine change (which changes every arm) is named as such.
+    changes = ((Arm.BASELINE, Reason.ENGINE_CHANGED, "engine"), (Arm.SPECULATIVE, Reason.DRAFT_CHANGED, "speculation"))
+    for arm, reason, what in changes if old_arms is not None else ():
+        old = getattr(old_arms, arm.value).config_hash
+        if old not in (None, hashes[arm]):
+            message = (
+                f"{what} configuration changed ({old} -> {hashes[arm]}): every scope restarts from ordinary decoding"
             )
-        )
-    elif old_arms is not None and old_arms.speculative.config_hash not in (None, hashes[Arm.SPECULATIVE]):
-        restart_all = True
-        events.append(
-            Event(
-                EventType.NORMAL,
-                Reason.DRAFT_CHANGED,
-                f"speculation config changed ({old_arms.speculative.config_hash} -> {hashes[Arm.SPECULATIVE]}): "
-                "every scope restarts from ordinary decoding",
-            )
-        )
+            events.append(Event(EventType.NORMAL, reason, message))
+            break
+    restart_all = bool(events)
     scopes = []
     for scope in spec.scopes:
         digest, old = scope_hash(scope), before.get(scope.name)
