@@ -288,9 +288,8 @@ class Controller:
             warm=is_warm,
             now=now,
         )
-        for scope in progress.scopes:
-            self.metrics.scope(ref.namespace, ref.name, scope)
         for status in progress.scopes:
+            self.metrics.scope(ref.namespace, ref.name, status)
             if status.name in measured and status.name not in manual and status.last_window is not None:
                 self.metrics.verdicts.labels(
                     ref.namespace, ref.name, status.name, status.last_window.verdict.value
