@@ -28,13 +28,11 @@ ADMIN_PORT = 8001
 SLOW_STAGES = [{"weight": 50, "minRequests": 10, "minDuration": "10m"}]  # stays piloting
 
 
-def fault_pilot(*, probes: bool, tight_ttft: bool) -> dict[str, Any]:
+def fault_pilot(*, probes: bool) -> dict[str, Any]:
     doc = judged_pilot()
     spec = doc["spec"]
     spec["engine"]["extraArgs"] = [f"--admin-port={ADMIN_PORT}"]
     spec["scopes"] = [{"name": "chat", "stages": SLOW_STAGES}]
-    if tight_ttft:
-        spec["analysis"]["thresholds"]["ttft"] = {"quantile": 0.9, "maxRatio": 1.5}
     if probes:
         spec["quality"] = {
             "probes": {"prompts": ["Count from one to ten.", "Name three colours."], "maxTokens": 8, "interval": "10s"}
@@ -64,7 +62,6 @@ class Case:
     reason: str  # of the fallback record
     metrics: frozenset[str]  # one of which the record names
     probes: bool = False
-    tight_ttft: bool = False
 
 
 CASES = {
@@ -81,7 +78,6 @@ CASES = {
         {"kind": "latency", "factor": 1.0, "extra_s": 0.5},
         "ThresholdExceeded",
         frozenset({"ttftRatio", "interTokenLatencyRatio", "timePerCommittedTokenRatio", "endToEndRatio"}),
-        tight_ttft=True,
     ),
     "kv-pressure": Case({"kind": "memory", "fraction": 0.97}, "KvCachePressure", frozenset({"kvCacheUsage"})),
 }
@@ -91,7 +87,7 @@ CASES = {
 def test_fault_in_the_speculative_arm_flips_the_scope_back(
     cluster: Cluster, operator: Operator, namespace: str, case: Case
 ) -> None:
-    doc = fault_pilot(probes=case.probes, tight_ttft=case.tight_ttft)
+    doc = fault_pilot(probes=case.probes)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
     load = subprocess.Popen(
@@ -112,12 +108,15 @@ def test_fault_in_the_speculative_arm_flips_the_scope_back(
         env=cluster.env(),
     )
     try:
-        wait_until(
-            "chat piloting with a passing window",
-            lambda: chat(cluster, namespace).get("lastWindow", {}).get("verdict") == "Pass",
-            timeout=60,
-            every=1,
-        )
+        try:
+            wait_until(
+                "chat piloting with a passing window",
+                lambda: chat(cluster, namespace).get("lastWindow", {}).get("verdict") == "Pass",
+                timeout=90,
+                every=1,
+            )
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
         request = urllib.request.Request(
             f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults",
             data=json.dumps(case.fault).encode(),
