@@ -108,7 +108,8 @@ def main() -> int:
     os.environ["KUBECONFIG"] = script(str(ROOT / "e2e/local/cluster.sh"), "up")
     os.environ["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
     subprocess.run(["kubectl", "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True)
-    subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=False)
+    subprocess.run(["kubectl", "delete", "namespace", NAMESPACE, "--wait=true"], capture_output=True, check=False)
+    subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=True)
     operator = subprocess.Popen(
         [
             *(sys.executable, "-m", "specpilot.cli", "operator", "--namespace", NAMESPACE),
