@@ -7,8 +7,6 @@ router. Each case measures the time from the fault to the scope's rollback."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -17,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
+from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
 from tests.cluster.test_operator import router_ip
 from tests.cluster.test_operator_judging import judged_pilot
 
@@ -90,23 +88,7 @@ def test_fault_in_the_speculative_arm_flips_the_scope_back(
     doc = fault_pilot(probes=case.probes)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
-    load = subprocess.Popen(
-        [
-            *(
-                sys.executable,
-                "-m",
-                "specpilot.cli",
-                "loadgen",
-                "--url",
-                f"http://{router_ip(cluster, namespace)}:8080",
-            ),
-            *("--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", "10"),
-            *("--duration", "120", "--timeout", "30", "--no-progress"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env=cluster.env(),
-    )
+    load = start_load(cluster, router_ip(cluster, namespace), seconds=120)
     try:
         try:
             wait_until(

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +16,7 @@ import pytest
 import yaml
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
+from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
 from tests.cluster.test_operator import router_ip
 
 pytestmark = pytest.mark.cluster
@@ -76,16 +74,7 @@ def test_adopt_flip_and_hold_on_real_traffic(cluster: Cluster, operator: Operato
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(judged_pilot()))
     wait_ready(cluster, operator, namespace)
     ip = router_ip(cluster, namespace)
-    load = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{ip}:8080"),
-            *("--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", "10"),
-            *("--duration", "150", "--timeout", "60", "--no-progress"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        env=cluster.env(),
-    )
+    load = start_load(cluster, ip, seconds=150)
     try:
 
         def settled() -> dict[str, dict[str, Any]] | None:

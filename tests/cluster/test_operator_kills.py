@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import random
-import subprocess
-import sys
 import time
 from collections import Counter
 
 import pytest
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.operator_process import events, pilot, running_operator, wait_ready
+from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.operator_process import events, pilot, running_operator, start_load, wait_ready
 from tests.cluster.test_operator import router_ip
 from tests.cluster.test_operator_judging import judged_pilot
 
@@ -27,23 +25,7 @@ def test_ten_sigkills_during_a_rollback_leave_one_record_per_flip(
     with running_operator(cluster, log) as operator:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(judged_pilot()))
         wait_ready(cluster, operator, namespace)
-        load = subprocess.Popen(
-            [
-                *(
-                    sys.executable,
-                    "-m",
-                    "specpilot.cli",
-                    "loadgen",
-                    "--url",
-                    f"http://{router_ip(cluster, namespace)}:8080",
-                ),
-                *("--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", "10"),
-                *("--duration", "240", "--timeout", "30", "--no-progress"),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            env=cluster.env(),
-        )
+        load = start_load(cluster, router_ip(cluster, namespace), seconds=240)
         chance = random.Random(7)
         try:
             for _ in range(10):
