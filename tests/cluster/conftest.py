@@ -141,5 +141,12 @@ def namespace(cluster: Cluster) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards (without waiting)."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
+    # Pods run as the namespace's default ServiceAccount, which the controller-manager creates a
+    # moment after the namespace; a pod scheduled before it gets no token from the node agent.
+    wait_until(
+        f"the default ServiceAccount of {name}",
+        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+        timeout=30,
+    )
     yield name
     cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
