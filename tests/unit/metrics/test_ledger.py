@@ -7,29 +7,12 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from specpilot.metrics.ledger import SampleLedger
-from specpilot.wire.names import Arm
-from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage
+from specpilot.wire.samples import RequestSample, SamplesPage
+from tests.unit.metrics.builders import ok_sample
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 LIMIT = 100
-SAMPLE = RequestSample(
-    seq=1,
-    at=0.0,
-    scope="code",
-    arm=Arm.SPECULATIVE,
-    endpoint="10.0.0.7:8000",
-    model="m",
-    stream=True,
-    status=200,
-    outcome=RequestOutcome.OK,
-    e2e=1.0,
-    ttft=0.2,
-    output_tokens=11,
-    tokens_from_usage=True,
-    decode=0.5,
-    deadline_met=True,
-    fallback=None,
-)
+SAMPLE = ok_sample()
 
 
 def t(seconds: float) -> datetime:

@@ -11,27 +11,11 @@ from specpilot.analysis.window import ArmRequests
 from specpilot.metrics.samples import arm_requests
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
+from tests.unit.metrics.builders import ok_sample
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 END = T0 + timedelta(seconds=60)
-OK = RequestSample(
-    seq=1,
-    at=T0.timestamp() + 10,
-    scope="code",
-    arm=Arm.SPECULATIVE,
-    endpoint="10.0.0.7:8000",
-    model="m",
-    stream=True,
-    status=200,
-    outcome=RequestOutcome.OK,
-    e2e=2.0,
-    ttft=0.25,
-    output_tokens=33,
-    tokens_from_usage=True,
-    decode=1.6,
-    deadline_met=True,
-    fallback=None,
-)
+OK = ok_sample(at=T0.timestamp() + 10, e2e=2.0, ttft=0.25, output_tokens=33, decode=1.6)
 
 
 def requests(*samples: RequestSample, arm: Arm = Arm.SPECULATIVE) -> ArmRequests:
