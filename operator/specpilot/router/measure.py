@@ -39,6 +39,7 @@ class StreamMeter:
         "error",
         "first_content",
         "last_content",
+        "usage_prompt_tokens",
         "usage_tokens",
     )
 
@@ -51,6 +52,7 @@ class StreamMeter:
         self.last_content: float | None = None
         self.content_chunks = 0
         self.usage_tokens: int | None = None
+        self.usage_prompt_tokens: int | None = None
         self.error = False
         self.done = False
 
@@ -107,6 +109,7 @@ class StreamMeter:
         usage = chunk.get("usage")
         if isinstance(usage, dict) and isinstance(usage.get("completion_tokens"), int):
             self.usage_tokens = usage["completion_tokens"]
+            self.usage_prompt_tokens = _count(usage.get("prompt_tokens"))
             if not choices and self._strip_usage:
                 return False
         if isinstance(choices, list) and any(_has_content(choice) for choice in choices):
@@ -126,12 +129,18 @@ def _plain_output(payload: bytes) -> bool:
     )
 
 
-def usage_tokens(body: bytes) -> int | None:
-    """``usage.completion_tokens`` of a whole (non-streamed) JSON response, if it has one."""
+def usage_tokens(body: bytes) -> tuple[int | None, int | None]:
+    """``usage.completion_tokens`` and ``usage.prompt_tokens`` of a whole (non-streamed) JSON response."""
     try:
         doc = json.loads(body)
     except ValueError:
-        return None
+        return None, None
     usage = doc.get("usage") if isinstance(doc, dict) else None
-    tokens = usage.get("completion_tokens") if isinstance(usage, dict) else None
-    return tokens if isinstance(tokens, int) else None
+    if not isinstance(usage, dict):
+        return None, None
+    return _count(usage.get("completion_tokens")), _count(usage.get("prompt_tokens"))
+
+
+def _count(value: Any) -> int | None:
+    """A token count from usage: a non-negative integer, else unknown."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None

@@ -91,6 +91,7 @@ class _Exchange:
         "meter",
         "model",
         "outcome",
+        "prompt_tokens",
         "scope",
         "started",
         "status",
@@ -110,6 +111,7 @@ class _Exchange:
         self.outcome = RequestOutcome.OK
         self.meter: StreamMeter | None = None
         self.tokens: int | None = None
+        self.prompt_tokens: int | None = None
         self.delivered = False  # the client has the whole answer
 
 
@@ -317,7 +319,7 @@ class Proxy:
             await _send(resp, data)
         ex.delivered = True
         if keep is not None:
-            ex.tokens = usage_tokens(b"".join(keep))
+            ex.tokens, ex.prompt_tokens = usage_tokens(b"".join(keep))
 
     async def _failed(
         self, request: web.Request, resp: web.StreamResponse | None, ex: _Exchange, exc: Exception
@@ -352,6 +354,7 @@ class Proxy:
             if ex.outcome is RequestOutcome.OK and (meter.error or not meter.done):
                 ex.outcome = RequestOutcome.UPSTREAM_ERROR  # an error event, or a stream that ended without [DONE]
             ex.tokens = meter.usage_tokens if meter.usage_tokens is not None else meter.content_chunks
+            ex.prompt_tokens = meter.usage_prompt_tokens
             if meter.first_content is not None and meter.last_content is not None:
                 ttft = meter.first_content - ex.started
                 decode = meter.last_content - meter.first_content
@@ -368,6 +371,7 @@ class Proxy:
             e2e=e2e,
             ttft=ttft,
             output_tokens=ex.tokens,
+            prompt_tokens=ex.prompt_tokens,
             tokens_from_usage=ex.tokens is not None and (meter is None or meter.usage_tokens is not None),
             decode=decode,
             deadline_met=deadline_met(ex.outcome, e2e, ex.deadline),

@@ -9,7 +9,7 @@ its `RequestOutcome`. The router keeps the newest samples and serves them on its
      "samples": [{"seq": 42, "at": 1796040000.123456, "scope": "code", "arm": "speculative",
                   "endpoint": "10.0.0.7:8000", "model": "m", "stream": true, "status": 200,
                   "outcome": "ok", "e2eSeconds": 1.9, "ttftSeconds": 0.21, "outputTokens": 64,
-                  "tokensFromUsage": true, "decodeSeconds": 1.68, "tpotSeconds": 0.0267,
+                  "promptTokens": 120, "tokensFromUsage": true, "decodeSeconds": 1.68, "tpotSeconds": 0.0267,
                   "deadlineMet": true, "fallback": null}]}
 
 A reader passes the last ``seq`` it saw as ``since`` and the page's ``next`` the next time.
@@ -82,6 +82,7 @@ class RequestSample:
     e2e: float
     ttft: float | None
     output_tokens: int | None
+    prompt_tokens: int | None = None  # the engine's usage count of the prompt, when it gave one
     tokens_from_usage: bool  # output_tokens is the engine's usage count, not a count of content chunks
     decode: float | None  # first to last content chunk
     deadline_met: bool | None
@@ -109,6 +110,7 @@ class RequestSample:
             "e2eSeconds": self.e2e,
             "ttftSeconds": self.ttft,
             "outputTokens": self.output_tokens,
+            "promptTokens": self.prompt_tokens,
             "tokensFromUsage": self.tokens_from_usage,
             "decodeSeconds": self.decode,
             "tpotSeconds": self.tpot,
@@ -136,6 +138,7 @@ class RequestSample:
             e2e=f.number("e2eSeconds"),
             ttft=f.optional("ttftSeconds", f.number),
             output_tokens=f.optional("outputTokens", f.integer),
+            prompt_tokens=f.optional("promptTokens", f.integer, absent_ok=True),
             tokens_from_usage=f.boolean("tokensFromUsage"),
             decode=f.optional("decodeSeconds", f.number),
             deadline_met=f.optional("deadlineMet", f.boolean),
@@ -224,8 +227,11 @@ class _Fields:
             known = ", ".join(member.value for member in kind)
             raise ValueError(f"{self._where}{key}: unknown value {value!r} (want one of {known})") from None
 
-    def optional(self, key: str, read: Callable[[str], _T]) -> _T | None:
-        """`read(key)`, or None where the field is null (the key must still be there)."""
+    def optional(self, key: str, read: Callable[[str], _T], *, absent_ok: bool = False) -> _T | None:
+        """`read(key)`, or None where the field is null; the key must be there unless `absent_ok`
+        (a field newer routers add, which an operator must still read from older ones)."""
+        if absent_ok and key not in self._doc:
+            return None
         return None if self.value(key) is None else read(key)
 
 

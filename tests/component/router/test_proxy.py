@@ -24,7 +24,7 @@ async def test_a_stream_passes_through_whole_and_is_measured(make_router: Harnes
     assert upstream["stream_options"] == {"include_usage": True}
     (sample,) = (await h.samples())["samples"]
     assert sample["scope"] == "code" and sample["arm"] == "speculative" and sample["outcome"] == "ok"
-    assert sample["outputTokens"] == 15 and sample["tokensFromUsage"]
+    assert sample["outputTokens"] == 15 and sample["tokensFromUsage"] and sample["promptTokens"] == 3
     assert 0 < sample["ttftSeconds"] <= sample["e2eSeconds"]
     assert sample["decodeSeconds"] >= 0 and sample["tpotSeconds"] is not None
 

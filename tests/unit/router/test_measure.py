@@ -37,7 +37,7 @@ def test_meter_notes_first_and_last_content_usage_and_done() -> None:
     assert out == b"".join(STREAM)
     assert (meter.first_content, meter.last_content) == (1.0, 3.0)  # the role chunk has no content
     assert meter.content_chunks == 3
-    assert meter.usage_tokens == 9
+    assert (meter.usage_tokens, meter.usage_prompt_tokens) == (9, 3)
     assert meter.done and not meter.error
 
 
@@ -131,12 +131,14 @@ def test_streams_that_are_not_vllm_sse_pass_through_untouched(data: bytes) -> No
 @pytest.mark.parametrize(
     ("body", "tokens"),
     [
-        (b'{"usage": {"completion_tokens": 12}}', 12),
-        (b'{"usage": null}', None),
-        (b'{"usage": {"completion_tokens": "12"}}', None),
-        (b"[]", None),
-        (b"not json", None),
+        (b'{"usage": {"completion_tokens": 12, "prompt_tokens": 40}}', (12, 40)),
+        (b'{"usage": {"completion_tokens": 12}}', (12, None)),
+        (b'{"usage": {"completion_tokens": 12, "prompt_tokens": -1}}', (12, None)),
+        (b'{"usage": null}', (None, None)),
+        (b'{"usage": {"completion_tokens": "12", "prompt_tokens": true}}', (None, None)),
+        (b"[]", (None, None)),
+        (b"not json", (None, None)),
     ],
 )
-def test_usage_tokens_of_a_whole_response(body: bytes, tokens: int | None) -> None:
+def test_usage_tokens_of_a_whole_response(body: bytes, tokens: tuple[int | None, int | None]) -> None:
     assert usage_tokens(body) == tokens

@@ -70,7 +70,7 @@ def test_sample_json_has_the_field_names_the_operator_reads() -> None:
     doc = sample(outcome=RequestOutcome.TIMEOUT, arm=Arm.SPECULATIVE).to_json()
     assert list(doc) == [
         "seq", "at", "scope", "arm", "endpoint", "model", "stream", "status", "outcome", "e2eSeconds",
-        "ttftSeconds", "outputTokens", "tokensFromUsage", "decodeSeconds", "tpotSeconds", "deadlineMet", "fallback",
+        "ttftSeconds", "outputTokens", "promptTokens", "tokensFromUsage", "decodeSeconds", "tpotSeconds", "deadlineMet", "fallback",
     ]  # fmt: skip
     assert (doc["outcome"], doc["arm"], doc["tpotSeconds"]) == ("timeout", "speculative", 0.05)
 
@@ -115,6 +115,13 @@ def test_derived_tpot_is_not_read_back() -> None:
     assert RequestSample.from_json(doc) == sample()
 
 
+def test_a_page_from_a_router_without_prompt_tokens_still_reads() -> None:
+    doc = PAGE.to_json()
+    for item in doc["samples"]:
+        del item["promptTokens"]
+    assert all(s.prompt_tokens is None for s in SamplesPage.from_json(doc).samples)
+
+
 def page_with(**changes: Any) -> dict[str, Any]:
     """The JSON of `PAGE` with fields of its first sample changed (a value of `...` removes the field)."""
     doc = PAGE.to_json()
@@ -151,6 +158,7 @@ def page_with(**changes: Any) -> dict[str, Any]:
         pytest.param(page_with(deadlineMet="yes"), r"samples\[0\]\.deadlineMet: expected true or false", id="met"),
         pytest.param(page_with(outputTokens=2.0), r"samples\[0\]\.outputTokens: expected an integer", id="tokens"),
         pytest.param(page_with(fallback=7), r"samples\[0\]\.fallback: expected a string", id="fallback"),
+        pytest.param(page_with(promptTokens="9"), r"samples\[0\]\.promptTokens: expected an integer", id="prompt"),
     ],
 )
 def test_garbage_is_refused_naming_the_field(doc: object, problem: str) -> None:
