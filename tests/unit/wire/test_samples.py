@@ -70,7 +70,8 @@ def test_sample_json_has_the_field_names_the_operator_reads() -> None:
     doc = sample(outcome=RequestOutcome.TIMEOUT, arm=Arm.SPECULATIVE).to_json()
     assert list(doc) == [
         "seq", "at", "scope", "arm", "endpoint", "model", "stream", "status", "outcome", "e2eSeconds",
-        "ttftSeconds", "outputTokens", "promptTokens", "tokensFromUsage", "decodeSeconds", "tpotSeconds", "deadlineMet", "fallback",
+        "ttftSeconds", "outputTokens", "promptTokens", "tokensFromUsage", "decodeSeconds", "tpotSeconds",
+        "deadlineMet", "fallback",
     ]  # fmt: skip
     assert (doc["outcome"], doc["arm"], doc["tpotSeconds"]) == ("timeout", "speculative", 0.05)
 
