@@ -30,6 +30,8 @@ class FaultKind(enum.StrEnum):
     HANG = "hang"  # the engine stops stepping; requests stall
     CRASH = "crash"  # the server process exits with exit_code
     DIVERGENCE = "divergence"  # greedy output departs from the shared text after after_tokens
+    STALLS = "stalls"  # a share of requests is taken and never answered, until the client gives up
+    GARBLED_METRICS = "garbled_metrics"  # /metrics answers a cut, NaN-ridden exposition
 
 
 _COMMON = {"kind", "scope", "start_s", "duration_s"}
@@ -42,8 +44,10 @@ _KEYS: dict[FaultKind, set[str]] = {
     FaultKind.HANG: set(),
     FaultKind.CRASH: {"exit_code"},
     FaultKind.DIVERGENCE: {"rate", "after_tokens"},
+    FaultKind.STALLS: {"rate"},
+    FaultKind.GARBLED_METRICS: set(),
 }
-_SCOPED = {FaultKind.ACCEPTANCE, FaultKind.ERRORS, FaultKind.REJECTIONS, FaultKind.DIVERGENCE}
+_SCOPED = {FaultKind.ACCEPTANCE, FaultKind.ERRORS, FaultKind.REJECTIONS, FaultKind.DIVERGENCE, FaultKind.STALLS}
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,13 @@ class FaultBoard:
             if self._rng.random() < fault.spec.rate:
                 return fault.spec.status
         return None
+
+    def stalls(self, scope: str, now: float) -> bool:
+        """Whether a new request of `scope` is to be held without an answer."""
+        return any(self._rng.random() < fault.spec.rate for fault in self._live(FaultKind.STALLS, now, scope))
+
+    def garbled_metrics(self, now: float) -> bool:
+        return bool(self._live(FaultKind.GARBLED_METRICS, now))
 
     def divergence(self, scope: str, now: float) -> int | None:
         """Output position from which a new request's text diverges, if a divergence hits it."""
