@@ -105,6 +105,12 @@ CASES = {
         "ThresholdExceeded",
         frozenset({"ttftRatio", "interTokenLatencyRatio", "timePerCommittedTokenRatio", "endToEndRatio"}),
     ),
+    # A fifth of chat's requests wait 3 s before the engine takes them: the TTFT tail, and only it.
+    "ttft-tail": Case(
+        {"kind": "slow_start", "rate": 0.2, "extra_s": 3.0, "scope": "chat"},
+        "ThresholdExceeded",
+        frozenset({"ttftRatio"}),
+    ),
     "kv-pressure": Case({"kind": "memory", "fraction": 0.97}, "KvCachePressure", frozenset({"kvCacheUsage"})),
     # A third of chat's requests stall until the router's timeout answers 504; the ones that finish
     # are still faster than on the baseline, and the timeout rate flips the scope all the same.

@@ -265,6 +265,9 @@ class OpenAIHandlers:
             return error_response(refusal, message)
         if state.faults.stalls(scope, engine.time()):
             return await _stall()
+        delay = state.faults.start_delay(scope, engine.time())
+        if delay:
+            await engine.clock.sleep_until(engine.time() + delay)
         # Greedy text depends on the prompt and server seed only, so every arm produces the same.
         key = state.config.seed if gen.temperature == 0 else gen.seed if gen.seed is not None else engine.next_seed()
         tokens = TokenSource(

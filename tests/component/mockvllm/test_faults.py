@@ -129,6 +129,17 @@ async def test_stalls_hold_a_share_of_one_scopes_requests_until_the_client_gives
     assert sum(v for k, v in metrics.items() if k.startswith("vllm:request_success_total")) == 1  # chat only
 
 
+async def test_a_slow_start_delays_the_first_token_of_one_scope(mock_vllm: Any) -> None:
+    mock = await mock_vllm("--time-scale", "0.1")
+    await call("POST", mock.admin_url + "/faults", {"kind": "slow_start", "rate": 1.0, "extra_s": 5, "scope": "code"})
+    started = asyncio.get_running_loop().time()
+    assert (await complete(mock.url, scope="chat", max_tokens=2))[0] == 200
+    chat = asyncio.get_running_loop().time() - started
+    assert (await complete(mock.url, scope="code", max_tokens=2))[0] == 200
+    code = asyncio.get_running_loop().time() - started - chat
+    assert chat < 0.3 and code >= 0.5, (chat, code)  # 5 model seconds at a tenth of wall time
+
+
 async def test_garbled_metrics_are_cut_and_nan_until_the_fault_ends(mock_vllm: Any) -> None:
     mock = await mock_vllm(*FAST)
     _, added = await call("POST", mock.admin_url + "/faults", {"kind": "garbled_metrics"})
