@@ -41,7 +41,11 @@ def set_args(values: Mapping[str, str]) -> list[str]:
 
 
 def template_text(
-    values: Mapping[str, str] | None = None, *, crds: bool = False, namespace: str = NAMESPACE, extra: Sequence[str] = ()
+    values: Mapping[str, str] | None = None,
+    *,
+    crds: bool = False,
+    namespace: str = NAMESPACE,
+    extra: Sequence[str] = (),
 ) -> str:
     """`helm template` of the chart with `--set` values (and its CRDs when `crds`)."""
     args = ["template", RELEASE, str(CHART), "--namespace", namespace, *set_args(values or {}), *extra]

@@ -7,17 +7,21 @@ import json
 import re
 
 import pytest
+from tests.helm import CHART, ROOT, by_kind, helm, template
 
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.router.metrics import RouterMetrics
-from tests.helm import CHART, ROOT, by_kind, helm, template
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
 @pytest.mark.parametrize(
     "values",
-    [[], ["--set", "watchNamespaces={a,b}", "--set", "replicaCount=2"], ["--set", "metrics.serviceMonitor.enabled=true"]],
+    [
+        [],
+        ["--set", "watchNamespaces={a,b}", "--set", "replicaCount=2"],
+        ["--set", "metrics.serviceMonitor.enabled=true"],
+    ],
     ids=["default", "namespaced", "service-monitor"],
 )
 def test_helm_lint_is_clean(values: list[str]) -> None:
@@ -102,4 +106,3 @@ def test_dashboard_queries_only_metrics_the_operator_and_router_export() -> None
         assert metric in used
     assert "specpilot_scope_flips_total" in dashboard["annotations"]["list"][0]["expr"]
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
-

@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
 from tests.helm import ROOT, template
 
 HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
