@@ -45,10 +45,10 @@ def template_text(
     *,
     crds: bool = False,
     namespace: str = NAMESPACE,
-    extra: Sequence[str] = (),
+    release: str = RELEASE,
 ) -> str:
     """`helm template` of the chart with `--set` values (and its CRDs when `crds`)."""
-    args = ["template", RELEASE, str(CHART), "--namespace", namespace, *set_args(values or {}), *extra]
+    args = ["template", release, str(CHART), "--namespace", namespace, *set_args(values or {})]
     return helm(*args, *(["--include-crds"] if crds else [])).stdout
 
 
