@@ -21,9 +21,12 @@ from typing import Any
 import pytest
 import yaml
 
+from specpilot.api.pilot import GROUP
+from specpilot.controller.handlers import FINALIZER
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import events, pilot
 from tests.cluster.test_operator import router_ip
+from tests.component.test_argocd_health import KOPF_ANNOTATIONS
 from tests.helm import CHART, helm, set_args, template_text
 
 pytestmark = pytest.mark.cluster
@@ -179,6 +182,10 @@ def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
     assert scopes["batch"]["lastWindow"]["verdict"] == "Inconclusive"
     reasons = [e["reason"] for e in events(cluster, namespace)]
     assert "ScopePromoted" in reasons and "ScopeRolledBack" in reasons and "RoutesTaken" in reasons, reasons
+    # What argocd-cm.yaml's ignoreDifferences leave to the operator is all it writes on the pilot.
+    meta = pilot(cluster, namespace)["metadata"]
+    assert meta["finalizers"] == [FINALIZER]
+    assert {k for k in meta.get("annotations", {}) if k.startswith(f"{GROUP}/")} <= set(KOPF_ANNOTATIONS), meta
     job = cluster.get_json("job", "demo-load", "-n", namespace)
     assert not job["status"].get("failed"), cluster.pods_report(namespace)
     # The chart's operator is the one that worked, and its metrics say so per scope.
