@@ -1,6 +1,7 @@
-"""The chart as helm renders it, for the component and cluster tiers.
+"""The chart as helm renders it, for the component and cluster tiers, and the tools that read it.
 
-helm is built from the Go module proxy and cached by `e2e/tools.sh` (the first call builds it).
+helm is built from the Go module proxy and cached by `e2e/tools.sh`, kubectl (which has kustomize
+built in) by `e2e/local/build.sh`; the first call builds what is absent.
 """
 
 from __future__ import annotations
@@ -27,6 +28,21 @@ def tool(name: str) -> str:
     if out.returncode != 0:
         raise RuntimeError(f"e2e/tools.sh {name} failed:\n{out.stderr}")
     return out.stdout.strip().splitlines()[-1]
+
+
+@functools.cache
+def kubectl() -> str:
+    """The cluster tier's own kubectl."""
+    out = subprocess.run([str(ROOT / "e2e/local/build.sh")], capture_output=True, text=True, check=True, timeout=1800)
+    return str(Path(out.stdout.strip().splitlines()[-1]) / "kubectl")
+
+
+def kustomize(directory: Path) -> list[dict[str, Any]]:
+    """`kubectl kustomize DIRECTORY`, parsed."""
+    out = subprocess.run(
+        [kubectl(), "kustomize", str(directory)], capture_output=True, text=True, check=True, timeout=60
+    )
+    return [doc for doc in yaml.safe_load_all(out.stdout) if doc]
 
 
 def helm(*args: str, env: Mapping[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -27,7 +27,7 @@ from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import events, pilot
 from tests.cluster.test_operator import router_ip
 from tests.component.test_argocd_health import KOPF_ANNOTATIONS
-from tests.helm import CHART, helm, set_args, template_text
+from tests.helm import CHART, helm, kustomize, set_args, template_text
 
 pytestmark = pytest.mark.cluster
 
@@ -130,7 +130,7 @@ def operator_metrics(pod: dict[str, Any]) -> str:
 
 def start_demo_load(cluster: Cluster, namespace: str) -> None:
     """manifests/demo's loadgen Job, pointed at the router pod (no DNS on the local cluster)."""
-    docs = [d for d in yaml.safe_load_all(cluster.kubectl("kustomize", str(DEMO)).stdout) if d]
+    docs = kustomize(DEMO)
     (job,) = [d for d in docs if d["kind"] == "Job"]
     (env,) = [e for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "ROUTER_URL"]
     env["value"] = f"http://{router_ip(cluster, namespace)}:8080"
