@@ -29,7 +29,7 @@ tools:
 	@e2e/tools.sh helm >/dev/null
 	@e2e/tools.sh actionlint >/dev/null
 
-test: venv binaries
+test: venv binaries tools
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-unit: venv
