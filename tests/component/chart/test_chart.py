@@ -106,3 +106,18 @@ def test_dashboard_queries_only_metrics_the_operator_and_router_export() -> None
         assert metric in used
     assert "specpilot_scope_flips_total" in dashboard["annotations"]["list"][0]["expr"]
     assert config_map["metadata"]["labels"]["grafana_dashboard"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ("watchNamespace=team-a", "additional properties 'watchNamespace' not allowed"),
+        ("replicaCount=two", "at '/replicaCount': got string, want integer"),
+        ("watchNamespaces={Team_A}", "at '/watchNamespaces/0': 'Team_A' does not match pattern"),
+        ("logLevel=LOUD", "at '/logLevel'"),
+        ("metrics.service.port=0", "at '/metrics/service/port'"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_value(setting: str, message: str) -> None:
+    out = helm("template", "x", str(CHART), "--set", setting, check=False)
+    assert out.returncode != 0 and message in out.stderr, out.stderr
