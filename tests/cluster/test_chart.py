@@ -178,10 +178,12 @@ def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
     assert (scopes["chat"]["stage"], scopes["chat"]["weight"]) == (1, 50)
     assert scopes["chat"]["lastWindow"]["ratio"] < 1
     causes = {r["scope"]: (r["reason"], r["metric"]) for r in status["fallbacks"]}
-    assert causes == {
-        "code": ("ThresholdExceeded", "timePerCommittedTokenRatio"),
-        "longform": ("KvCachePressure", "kvCacheUsage"),
-    }
+    assert causes["longform"] == ("KvCachePressure", "kvCacheUsage"), causes
+    # code drafts badly and loads the speculative arm's small KV cache too: whichever of its net
+    # slowdown and the KV-cache pressure the operator judges first flips it (on two shared cores,
+    # which comes first varies from run to run).
+    assert causes["code"] in {("ThresholdExceeded", "timePerCommittedTokenRatio"), ("KvCachePressure", "kvCacheUsage")}
+    assert sorted(causes) == ["code", "longform"], causes
     assert status["phase"] == "Healthy"  # every scope is speculative or rolled back
     reasons = [e["reason"] for e in events(cluster, namespace)]
     assert "ScopePromoted" in reasons and "ScopeRolledBack" in reasons and "RoutesTaken" in reasons, reasons
