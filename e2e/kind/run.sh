@@ -5,7 +5,7 @@
 #   2. install the chart;
 #   3. apply the demo pilot (manifests/demo/pilot.yaml: mock vLLM arms on CPU);
 #   4. drive load with the loadgen Job (manifests/demo, kustomize);
-#   5. `kubectl wait` for each scope's outcome (manifests/demo/outcomes.txt);
+#   5. `kubectl wait` for each scope's outcome (manifests/demo/outcomes.txt), then for Healthy;
 #   6. dump state and logs on failure.
 # Needs docker, kind, kubectl and helm on PATH. Creates the kind cluster when it is absent
 # (KIND_CLUSTER, default specpilot); leaves it running.
@@ -80,6 +80,7 @@ grep -v '^#' "$DEMO/outcomes.txt" | while read -r scope state; do
   kubectl -n "$PILOT_NS" wait speculationpilot/demo --timeout="$TIMEOUT" \
     --for=jsonpath="{.status.scopes[?(@.name==\"$scope\")].state}=$state"
 done
+kubectl -n "$PILOT_NS" wait speculationpilot/demo --timeout="$TIMEOUT" --for=jsonpath='{.status.phase}'=Healthy
 kubectl -n "$PILOT_NS" get speculationpilot demo
 
 log "deleting the pilot (ordered teardown)"

@@ -173,6 +173,19 @@ def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
             f"{json.dumps(pilot(cluster, namespace).get('status'), indent=1)}\n"
             f"{cluster.pods_report(release.namespace, log_lines=40)}"
         )
+    # Every scope settled, and arms and router ready: Healthy (a pod restarted by its liveness probe on
+    # a busy machine may delay it a little).
+    healthy = cluster.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "--for=jsonpath={.status.phase}=Healthy",
+        "speculationpilot/demo",
+        "--timeout=120s",
+        check=False,
+        timeout=130,
+    )
+    assert healthy.returncode == 0, f"{json.dumps(pilot(cluster, namespace).get('status'), indent=1)}"
     status = pilot(cluster, namespace)["status"]
     scopes = {s["name"]: s for s in status["scopes"]}
     assert (scopes["chat"]["stage"], scopes["chat"]["weight"]) == (1, 50)
@@ -184,7 +197,6 @@ def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
     # which comes first varies from run to run).
     assert causes["code"] in {("ThresholdExceeded", "timePerCommittedTokenRatio"), ("KvCachePressure", "kvCacheUsage")}
     assert sorted(causes) == ["code", "longform"], causes
-    assert status["phase"] == "Healthy"  # every scope is speculative or rolled back
     reasons = [e["reason"] for e in events(cluster, namespace)]
     assert "ScopePromoted" in reasons and "ScopeRolledBack" in reasons and "RoutesTaken" in reasons, reasons
     # What argocd-cm.yaml's ignoreDifferences leave to the operator is all it writes on the pilot.

@@ -24,7 +24,8 @@ def test_run_sh_and_the_cluster_tier_share_the_scenario() -> None:
         "charts/specpilot",
     ):
         assert used in script, used
-    for used in ('DEMO / "pilot.yaml"', "kustomize(DEMO)", '"outcomes.txt"'):
+    assert "{.status.phase}'=Healthy" in script
+    for used in ('DEMO / "pilot.yaml"', "kustomize(DEMO)", '"outcomes.txt"', "{.status.phase}=Healthy"):
         assert used in cluster_test, used
 
 
