@@ -81,6 +81,7 @@ class PilotMemory:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    window_due: bool = False  # the wake is a collection's: a window is due, with nothing to gather
     applied: dict[Key, Applied] = field(default_factory=dict)
     routes_written: tuple[str, datetime] | None = None  # (table hash, when) of the last table written
     status: SpeculationPilotStatus | None = None  # the last status written, newer than a lagging watch
@@ -351,7 +352,8 @@ class Controller:
             self.http, arms=arms, routers=seen.ready(ROUTER_COMPONENT), analysis=spec.analysis, now=now
         )
         if window_due(memory.status or _previous_status(body), spec, memory.measurements.collected_at, now):
-            memory.wake.set()  # judge it on what was just collected, not at the next scheduled reconcile
+            memory.window_due = True  # judge it on what was just collected, not at the next scheduled reconcile
+            memory.wake.set()
         probes = spec.quality.probes
         ready = arms[Arm.BASELINE] and arms[Arm.SPECULATIVE]
         if (
