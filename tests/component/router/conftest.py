@@ -86,6 +86,9 @@ class FakeVllm:
         except asyncio.CancelledError:
             self.cancelled += 1
             raise
+        except ConnectionResetError:  # the router left before aiohttp noticed: a cancel all the same
+            self.cancelled += 1
+            raise asyncio.CancelledError from None
         finally:
             self.active -= 1
 
