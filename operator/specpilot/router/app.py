@@ -73,7 +73,7 @@ class Router:
             self.source = StaticSource(routes_file=routes_file, endpoints=static_endpoints(config.static_endpoints))
         self.addresses: list[tuple[str, int]] = []
         self._pool = UpstreamPool(connect_timeout=config.connect_timeout)
-        self._traffic: Server | None = None
+        self.traffic: Server | None = None
         self._listener: asyncio.Server | None = None
         self._admin: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -87,14 +87,14 @@ class Router:
             max_headers=config.max_headers,
             read_timeout=config.read_timeout,
         )
-        self._traffic = Server(proxy.handle, limits, lambda reason: self.metrics.refused.labels(reason).inc())
+        self.traffic = Server(proxy.handle, limits, lambda reason: self.metrics.refused.labels(reason).inc())
         self._tasks = [
             asyncio.create_task(self.source.run(self.state), name="route-source"),
             asyncio.create_task(_tick(self.state), name="staleness"),
         ]
         host, port = _bind_address(config.listen)
         loop = asyncio.get_running_loop()
-        self._listener = await loop.create_server(self._traffic, host, port, backlog=1024)
+        self._listener = await loop.create_server(self.traffic, host, port, backlog=1024)
         self.addresses.append(_bound(self._listener))
         log.info("listening on %s:%d", *self.addresses[-1])
         self._admin = web.AppRunner(
@@ -115,9 +115,9 @@ class Router:
         """Stop taking requests, let in-flight ones finish (up to the grace period), then close."""
         for task in self._tasks:
             task.cancel()
-        if self._listener is not None and self._traffic is not None:
+        if self._listener is not None and self.traffic is not None:
             self._listener.close()
-            traffic = self._traffic
+            traffic = self.traffic
             traffic.draining = True
             traffic.close_idle()
             in_flight = traffic.in_flight()

@@ -73,7 +73,10 @@ class StreamMeter:
         complete = buffer[:end]
         if complete.count(b"\n\n") == 1:
             return complete if self._event(complete, now) else b""
-        kept = [event for event in complete.split(b"\n\n")[:-1] if self._event(event, now)]
+        events = complete.split(b"\n\n")[:-1]
+        kept = [event for event in events if self._event(event, now)]
+        if len(kept) == len(events):
+            return complete  # nothing dropped: pass the bytes on as they came
         return b"\n\n".join(kept) + b"\n\n" if kept else b""
 
     def finish(self) -> bytes:

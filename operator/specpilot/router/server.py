@@ -29,6 +29,7 @@ log = logging.getLogger("specpilot.router.http")
 
 WRITE_HIGH_WATER = 64 << 10  # client write buffer above which upstream reading pauses
 IDLE_TIMEOUT = 75.0  # a keep-alive connection with no request in progress closes after this
+LINGER_SECONDS = 2.0  # after a refusal, how long what the client still sends is read and dropped
 ERROR_TYPES = {
     400: "BadRequestError",
     404: "NotFoundError",
@@ -151,6 +152,7 @@ class ClientConnection(asyncio.Protocol):
         self._chunked = False
         self._close_after = False
         self._head_request = False
+        self._lingering = False  # refused: the answer is out, what still comes is dropped
         self._bodiless = False  # HEAD, 204 or 304: the response has no body
 
     # asyncio.Protocol
@@ -163,7 +165,7 @@ class ClientConnection(asyncio.Protocol):
         self._arm(IDLE_TIMEOUT)
 
     def data_received(self, data: bytes) -> None:
-        if self._pipelined or self.gone:
+        if self._pipelined or self._lingering or self.gone:
             return  # the rest of a pipelined request: dropped, answered 400 after the current response
         if not self._reading:
             self._head_size = 0
@@ -250,6 +252,8 @@ class ClientConnection(asyncio.Protocol):
             return
         self._head_done = True
         parser = self._parser
+        if parser.should_upgrade() or parser.get_method() == b"CONNECT":
+            raise _Refusal(501, "unsupported", "protocol upgrades (WebSocket, h2c) and CONNECT are unsupported")
         version = parser.get_http_version()
         if version not in ("1.1", "1.0"):
             raise _Refusal(505, "unsupported", f"HTTP/{version} is not supported: send HTTP/1.1")
@@ -308,7 +312,6 @@ class ClientConnection(asyncio.Protocol):
         self._close_after = (
             not self._keep_alive
             or (length is None and not self._http11 and not self._bodiless)
-            or self._pipelined
             or self._server.draining
         )
         framing = (
@@ -337,7 +340,9 @@ class ClientConnection(asyncio.Protocol):
         if self._chunked and self.transport is not None and not self.gone:
             self.transport.write(b"0\r\n\r\n")
         self._chunked = self._bodiless = False
-        if self._close_after:
+        if self._lingering:
+            self._linger()
+        elif self._close_after and not self._pipelined:  # a pipelined request is refused first
             self.close()
 
     def cut(self) -> None:
@@ -372,7 +377,7 @@ class ClientConnection(asyncio.Protocol):
         if self.gone:
             return
         if self._pipelined:
-            self._close_after = True
+            self._keep_alive, self._lingering = False, True
             self.error(400, "pipelined requests are not supported: wait for each response before the next request")
             return
         self._arm(IDLE_TIMEOUT)
@@ -388,8 +393,22 @@ class ClientConnection(asyncio.Protocol):
             self._pipelined = True
             return
         self._keep_alive = False
+        self._lingering = True
         self.error(refusal.status, refusal.message)
-        self.gone = True  # nothing more is read from a connection in an unknown state
+
+    def _linger(self) -> None:
+        """Close after a refusal without a reset: stop writing, drop what still comes, close soon.
+
+        Closing with unread bytes would reset the connection, and the client might lose the answer.
+        """
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            return
+        if transport.can_write_eof():
+            transport.write_eof()
+            self._arm(LINGER_SECONDS)
+        else:
+            transport.close()
 
     def _arm(self, seconds: float) -> None:
         if self._timer is not None:
@@ -403,7 +422,9 @@ class ClientConnection(asyncio.Protocol):
 
     def _timed_out(self) -> None:
         self._timer = None
-        if self._reading:
+        if self._lingering:
+            self.abort()
+        elif self._reading:
             self._refuse(_Refusal(408, "read_timeout", f"request not received within {self._limits.read_timeout:g} s"))
         elif self.task is None:
             self.close()
