@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
@@ -147,6 +148,7 @@ async def serve(config: RouterConfig) -> None:
     router = Router(config)
     try:
         await router.start()
+        gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         stopping = asyncio.create_task(stop.wait())
         failing = asyncio.create_task(router.wait())
         done, pending = await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)

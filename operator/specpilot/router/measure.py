@@ -60,6 +60,17 @@ class StreamMeter:
         """Bytes to forward after reading `data` from upstream at time `now`."""
         if self._passthrough:
             return data
+        if (
+            self.first_content is not None
+            and not self._buffer
+            and data.find(b"\n\n") == len(data) - 2
+            and data.startswith(b"data:")
+            and _plain_output(data)
+        ):
+            # The usual read in mid-answer: one whole event of output, told by its bytes alone.
+            self.content_chunks += 1
+            self.last_content = now
+            return data
         buffer = self._buffer + data if self._buffer else data
         end = buffer.rfind(b"\n\n")
         if end < 0:

@@ -165,9 +165,15 @@ class _Exchange:
     def detach(self) -> None:
         """Stop relaying; an exchange still under way upstream is abandoned (the engine cancels it)."""
         conn, self.conn = self.conn, None
-        self.client.attach(None)
         if conn is not None:
+            self.client.detach(conn.transport)
             conn.abandon()
+
+    def _done(self) -> None:
+        """The connection is done with this exchange (back in the pool, or closed)."""
+        if self.conn is not None:
+            self.client.detach(self.conn.transport)
+            self.conn = None
 
     # Sink
 
@@ -213,7 +219,7 @@ class _Exchange:
         self.client.write(data)
 
     def end(self) -> None:
-        self.conn = None  # the connection is done with this exchange (back in the pool, or closed)
+        self._done()
         meter = self.meter
         if meter is not None:
             self.client.write(meter.finish())
@@ -226,7 +232,7 @@ class _Exchange:
             self.finished.set_result(None)
 
     def failed(self, exc: Exception, *, before_response: bool) -> None:
-        self.conn = None
+        self._done()
         if self.finished is not None and not self.finished.done():
             self.finished.set_exception(_Failed(exc, before_response=before_response))
 

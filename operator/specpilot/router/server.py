@@ -20,6 +20,7 @@ import json
 import logging
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import cast
 from urllib.parse import unquote
 
 import httptools
@@ -153,13 +154,13 @@ class ClientConnection(asyncio.Protocol):
         self._close_after = False
         self._head_request = False
         self._lingering = False  # refused: the answer is out, what still comes is dropped
+        self._responding = False  # a request is whole and its response not yet
         self._bodiless = False  # HEAD, 204 or 304: the response has no body
 
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
         self._server.connections.add(self)
         self._arm(IDLE_TIMEOUT)
@@ -210,6 +211,10 @@ class ClientConnection(asyncio.Protocol):
         if source is not None and self._paused:
             source.pause_reading()
 
+    def detach(self, source: asyncio.Transport | None) -> None:
+        if self.source is source:
+            self.source = None
+
     def pause_writing(self) -> None:
         self._paused = True
         if self.source is not None:
@@ -223,7 +228,7 @@ class ClientConnection(asyncio.Protocol):
     # httptools callbacks
 
     def on_message_begin(self) -> None:
-        if self.task is not None:
+        if self._responding:
             self._pipelined = True
             return
         self._reading, self._head_done = True, False
@@ -297,6 +302,7 @@ class ClientConnection(asyncio.Protocol):
             keep_alive=parser.should_keep_alive(),
         )
         self._keep_alive = request.keep_alive
+        self._responding = True
         self._head_request = request.method == "HEAD"
         self._body = []
         self.task = self._loop.create_task(self._server.handler(request, self))
@@ -339,11 +345,16 @@ class ClientConnection(asyncio.Protocol):
         """The response is whole; the connection takes the next request or closes."""
         if self._chunked and self.transport is not None and not self.gone:
             self.transport.write(b"0\r\n\r\n")
-        self._chunked = self._bodiless = False
+        self._chunked = self._bodiless = self._responding = False
         if self._lingering:
             self._linger()
-        elif self._close_after and not self._pipelined:  # a pipelined request is refused first
+        elif self._pipelined:
+            self._keep_alive, self._lingering = False, True
+            self.error(400, "pipelined requests are not supported: wait for each response before the next request")
+        elif self._close_after:
             self.close()
+        else:
+            self._arm(IDLE_TIMEOUT)
 
     def cut(self) -> None:
         """End a response that cannot be finished: close after what was written, so it reads as cut."""
@@ -368,19 +379,15 @@ class ClientConnection(asyncio.Protocol):
     # Internals
 
     def _handled(self, task: asyncio.Task[None]) -> None:
-        self.task = None
-        self.source = None
+        current = task is self.task  # else the next request has begun: this one's response was whole
+        if current:
+            self.task = None
         if not task.cancelled() and task.exception() is not None:
             log.error("request handler failed", exc_info=task.exception())
             self.abort()
-            return
-        if self.gone:
-            return
-        if self._pipelined:
-            self._keep_alive, self._lingering = False, True
-            self.error(400, "pipelined requests are not supported: wait for each response before the next request")
-            return
-        self._arm(IDLE_TIMEOUT)
+        elif current and self._responding and not self.gone:
+            self._responding = False  # the handler ended without a whole answer: nothing else can follow
+            self.close()
 
     def _refuse(self, refusal: _Refusal, *, quiet: bool = False) -> None:
         """Answer a request the router will not take, and close the connection."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 
@@ -57,7 +57,7 @@ class UpstreamConnection(asyncio.Protocol):
     def send(self, data: bytes, sink: Sink, *, head_only: bool = False) -> None:
         """Write a request; its response goes to `sink` (`head_only`: a HEAD request, no body follows)."""
         assert self.transport is not None
-        self._sink, self._parser = sink, httptools.HttpResponseParser(self)
+        self._sink, self._parser = sink, httptools.HttpResponseParser(_Callbacks(self, sink))
         self._responded = self._head_seen = self._framed = False
         self._head_only = head_only
         self._reason, self._headers = b"", []
@@ -76,8 +76,7 @@ class UpstreamConnection(asyncio.Protocol):
     # asyncio.Protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
 
     def data_received(self, data: bytes) -> None:
         self._responded = True
@@ -130,10 +129,6 @@ class UpstreamConnection(asyncio.Protocol):
         if self._head_only:
             self._complete(reuse=False)
 
-    def on_body(self, body: bytes) -> None:
-        if self._sink is not None:
-            self._sink.body(body)
-
     def on_message_complete(self) -> None:
         if self._sink is not None and self._parser is not None:
             self._complete(reuse=self._parser.should_keep_alive())
@@ -152,6 +147,20 @@ class UpstreamConnection(asyncio.Protocol):
         self.close()
         if sink is not None:
             sink.failed(exc, before_response=False)
+
+
+class _Callbacks:
+    """The parser's callbacks for one exchange: the body goes straight to the sink, the rest to the connection."""
+
+    __slots__ = ("on_body", "on_header", "on_headers_complete", "on_message_begin", "on_message_complete", "on_status")
+
+    def __init__(self, conn: UpstreamConnection, sink: Sink) -> None:
+        self.on_message_begin = conn.on_message_begin
+        self.on_status = conn.on_status
+        self.on_header = conn.on_header
+        self.on_headers_complete = conn.on_headers_complete
+        self.on_body = sink.body
+        self.on_message_complete = conn.on_message_complete
 
 
 class UpstreamPool:
