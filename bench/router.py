@@ -41,7 +41,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -134,10 +134,8 @@ def process(argv: list[str], log: Path, env: dict[str, str] | None = None) -> It
 
 
 def with_group(proc: subprocess.Popen[bytes], sig: int) -> None:
-    try:
+    with suppress(ProcessLookupError):
         os.killpg(proc.pid, sig)  # its own session: the group is this process and its children only
-    except ProcessLookupError:
-        pass
 
 
 def pinned(cpus: str, argv: list[str]) -> list[str]:
@@ -416,7 +414,8 @@ def proxies(args: argparse.Namespace, tmp: Path, mock: int, wanted: set[str]) ->
         if binary is not None:
             port = free_port()
             argv = [str(binary), f"127.0.0.1:{port}", f"http://127.0.0.1:{mock}"]
-            found.append(Proxy("go", argv, port, f"http://127.0.0.1:{port}/v1/models", {**os.environ, "GOMAXPROCS": "1"}))
+            env = {**os.environ, "GOMAXPROCS": "1"}
+            found.append(Proxy("go", argv, port, f"http://127.0.0.1:{port}/v1/models", env))
         else:
             print("go left out: no Go toolchain to build bench/reverseproxy.go", file=sys.stderr)
     if "litellm" in wanted:
@@ -457,14 +456,15 @@ def main() -> int:
     mock_port = free_port()
     with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp_name, ExitStack() as running:
         tmp = Path(tmp_name)
-        mock = [SPECPILOT, "mock-vllm", "bench", "--host", "127.0.0.1", "--port", str(mock_port),
-                "--time-scale", str(args.time_scale), "--max-num-seqs", "1024", "--disable-uvicorn-access-log"]  # fmt: skip
+        mock = [SPECPILOT, "mock-vllm", "bench", "--host", "127.0.0.1", "--port", str(mock_port), "--time-scale",
+                str(args.time_scale), "--max-num-seqs", "1024", "--disable-uvicorn-access-log"]  # fmt: skip
         running.enter_context(process(pinned(args.load_cpus, mock), tmp / "mock.log"))
         wait_http(f"http://127.0.0.1:{mock_port}/v1/models")
         under_test = proxies(args, tmp, mock_port, wanted)
         groups: dict[str, int] = {}
         for proxy in under_test:
-            proc = running.enter_context(process(pinned(args.proxy_cpu, proxy.argv), tmp / f"{proxy.name}.log", proxy.env))
+            argv = pinned(args.proxy_cpu, proxy.argv)
+            proc = running.enter_context(process(argv, tmp / f"{proxy.name}.log", proxy.env))
             groups[proxy.name] = proc.pid
         for proxy in under_test:
             wait_http(proxy.ready, within=180)
