@@ -212,8 +212,11 @@ class ClientConnection(asyncio.Protocol):
             source.pause_reading()
 
     def detach(self, source: asyncio.Transport | None) -> None:
+        """`source` is done with this client: never leave it paused (it may go back to the pool)."""
         if self.source is source:
             self.source = None
+            if source is not None and self._paused:
+                source.resume_reading()
 
     def pause_writing(self) -> None:
         self._paused = True
@@ -396,7 +399,7 @@ class ClientConnection(asyncio.Protocol):
             log.debug("malformed HTTP request refused")
         self._reading = False
         self._disarm()
-        if self.task is not None:  # refused while a response is under way: only closing is left
+        if self._responding:  # refused while a response is under way: only closing is left
             self._pipelined = True
             return
         self._keep_alive = False
@@ -433,7 +436,7 @@ class ClientConnection(asyncio.Protocol):
             self.abort()
         elif self._reading:
             self._refuse(_Refusal(408, "read_timeout", f"request not received within {self._limits.read_timeout:g} s"))
-        elif self.task is None:
+        elif not self._responding:
             self.close()
 
 

@@ -15,7 +15,7 @@ from tests.component.router.conftest import TEAM_HEADER, Harness, HarnessFactory
 from tests.component.router.test_fuzz import _established
 
 from specpilot.router.decide import Endpoint
-from specpilot.router.server import WRITE_HIGH_WATER
+from specpilot.router.server import WRITE_HIGH_WATER, Limits, Server
 from specpilot.wire.names import Arm
 
 CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}).encode()
@@ -304,3 +304,65 @@ async def test_keep_alive_reuses_one_connection_on_each_side(make_router: Harnes
         assert _established(h.router.addresses[0][1]) == 1
         assert _established(h.speculative.port) == 1
     assert len((await h.samples())["samples"]) == 5
+
+
+async def test_an_upstream_connection_paused_for_a_slow_client_goes_back_to_the_pool_reading(
+    make_router: HarnessFactory,
+) -> None:
+    h = await make_router()
+    request = _head(f"Content-Length: {len(CHAT)}", "x-fake-chunks: 500000", "Connection: close") + CHAT
+    host, port = h.router.addresses[0]
+    for _ in range(3):  # each on the same pooled upstream connection
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, port))
+        reader, writer = await asyncio.open_connection(sock=sock, limit=1 << 16)
+        writer.write(request)
+        answer = b""
+        async with asyncio.timeout(20):
+            while data := await reader.read(1 << 14):  # slowly: the router keeps pausing upstream
+                answer += data
+                await asyncio.sleep(0.001)
+        writer.close()
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 200 ") and json.loads(body)["usage"]["completion_tokens"] == 500000
+    assert _established(h.speculative.port) == 1
+    assert [s["outcome"] for s in (await h.samples())["samples"]] == ["ok"] * 3
+
+
+class _Transport(asyncio.Transport):
+    """Just enough transport to watch reading pause and resume."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reading = True
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def is_reading(self) -> bool:
+        return self.reading
+
+    def set_write_buffer_limits(self, high: int | None = None, low: int | None = None) -> None:
+        pass
+
+
+async def test_upstream_reading_follows_the_clients_buffer_and_resumes_when_the_exchange_ends() -> None:
+    server = Server(lambda request, conn: asyncio.sleep(0), Limits(1000, 1000, 10, 1.0), lambda reason: None)
+    client = server()
+    client.connection_made(_Transport())
+    first, second = _Transport(), _Transport()
+    client.attach(first)
+    client.pause_writing()  # the client's buffer is full
+    assert not first.reading
+    client.resume_writing()
+    assert first.reading
+    client.pause_writing()
+    client.detach(first)  # the response is whole while paused: the connection goes back to the pool reading
+    assert first.reading
+    client.attach(second)  # the next exchange starts paused, as the client still is
+    assert not second.reading
+    client.connection_lost(None)
