@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specpilot.analysis.checks import Check, finite, inconclusive
 from specpilot.analysis.limits import acceptance_check, kv_cache_check, rate_checks
@@ -90,6 +90,48 @@ def judge_window(
     hard_limits = _hard_limits(window, analysis=analysis, draft_tokens=draft_tokens)
     ratios, next_state = _ratio_checks(window, analysis=analysis, state=state)
     return _verdict((*hard_limits, *gates, *ratios), next_state)
+
+
+def attribute_kv_pressure(
+    verdicts: Mapping[str, WindowVerdict],
+    kv_loads: Mapping[str, float],
+    *,
+    overlapping: Mapping[str, str] | None = None,
+) -> dict[str, WindowVerdict]:
+    """Put sustained KV pressure on the scope that loads the speculative arm most.
+
+    The KV cache is the arm's, so every scope judged on it sees the same pressure, and the queueing
+    it causes slows them all. `kv_loads` holds the KV cache (token-seconds over the last window)
+    that each scope still sent to the arm held; the heaviest is the one to flip. A judged scope
+    whose KV check failed keeps the failure only if it is that scope. The others are held: their
+    KV failure and their speed failures turn inconclusive, naming it; so are the scopes whose
+    window overlaps an earlier KV flip of another scope (`overlapping`: scope to why). Error,
+    timeout and rejection limits still fire, since those requests failed whatever the cause."""
+    heaviest = max(sorted(kv_loads), key=lambda name: kv_loads[name], default=None)
+    total = sum(kv_loads.values())
+    share = f" ({kv_loads[heaviest] / total:.0%} of the arm's KV load)" if heaviest is not None and total > 0 else ""
+    put_on = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}, which flips first"
+    held = {name: why for name, why in (overlapping or {}).items() if name in verdicts}
+    for name, verdict in verdicts.items():
+        if _kv_fired(verdict) and heaviest not in (None, name):
+            held.setdefault(name, put_on)
+    out = dict(verdicts)
+    for name, why in held.items():
+        checks = tuple(
+            replace(check, verdict=Verdict.INCONCLUSIVE, reason=why) if _confounded(check) else check
+            for check in verdicts[name].checks
+        )
+        out[name] = _verdict(checks, verdicts[name].state)
+    return out
+
+
+def _confounded(check: Check) -> bool:
+    """A failure that another scope's KV pressure explains: the KV limit itself, and any speed check."""
+    return check.verdict is Verdict.FAIL and (check.metric is MetricName.KV_CACHE_USAGE or not check.hard)
+
+
+def _kv_fired(verdict: WindowVerdict) -> bool:
+    return any(check.metric is MetricName.KV_CACHE_USAGE and check.fires for check in verdict.checks)
 
 
 def _missing_gates(extra: Sequence[Check], quality: Quality) -> tuple[Check, ...]:

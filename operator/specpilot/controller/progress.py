@@ -11,11 +11,12 @@ from typing import Any
 
 from specpilot.analysis import rollout
 from specpilot.analysis.checks import Check
-from specpilot.analysis.judge import judge_window, summarize
+from specpilot.analysis.judge import WindowVerdict, attribute_kv_pressure, judge_window, summarize
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.reasons import FallbackReason
 from specpilot.api.status import (
     FALLBACK_LIMIT,
     ConditionStatus,
@@ -99,6 +100,15 @@ def due(scope: ScopeStatus, analysis: s.Analysis, end: datetime) -> bool:
     return scope.last_window is None or end - scope.last_window.end >= interval - timedelta(seconds=1)
 
 
+def window_due(
+    status: SpeculationPilotStatus | None, spec: s.SpeculationPilotSpec, end: datetime | None, now: datetime
+) -> bool:
+    """A reconcile now would judge some scope's window ending at `end` (the last collection)."""
+    if status is None or end is None or spec.suspend or not warm(status, spec.analysis, now):
+        return False
+    return any(due(scope, spec.analysis, end) for scope in status.scopes)
+
+
 def manual_actions(annotations: Mapping[str, str], scopes: Sequence[str]) -> dict[str, rollout.Action]:
     """The manual action asked for each scope, from the pilot's annotations (abort wins)."""
     asked: dict[str, rollout.Action] = {}
@@ -121,9 +131,15 @@ def advance_scopes(
     fallbacks: Sequence[FallbackRecord],
     warm: bool,
     now: datetime,
+    kv_loads: Mapping[str, float] | None = None,
 ) -> Progress:
-    """Each scope moved by its manual action, else its judged window, else time passing."""
+    """Each scope moved by its manual action, else its judged window, else time passing.
+
+    `kv_loads` is the KV cache each scope still sent to the speculative arm held over the last
+    window (token-seconds): sustained KV pressure is put on the heaviest."""
     by_name = {scope.name: scope for scope in spec.scopes}
+    verdicts = _judge(scopes, spec, measured=measured, manual=manual)
+    verdicts = attribute_kv_pressure(verdicts, kv_loads or {}, overlapping=_overlapping(measured, verdicts, fallbacks))
     out: list[ScopeStatus] = []
     records = list(fallbacks)
     events: list[rollout.Event] = []
@@ -135,16 +151,8 @@ def advance_scopes(
         event: rollout.Input
         if status.name in manual:
             event = rollout.Manual(manual[status.name])
-        elif status.name in measured:
-            item = measured[status.name]
-            verdict = judge_window(
-                item.window,
-                analysis=spec.analysis,
-                quality=spec.quality,
-                draft_tokens=spec.speculative.draft.num_speculative_tokens,
-                state=status.judge,
-                extra=item.quality,
-            )
+        elif status.name in verdicts:
+            item, verdict = measured[status.name], verdicts[status.name]
             event = rollout.Judged(
                 verdict=verdict,
                 summary=summarize(item.window, verdict),
@@ -161,3 +169,53 @@ def advance_scopes(
         if status.weight > 0 and step.status.weight == 0:
             flipped.append(status.name)
     return Progress(out, records[-FALLBACK_LIMIT:], events, tuple(flipped))
+
+
+def _judge(
+    scopes: Sequence[ScopeStatus],
+    spec: s.SpeculationPilotSpec,
+    *,
+    measured: Mapping[str, Measured],
+    manual: Mapping[str, rollout.Action],
+) -> dict[str, WindowVerdict]:
+    """The verdict of each measured scope without a manual action."""
+    return {
+        status.name: judge_window(
+            measured[status.name].window,
+            analysis=spec.analysis,
+            quality=spec.quality,
+            draft_tokens=spec.speculative.draft.num_speculative_tokens,
+            state=status.judge,
+            extra=measured[status.name].quality,
+        )
+        for status in scopes
+        if status.name in measured and status.name not in manual
+    }
+
+
+def _overlapping(
+    measured: Mapping[str, Measured], verdicts: Mapping[str, WindowVerdict], fallbacks: Sequence[FallbackRecord]
+) -> dict[str, str]:
+    """Why each judged scope's window is confounded by another scope's KV flip: the window overlaps
+    it, or follows it by less than a window while the speculative arm still drains the queue the
+    pressure built (requests waiting)."""
+    out = {}
+    for name in verdicts:
+        window = measured[name].window
+        draining = (window.speculative_engine.waiting or 0.0) >= 1.0
+        since = window.start - (window.end - window.start) if draining else window.start
+        flip = next(
+            (
+                record
+                for record in reversed(fallbacks)
+                if record.reason is FallbackReason.KV_CACHE_PRESSURE and record.scope != name and record.at >= since
+            ),
+            None,
+        )
+        if flip is not None:
+            still = ", and its queue is still draining" if flip.at < window.start else ""
+            out[name] = (
+                f"the window overlaps KV-cache pressure put on scope {flip.scope!r}, "
+                f"flipped back at {flip.at:%H:%M:%S}{still}"
+            )
+    return out

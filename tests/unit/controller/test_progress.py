@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,14 +15,26 @@ from specpilot.api.status import (
     Condition,
     ConditionStatus,
     ConditionType,
+    FallbackRecord,
     ScopeState,
     ScopeStatus,
     SpeculationPilotStatus,
     Verdict,
+    Window,
     WindowSummary,
 )
-from specpilot.controller.progress import Measured, advance_scopes, due, manual_actions, warm, window_summary
+from specpilot.controller.progress import (
+    Measured,
+    advance_scopes,
+    due,
+    manual_actions,
+    warm,
+    window_due,
+    window_summary,
+)
 from specpilot.wire.samples import RequestOutcome
+from tests.unit.analysis.conftest import engine as analysis_engine
+from tests.unit.analysis.conftest import window as analysis_window
 from tests.unit.controller.test_render import ROOT, load
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -143,3 +156,91 @@ def test_window_summary_for_webhooks_names_scope_span_and_arms() -> None:
     assert summary["scope"] == "code" and summary["window"]["end"] == T0.isoformat()
     assert summary["arms"]["speculative"]["requests"] == 200
     assert summary["arms"]["speculative"]["timePerCommittedTokenSeconds"] == pytest.approx(0.04)
+
+
+def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() -> None:
+    pressured = analysis_window(speculative_engine=analysis_engine(0.99))
+    statuses = [
+        ScopeStatus(name=name, state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=pressured.start)
+        for name in ("chat", "code")
+    ]
+    measured = {"chat": Measured(pressured, 50), "code": Measured(pressured, 50)}
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    now = pressured.end
+    loads = {"chat": 40.0, "code": 160.0}
+    step = advance_scopes(
+        statuses, spec, measured=measured, manual={}, fallbacks=[], warm=True, now=now, kv_loads=loads
+    )
+    assert step.flipped == ("code",)
+    (record,) = step.fallbacks
+    assert (record.scope, record.reason, record.metric) == (
+        "code",
+        FallbackReason.KV_CACHE_PRESSURE,
+        MetricName.KV_CACHE_USAGE,
+    )
+    chat = step.scopes[0]
+    assert (chat.state, chat.weight) == (ScopeState.HELD, 25), "held where it is, not flipped"
+    assert chat.last_window is not None and chat.last_window.verdict is Verdict.INCONCLUSIVE
+    assert "put on scope 'code' (80% of the arm's KV load)" in chat.last_window.reason
+
+
+def test_a_window_overlapping_another_scopes_kv_flip_is_held_and_a_later_one_judged() -> None:
+    slow = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=slow.start)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+
+    def verdict(flipped_at: datetime) -> WindowSummary:
+        record = FallbackRecord(
+            scope="longform",
+            at=flipped_at,
+            reason=FallbackReason.KV_CACHE_PRESSURE,
+            metric=MetricName.KV_CACHE_USAGE,
+            window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
+        )
+        measured = {"chat": Measured(slow, 50)}
+        step = advance_scopes([status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=slow.end)
+        assert step.scopes[0].last_window is not None
+        return step.scopes[0].last_window
+
+    held = verdict(slow.start + timedelta(seconds=5))
+    assert held.verdict is Verdict.INCONCLUSIVE and "overlaps KV-cache pressure put on scope 'longform'" in held.reason
+    assert verdict(slow.start - timedelta(seconds=1)).verdict is Verdict.FAIL
+
+
+def test_after_a_kv_flip_a_window_is_held_while_the_speculative_queue_drains() -> None:
+    window = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=window.start)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    flipped_at = window.start - timedelta(seconds=60)
+    record = FallbackRecord(
+        scope="longform",
+        at=flipped_at,
+        reason=FallbackReason.KV_CACHE_PRESSURE,
+        metric=MetricName.KV_CACHE_USAGE,
+        window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
+    )
+
+    def verdict(waiting: float) -> WindowSummary:
+        engine = replace(window.speculative_engine, waiting=waiting)
+        measured = {"chat": Measured(replace(window, speculative_engine=engine), 50)}
+        step = advance_scopes(
+            [status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=window.end
+        )
+        assert step.scopes[0].last_window is not None
+        return step.scopes[0].last_window
+
+    held = verdict(waiting=12.0)
+    assert held.verdict is Verdict.INCONCLUSIVE and "its queue is still draining" in held.reason
+    assert verdict(waiting=0.0).verdict is Verdict.FAIL
+
+
+def test_a_collection_wakes_the_reconcile_only_when_a_warm_window_is_due() -> None:
+    judged_at = T0 - timedelta(seconds=10)
+    last = WindowSummary(end=judged_at, verdict=Verdict.PASS, samples=10)
+    scope = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, last_window=last)
+    status = armsready(T0 - timedelta(minutes=5)).model_copy(update={"scopes": [scope]})
+    assert window_due(status, SPEC, T0, T0)
+    assert not window_due(status, SPEC, judged_at + timedelta(seconds=2), T0), "an interval has not passed"
+    assert not window_due(status, SPEC.model_copy(update={"suspend": True}), T0, T0)
+    assert not window_due(armsready(T0).model_copy(update={"scopes": [scope]}), SPEC, T0, T0), "not warm"
+    assert not window_due(None, SPEC, T0, T0) and not window_due(status, SPEC, None, T0)
