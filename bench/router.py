@@ -11,7 +11,9 @@ Everything runs on loopback: one mock vLLM (the upstream) and, each pinned to th
   the installed Go toolchain into ``~/.cache/specpilot/bench``;
 - ``litellm``: the LiteLLM proxy, one worker, from its own virtualenv that this script creates
   under ``~/.cache/specpilot/bench-litellm`` (a few minutes, once);
-- ``aiohttp``: ``bench/passthrough.py``, a bare aiohttp server + client relay.
+- ``aiohttp``: ``bench/passthrough.py``, a bare aiohttp server + client relay;
+- ``router-ref`` with ``--router-ref DIR``: the router from another source tree, for before and after
+  (``git archive REF operator | tar -x -C /tmp/ref``, then ``--router-ref /tmp/ref/operator``).
 
 A peer whose binary is missing (and cannot be built) is left out, with a note. The mock and this
 load client share the other cores (``--load-cpus``). For each concurrency level, closed-loop
@@ -335,7 +337,7 @@ def ratios(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
     """The router against each peer per level, and the issue's targets checked on this run."""
     by = {(r["concurrency"], r["mode"]): r for r in rows}
     levels = sorted({r["concurrency"] for r in rows})
-    peers = [m for m in ("nginx", "go", "litellm", "aiohttp") if any((c, m) in by for c in levels)]
+    peers = [m for m in ("router-ref", "nginx", "go", "litellm", "aiohttp") if any((c, m) in by for c in levels)]
     lines = [
         "| streams | peer | peer CPU / router CPU | router added TTFT p50 - peer's, ms |",
         "|---:|---|---:|---:|",
@@ -401,6 +403,15 @@ def proxies(args: argparse.Namespace, tmp: Path, mock: int, wanted: set[str]) ->
               "--static-endpoints", f"baseline=127.0.0.1:{mock}", "--max-table-age", "0",
               "--max-samples", "200000", "--log-level", "WARNING"]  # fmt: skip
     found = [Proxy("router", router, port, f"http://127.0.0.1:{admin}/readyz")]
+    if args.router_ref is not None:  # the same router flags, run from another source tree
+        port, admin = free_port(), free_port()
+        argv = [sys.executable, "-m", "specpilot.cli", *router[1:]]
+        argv[argv.index("--listen") + 1], argv[argv.index("--admin-listen") + 1] = (
+            f"127.0.0.1:{port}",
+            f"127.0.0.1:{admin}",
+        )
+        env = {**os.environ, "PYTHONPATH": str(args.router_ref.resolve())}
+        found.append(Proxy("router-ref", argv, port, f"http://127.0.0.1:{admin}/readyz", env))
     if "nginx" in wanted:
         if shutil.which("nginx"):
             port = free_port()
@@ -443,6 +454,12 @@ def main() -> int:
     p.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
     p.add_argument("--time-scale", type=float, default=0.25, help="the mock's --time-scale")
     p.add_argument("--peers", default=",".join(PEERS), help=f"which of {', '.join(PEERS)} to run beside the router")
+    p.add_argument(
+        "--router-ref",
+        type=Path,
+        default=None,
+        help="also run the router from this source tree (its operator/ folder), as router-ref",
+    )
     p.add_argument("--proxy-cpu", default="0", help="the one core every proxy is pinned to")
     p.add_argument("--load-cpus", default="1", help="cores for the mock vLLM and this load client")
     p.add_argument("--output", type=Path, default=None)

@@ -10,7 +10,8 @@ within the read timeout (else 408), so a client that trickles its request holds 
 
 The handler gets each whole request as a `Request` and answers through the connection:
 `respond`, `write`, `finish`, `cut`, or `error` for an answer of its own. While the client's write
-buffer is over its high-water mark the connection pauses `source` (the upstream transport).
+buffer is over its high-water mark the connection pauses `source` (the upstream transport), so
+a client that stops reading holds about one high-water mark and one upstream read in the router.
 """
 
 from __future__ import annotations
