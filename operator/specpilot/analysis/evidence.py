@@ -160,6 +160,10 @@ class Evidence(ApiModel):
     """KV-cache blocks per replica, from vllm:cache_config_info (num_gpu_blocks)."""
     gpus: dict[Arm, int] = {}
     """GPUs each arm holds."""
+    replicas: dict[Arm, int] = {}
+    """Ready engine replicas of each arm, last seen."""
+    config_hashes: dict[Arm, str] = {}
+    """The arms' config hashes the windows were measured under: a change starts a new store."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -292,10 +296,19 @@ def record_window(
     return evidence.model_copy(update={"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": kv})
 
 
-def with_arms(evidence: Evidence, *, overlap: float, kv_blocks: Mapping[Arm, int], gpus: Mapping[Arm, int]) -> Evidence:
-    """The evidence with the arms' current KV blocks and GPUs, and the window overlap."""
+def with_arms(
+    evidence: Evidence,
+    *,
+    overlap: float,
+    kv_blocks: Mapping[Arm, int],
+    gpus: Mapping[Arm, int],
+    replicas: Mapping[Arm, int] | None = None,
+) -> Evidence:
+    """The evidence with the arms' current KV blocks, GPUs and replicas, and the window overlap."""
     blocks = {**evidence.kv_blocks, **{arm: value for arm, value in kv_blocks.items() if value > 0}}
-    return evidence.model_copy(update={"overlap": max(1.0, overlap), "kv_blocks": blocks, "gpus": dict(gpus)})
+    ready = {**evidence.replicas, **{arm: value for arm, value in (replicas or {}).items() if value > 0}}
+    update = {"overlap": max(1.0, overlap), "kv_blocks": blocks, "gpus": dict(gpus), "replicas": ready}
+    return evidence.model_copy(update=update)
 
 
 def dump(evidence: Evidence) -> str:

@@ -63,6 +63,7 @@ ENGINE_FAMILIES = (
     "vllm:spec_decode_num_accepted_tokens",
     "vllm:spec_decode_num_accepted_tokens_per_pos",
     PROCESS_START,
+    "vllm:cache_config_info",  # num_gpu_blocks, for the report's cost view (metrics.load)
 )
 _COUNTERS = (GENERATION_TOKENS, DECODE_SUM, DECODE_COUNT, PREEMPTIONS, ITL_BUCKETS)
 _SPEC_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS)
