@@ -36,6 +36,7 @@ class Band:
     low: float  # lower edge of the lowest bin
     high: float  # upper edge of the highest bin
     load: float  # mean load of its windows
+    in_flight: float | None  # mean router requests in flight per replica
     windows: int
     tpct: float  # mean time per committed token, seconds
     tpct_se: float  # its standard error
@@ -50,6 +51,7 @@ def _merge(cells: Sequence[BinArm]) -> BinArm:
     for cell in cells:
         out = BinArm(
             load=out.load.merge(cell.load),
+            in_flight=out.in_flight.merge(cell.in_flight),
             tpct=out.tpct.merge(cell.tpct),
             ttft_p99=out.ttft_p99.merge(cell.ttft_p99),
             e2e=out.e2e.merge(cell.e2e),
@@ -98,6 +100,7 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: int 
                 low=bin_bounds(group[0])[0],
                 high=bin_bounds(group[-1])[1],
                 load=load,
+                in_flight=cell.in_flight.mean,
                 windows=cell.tpct.n,
                 tpct=tpct,
                 tpct_se=_se(cell.tpct, overlap, pooled),

@@ -163,7 +163,7 @@ class ScopeFindings:
 
 
 def _load(value: float) -> str:
-    return f"{value:.1f} requests in flight per replica"
+    return f"{value:.1f} concurrent requests per replica"
 
 
 def _share_sentence(share: DecodeShare | None) -> str | None:

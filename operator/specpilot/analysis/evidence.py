@@ -1,7 +1,7 @@
 """The pilot's evidence: bounded rolling aggregates of every judged window, by scope, arm and load.
 
 Each window that carried traffic adds its figures to the scope's aggregates: per arm, into the
-load bin of that arm's own load (the router's in-flight requests per replica, by Little's law), and
+load bin of that arm's own load (`ArmLoad.load`: concurrent requests per replica), and
 into running totals (timing breakdown, on-time completions, request lengths, acceptance). Bins are
 fixed and fine (a quarter of an octave of load each), so the store stays bounded however long the
 pilot runs and an aggregate never has to be re-binned; the load bands a decision reads are learned
@@ -28,7 +28,7 @@ from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 
 BINS_PER_OCTAVE = 4
-BIN_RANGE = (-24, 40)  # loads from 1/64 to 1024 requests in flight per replica
+BIN_RANGE = (-24, 40)  # loads from 1/64 to 1024 concurrent requests per replica
 KV_POINTS = 720  # KV-cache usage points kept per arm (newest), for the report's plot
 MAX_POSITIONS = 16
 JUDGED_ARMS = (Arm.BASELINE, Arm.SPECULATIVE)
@@ -65,7 +65,9 @@ class BinArm(ApiModel):
     """One arm's windows whose load fell in one bin."""
 
     load: Moments = Moments()
-    """The arm's in-flight requests per replica."""
+    """The arm's load (`ArmLoad.load`): concurrent requests per replica."""
+    in_flight: Moments = Moments()
+    """The router's requests in flight per replica."""
     tpct: Moments = Moments()
     """The scope's time per committed token on the arm, seconds."""
     ttft_p99: Moments = Moments()
@@ -173,6 +175,16 @@ class ArmLoad:
     in_flight_per_replica: float | None  # the router's requests in flight, by Little's law
     running_per_replica: float | None = None  # the engines' num_requests_running, mean
     waiting_per_replica: float | None = None  # the engines' num_requests_waiting, mean
+    batch_seen: float | None = None  # the engines' batch as their tokens saw it (`ArmEngine.batch_seen`)
+
+    @property
+    def load(self) -> float | None:
+        """What a window's load is binned by: the batch the tokens saw, where the engines report
+        it, else the router's requests in flight per replica. A speculative round's cost depends
+        on the batch it runs in, so under a fluctuating load (random routing, bursts) the mean in
+        flight understates the load the tokens met, and a crossover in it reads low against a
+        closed-loop sweep at a fixed concurrency."""
+        return self.batch_seen if self.batch_seen is not None else self.in_flight_per_replica
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,9 +238,10 @@ def _add_totals(totals: ArmTotals, requests: ArmRequests, load: ArmLoad) -> ArmT
     )
 
 
-def _add_bin(cell: BinArm, requests: ArmRequests, load: float) -> BinArm:
+def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float | None) -> BinArm:
     return BinArm(
         load=cell.load.add(load),
+        in_flight=cell.in_flight.add(in_flight),
         tpct=cell.tpct.add(requests.time_per_committed_token),
         ttft_p99=cell.ttft_p99.add(_p99(requests.ttft_seconds)),
         e2e=cell.e2e.add(_mean(requests.e2e_seconds)),
@@ -264,10 +277,11 @@ def record_window(
     for arm, requests in arms.items():
         arm_load = load.arms.get(arm, ArmLoad(in_flight_per_replica=None))
         totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
-        value = arm_load.in_flight_per_replica
+        value = arm_load.load
         if requests.routed and value is not None and value > 0:
             index = load_bin(value)
-            bins[arm][index] = _add_bin(bins[arm].get(index, BinArm()), requests, value)
+            cell = bins[arm].get(index, BinArm())
+            bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica)
     engine = window.speculative_engine
     positions = list(scope.per_position)
     for index, rate in enumerate(engine.per_position_acceptance[:MAX_POSITIONS]):

@@ -62,6 +62,7 @@ def window_load(
             in_flight_per_replica=_per_replica(held.get(arm, 0.0) / seconds, count) if seconds > 0 else None,
             running_per_replica=_per_replica(engine.running, count),
             waiting_per_replica=_per_replica(engine.waiting, count),
+            batch_seen=engine.batch_seen,
         )
     return WindowLoad(
         arms=arms,

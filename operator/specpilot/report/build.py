@@ -41,6 +41,7 @@ def _band(band: Band) -> Json:
         "loadLow": _round(band.low, 3),
         "loadHigh": _round(band.high, 3),
         "load": _round(band.load, 3),
+        "inFlightPerReplica": _round(band.in_flight, 3),
         "windows": band.windows,
         "timePerCommittedTokenSeconds": _round(band.tpct),
         "timePerCommittedTokenStandardError": _round(band.tpct_se),
@@ -108,18 +109,14 @@ def _seconds(text: str) -> float:
     return parse_duration(text).total_seconds()
 
 
-def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings, evidence: Evidence) -> Json | None:
+def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None:
     """A recommended `num_speculative_tokens_per_batch_size` where speculation wins only below a load:
-    the draft's k up to the lower end of the crossover interval (the engine's batch there, from the
-    running-to-in-flight ratio measured), 0 from there on."""
+    the draft's k up to the lower end of the crossover interval (loads are the engines' batch as
+    their tokens saw it), 0 above it."""
     decision = findings.decision
     if decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS or decision.crossover_low is None:
         return None
-    totals = evidence.scopes[findings.scope].totals.get(Arm.SPECULATIVE)
-    ratio = 1.0
-    if totals is not None and totals.running.mean and totals.load.mean:
-        ratio = totals.running.mean / totals.load.mean
-    batch = max(1, math.floor(decision.crossover_low * ratio))
+    batch = max(1, math.floor(decision.crossover_low))
     k = spec.speculative.draft.num_speculative_tokens
     config: Json = {"method": spec.speculative.draft.method.value}
     if spec.speculative.draft.model is not None:
@@ -131,7 +128,6 @@ def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings, evidence: Evid
         "derivedFrom": findings.scope,
         "crossoverConcurrency": _round(decision.crossover_concurrency, 3),
         "crossoverLow": _round(decision.crossover_low, 3),
-        "runningPerInFlight": _round(ratio, 3),
         "lastSpeculativeBatchSize": batch,
         "speculativeConfig": config,
     }
@@ -292,7 +288,7 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
                 fallbacks=fallbacks,
             )
         )
-    schedules = [s for s in (schedule(spec, f, evidence) for f in findings) if s is not None]
+    schedules = [s for s in (schedule(spec, f) for f in findings) if s is not None]
     mix, rate = replay_workload(spec, evidence)
     arms_status = status.arms if status is not None else None
     last = max((s.last_end for s in evidence.scopes.values() if s.last_end is not None), default=None)
@@ -378,7 +374,12 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
             f"| {scope['name']} | {scope['state'] or ''} | {d['outcome']} | {d.get('deferReason', '')} | {interval} | "
             f"{_f(d.get('maxConcurrency'), '.1f')} |"
         )
-    lines += ["", "Loads are the router's requests in flight per arm replica.", ""]
+    lines += [
+        "",
+        "Loads are concurrent requests per arm replica: the batch the engines' tokens ran in (num_requests_running "
+        "weighted by itself), or the router's requests in flight where the engines do not report it.",
+        "",
+    ]
     lines += ["## Decode share and end-to-end gain", ""]
     lines += [
         "| scope | TTFT s | decode s | e2e s | decode share | decode-only gain | implied e2e gain | observed e2e gain |"

@@ -63,7 +63,7 @@ def load_plot(report: Json, plt: Any) -> Any:
             if cross is not None and decision["outcome"] == "AdoptInLowLoadWindows":
                 ax.axvspan(cross["low"], cross["high"], color="grey", alpha=0.15)
                 ax.axvline(cross["load"], color="black", linestyle="--", linewidth=1)
-            ax.set_xlabel("load: requests in flight per replica")
+            ax.set_xlabel("load: concurrent requests per replica")
         if cross is not None and decision["outcome"] == "AdoptInLowLoadWindows":
             tpct_ax.annotate(
                 f"crossover {cross['load']:.1f}\n"

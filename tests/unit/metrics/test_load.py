@@ -29,7 +29,7 @@ def test_in_flight_per_replica_is_the_time_held_over_the_window() -> None:
         ok_sample(at=t0 - 30, e2e=1.0),  # finished before the window
         ok_sample(at=t0 + 8, e2e=5.0),  # finishes after it
     ]
-    engines = {Arm.SPECULATIVE: ArmEngine(running=3.0, waiting=1.0)}
+    engines = {Arm.SPECULATIVE: ArmEngine(running=3.0, waiting=1.0, batch_seen=2.5)}
     load = window_load(
         samples, scope="code", start=START, end=END, replicas={Arm.SPECULATIVE: 2, Arm.BASELINE: 1}, engines=engines
     )
@@ -38,6 +38,7 @@ def test_in_flight_per_replica_is_the_time_held_over_the_window() -> None:
     assert base.in_flight_per_replica == pytest.approx(1.0)
     assert spec.running_per_replica == pytest.approx(1.5) and spec.waiting_per_replica == pytest.approx(0.5)
     assert base.running_per_replica is None
+    assert spec.load == 2.5 and base.load == base.in_flight_per_replica  # the engines' batch, where reported
     assert load.arrival_rate == pytest.approx(0.5)  # five code requests finished in 10 s
     assert load.prompt_tokens == (100, 101, 102, 103)
     assert load.output_tokens == (11,) * 5
