@@ -179,6 +179,7 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     crossover = direct_crossover(tmp_path)
     print(
         f"mid: crossover {mid['crossoverConcurrency']:.2f} ({mid['crossoverLow']:.2f} to {mid['crossoverHigh']:.2f}) "
-        f"from the pilot's windows, {crossover:.2f} from a direct sweep; fast adopted up to {fast['maxConcurrency']:.2f}"
+        f"from the pilot's windows, {crossover:.2f} from a direct sweep; "
+        f"fast adopted up to {fast['maxConcurrency']:.2f}"
     )
     assert mid["crossoverConcurrency"] == pytest.approx(crossover, rel=0.2), (mid, crossover)
