@@ -67,9 +67,6 @@ class ArmEngine:
     # mean batch, and it is what the per-token cost of speculation depends on.
     batch_seen: float | None = None
     inconclusive: str | None = None  # why these figures cannot be trusted (missing, NaN, truncated, reset)
-    # Pods of the arm that restarted inside the window: what they were doing when they went down
-    # (requests cut, counters lost) is no evidence about speculation, so the whole window is a gap.
-    restarts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -41,6 +41,7 @@ from specpilot.controller.progress import (
     due,
     manual_actions,
     warm,
+    window_due,
     window_summary,
 )
 from specpilot.controller.quality import ProbeResult, call_webhooks, run_probes
@@ -430,6 +431,8 @@ class Controller:
         await memory.measurements.collect(
             self.http, arms=arms, routers=seen.ready(ROUTER_COMPONENT), analysis=spec.analysis, now=now
         )
+        if window_due(memory.status or _previous_status(body), spec, memory.measurements.collected_at, now):
+            memory.wake.set()  # judge it on what was just collected, not at the next scheduled reconcile
         probes = spec.quality.probes
         ready = arms[Arm.BASELINE] and arms[Arm.SPECULATIVE]
         if (

@@ -23,7 +23,15 @@ from specpilot.api.status import (
     Window,
     WindowSummary,
 )
-from specpilot.controller.progress import Measured, advance_scopes, due, manual_actions, warm, window_summary
+from specpilot.controller.progress import (
+    Measured,
+    advance_scopes,
+    due,
+    manual_actions,
+    warm,
+    window_due,
+    window_summary,
+)
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.analysis.conftest import engine as analysis_engine
 from tests.unit.analysis.conftest import window as analysis_window
@@ -224,3 +232,15 @@ def test_after_a_kv_flip_a_window_is_held_while_the_speculative_queue_drains() -
     held = verdict(waiting=12.0)
     assert held.verdict is Verdict.INCONCLUSIVE and "its queue is still draining" in held.reason
     assert verdict(waiting=0.0).verdict is Verdict.FAIL
+
+
+def test_a_collection_wakes_the_reconcile_only_when_a_warm_window_is_due() -> None:
+    judged_at = T0 - timedelta(seconds=10)
+    last = WindowSummary(end=judged_at, verdict=Verdict.PASS, samples=10)
+    scope = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, last_window=last)
+    status = armsready(T0 - timedelta(minutes=5)).model_copy(update={"scopes": [scope]})
+    assert window_due(status, SPEC, T0, T0)
+    assert not window_due(status, SPEC, judged_at + timedelta(seconds=2), T0), "an interval has not passed"
+    assert not window_due(status, SPEC.model_copy(update={"suspend": True}), T0, T0)
+    assert not window_due(armsready(T0).model_copy(update={"scopes": [scope]}), SPEC, T0, T0), "not warm"
+    assert not window_due(None, SPEC, T0, T0) and not window_due(status, SPEC, None, T0)
