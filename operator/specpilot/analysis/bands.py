@@ -130,6 +130,7 @@ class Comparison:
     band: Band
     baseline_tpct: float  # interpolated at band.load
     ratio: float  # speculative / baseline
+    extrapolated: bool = False  # band.load lies outside the loads the baseline was measured at
 
     @property
     def wins(self) -> bool:
@@ -144,7 +145,8 @@ def compare(speculative: Sequence[Band], baseline: Sequence[Band]) -> list[Compa
     out = []
     for band in speculative:
         base = interpolate(curve, band.load)
-        out.append(Comparison(band=band, baseline_tpct=base, ratio=band.tpct / base))
+        outside = not baseline[0].low <= band.load <= baseline[-1].high
+        out.append(Comparison(band=band, baseline_tpct=base, ratio=band.tpct / base, extrapolated=outside))
     return out
 
 

@@ -166,6 +166,17 @@ def _load(value: float) -> str:
     return f"{value:.1f} concurrent requests per replica"
 
 
+def _coverage_sentence(comparisons: Sequence[Comparison], baseline: Sequence[Band]) -> str | None:
+    """A caveat when the baseline never ran at some of the speculative arm's loads."""
+    outside = [c for c in comparisons if c.extrapolated]
+    if not outside or not baseline:
+        return None
+    return (
+        f"The baseline ran at {baseline[0].load:.1f} to {baseline[-1].load:.1f} concurrent requests per replica: "
+        f"{len(outside)} of {len(comparisons)} speculative load band(s) compare against its nearest measured band."
+    )
+
+
 def _share_sentence(share: DecodeShare | None) -> str | None:
     if share is None or share.decode_gain is None or share.implied_gain is None:
         return None
@@ -239,7 +250,7 @@ def decide_scope(
         return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share))
     wins = [c for c in comparisons if c.wins]
     figures = _figures(share)
-    extra = _share_sentence(share)
+    extra = " ".join(s for s in (_share_sentence(share), _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])) if s)
     if len(wins) == len(comparisons):
         top = max(c.band.load for c in comparisons)
         gain = share.implied_gain if share else None
@@ -289,7 +300,8 @@ def decide_scope(
         f"{name}: speculation is not faster at the loads measured: time per committed token "
         f"{_ratios(comparisons)} the baseline's."
     )
-    return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share))
+    coverage = _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])
+    return findings(_defer(DeferReason.NO_NET_GAIN, f"{sentence} {coverage}" if coverage else sentence, share))
 
 
 def decision_due(

@@ -320,3 +320,16 @@ def test_a_decision_is_due_when_every_scope_settled_or_on_request() -> None:
     assert decision_due(piloting, {}, annotation=key) is None
     assert decision_due(piloting, {key: ""}, annotation=key) is DecisionTrigger.REQUESTED
     assert math.isfinite(analytic_crossover(0.5))
+
+
+def test_a_baseline_that_never_ran_at_the_speculative_loads_is_said() -> None:
+    evidence = pilot({"s": 0.95}, loads=(1, 2, 3))
+    scope = evidence.scopes["s"]
+    moved = {index + 8: cell for index, cell in scope.bins[Arm.BASELINE].items()}  # the baseline at 4x the load
+    shifted = evidence.model_copy(
+        update={"scopes": {"s": scope.model_copy(update={"bins": {**scope.bins, Arm.BASELINE: moved}})}}
+    )
+    findings = decide(shifted, "s")
+    assert all(c.extrapolated for c in findings.comparisons)
+    assert "compare against its nearest measured band" in " ".join(findings.decision.reasons)
+    assert not any(c.extrapolated for c in decide(evidence, "s").comparisons)
