@@ -183,3 +183,53 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
         f"fast adopted up to {fast['maxConcurrency']:.2f}"
     )
     assert mid["crossoverConcurrency"] == pytest.approx(crossover, rel=0.2), (mid, crossover)
+
+
+PREFILL_PROFILE = {
+    # 1000 prompt tokens take 0.7 s to prefill; 31 output tokens take 0.3 s to decode at 10 ms each.
+    "cost": {
+        "step_time_s": 0.01,
+        "per_seq_s": 0.0,
+        "per_token_s": 0.0,
+        "prefill_per_token_s": 0.0007,
+        "draft_cost_ratio": 0.02,
+    },
+    # three draft tokens accepted at 0.6 commit 2.18 per round: decoding runs about twice as fast
+    "acceptance": {"default": 0.6},
+}
+
+
+def test_a_prefill_dominated_scope_reports_its_decode_share_and_implied_gain(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    """7 parts fixed work and 3 parts decoding, decoding halved: 1.18x end to end, not 2x."""
+    doc = decisions_pilot()
+    spec = doc["spec"]
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PREFILL_PROFILE)}]
+    spec["scopes"] = [
+        {"name": "rag", "deadline": "1m", "stages": [{"weight": 50, "minRequests": 3, "minDuration": "10s"}]}
+    ]
+    spec["analysis"]["minSamples"] = 3
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    mix = tmp_path / "rag.json"
+    mix.write_text(json.dumps({"scopes": [{"name": "rag", "input_tokens": 1000, "output_tokens": 31}]}))
+    # one request at a time per arm: no queueing, no request's prefill in another's decode steps
+    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip(cluster, namespace)}:8080"]
+    argv += ["--mix", str(mix), "--arrivals", "constant", "--rate", "0.7", "--duration", "60", "--no-progress"]
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = json.loads(report(cluster, namespace, tmp_path / "pkg")["report.json"])
+    (rag,) = body["scopes"]
+    timing = rag["timing"]
+    print(
+        f"rag: decode share {timing['decodeShare']:.3f}, decode-only gain {timing['decodeOnlyGain']:.3f}x, "
+        f"implied {timing['impliedEndToEndGain']:.3f}x, observed {timing['observedEndToEndGain']:.3f}x end to end"
+    )
+    assert timing["decodeShare"] == pytest.approx(0.3, abs=0.05), timing
+    assert timing["decodeOnlyGain"] == pytest.approx(2.0, rel=0.15), timing
+    share, ratio = timing["decodeShare"], timing["decodeRatio"]
+    assert timing["impliedEndToEndGain"] == pytest.approx(1 / (1 - share * (1 - ratio)), rel=1e-3)  # 4 digits
+    assert timing["impliedEndToEndGain"] == pytest.approx(1.18, rel=0.05), timing
+    assert timing["impliedEndToEndGain"] == pytest.approx(timing["observedEndToEndGain"], rel=0.05), timing
+    assert "implies" in " ".join(rag["decision"]["reasons"])
