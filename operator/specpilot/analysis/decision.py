@@ -254,10 +254,10 @@ def decide_scope(
     if len(wins) == len(comparisons):
         top = max(c.band.load for c in comparisons)
         gain = share.implied_gain if share else None
-        if gain is not None and gain < MIN_END_TO_END_GAIN:
+        if share is not None and gain is not None and gain < MIN_END_TO_END_GAIN:
             sentence = (
                 f"{name}: speculation decodes faster at every load measured ({_ratios(comparisons)}), but decoding "
-                f"is only {share.share:.0%} of request time, so it gains {gain:.2f}x end to end: the bottleneck "  # type: ignore[union-attr]
+                f"is only {share.share:.0%} of request time, so it gains {gain:.2f}x end to end: the bottleneck "
                 "is elsewhere."
             )
             return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share))

@@ -8,9 +8,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from functools import lru_cache
 
 from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due
-from specpilot.analysis.evidence import Evidence, WindowLoad, record_window, with_arms
+from specpilot.analysis.evidence import Evidence, WindowLoad, dump, load, record_window, with_arms
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
@@ -67,10 +68,20 @@ def record(
 def findings(
     evidence: Evidence, spec: s.SpeculationPilotSpec, fallbacks: Sequence[FallbackRecord]
 ) -> list[ScopeFindings]:
-    return [
-        decide_scope(scope.name, evidence, fallbacks=fallbacks, confidence=spec.analysis.confidence)
-        for scope in spec.scopes
-    ]
+    """Every scope's findings; the same evidence is decided once (a crossover's bootstrap costs tens
+    of milliseconds, and reconciles outnumber the windows that change the evidence)."""
+    records = tuple(record.model_dump_json() for record in fallbacks)
+    scopes = tuple(scope.name for scope in spec.scopes)
+    return list(_findings(dump(evidence), records, spec.analysis.confidence, scopes))
+
+
+@lru_cache(maxsize=128)
+def _findings(
+    evidence: str, fallbacks: tuple[str, ...], confidence: float, scopes: tuple[str, ...]
+) -> tuple[ScopeFindings, ...]:
+    store = load(evidence)
+    records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
+    return tuple(decide_scope(name, store, fallbacks=records, confidence=confidence) for name in scopes)
 
 
 def decide(
