@@ -10,7 +10,8 @@ from typing import Any
 import yaml
 
 from specpilot.analysis.evidence import Evidence
-from specpilot.report.build import build, markdown, pilot_manifest
+from specpilot.report.build import build, pilot_manifest
+from specpilot.report.markdown import markdown
 from specpilot.report.plots import draw
 
 
