@@ -1,7 +1,8 @@
 """The handover package's content, from the pilot object and its evidence store: every number as
 JSON-ready data (report.json, which `markdown` and `plots` draw from), the replay workload and,
-where speculation wins only below a load, a dynamic speculation schedule. Pure and deterministic: the same pilot and evidence give
-the same package byte for byte, so a report after an operator restart equals the one before.
+where speculation wins only below a load, a dynamic speculation schedule. Pure and deterministic:
+the same pilot and evidence give the same package byte for byte, so a report after an operator
+restart equals the one before.
 """
 
 from __future__ import annotations
