@@ -30,9 +30,6 @@ class ArmRequests:
     committed_tokens: tuple[int, ...] = ()
     ttft_seconds: tuple[float, ...] = ()
     e2e_seconds: tuple[float, ...] = ()
-    # Token-seconds of KV cache the requests held on the arm's engines, every request that reached
-    # one included: its prompt and its growing output (so half of it) while it decoded.
-    kv_load: float = 0.0
 
     @property
     def routed(self) -> int:

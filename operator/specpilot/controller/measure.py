@@ -23,7 +23,7 @@ from specpilot.api.common import parse_duration
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape, engine_window
 from specpilot.metrics.ledger import SampleLedger
 from specpilot.metrics.load import kv_blocks, window_load
-from specpilot.metrics.samples import arm_requests
+from specpilot.metrics.samples import arm_requests, kv_load
 from specpilot.metrics.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
 from specpilot.metrics.window import scope_window
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, Arm
@@ -100,9 +100,11 @@ class PilotMeasurements:
         return self._speculative(scope, since, end).routed if end > since else 0
 
     def kv_loads(self, scopes: Iterable[str], *, analysis: s.Analysis, end: datetime) -> dict[str, float]:
-        """KV cache each scope's requests held on the speculative arm over the window ending at `end`."""
-        start = end - parse_duration(analysis.window)
-        return {scope: self._speculative(scope, start, end).kv_load for scope in scopes}
+        """KV cache each scope's requests held on the speculative arm over the last two windows: a
+        request is seen when it finishes, so a span longer than the longest requests is fairer to them."""
+        start = end - 2 * parse_duration(analysis.window)
+        samples = self._ledger.samples(start, end) if self._ledger is not None else ()
+        return {scope: kv_load(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end) for scope in scopes}
 
     def _speculative(self, scope: str, start: datetime, end: datetime) -> ArmRequests:
         samples = self._ledger.samples(start, end) if self._ledger is not None else ()

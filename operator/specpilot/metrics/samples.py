@@ -3,8 +3,11 @@
 A request belongs to the window in which it finished (``at + e2e``, on the router's clock), so
 adjacent windows [start, end) share none. Every outcome is counted (it is the denominator of
 every rate); speed comes only from what yields it: decode time and the tokens after the first
-from ok streams with at least two output tokens, TTFT from ok streams, e2e from ok requests. The
-KV-cache load counts every request that reached an engine, since a timed-out one held its cache too.
+from ok streams with at least two output tokens, TTFT from ok streams, e2e from ok requests.
+
+`kv_load` is the KV cache a scope's requests held on an arm over a span, for putting KV pressure on
+the scope that causes it: every request that reached an engine counts (a timed-out one held its
+cache too), for the part of its hold that falls in the span.
 """
 
 from __future__ import annotations
@@ -34,12 +37,10 @@ def arm_requests(
     committed: list[int] = []
     ttft: list[float] = []
     e2e: list[float] = []
-    kv_load = 0.0
     for sample in samples:
         if sample.scope != scope or sample.arm is not arm or not since <= finished_at(sample) < until:
             continue
         outcomes[sample.outcome] += 1
-        kv_load += kv_token_seconds(sample)
         if sample.outcome is not RequestOutcome.OK:
             continue
         e2e.append(sample.e2e)
@@ -59,15 +60,23 @@ def arm_requests(
         committed_tokens=tuple(committed),
         ttft_seconds=tuple(ttft),
         e2e_seconds=tuple(e2e),
-        kv_load=kv_load,
     )
 
 
-def kv_token_seconds(sample: RequestSample) -> float:
-    """KV cache the request held on its engine, in token-seconds: the prompt, and the output growing
-    over it, for as long as it was decoding (time queued for the cache holds none), else for the
-    whole request; zero when it reached no engine (an unknown count counts as none)."""
-    if not sample.endpoint:
-        return 0.0
-    held = sample.decode if sample.decode is not None else sample.e2e
-    return ((sample.prompt_tokens or 0) + (sample.output_tokens or 0) / 2) * held
+def kv_load(samples: Iterable[RequestSample], *, scope: str, arm: Arm, start: datetime, end: datetime) -> float:
+    """Token-seconds of KV cache the scope's requests held on `arm` within [start, end).
+
+    A request holds its prompt and its growing output (half of it, on average) while it decodes
+    (time queued for the cache holds none), else for the whole request when it was not streamed;
+    one that reached no engine held nothing, and an unknown count counts as none."""
+    since, until = start.timestamp(), end.timestamp()
+    total = 0.0
+    for sample in samples:
+        if sample.scope != scope or sample.arm is not arm or not sample.endpoint:
+            continue
+        finish = finished_at(sample)
+        held = sample.decode if sample.decode is not None else sample.e2e
+        overlap = min(finish, until) - max(finish - held, since)
+        if overlap > 0:
+            total += ((sample.prompt_tokens or 0) + (sample.output_tokens or 0) / 2) * overlap
+    return total

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specpilot.analysis.window import ArmRequests
-from specpilot.metrics.samples import arm_requests
+from specpilot.metrics.samples import arm_requests, kv_load
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
 from tests.unit.metrics.builders import ok_sample
@@ -80,16 +80,19 @@ def finishing(seconds: float) -> RequestSample:
 def test_outcomes_are_all_counted_and_speed_comes_from_what_yields_it(
     samples: tuple[RequestSample, ...], expected: ArmRequests
 ) -> None:
-    assert replace(requests(*samples), kv_load=0.0) == expected  # the KV load has its own test
+    assert requests(*samples) == expected
 
 
-def test_kv_load_counts_every_request_that_reached_an_engine() -> None:
+def test_kv_load_counts_every_request_that_reached_an_engine_for_its_hold_within_the_span() -> None:
     samples = (
         replace(OK, prompt_tokens=100),  # (100 + 33 / 2) tokens while decoding, 1.6 s
         replace(OK, prompt_tokens=None, outcome=RequestOutcome.TIMEOUT, decode=None, e2e=4.0, at=OK.at - 2),  # 4 s
         replace(OK, prompt_tokens=500, outcome=RequestOutcome.NO_ENDPOINT, endpoint=""),  # held no cache
+        replace(OK, prompt_tokens=100, at=T0.timestamp() - 1.0),  # decoded 0.6 s before the span, 1.0 s in it
+        replace(OK, prompt_tokens=100, scope="chat"),
     )
-    assert requests(*samples).kv_load == pytest.approx(116.5 * 1.6 + 16.5 * 4.0)
+    got = kv_load(samples, scope="code", arm=Arm.SPECULATIVE, start=T0, end=END)
+    assert got == pytest.approx(116.5 * 1.6 + 16.5 * 4.0 + 116.5 * 1.0)
 
 
 def test_a_request_belongs_to_the_window_it_finished_in() -> None:
