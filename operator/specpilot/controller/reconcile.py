@@ -342,7 +342,12 @@ class Controller:
         now = self.clock()
         arms = {arm: seen.ready(arm.value) for arm in (Arm.BASELINE, Arm.SPECULATIVE)}
         await memory.measurements.collect(
-            self.http, arms=arms, routers=seen.ready(ROUTER_COMPONENT), analysis=spec.analysis, now=now
+            self.http,
+            arms=arms,
+            routers=seen.ready(ROUTER_COMPONENT),
+            analysis=spec.analysis,
+            pilot=(ref.namespace, ref.name),
+            now=now,
         )
         probes = spec.quality.probes
         ready = arms[Arm.BASELINE] and arms[Arm.SPECULATIVE]
