@@ -1,6 +1,6 @@
 """Prometheus' HTTP query API, for `specpilot.metrics.promql`: the one other module of metrics that does I/O.
 
-Each figure of a window is one instant query (``GET <url>/api/v1/query?query=&time=&timeout=``)
+Each figure of a window is one instant query (``POST <url>/api/v1/query`` with query, time, timeout)
 evaluated at the window's end, all of an arm's at once over the shared session. As with scraping,
 nothing but cancellation leaves this module as an exception: a refused connection, a timeout, an
 error status or a body that is no API response comes back as a `QueryFailure` with its reason.
@@ -29,13 +29,14 @@ _SLACK_S = 1.0  # the client waits a little past the server's own query timeout,
 
 
 async def query(session: aiohttp.ClientSession, url: str, promql: str, *, at: datetime, timeout_s: float) -> Answer:
-    """One instant query at `at` against the server at `url` (its base URL, without /api/v1)."""
+    """One instant query at `at` against the server at `url` (its base URL, without /api/v1), POSTed as a
+    form so that long selectors need no long URL."""
     endpoint = f"{url.rstrip('/')}/api/v1/query"
-    params = {"query": promql, "time": f"{at.timestamp():.3f}", "timeout": f"{timeout_s:g}s"}
+    form = {"query": promql, "time": f"{at.timestamp():.3f}", "timeout": f"{timeout_s:g}s"}
     try:
-        async with session.get(
+        async with session.post(
             endpoint,
-            params=params,
+            data=form,
             headers={"Accept": "application/json"},
             timeout=aiohttp.ClientTimeout(total=timeout_s + _SLACK_S),
             allow_redirects=False,
@@ -43,18 +44,18 @@ async def query(session: aiohttp.ClientSession, url: str, promql: str, *, at: da
             body = await read_body(response)
             status = response.status
     except TooLarge:
-        return QueryFailure(f"GET {endpoint}: body over {MAX_BODY_BYTES} bytes")
+        return QueryFailure(f"POST {endpoint}: body over {MAX_BODY_BYTES} bytes")
     except _ERRORS as exc:
         if isinstance(exc, TimeoutError):
-            return QueryFailure(f"GET {endpoint}: no answer within {timeout_s + _SLACK_S:g}s")
-        return QueryFailure(f"GET {endpoint}: {exc.__class__.__name__}: {exc}")
+            return QueryFailure(f"POST {endpoint}: no answer within {timeout_s + _SLACK_S:g}s")
+        return QueryFailure(f"POST {endpoint}: {exc.__class__.__name__}: {exc}")
     try:
         decoded = json.loads(body)
     except ValueError:
-        return QueryFailure(f"GET {endpoint}: HTTP {status}, not JSON")
+        return QueryFailure(f"POST {endpoint}: HTTP {status}, not JSON")
     answer = parse_answer(decoded)
     if isinstance(answer, QueryFailure):
-        return QueryFailure(f"GET {endpoint}: HTTP {status}, {answer.reason}")
+        return QueryFailure(f"POST {endpoint}: HTTP {status}, {answer.reason}")
     return answer
 
 

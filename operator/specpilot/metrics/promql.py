@@ -6,8 +6,9 @@ writes them in Grafana, each an instant query evaluated at the window's end:
 - counters as ``sum(increase(c{arm}[window]))``, differenced per series across resets before the
   arm's series are summed, then divided (time per committed token, acceptance);
 - the inter-token-latency quantile as ``histogram_quantile(q, sum by (le) (increase(b{arm}[window])))``;
-- KV-cache usage as the highest usage of the arm's pods at each step (``max(g{arm})[window:step]``)
-  and running/waiting as the mean of their sum (``avg_over_time(sum(g{arm})[window:step])``).
+- KV-cache usage as the highest usage of the arm's pods at each step (``max(g{arm})[window:step]``,
+  a series, since the judge asks how long it stayed high), and running/waiting as the sum of the
+  pods' means over every sample Prometheus holds (``sum(avg_over_time(g{arm}[window]))``).
 
 Where PromQL differs from direct scraping: ``increase`` extrapolates from the first and last sample
 to the window's edges (by at most about one scrape interval at each end), a pod counts from its
@@ -84,7 +85,7 @@ class Figure(StrEnum):
     WAITING = "waiting"
     SCRAPED = "scraped"  # lowest `up` of each pod within the window: which pods, and any failed scrape
     UP = "up"  # `up` of each pod at the window's end
-    RESETS = "resets"  # counter resets of each pod within the window
+    RESETS = "resets"  # pods with a counter reset within the window
     RESTARTS = "restarts"  # changes of each pod's process start time within the window
 
 
@@ -132,17 +133,17 @@ def engine_queries(
 
     queries = {figure: f"sum(increase({of(name)}[{w}]))" for figure, name in _INCREASES.items()}
     buckets = f"sum by (le) (increase({of(e.ITL_BUCKETS)}[{w}]))"
-    names = "|".join(_RESET_COUNTERS)
     return {
         **queries,
         Figure.INTER_TOKEN_LATENCY: f"histogram_quantile({quantile!r}, {buckets})",
         Figure.ACCEPTED_PER_POSITION: f"sum by (position) (increase({of(e.ACCEPTED_PER_POS)}[{w}]))",
         Figure.KV_USAGE: f"max({of(e.KV_USAGE)})[{w}:{st}]",
-        Figure.RUNNING: f"avg_over_time(sum({of(e.RUNNING)})[{w}:{st}])",
-        Figure.WAITING: f"avg_over_time(sum({of(e.WAITING)})[{w}:{st}])",
+        Figure.RUNNING: f"sum(avg_over_time({of(e.RUNNING)}[{w}]))",
+        Figure.WAITING: f"sum(avg_over_time({of(e.WAITING)}[{w}]))",
         Figure.SCRAPED: f"min {pods} (min_over_time({of('up')}[{w}]))",
         Figure.UP: f"min {pods} ({of('up')})",
-        Figure.RESETS: f"sum {pods} (resets({selector([Matcher('__name__', names, regex=True), *matchers])}[{w}]))",
+        # resets() drops the metric name, so families are counted apart and joined: only pods with a reset remain.
+        Figure.RESETS: " or ".join(f"(sum {pods} (resets({of(name)}[{w}])) > 0)" for name in _RESET_COUNTERS),
         Figure.RESTARTS: f"max {pods} (changes({of(e.PROCESS_START)}[{w}]))",
     }
 
