@@ -329,7 +329,21 @@ def test_prometheus_source_agrees_with_direct_scraping(pilot: Pilot) -> None:
 
 
 def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
-    """A speculative pod restarted mid-window, labels that match nothing, and a server that does not answer."""
+    """A speculative pod restarted mid-window, a baseline pod serving garbage as /metrics, labels that
+    match nothing, and a server that does not answer."""
+    ip = pilot.arms[Arm.BASELINE][0].ip.rsplit(".", 1)[0] + ".12"
+    www = pilot.tmp / "www"
+    serve = [sys.executable, "-m", "http.server", "--bind", ip, str(ENGINE_PORT), "--directory", str(www)]
+    garbage = Pod("demo-baseline-6c7f9-g4rb4", ip, serve, pilot.tmp / "garbage.log")
+    www.mkdir()
+    (www / "metrics").write_text('vllm:generation_tokens_total{engine="0" 12\n<html>oops</html>\n')
+    garbage.start()
+    _wait_http(f"http://{garbage.ip}:{ENGINE_PORT}/metrics")
+    pilot.arms[Arm.BASELINE].append(garbage)
+    targets = [
+        (f"{p.ip}:{ENGINE_PORT}", {"namespace": NAMESPACE, "pod": p.name}) for ps in pilot.arms.values() for p in ps
+    ]
+    pilot.prometheus.reconfigure([static_job("vllm", targets)])
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         nowhere = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -354,13 +368,17 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
     finally:
         traffic.terminate()
         traffic.wait(timeout=30)
+        garbage.stop()
     reasons = {name: windows[name]["chat"].speculative_engine.inconclusive for name in sources}
     restarted = pilot.arms[Arm.SPECULATIVE][1].name
     assert reasons["direct"] is not None and restarted in reasons["direct"]
     prom = reasons["prometheus"]
     assert prom is not None and f"{restarted}: restarted within the window" in prom, prom
     assert pilot.arms[Arm.SPECULATIVE][0].name not in prom  # the pod that kept running is not blamed
-    assert windows["prometheus"]["chat"].baseline_engine.inconclusive is None
+    baseline = {name: windows[name]["chat"].baseline_engine.inconclusive or "" for name in ("direct", "prometheus")}
+    assert f"{garbage.name} at " in baseline["direct"], baseline
+    assert f"{garbage.name}: a scrape failed within the window (up 0)" in baseline["prometheus"], baseline
+    assert pilot.arms[Arm.BASELINE][0].name not in baseline["prometheus"]
     assert "Prometheus holds no up series of the speculative arm" in (reasons["elsewhere"] or "")
     assert f"POST {nowhere}/api/v1/query: ClientConnectorError" in (reasons["down"] or ""), reasons["down"]
     for name in ("prometheus", "elsewhere", "down"):
