@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from specpilot.analysis.checks import Check, finite, inconclusive
 from specpilot.analysis.limits import acceptance_check, kv_cache_check, rate_checks
@@ -90,6 +90,41 @@ def judge_window(
     hard_limits = _hard_limits(window, analysis=analysis, draft_tokens=draft_tokens)
     ratios, next_state = _ratio_checks(window, analysis=analysis, state=state)
     return _verdict((*hard_limits, *gates, *ratios), next_state)
+
+
+def attribute_kv_pressure(
+    verdicts: Mapping[str, WindowVerdict], kv_loads: Mapping[str, float]
+) -> dict[str, WindowVerdict]:
+    """Put sustained KV pressure on the scope that loads the speculative arm most.
+
+    The KV cache is the arm's, so every scope judged on it sees the same pressure. Of the scopes
+    whose KV check failed together, the one whose requests held the most KV cache (`kv_loads`,
+    token-seconds) keeps the failure and flips; in the others the check turns inconclusive, naming
+    that scope, so they hold until the next window shows whether the pressure went with it."""
+    pressured = sorted(name for name, verdict in verdicts.items() if _kv_fired(verdict))
+    if len(pressured) < 2:
+        return dict(verdicts)
+    heaviest = max(pressured, key=lambda name: kv_loads.get(name, 0.0))
+    total = sum(kv_loads.get(name, 0.0) for name in pressured)
+    share = f" ({kv_loads.get(heaviest, 0.0) / total:.0%} of the KV load of the scopes under it)" if total > 0 else ""
+    why = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}, which flips first"
+    out = dict(verdicts)
+    for name in pressured:
+        if name != heaviest:
+            checks = tuple(
+                replace(check, verdict=Verdict.INCONCLUSIVE, reason=why) if _is_kv_failure(check) else check
+                for check in verdicts[name].checks
+            )
+            out[name] = _verdict(checks, verdicts[name].state)
+    return out
+
+
+def _is_kv_failure(check: Check) -> bool:
+    return check.metric is MetricName.KV_CACHE_USAGE and check.fires
+
+
+def _kv_fired(verdict: WindowVerdict) -> bool:
+    return any(_is_kv_failure(check) for check in verdict.checks)
 
 
 def _missing_gates(extra: Sequence[Check], quality: Quality) -> tuple[Check, ...]:

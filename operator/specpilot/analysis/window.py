@@ -30,6 +30,9 @@ class ArmRequests:
     committed_tokens: tuple[int, ...] = ()
     ttft_seconds: tuple[float, ...] = ()
     e2e_seconds: tuple[float, ...] = ()
+    # Token-seconds of KV cache the requests held on the arm's engines, every request that reached
+    # one included: its prompt for the whole request, its output growing over it (so half of it).
+    kv_load: float = 0.0
 
     @property
     def routed(self) -> int:

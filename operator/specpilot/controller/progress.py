@@ -11,7 +11,7 @@ from typing import Any
 
 from specpilot.analysis import rollout
 from specpilot.analysis.checks import Check
-from specpilot.analysis.judge import judge_window, summarize
+from specpilot.analysis.judge import WindowVerdict, attribute_kv_pressure, judge_window, summarize
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
@@ -124,6 +124,7 @@ def advance_scopes(
 ) -> Progress:
     """Each scope moved by its manual action, else its judged window, else time passing."""
     by_name = {scope.name: scope for scope in spec.scopes}
+    verdicts = _judge(scopes, spec, measured=measured, manual=manual)
     out: list[ScopeStatus] = []
     records = list(fallbacks)
     events: list[rollout.Event] = []
@@ -135,16 +136,8 @@ def advance_scopes(
         event: rollout.Input
         if status.name in manual:
             event = rollout.Manual(manual[status.name])
-        elif status.name in measured:
-            item = measured[status.name]
-            verdict = judge_window(
-                item.window,
-                analysis=spec.analysis,
-                quality=spec.quality,
-                draft_tokens=spec.speculative.draft.num_speculative_tokens,
-                state=status.judge,
-                extra=item.quality,
-            )
+        elif status.name in verdicts:
+            item, verdict = measured[status.name], verdicts[status.name]
             event = rollout.Judged(
                 verdict=verdict,
                 summary=summarize(item.window, verdict),
@@ -161,3 +154,27 @@ def advance_scopes(
         if status.weight > 0 and step.status.weight == 0:
             flipped.append(status.name)
     return Progress(out, records[-FALLBACK_LIMIT:], events, tuple(flipped))
+
+
+def _judge(
+    scopes: Sequence[ScopeStatus],
+    spec: s.SpeculationPilotSpec,
+    *,
+    measured: Mapping[str, Measured],
+    manual: Mapping[str, rollout.Action],
+) -> dict[str, WindowVerdict]:
+    """The verdict of each measured scope without a manual action, KV pressure put on one of them."""
+    verdicts = {
+        status.name: judge_window(
+            measured[status.name].window,
+            analysis=spec.analysis,
+            quality=spec.quality,
+            draft_tokens=spec.speculative.draft.num_speculative_tokens,
+            state=status.judge,
+            extra=measured[status.name].quality,
+        )
+        for status in scopes
+        if status.name in measured and status.name not in manual
+    }
+    kv_loads = {name: measured[name].window.speculative.kv_load for name in verdicts}
+    return attribute_kv_pressure(verdicts, kv_loads)

@@ -3,7 +3,8 @@
 A request belongs to the window in which it finished (``at + e2e``, on the router's clock), so
 adjacent windows [start, end) share none. Every outcome is counted (it is the denominator of
 every rate); speed comes only from what yields it: decode time and the tokens after the first
-from ok streams with at least two output tokens, TTFT from ok streams, e2e from ok requests.
+from ok streams with at least two output tokens, TTFT from ok streams, e2e from ok requests. The
+KV-cache load counts every request that reached an engine, since a timed-out one held its cache too.
 """
 
 from __future__ import annotations
@@ -33,10 +34,12 @@ def arm_requests(
     committed: list[int] = []
     ttft: list[float] = []
     e2e: list[float] = []
+    kv_load = 0.0
     for sample in samples:
         if sample.scope != scope or sample.arm is not arm or not since <= finished_at(sample) < until:
             continue
         outcomes[sample.outcome] += 1
+        kv_load += kv_token_seconds(sample)
         if sample.outcome is not RequestOutcome.OK:
             continue
         e2e.append(sample.e2e)
@@ -56,4 +59,13 @@ def arm_requests(
         committed_tokens=tuple(committed),
         ttft_seconds=tuple(ttft),
         e2e_seconds=tuple(e2e),
+        kv_load=kv_load,
     )
+
+
+def kv_token_seconds(sample: RequestSample) -> float:
+    """KV cache the request held on its engine, in token-seconds: the prompt for the whole request and
+    the output growing over it; zero when it reached no engine (an unknown count counts as none)."""
+    if not sample.endpoint:
+        return 0.0
+    return ((sample.prompt_tokens or 0) + (sample.output_tokens or 0) / 2) * sample.e2e

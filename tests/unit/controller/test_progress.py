@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,6 +23,8 @@ from specpilot.api.status import (
 )
 from specpilot.controller.progress import Measured, advance_scopes, due, manual_actions, warm, window_summary
 from specpilot.wire.samples import RequestOutcome
+from tests.unit.analysis.conftest import engine as analysis_engine
+from tests.unit.analysis.conftest import window as analysis_window
 from tests.unit.controller.test_render import ROOT, load
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -143,3 +146,29 @@ def test_window_summary_for_webhooks_names_scope_span_and_arms() -> None:
     assert summary["scope"] == "code" and summary["window"]["end"] == T0.isoformat()
     assert summary["arms"]["speculative"]["requests"] == 200
     assert summary["arms"]["speculative"]["timePerCommittedTokenSeconds"] == pytest.approx(0.04)
+
+
+def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() -> None:
+    pressured = analysis_window(speculative_engine=analysis_engine(0.99))
+    statuses = [
+        ScopeStatus(name=name, state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=pressured.start)
+        for name in ("chat", "code")
+    ]
+    measured = {
+        "chat": Measured(replace(pressured, speculative=replace(pressured.speculative, kv_load=40.0)), 50),
+        "code": Measured(replace(pressured, speculative=replace(pressured.speculative, kv_load=160.0)), 50),
+    }
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    now = pressured.end
+    step = advance_scopes(statuses, spec, measured=measured, manual={}, fallbacks=[], warm=True, now=now)
+    assert step.flipped == ("code",)
+    (record,) = step.fallbacks
+    assert (record.scope, record.reason, record.metric) == (
+        "code",
+        FallbackReason.KV_CACHE_PRESSURE,
+        MetricName.KV_CACHE_USAGE,
+    )
+    chat = step.scopes[0]
+    assert (chat.state, chat.weight) == (ScopeState.HELD, 25), "held where it is, not flipped"
+    assert chat.last_window is not None and chat.last_window.verdict is Verdict.INCONCLUSIVE
+    assert "put on scope 'code' (80% of the KV load" in chat.last_window.reason

@@ -80,7 +80,16 @@ def finishing(seconds: float) -> RequestSample:
 def test_outcomes_are_all_counted_and_speed_comes_from_what_yields_it(
     samples: tuple[RequestSample, ...], expected: ArmRequests
 ) -> None:
-    assert requests(*samples) == expected
+    assert replace(requests(*samples), kv_load=0.0) == expected  # the KV load has its own test
+
+
+def test_kv_load_counts_every_request_that_reached_an_engine() -> None:
+    samples = (
+        replace(OK, prompt_tokens=100),  # (100 + 33 / 2) tokens for 2 s
+        replace(OK, prompt_tokens=None, outcome=RequestOutcome.TIMEOUT, e2e=4.0, at=OK.at - 2),  # 33 / 2 for 4 s
+        replace(OK, prompt_tokens=500, outcome=RequestOutcome.NO_ENDPOINT, endpoint=""),  # held no cache
+    )
+    assert requests(*samples).kv_load == pytest.approx(233.0 + 66.0)
 
 
 def test_a_request_belongs_to_the_window_it_finished_in() -> None:
