@@ -308,17 +308,24 @@ def test_prometheus_source_agrees_with_direct_scraping(pilot: Pilot) -> None:
     print("\nworst over 3 windows x 2 scopes: direct against Prometheus | direct against itself one scrape earlier")
     for name, (against, noise) in sorted(worst.items()):
         print(f"  {name:45s} {against:8.4f} | {noise:8.4f}")
-    # Within the noise of the scrape times: no figure moves further from direct scraping than twice
-    # what moving the window's edges by one scrape moves direct scraping itself, give or take 1%
-    # (2% on the quantile, which moves a bucket's width at a time).
+    # Within the noise of the scrape times. Ratios of counter increases (time per committed token,
+    # acceptance) move no further from direct scraping than twice what moving the window's edges by
+    # one scrape moves direct scraping itself, give or take 2%. The p99 inter-token latency is
+    # interpolated inside a 25 ms bucket from its ten-odd highest steps, so one step in or out at an
+    # edge moves it by several percent: within 15%. KV usage within 0.02, preemptions within one.
     # Running and waiting requests (diagnostics, never judged) are means of gauges sampled at other
-    # instants: within 15% of the mean, or half a request.
+    # instants, about 15 samples each: within one request and 15% of the mean.
     for name, (against, noise) in worst.items():
         if name.endswith("(requests)"):
-            assert against <= max(0.5, 0.15 * means[name]), (name, against, means[name])
+            assert against <= 1.0 + 0.15 * means[name], (name, against, means[name])
+        elif name.endswith("inter_token_latency"):
+            assert against <= 0.15, (name, against)
+        elif name.endswith("kv usage max"):
+            assert against <= 0.02, (name, against)
+        elif name.endswith("preemptions"):
+            assert against <= 1, (name, against)
         else:
-            slack = 0.02 if "inter_token_latency" in name else 0.01
-            assert against <= 2 * noise + slack, (name, against, noise)
+            assert against <= 2 * noise + 0.02, (name, against, noise)
     # the verdicts themselves are what a pilot of this mix gives: chat passes, code is slower
     last = closed[-1]["prometheus"]
     chat, code = (
