@@ -1,8 +1,9 @@
 """The operator judging from a real Prometheus (the Debian package) instead of scraping the engines
 itself: the same pilot run twice on the local cluster, once with direct scraping and once with
 `analysis.metricsSource.prometheus`, reaches the same outcome per scope, with the same fallback
-record; and on the Prometheus run, the engine figures the operator recorded agree with what direct
-scraping of the same pods measures over the same window.
+record; on the Prometheus run, the engine figures the operator recorded agree with what direct
+scraping of the same pods measures over the same window; and KV-cache pressure, which only the
+engines show, flips a scope as it does with direct scraping.
 
 Prometheus scrapes the arms' engines and the routers every second, at the addresses of the cluster's
 EndpointSlices (Debian's Prometheus is built without Kubernetes discovery, so the test keeps file_sd
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import urllib.request
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -38,6 +40,7 @@ from specpilot.wire.names import (
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, start_load, wait_ready
 from tests.cluster.test_operator import router_ip
+from tests.cluster.test_operator_faults import ADMIN_PORT, CASES, chat, fault_pilot, speculative_ip
 from tests.cluster.test_operator_judging import judged_pilot, scopes
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason
 
@@ -256,3 +259,40 @@ def test_prometheus_source_gives_direct_scrapings_outcomes(
     recorded = final["chat"]["lastWindow"]["acceptanceLength"]
     print(f"chat acceptance length: from Prometheus {recorded:.4f}, direct {measured:.4f}")
     assert measured is not None and abs(recorded - measured) / measured <= 0.05
+
+
+def test_kv_pressure_seen_through_prometheus_flips_the_scope(
+    cluster: Cluster, operator: Operator, prometheus: Prometheus
+) -> None:
+    """A hard limit only the engines can show: KV-cache pressure injected into the speculative pod flips
+    chat back with the same fallback record as direct scraping gives (test_operator_faults)."""
+    case = CASES["kv-pressure"]
+    doc = fault_pilot(probes=False)
+    doc["spec"]["analysis"]["metricsSource"] = {"prometheus": {"url": prometheus.url}}
+    with fresh_namespace(cluster) as namespace:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+        wait_ready(cluster, operator, namespace)
+        load = start_load(cluster, router_ip(cluster, namespace), seconds=120)
+        try:
+            wait_until(
+                "chat piloting with a passing window",
+                lambda: chat(cluster, namespace).get("lastWindow", {}).get("verdict") == "Pass",
+                timeout=90,
+                every=1,
+            )
+            request = urllib.request.Request(
+                f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults",
+                data=json.dumps(case.fault).encode(),
+                headers={"Content-Type": "application/json"},
+            )
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                assert resp.status == 201
+            wait_until("chat flipped back", lambda: chat(cluster, namespace).get("state") == "RolledBack", timeout=60)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
+        finally:
+            load.terminate()
+            load.wait(timeout=30)
+        (record,) = pilot(cluster, namespace)["status"]["fallbacks"]
+    assert record["scope"] == "chat" and record["reason"] == case.reason and record["metric"] in case.metrics, record
+    assert record["observed"] > record["threshold"] == 0.95
