@@ -134,7 +134,7 @@ def main() -> int:
         load = subprocess.Popen(
             [
                 *(sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080"),
-                *("--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", "10"),
+                *("--mix", str(ROOT / "manifests/workloads/chat-code.yaml"), "--arrivals", "poisson", "--rate", "10"),
                 *("--duration", "3600", "--timeout", "30", "--no-progress"),
             ],
             stdout=subprocess.DEVNULL,

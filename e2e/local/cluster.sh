@@ -109,7 +109,11 @@ pod_network() {
   if [ -z "$ip" ]; then
     log "pods need $POD_CIDR routed to lo, but the 'ip' command is missing: install iproute2"; exit 1
   fi
-  "$ip" route show table local | grep -q "^local $POD_CIDR dev lo" && return 0
+  # Read the table whole first: `grep -q` stops at the match, and under pipefail the SIGPIPE that
+  # `ip` then gets would read as "no route".
+  local routes
+  routes="$("$ip" route show table local)"
+  grep -q "^local $POD_CIDR dev lo" <<<"$routes" && return 0
   if ! "$ip" route add local "$POD_CIDR" dev lo; then
     log "pods need $POD_CIDR routed to lo (the API server rejects 127.0.0.0/8 in EndpointSlices);"
     log "run as root, or add the route once: sudo ip route add local $POD_CIDR dev lo"

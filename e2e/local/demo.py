@@ -1,10 +1,11 @@
 """The local demo: the operator runs a pilot of mock vLLM arms on the local cluster, judged on real traffic.
 
-It starts the operator, applies `manifests/demo/pilot.yaml`, waits for Ready, drives chat and code
-traffic through the router with the load generator, and shows each scope's progress as the operator
-judges its windows: chat (drafts accepted often) is adopted through both stages, code (drafts
-rarely accepted) is flipped back to ordinary decoding for a net slowdown in time per committed
-token, and batch (no traffic) is held as inconclusive. It ends with each scope's path and the
+It starts the operator, applies `manifests/demo/pilot.yaml`, waits for Ready, drives chat, code and
+longform traffic through the router with the load generator, and shows each scope's progress as the
+operator judges its windows: chat (drafts accepted often) is adopted through both stages, code
+(drafts rarely accepted) is flipped back to ordinary decoding for a net slowdown in time per
+committed token, and longform (long answers) is flipped back for sustained KV-cache pressure on the
+speculative arm, whose draft model leaves it little cache. It ends with each scope's path and the
 fallback records, then deletes the pilot (ordered teardown) and stops the operator and the load.
 """
 
@@ -48,11 +49,15 @@ def scope_line(scope: dict[str, Any]) -> str:
     stage = "-" if scope.get("stage") is None else str(scope["stage"] + 1)
     ratio = f"{window['ratio']:.2f}" if window.get("ratio") is not None else "  - "
     verdict = window.get("verdict", "-")
-    return f"  {scope['name']:<6} {scope['state']:<12} stage {stage:<2} {scope['weight']:>3}%  ratio {ratio}  {verdict}"
+    return f"  {scope['name']:<9} {scope['state']:<12} stage {stage:<2} {scope['weight']:>3}%  ratio {ratio}  {verdict}"
+
+
+# Where each scope of the demo pilot ends: its profile and traffic lead there.
+OUTCOMES = {"chat": "Speculative", "code": "RolledBack", "longform": "RolledBack"}
 
 
 def settled(scopes: dict[str, dict[str, Any]]) -> bool:
-    return scopes.get("chat", {}).get("state") == "Speculative" and scopes.get("code", {}).get("state") == "RolledBack"
+    return all(scopes.get(name, {}).get("state") == state for name, state in OUTCOMES.items())
 
 
 def start_operator() -> subprocess.Popen[bytes]:
@@ -75,7 +80,7 @@ def start_load(router_ip: str) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip}:8080"]
     argv += ["--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", RATE]
     argv += ["--duration", str(int(TIMEOUT)), "--timeout", "60", "--no-progress"]
-    print(f"  specpilot loadgen --rate {RATE}/s (chat and code, Poisson arrivals) -> router {router_ip}:8080")
+    print(f"  specpilot loadgen --rate {RATE}/s (chat, code and longform, Poisson arrivals) -> router {router_ip}:8080")
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -142,7 +147,8 @@ def main() -> int:
                 break
         summary()
         if not settled(scopes):
-            sys.exit(f"chat was not adopted and code not flipped back within {TIMEOUT:.0f} s")
+            expected = ", ".join(f"{name} {state}" for name, state in OUTCOMES.items())
+            sys.exit(f"the scopes did not reach {expected} within {TIMEOUT:.0f} s")
     finally:
         if load is not None:
             load.send_signal(signal.SIGINT)

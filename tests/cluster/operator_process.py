@@ -130,8 +130,8 @@ def wait_ready(cluster: Cluster, operator: Operator, namespace: str, name: str =
 
 
 def start_load(cluster: Cluster, router: str, *, seconds: int) -> subprocess.Popen[bytes]:
-    """loadgen sending the demo's chat and code mix (10 requests/s, Poisson) through the router at `router`."""
+    """loadgen sending chat and code (10 requests/s, Poisson) through the router at `router`."""
     argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080"]
-    argv += ["--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", "10"]
+    argv += ["--mix", str(ROOT / "manifests/workloads/chat-code.yaml"), "--arrivals", "poisson", "--rate", "10"]
     argv += ["--duration", str(seconds), "--timeout", "30", "--no-progress"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cluster.env())

@@ -9,7 +9,7 @@ import uuid
 from tests.cluster.conftest import ROOT, Cluster
 
 
-def test_demo_adopts_chat_flips_code_back_and_holds_batch(cluster: Cluster) -> None:
+def test_demo_adopts_chat_and_flips_code_back_for_speed_and_longform_for_kv_pressure(cluster: Cluster) -> None:
     namespace = f"demo-{uuid.uuid4().hex[:6]}"
     env = {**cluster.env(), "SPECPILOT_DEMO_NAMESPACE": namespace, "SPECPILOT_DEMO_TIMEOUT": "240"}
     try:
@@ -23,9 +23,9 @@ def test_demo_adopts_chat_flips_code_back_and_holds_batch(cluster: Cluster) -> N
         )
         assert out.returncode == 0, out.stdout + out.stderr
         summary = out.stdout.split("== Summary", 1)[1]
-        assert "chat   Speculative  stage 2   50%" in summary
-        assert "code   RolledBack" in summary and "code: ThresholdExceeded on timePerCommittedTokenRatio" in summary
-        assert "batch  Held" in summary
+        assert "chat      Speculative  stage 2   50%" in summary
+        assert "code      RolledBack" in summary and "code: ThresholdExceeded on timePerCommittedTokenRatio" in summary
+        assert "longform  RolledBack" in summary and "longform: KvCachePressure on kvCacheUsage" in summary
         assert "RoutesTaken" in summary
         remaining = cluster.get_json("deployments", "-n", namespace, "-l", "specpilot.io/pilot")["items"]
         assert remaining == [], "the demo deletes the pilot and everything it made"

@@ -1,15 +1,16 @@
-"""Faults injected into the speculative arm's running pod flip the scope back, naming the cause.
+"""Faults injected into the speculative arm's running pod flip the scope back, naming the cause, or
+hold it, saying why, when what the engines report cannot be trusted.
 
 The mock engines expose their fault endpoint (`--admin-port`, an engine flag shared by both arms);
 a fault is posted to the speculative pod only, while loadgen keeps chat traffic flowing through the
-router. Each case measures the time from the fault to the scope's rollback."""
+router. Each flip case measures the time from the fault to the scope's rollback."""
 
 from __future__ import annotations
 
 import json
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,10 +27,12 @@ ADMIN_PORT = 8001
 SLOW_STAGES = [{"weight": 50, "minRequests": 10, "minDuration": "10m"}]  # stays piloting
 
 
-def fault_pilot(*, probes: bool) -> dict[str, Any]:
+def fault_pilot(*, probes: bool = False, request_timeout: str | None = None) -> dict[str, Any]:
     doc = judged_pilot()
     spec = doc["spec"]
     spec["engine"]["extraArgs"] = [f"--admin-port={ADMIN_PORT}"]
+    if request_timeout is not None:
+        spec["router"]["requestTimeout"] = request_timeout
     spec["scopes"] = [{"name": "chat", "stages": SLOW_STAGES}]
     if probes:
         spec["quality"] = {
@@ -54,12 +57,37 @@ def chat(cluster: Cluster, namespace: str) -> dict[str, Any]:
     return next((s for s in scopes if s["name"] == "chat"), {})
 
 
+def wait_for_a_pass(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    try:
+        wait_until(
+            "chat piloting with a passing window",
+            lambda: chat(cluster, namespace).get("lastWindow", {}).get("verdict") == "Pass",
+            timeout=90,
+            every=1,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
+
+
+def inject(cluster: Cluster, namespace: str, fault: dict[str, Any]) -> None:
+    """Post `fault` to the speculative pod's mock engine."""
+    request = urllib.request.Request(
+        f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults",
+        data=json.dumps(fault).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as resp:
+        assert resp.status == 201
+
+
 @dataclass(frozen=True)
 class Case:
     fault: dict[str, Any]
     reason: str  # of the fallback record
     metrics: frozenset[str]  # one of which the record names
     probes: bool = False
+    request_timeout: str | None = None  # the router's, when the case needs it short
+    faster: bool = False  # the flip window's successful requests were faster on the speculative arm
 
 
 CASES = {
@@ -77,7 +105,22 @@ CASES = {
         "ThresholdExceeded",
         frozenset({"ttftRatio", "interTokenLatencyRatio", "timePerCommittedTokenRatio", "endToEndRatio"}),
     ),
+    # A fifth of chat's requests wait 3 s before the engine takes them: the TTFT tail, and only it.
+    "ttft-tail": Case(
+        {"kind": "slow_start", "rate": 0.2, "extra_s": 3.0, "scope": "chat"},
+        "ThresholdExceeded",
+        frozenset({"ttftRatio"}),
+    ),
     "kv-pressure": Case({"kind": "memory", "fraction": 0.97}, "KvCachePressure", frozenset({"kvCacheUsage"})),
+    # A third of chat's requests stall until the router's timeout answers 504; the ones that finish
+    # are still faster than on the baseline, and the timeout rate flips the scope all the same.
+    "timeouts-while-faster": Case(
+        {"kind": "stalls", "rate": 0.3, "scope": "chat"},
+        "HardLimit",
+        frozenset({"timeoutRate"}),
+        request_timeout="4s",
+        faster=True,
+    ),
 }
 
 
@@ -85,27 +128,13 @@ CASES = {
 def test_fault_in_the_speculative_arm_flips_the_scope_back(
     cluster: Cluster, operator: Operator, namespace: str, case: Case
 ) -> None:
-    doc = fault_pilot(probes=case.probes)
+    doc = fault_pilot(probes=case.probes, request_timeout=case.request_timeout)
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
     load = start_load(cluster, router_ip(cluster, namespace), seconds=120)
     try:
-        try:
-            wait_until(
-                "chat piloting with a passing window",
-                lambda: chat(cluster, namespace).get("lastWindow", {}).get("verdict") == "Pass",
-                timeout=90,
-                every=1,
-            )
-        except AssertionError as error:
-            raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
-        request = urllib.request.Request(
-            f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults",
-            data=json.dumps(case.fault).encode(),
-            headers={"Content-Type": "application/json"},
-        )
-        with urllib.request.urlopen(request, timeout=5) as resp:
-            assert resp.status == 201
+        wait_for_a_pass(cluster, operator, namespace)
+        inject(cluster, namespace, case.fault)
         injected = time.monotonic()
         try:
             wait_until(
@@ -124,7 +153,53 @@ def test_fault_in_the_speculative_arm_flips_the_scope_back(
     (record,) = status["fallbacks"]
     assert record["scope"] == "chat" and record["reason"] == case.reason and record["metric"] in case.metrics, record
     assert chat(cluster, namespace)["weight"] == 0
+    if case.faster:
+        assert record["observed"] > record["threshold"]
+        assert chat(cluster, namespace)["lastWindow"]["ratio"] < 1, "successful requests were faster"
     table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
     assert table["scopes"][0]["weights"]["speculative"] == 0
     assert "RoutesTaken" in [e["reason"] for e in events(cluster, namespace)]
     print(f"{case.reason}: flipped {flip_seconds:.1f} s after the fault (interval 5 s, failureLimit 2)")
+
+
+# What the speculative engines reported cannot be trusted for a while: the windows it touches are
+# inconclusive, saying why, and the scope neither flips nor moves on until they can be again.
+UNTRUSTED = {
+    "garbled-metrics": ({"kind": "garbled_metrics", "duration_s": 15}, "truncated"),
+    "pod-restart": ({"kind": "crash", "exit_code": 1}, "restarted between"),
+}
+
+
+@pytest.mark.parametrize(("fault", "why"), UNTRUSTED.values(), ids=UNTRUSTED.keys())
+def test_windows_the_speculative_engines_cannot_vouch_for_hold_the_scope(
+    cluster: Cluster, operator: Operator, namespace: str, fault: dict[str, Any], why: str
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(fault_pilot()))
+    wait_ready(cluster, operator, namespace)
+    load = start_load(cluster, router_ip(cluster, namespace), seconds=150)
+    try:
+        wait_for_a_pass(cluster, operator, namespace)
+        before = chat(cluster, namespace)
+        inject(cluster, namespace, fault)
+        seen: list[dict[str, Any]] = []
+
+        def window_is(verdict: str, saying: str = "") -> Callable[[], bool]:
+            def check() -> bool:
+                seen.append(chat(cluster, namespace))
+                window = seen[-1].get("lastWindow", {})
+                return window.get("verdict") == verdict and saying in window.get("reason", "")
+
+            return check
+
+        try:
+            wait_until(f"an inconclusive window naming {why!r}", window_is("Inconclusive", why), timeout=90, every=0.5)
+            wait_until("a passing window again", window_is("Pass"), timeout=90, every=0.5)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
+    finally:
+        load.terminate()
+        load.wait(timeout=30)
+    assert {(s["state"], s["stage"], s["weight"]) for s in seen} <= {
+        (state, before["stage"], before["weight"]) for state in ("Piloting", "Held")
+    }, "the scope neither flipped nor moved on"
+    assert not pilot(cluster, namespace)["status"].get("fallbacks")

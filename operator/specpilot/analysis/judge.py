@@ -78,8 +78,9 @@ def judge_window(
     that `quality` configures but `extra` lacks makes the window inconclusive, since a gate that was
     not consulted cannot pass."""
     gates = (*extra, *_missing_gates(extra, quality))
-    if window.gaps:
-        why = f"the window has gaps ({'; '.join(window.gaps)})"
+    gaps = (*window.gaps, *window.baseline_engine.restarts, *window.speculative_engine.restarts)
+    if gaps:
+        why = f"the window has gaps ({'; '.join(gaps)})"
         hard = [inconclusive(m, why, hard=True) for m in HARD_METRICS]
         if analysis.thresholds.min_acceptance_length is not None:
             hard.append(inconclusive(MetricName.ACCEPTANCE_LENGTH, why, hard=True))
@@ -93,38 +94,45 @@ def judge_window(
 
 
 def attribute_kv_pressure(
-    verdicts: Mapping[str, WindowVerdict], kv_loads: Mapping[str, float]
+    verdicts: Mapping[str, WindowVerdict],
+    kv_loads: Mapping[str, float],
+    *,
+    overlapping: Mapping[str, str] | None = None,
 ) -> dict[str, WindowVerdict]:
     """Put sustained KV pressure on the scope that loads the speculative arm most.
 
-    The KV cache is the arm's, so every scope judged on it sees the same pressure. Of the scopes
-    whose KV check failed together, the one whose requests held the most KV cache (`kv_loads`,
-    token-seconds) keeps the failure and flips; in the others the check turns inconclusive, naming
-    that scope, so they hold until the next window shows whether the pressure went with it."""
-    pressured = sorted(name for name, verdict in verdicts.items() if _kv_fired(verdict))
-    if len(pressured) < 2:
-        return dict(verdicts)
-    heaviest = max(pressured, key=lambda name: kv_loads.get(name, 0.0))
-    total = sum(kv_loads.get(name, 0.0) for name in pressured)
-    share = f" ({kv_loads.get(heaviest, 0.0) / total:.0%} of the KV load of the scopes under it)" if total > 0 else ""
-    why = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}, which flips first"
+    The KV cache is the arm's, so every scope judged on it sees the same pressure, and the queueing
+    it causes slows them all. `kv_loads` holds the KV cache (token-seconds over the last window)
+    that each scope still sent to the arm held; the heaviest is the one to flip. A judged scope
+    whose KV check failed keeps the failure only if it is that scope. The others are held: their
+    KV failure and their speed failures turn inconclusive, naming it; so are the scopes whose
+    window overlaps an earlier KV flip of another scope (`overlapping`: scope to why). Error,
+    timeout and rejection limits still fire, since those requests failed whatever the cause."""
+    heaviest = max(sorted(kv_loads), key=lambda name: kv_loads[name], default=None)
+    total = sum(kv_loads.values())
+    share = f" ({kv_loads[heaviest] / total:.0%} of the arm's KV load)" if heaviest is not None and total > 0 else ""
+    put_on = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}, which flips first"
+    held = {name: why for name, why in (overlapping or {}).items() if name in verdicts}
+    for name, verdict in verdicts.items():
+        if _kv_fired(verdict) and heaviest not in (None, name):
+            held.setdefault(name, put_on)
     out = dict(verdicts)
-    for name in pressured:
-        if name != heaviest:
-            checks = tuple(
-                replace(check, verdict=Verdict.INCONCLUSIVE, reason=why) if _is_kv_failure(check) else check
-                for check in verdicts[name].checks
-            )
-            out[name] = _verdict(checks, verdicts[name].state)
+    for name, why in held.items():
+        checks = tuple(
+            replace(check, verdict=Verdict.INCONCLUSIVE, reason=why) if _confounded(check) else check
+            for check in verdicts[name].checks
+        )
+        out[name] = _verdict(checks, verdicts[name].state)
     return out
 
 
-def _is_kv_failure(check: Check) -> bool:
-    return check.metric is MetricName.KV_CACHE_USAGE and check.fires
+def _confounded(check: Check) -> bool:
+    """A failure that another scope's KV pressure explains: the KV limit itself, and any speed check."""
+    return check.verdict is Verdict.FAIL and (check.metric is MetricName.KV_CACHE_USAGE or not check.hard)
 
 
 def _kv_fired(verdict: WindowVerdict) -> bool:
-    return any(_is_kv_failure(check) for check in verdict.checks)
+    return any(check.metric is MetricName.KV_CACHE_USAGE and check.fires for check in verdict.checks)
 
 
 def _missing_gates(extra: Sequence[Check], quality: Quality) -> tuple[Check, ...]:

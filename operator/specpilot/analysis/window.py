@@ -31,7 +31,7 @@ class ArmRequests:
     ttft_seconds: tuple[float, ...] = ()
     e2e_seconds: tuple[float, ...] = ()
     # Token-seconds of KV cache the requests held on the arm's engines, every request that reached
-    # one included: its prompt for the whole request, its output growing over it (so half of it).
+    # one included: its prompt and its growing output (so half of it) while it decoded.
     kv_load: float = 0.0
 
     @property
@@ -63,6 +63,9 @@ class ArmEngine:
     running: float | None = None  # mean of num_requests_running over the scrapes
     waiting: float | None = None  # mean of num_requests_waiting over the scrapes
     inconclusive: str | None = None  # why these figures cannot be trusted (missing, NaN, truncated, reset)
+    # Pods of the arm that restarted inside the window: what they were doing when they went down
+    # (requests cut, counters lost) is no evidence about speculation, so the whole window is a gap.
+    restarts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

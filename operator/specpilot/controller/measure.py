@@ -15,12 +15,12 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 import aiohttp
 
-from specpilot.analysis.window import ArmEngine, ScopeWindow
+from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape, engine_window
@@ -122,10 +122,16 @@ class PilotMeasurements:
 
     def new_requests(self, scope: str, *, since: datetime, end: datetime) -> int:
         """Speculative-arm requests of the scope that finished in [since, end)."""
-        if self._ledger is None or end <= since:
-            return 0
-        samples = self._ledger.samples(since, end)
-        return arm_requests(samples, scope=scope, arm=Arm.SPECULATIVE, start=since, end=end).routed
+        return self._speculative(scope, since, end).routed if end > since else 0
+
+    def kv_loads(self, scopes: Iterable[str], *, analysis: s.Analysis, end: datetime) -> dict[str, float]:
+        """KV cache each scope's requests held on the speculative arm over the window ending at `end`."""
+        start = end - parse_duration(analysis.window)
+        return {scope: self._speculative(scope, start, end).kv_load for scope in scopes}
+
+    def _speculative(self, scope: str, start: datetime, end: datetime) -> ArmRequests:
+        samples = self._ledger.samples(start, end) if self._ledger is not None else ()
+        return arm_requests(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end)
 
     def window(self, scope: str, *, analysis: s.Analysis, end: datetime) -> ScopeWindow:
         """The scope's window ending at `end`, as long as analysis.window."""

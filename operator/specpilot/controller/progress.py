@@ -16,6 +16,7 @@ from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.reasons import FallbackReason
 from specpilot.api.status import (
     FALLBACK_LIMIT,
     ConditionStatus,
@@ -121,10 +122,15 @@ def advance_scopes(
     fallbacks: Sequence[FallbackRecord],
     warm: bool,
     now: datetime,
+    kv_loads: Mapping[str, float] | None = None,
 ) -> Progress:
-    """Each scope moved by its manual action, else its judged window, else time passing."""
+    """Each scope moved by its manual action, else its judged window, else time passing.
+
+    `kv_loads` is the KV cache each scope still sent to the speculative arm held over the last
+    window (token-seconds): sustained KV pressure is put on the heaviest."""
     by_name = {scope.name: scope for scope in spec.scopes}
     verdicts = _judge(scopes, spec, measured=measured, manual=manual)
+    verdicts = attribute_kv_pressure(verdicts, kv_loads or {}, overlapping=_overlapping(measured, verdicts, fallbacks))
     out: list[ScopeStatus] = []
     records = list(fallbacks)
     events: list[rollout.Event] = []
@@ -163,8 +169,8 @@ def _judge(
     measured: Mapping[str, Measured],
     manual: Mapping[str, rollout.Action],
 ) -> dict[str, WindowVerdict]:
-    """The verdict of each measured scope without a manual action, KV pressure put on one of them."""
-    verdicts = {
+    """The verdict of each measured scope without a manual action."""
+    return {
         status.name: judge_window(
             measured[status.name].window,
             analysis=spec.analysis,
@@ -176,5 +182,31 @@ def _judge(
         for status in scopes
         if status.name in measured and status.name not in manual
     }
-    kv_loads = {name: measured[name].window.speculative.kv_load for name in verdicts}
-    return attribute_kv_pressure(verdicts, kv_loads)
+
+
+def _overlapping(
+    measured: Mapping[str, Measured], verdicts: Mapping[str, WindowVerdict], fallbacks: Sequence[FallbackRecord]
+) -> dict[str, str]:
+    """Why each judged scope's window is confounded by another scope's KV flip: the window overlaps
+    it, or follows it by less than a window while the speculative arm still drains the queue the
+    pressure built (requests waiting)."""
+    out = {}
+    for name in verdicts:
+        window = measured[name].window
+        draining = (window.speculative_engine.waiting or 0.0) >= 1.0
+        since = window.start - (window.end - window.start) if draining else window.start
+        flip = next(
+            (
+                record
+                for record in reversed(fallbacks)
+                if record.reason is FallbackReason.KV_CACHE_PRESSURE and record.scope != name and record.at >= since
+            ),
+            None,
+        )
+        if flip is not None:
+            still = ", and its queue is still draining" if flip.at < window.start else ""
+            out[name] = (
+                f"the window overlaps KV-cache pressure put on scope {flip.scope!r}, "
+                f"flipped back at {flip.at:%H:%M:%S}{still}"
+            )
+    return out

@@ -269,6 +269,7 @@ class Controller:
         is_warm = warm(previous, spec.analysis, now)
         end = memory.measurements.collected_at
         measured: dict[str, Measured] = {}
+        kv_loads: dict[str, float] = {}
         if is_warm and end is not None and not spec.suspend:
             for scope in scopes:
                 if due(scope, spec.analysis, end):
@@ -277,6 +278,9 @@ class Controller:
                     new = memory.measurements.new_requests(scope.name, since=since, end=end)
                     checks = await self._quality_checks(ref, spec, window, memory)
                     measured[scope.name] = Measured(window, new, checks)
+            if measured:
+                loaders = [scope.name for scope in scopes if scope.weight > 0]
+                kv_loads = memory.measurements.kv_loads(loaders, analysis=spec.analysis, end=end)
         manual = manual_actions(seen.annotations, [scope.name for scope in scopes])
         memory.manual_keys = frozenset(key for key in MANUAL if key in seen.annotations)
         progress = advance_scopes(
@@ -287,6 +291,7 @@ class Controller:
             fallbacks=previous.fallbacks if previous is not None else [],
             warm=is_warm,
             now=now,
+            kv_loads=kv_loads,
         )
         for status in progress.scopes:
             self.metrics.scope(ref.namespace, ref.name, status)

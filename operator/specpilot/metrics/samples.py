@@ -64,8 +64,10 @@ def arm_requests(
 
 
 def kv_token_seconds(sample: RequestSample) -> float:
-    """KV cache the request held on its engine, in token-seconds: the prompt for the whole request and
-    the output growing over it; zero when it reached no engine (an unknown count counts as none)."""
+    """KV cache the request held on its engine, in token-seconds: the prompt, and the output growing
+    over it, for as long as it was decoding (time queued for the cache holds none), else for the
+    whole request; zero when it reached no engine (an unknown count counts as none)."""
     if not sample.endpoint:
         return 0.0
-    return ((sample.prompt_tokens or 0) + (sample.output_tokens or 0) / 2) * sample.e2e
+    held = sample.decode if sample.decode is not None else sample.e2e
+    return ((sample.prompt_tokens or 0) + (sample.output_tokens or 0) / 2) * held

@@ -8,6 +8,7 @@ listens on its own port so that traffic to the API never reaches it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import time
@@ -262,6 +263,11 @@ class OpenAIHandlers:
         if refusal is not None:
             message = "Too many requests" if refusal == 429 else "Injected fault"
             return error_response(refusal, message)
+        if state.faults.stalls(scope, engine.time()):
+            return await _stall()
+        delay = state.faults.start_delay(scope, engine.time())
+        if delay:
+            await engine.clock.sleep_until(engine.time() + delay)
         # Greedy text depends on the prompt and server seed only, so every arm produces the same.
         key = state.config.seed if gen.temperature == 0 else gen.seed if gen.seed is not None else engine.next_seed()
         tokens = TokenSource(
@@ -422,9 +428,28 @@ class OpenAIHandlers:
         return web.json_response({"version": VLLM_VERSION})
 
     async def metrics(self, _: web.Request) -> web.Response:
-        response = web.Response(body=generate_latest(self.state.registry))
+        body = generate_latest(self.state.registry)
+        if self.state.faults.garbled_metrics(self.state.engine.time()):
+            body = _garble(body)
+        response = web.Response(body=body)
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
+
+
+async def _stall() -> web.Response:
+    """Hold a request without an answer (a stalls fault): the server cancels the handler when its
+    client goes away, and an hour bounds a client that never does."""
+    await asyncio.sleep(3600)
+    return error_response(504, "Injected stall")
+
+
+def _garble(exposition: bytes) -> bytes:
+    """An exposition as a broken exporter serves it: vLLM's values NaN, and the text cut mid-line."""
+    lines = [
+        line.rsplit(b" ", 1)[0] + b" NaN" if line.startswith(b"vllm:") else line for line in exposition.splitlines()
+    ]
+    text = b"\n".join(lines)
+    return text[: len(text) * 2 // 3]
 
 
 def _instrument(state: ServerState) -> Middleware:

@@ -30,6 +30,9 @@ class FaultKind(enum.StrEnum):
     HANG = "hang"  # the engine stops stepping; requests stall
     CRASH = "crash"  # the server process exits with exit_code
     DIVERGENCE = "divergence"  # greedy output departs from the shared text after after_tokens
+    STALLS = "stalls"  # a share of requests is taken and never answered, until the client gives up
+    SLOW_START = "slow_start"  # a share of requests waits extra_s before the engine takes it (TTFT tail)
+    GARBLED_METRICS = "garbled_metrics"  # /metrics answers a cut, NaN-ridden exposition
 
 
 _COMMON = {"kind", "scope", "start_s", "duration_s"}
@@ -42,8 +45,18 @@ _KEYS: dict[FaultKind, set[str]] = {
     FaultKind.HANG: set(),
     FaultKind.CRASH: {"exit_code"},
     FaultKind.DIVERGENCE: {"rate", "after_tokens"},
+    FaultKind.STALLS: {"rate"},
+    FaultKind.SLOW_START: {"rate", "extra_s"},
+    FaultKind.GARBLED_METRICS: set(),
 }
-_SCOPED = {FaultKind.ACCEPTANCE, FaultKind.ERRORS, FaultKind.REJECTIONS, FaultKind.DIVERGENCE}
+_SCOPED = {
+    FaultKind.ACCEPTANCE,
+    FaultKind.ERRORS,
+    FaultKind.REJECTIONS,
+    FaultKind.DIVERGENCE,
+    FaultKind.STALLS,
+    FaultKind.SLOW_START,
+}
 
 
 @dataclass(frozen=True)
@@ -188,6 +201,21 @@ class FaultBoard:
             if self._rng.random() < fault.spec.rate:
                 return fault.spec.status
         return None
+
+    def stalls(self, scope: str, now: float) -> bool:
+        """Whether a new request of `scope` is to be held without an answer."""
+        return any(self._rng.random() < fault.spec.rate for fault in self._live(FaultKind.STALLS, now, scope))
+
+    def start_delay(self, scope: str, now: float) -> float:
+        """Model seconds a new request of `scope` waits before the engine takes it."""
+        return sum(
+            fault.spec.extra_s
+            for fault in self._live(FaultKind.SLOW_START, now, scope)
+            if self._rng.random() < fault.spec.rate
+        )
+
+    def garbled_metrics(self, now: float) -> bool:
+        return bool(self._live(FaultKind.GARBLED_METRICS, now))
 
     def divergence(self, scope: str, now: float) -> int | None:
         """Output position from which a new request's text diverges, if a divergence hits it."""

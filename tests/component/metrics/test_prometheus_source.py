@@ -5,7 +5,7 @@ times, and the judge gives the same verdicts. What Prometheus cannot vouch for (
 failed to scrape, labels that match nothing, a server that does not answer) is inconclusive.
 
 The pods are `specpilot mock-vllm` processes on loopback addresses of their own, at the engine
-port, and a `specpilot router` process with static endpoints spreads loadgen's chat and code mix
+port, and a `specpilot router` process with static endpoints spreads loadgen's chat and code mix (manifests/workloads/chat-code.yaml)
 over them; Prometheus knows them by the `namespace` and `pod` labels Kubernetes discovery would give.
 """
 
@@ -200,7 +200,7 @@ def load(pilot: Pilot, seconds: int) -> subprocess.Popen[bytes]:
         "--url",
         f"http://{pilot.router.ip}:{ROUTER_PORT}",
         "--mix",
-        str(ROOT / "manifests/demo/mix.yaml"),
+        str(ROOT / "manifests/workloads/chat-code.yaml"),
     ]
     argv += ["--arrivals", "poisson", "--rate", "8", "--duration", str(seconds), "--timeout", "30", "--no-progress"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -115,6 +115,44 @@ async def test_a_hang_stalls_requests_while_health_stays_green(mock_vllm: Any) -
     assert (await complete(mock.url, max_tokens=5))[0] == 200
 
 
+async def test_stalls_hold_a_share_of_one_scopes_requests_until_the_client_gives_up(
+    mock_vllm: Any, scrape: Any
+) -> None:
+    mock = await mock_vllm(*FAST)
+    await call("POST", mock.admin_url + "/faults", {"kind": "stalls", "rate": 1.0, "scope": "code"})
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.5):
+            await complete(mock.url, scope="code", max_tokens=5)
+    assert (await complete(mock.url, scope="chat", max_tokens=5))[0] == 200
+    metrics = await scrape(mock.url)
+    assert metrics["vllm:num_requests_running"] == 0 and metrics["vllm:num_requests_waiting"] == 0
+    assert sum(v for k, v in metrics.items() if k.startswith("vllm:request_success_total")) == 1  # chat only
+
+
+async def test_a_slow_start_delays_the_first_token_of_one_scope(mock_vllm: Any) -> None:
+    mock = await mock_vllm("--time-scale", "0.1")
+    await call("POST", mock.admin_url + "/faults", {"kind": "slow_start", "rate": 1.0, "extra_s": 5, "scope": "code"})
+    started = asyncio.get_running_loop().time()
+    assert (await complete(mock.url, scope="chat", max_tokens=2))[0] == 200
+    chat = asyncio.get_running_loop().time() - started
+    assert (await complete(mock.url, scope="code", max_tokens=2))[0] == 200
+    code = asyncio.get_running_loop().time() - started - chat
+    assert chat < 0.3 and code >= 0.5, (chat, code)  # 5 model seconds at a tenth of wall time
+
+
+async def test_garbled_metrics_are_cut_and_nan_until_the_fault_ends(mock_vllm: Any) -> None:
+    mock = await mock_vllm(*FAST)
+    _, added = await call("POST", mock.admin_url + "/faults", {"kind": "garbled_metrics"})
+    async with aiohttp.ClientSession() as session, session.get(mock.url + "/metrics") as r:
+        garbled = await r.text()
+    assert "NaN" in garbled and "vllm:kv_cache_usage_perc" in garbled
+    assert not garbled.endswith("\n"), "cut mid-line"
+    await call("DELETE", f"{mock.admin_url}/faults/{added['faults'][0]['id']}")
+    async with aiohttp.ClientSession() as session, session.get(mock.url + "/metrics") as r:
+        clean = await r.text()
+    assert "NaN" not in clean and clean.endswith("\n")
+
+
 async def test_a_crash_kills_the_server(mock_vllm: Any) -> None:
     mock = await mock_vllm(*FAST)
     await call("POST", mock.admin_url + "/faults", {"kind": "crash", "exit_code": 3})

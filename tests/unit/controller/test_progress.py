@@ -15,10 +15,12 @@ from specpilot.api.status import (
     Condition,
     ConditionStatus,
     ConditionType,
+    FallbackRecord,
     ScopeState,
     ScopeStatus,
     SpeculationPilotStatus,
     Verdict,
+    Window,
     WindowSummary,
 )
 from specpilot.controller.progress import Measured, advance_scopes, due, manual_actions, warm, window_summary
@@ -154,13 +156,13 @@ def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() ->
         ScopeStatus(name=name, state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=pressured.start)
         for name in ("chat", "code")
     ]
-    measured = {
-        "chat": Measured(replace(pressured, speculative=replace(pressured.speculative, kv_load=40.0)), 50),
-        "code": Measured(replace(pressured, speculative=replace(pressured.speculative, kv_load=160.0)), 50),
-    }
+    measured = {"chat": Measured(pressured, 50), "code": Measured(pressured, 50)}
     spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
     now = pressured.end
-    step = advance_scopes(statuses, spec, measured=measured, manual={}, fallbacks=[], warm=True, now=now)
+    loads = {"chat": 40.0, "code": 160.0}
+    step = advance_scopes(
+        statuses, spec, measured=measured, manual={}, fallbacks=[], warm=True, now=now, kv_loads=loads
+    )
     assert step.flipped == ("code",)
     (record,) = step.fallbacks
     assert (record.scope, record.reason, record.metric) == (
@@ -171,4 +173,54 @@ def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() ->
     chat = step.scopes[0]
     assert (chat.state, chat.weight) == (ScopeState.HELD, 25), "held where it is, not flipped"
     assert chat.last_window is not None and chat.last_window.verdict is Verdict.INCONCLUSIVE
-    assert "put on scope 'code' (80% of the KV load" in chat.last_window.reason
+    assert "put on scope 'code' (80% of the arm's KV load)" in chat.last_window.reason
+
+
+def test_a_window_overlapping_another_scopes_kv_flip_is_held_and_a_later_one_judged() -> None:
+    slow = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=slow.start)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+
+    def verdict(flipped_at: datetime) -> WindowSummary:
+        record = FallbackRecord(
+            scope="longform",
+            at=flipped_at,
+            reason=FallbackReason.KV_CACHE_PRESSURE,
+            metric=MetricName.KV_CACHE_USAGE,
+            window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
+        )
+        measured = {"chat": Measured(slow, 50)}
+        step = advance_scopes([status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=slow.end)
+        assert step.scopes[0].last_window is not None
+        return step.scopes[0].last_window
+
+    held = verdict(slow.start + timedelta(seconds=5))
+    assert held.verdict is Verdict.INCONCLUSIVE and "overlaps KV-cache pressure put on scope 'longform'" in held.reason
+    assert verdict(slow.start - timedelta(seconds=1)).verdict is Verdict.FAIL
+
+
+def test_after_a_kv_flip_a_window_is_held_while_the_speculative_queue_drains() -> None:
+    window = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=window.start)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    flipped_at = window.start - timedelta(seconds=60)
+    record = FallbackRecord(
+        scope="longform",
+        at=flipped_at,
+        reason=FallbackReason.KV_CACHE_PRESSURE,
+        metric=MetricName.KV_CACHE_USAGE,
+        window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
+    )
+
+    def verdict(waiting: float) -> WindowSummary:
+        engine = replace(window.speculative_engine, waiting=waiting)
+        measured = {"chat": Measured(replace(window, speculative_engine=engine), 50)}
+        step = advance_scopes(
+            [status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=window.end
+        )
+        assert step.scopes[0].last_window is not None
+        return step.scopes[0].last_window
+
+    held = verdict(waiting=12.0)
+    assert held.verdict is Verdict.INCONCLUSIVE and "its queue is still draining" in held.reason
+    assert verdict(waiting=0.0).verdict is Verdict.FAIL

@@ -85,11 +85,11 @@ def test_outcomes_are_all_counted_and_speed_comes_from_what_yields_it(
 
 def test_kv_load_counts_every_request_that_reached_an_engine() -> None:
     samples = (
-        replace(OK, prompt_tokens=100),  # (100 + 33 / 2) tokens for 2 s
-        replace(OK, prompt_tokens=None, outcome=RequestOutcome.TIMEOUT, e2e=4.0, at=OK.at - 2),  # 33 / 2 for 4 s
+        replace(OK, prompt_tokens=100),  # (100 + 33 / 2) tokens while decoding, 1.6 s
+        replace(OK, prompt_tokens=None, outcome=RequestOutcome.TIMEOUT, decode=None, e2e=4.0, at=OK.at - 2),  # 4 s
         replace(OK, prompt_tokens=500, outcome=RequestOutcome.NO_ENDPOINT, endpoint=""),  # held no cache
     )
-    assert requests(*samples).kv_load == pytest.approx(233.0 + 66.0)
+    assert requests(*samples).kv_load == pytest.approx(116.5 * 1.6 + 16.5 * 4.0)
 
 
 def test_a_request_belongs_to_the_window_it_finished_in() -> None:
