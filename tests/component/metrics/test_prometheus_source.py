@@ -5,8 +5,9 @@ times, and the judge gives the same verdicts. What Prometheus cannot vouch for (
 failed to scrape, labels that match nothing, a server that does not answer) is inconclusive.
 
 The pods are `specpilot mock-vllm` processes on loopback addresses of their own, at the engine
-port, and a `specpilot router` process with static endpoints spreads loadgen's chat and code mix (manifests/workloads/chat-code.yaml)
-over them; Prometheus knows them by the `namespace` and `pod` labels Kubernetes discovery would give.
+port, and a `specpilot router` process with static endpoints spreads loadgen's chat and code mix
+(manifests/workloads/chat-code.yaml) over them; Prometheus knows them by the `namespace` and `pod`
+labels Kubernetes discovery would give.
 """
 
 from __future__ import annotations
