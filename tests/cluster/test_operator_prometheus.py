@@ -127,7 +127,9 @@ def fresh_namespace(cluster: Cluster) -> Iterator[str]:
     try:
         yield name
     finally:
-        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        # Gone before the next pilot starts: two pilots' pods starting and draining at once on two
+        # shared cores is a load test of its own.
+        cluster.kubectl("delete", "namespace", name, "--timeout=120s", check=False)
 
 
 class DirectBeside:
