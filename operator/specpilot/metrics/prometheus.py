@@ -86,7 +86,9 @@ async def arm_engines(
         matchers = arm_matchers(source, namespace=namespace, pilot=pilot, arm=arm)
         queries = engine_queries(matchers, window=window, step=step, quantile=quantile, pod_label=source.pod_label)
         answers = await query_all(session, source.url, queries, at=end, timeout_s=timeout_s)
-        return arm_engine(answers, speculative=arm is Arm.SPECULATIVE, pod_label=source.pod_label, arm=arm.value)
+        return arm_engine(
+            answers, start=end - window, speculative=arm is Arm.SPECULATIVE, pod_label=source.pod_label, arm=arm.value
+        )
 
     baseline, speculative = await asyncio.gather(one(Arm.BASELINE), one(Arm.SPECULATIVE))
     return {Arm.BASELINE: baseline, Arm.SPECULATIVE: speculative}

@@ -17,15 +17,17 @@ of increases match direct scraping within the noise of the scrape times.
 
 What cannot be trusted is inconclusive, with a reason, exactly as with direct scraping: a query
 that fails, a family with no series, NaN, a counter reset or a changed process start time within
-the window (a restart: PromQL's increase is a lower bound then), and any pod that Prometheus failed
-to scrape within the window or did not scrape at its end (``up``). Pure: queries are built here and
+the window (a restart: PromQL's increase is a lower bound then), and a pod whose scrape at either
+edge of the window failed (``up``), or that was first scraped inside it though it started before;
+a failed scrape between the edges costs nothing, as with direct scraping (the increase spans it,
+and Prometheus keeps no part of a scrape it could not parse). Pure: queries are built here and
 their answers read here; `specpilot.metrics.prometheus` does the HTTP.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -83,8 +85,10 @@ class Figure(StrEnum):
     KV_USAGE = "kvUsage"
     RUNNING = "running"
     WAITING = "waiting"
-    SCRAPED = "scraped"  # lowest `up` of each pod within the window: which pods, and any failed scrape
+    SCRAPED = "scraped"  # the pods Prometheus tried to scrape within the window
     UP = "up"  # `up` of each pod at the window's end
+    UP_AT_START = "upAtStart"  # `up` of each pod at the window's start
+    STARTED = "started"  # each pod's process start time, Unix seconds
     RESETS = "resets"  # pods with a counter reset within the window
     RESTARTS = "restarts"  # changes of each pod's process start time within the window
 
@@ -140,8 +144,10 @@ def engine_queries(
         Figure.KV_USAGE: f"max({of(e.KV_USAGE)})[{w}:{st}]",
         Figure.RUNNING: f"sum(avg_over_time({of(e.RUNNING)}[{w}]))",
         Figure.WAITING: f"sum(avg_over_time({of(e.WAITING)}[{w}]))",
-        Figure.SCRAPED: f"min {pods} (min_over_time({of('up')}[{w}]))",
+        Figure.SCRAPED: f"max {pods} (max_over_time({of('up')}[{w}]))",
         Figure.UP: f"min {pods} ({of('up')})",
+        Figure.UP_AT_START: f"min {pods} ({of('up')} offset {w})",
+        Figure.STARTED: f"max {pods} ({of(e.PROCESS_START)})",
         # resets() drops the metric name, so families are counted apart and joined: only pods with a reset remain.
         Figure.RESETS: " or ".join(f"(sum {pods} (resets({of(name)}[{w}])) > 0)" for name in _RESET_COUNTERS),
         Figure.RESTARTS: f"max {pods} (changes({of(e.PROCESS_START)}[{w}]))",
@@ -199,8 +205,11 @@ def _series(item: Mapping[str, Any], *, matrix: bool) -> Series:
     )
 
 
-def arm_engine(answers: Mapping[Figure, Answer], *, speculative: bool, pod_label: str, arm: str) -> ArmEngine:
-    """The arm's figures from the answers to `engine_queries`; `speculative` requires the spec-decode ones."""
+def arm_engine(
+    answers: Mapping[Figure, Answer], *, start: datetime, speculative: bool, pod_label: str, arm: str
+) -> ArmEngine:
+    """The arm's figures over the window from `start` from the answers to `engine_queries`; `speculative`
+    requires the spec-decode ones."""
     reasons: list[str] = []
     failed = {figure: a.reason for figure, a in answers.items() if isinstance(a, QueryFailure)}
     if failed:
@@ -218,12 +227,7 @@ def arm_engine(answers: Mapping[Figure, Answer], *, speculative: bool, pod_label
             inconclusive=f"Prometheus holds no up series of the {arm} arm within the window "
             "(are its pods scraped, and are the arm's labels target labels?)"
         )
-    up = {pod(item): item.value for item in series.get(Figure.UP, ())}
-    for item in sorted(scraped, key=pod):
-        if not item.value >= 1:
-            reasons.append(f"{pod(item)}: a scrape failed within the window (up {item.value:g})")
-        elif up.get(pod(item), 0.0) < 1:
-            reasons.append(f"{pod(item)}: not scraped at the window's end (gone, or its last scrape failed)")
+    reasons.extend(_coverage(series, pods=sorted(pod(item) for item in scraped), pod=pod, start=start))
     restarted = {pod(item) for item in series.get(Figure.RESTARTS, ()) if item.value > 0}
     reasons.extend(f"{name}: restarted within the window (process start time changed)" for name in sorted(restarted))
     for item in sorted(series.get(Figure.RESETS, ()), key=pod):
@@ -259,6 +263,28 @@ def arm_engine(answers: Mapping[Figure, Answer], *, speculative: bool, pod_label
         waiting=waiting if waiting is not None and not math.isnan(waiting) else None,
         inconclusive=_summary(reasons),
     )
+
+
+def _coverage(
+    series: Mapping[Figure, tuple[Series, ...]], *, pods: Sequence[str], pod: Callable[[Series], str], start: datetime
+) -> list[str]:
+    """Why a pod's increases do not span the window, as with direct scraping: its scrape at the end failed
+    (or it is gone), or its scrape at the start failed, or it was not scraped by then though its process
+    had started. A failed scrape between the edges costs nothing: the increase spans it."""
+    at_end, at_start, started = (
+        {pod(item): item.value for item in series.get(figure, ())}
+        for figure in (Figure.UP, Figure.UP_AT_START, Figure.STARTED)
+    )
+    reasons = []
+    for name in pods:
+        if not at_end.get(name, 0.0) >= 1:
+            reasons.append(f"{name}: no successful scrape at the window's end (its last scrape failed, or it is gone)")
+        elif name in at_start and not at_start[name] >= 1:
+            reasons.append(f"{name}: its scrape at the window's start failed")
+        elif name not in at_start and not started.get(name, -math.inf) >= start.timestamp():
+            how = "its start time is unknown" if name not in started else "it started before the window"
+            reasons.append(f"{name}: not scraped at the window's start, and {how}")
+    return reasons
 
 
 def _single(items: Sequence[Series]) -> float | None:

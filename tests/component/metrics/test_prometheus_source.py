@@ -13,6 +13,7 @@ labels Kubernetes discovery would give.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import json
 import os
 import random
@@ -31,10 +32,11 @@ from typing import Any
 import pytest
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason, static_job
 
+from specpilot.analysis.checks import Verdict
 from specpilot.analysis.judge import judge_window
 from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api import spec as s
-from specpilot.controller.measure import PilotMeasurements
+from specpilot.controller.measure import PilotMeasurements, cadence
 from specpilot.metrics.scrape import scrape_session
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, ROUTER_PORT, Arm
 from specpilot.wire.routes import ROUTES_KEY, ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, render_routes
@@ -203,19 +205,20 @@ def load(pilot: Pilot, seconds: int) -> subprocess.Popen[bytes]:
         "--mix",
         str(ROOT / "manifests/workloads/chat-code.yaml"),
     ]
-    argv += ["--arrivals", "poisson", "--rate", "8", "--duration", str(seconds), "--timeout", "30", "--no-progress"]
+    argv += ["--arrivals", "poisson", "--rate", "6", "--duration", str(seconds), "--timeout", "30", "--no-progress"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def collect_both(
     pilot: Pilot, sources: dict[str, s.Analysis], *, seconds: float, closes: int
 ) -> list[dict[str, dict[str, ScopeWindow]]]:
-    """Collect every second with each analysis (direct and Prometheus, at the same instants); close
+    """Collect as the operator does, every `cadence` (2 s here), with each analysis (direct and
+    Prometheus, at the same instants); close
     both scopes' windows at the last collection of each of the last `closes` intervals."""
     collectors = {name: PilotMeasurements() for name in sources}
     routers = [(pilot.router.name, pilot.router.ip)]
     closed: list[dict[str, dict[str, ScopeWindow]]] = []
-    interval = 5.0
+    interval, every = 5.0, cadence(sources["direct"])
     last_close: float | None = None
     previous: datetime | None = None
     started = time.monotonic()
@@ -242,27 +245,53 @@ async def collect_both(
                     name: {sc: collector.window(sc, analysis=sources[name], end=now) for sc in SCOPES}
                     for name, collector in collectors.items()
                 }
-                # The noise of the scrape times, measured: direct scraping against itself, one scrape earlier.
+                # The noise of the scrape times, measured: direct scraping against itself, one cycle earlier.
                 direct = collectors["direct"]
                 windows["earlier"] = {sc: direct.window(sc, analysis=sources["direct"], end=previous) for sc in SCOPES}
                 closed.append(windows)
             previous = now
-            await asyncio.sleep(max(0.0, 1.0 - (time.monotonic() - started - elapsed)))
+            await asyncio.sleep(max(0.0, every - (time.monotonic() - started - elapsed)))
     return closed[-closes:]
 
 
-FIGURES = ("time_per_committed_token", "acceptance_rate", "acceptance_length", "inter_token_latency")
+FIGURES = ("time_per_committed_token", "acceptance_rate", "acceptance_length")
+# vLLM 0.33's inter-token-latency buckets (upper bounds, seconds; then +Inf)
+ITL_BUCKETS = (
+    0.01,
+    0.025,
+    0.05,
+    0.075,
+    0.1,
+    0.15,
+    0.2,
+    0.3,
+    0.4,
+    0.5,
+    0.75,
+    1.0,
+    2.5,
+    5.0,
+    7.5,
+    10.0,
+    20.0,
+    40.0,
+    80.0,
+)
 
 
 def differences(a: ArmEngine, b: ArmEngine) -> dict[str, float]:
-    """Figure by figure: relative differences of the ratios and the quantile, absolute ones of the mean
-    running and waiting requests and of the highest KV-cache usage."""
+    """Figure by figure: relative differences of the ratios, how many histogram buckets apart the
+    inter-token-latency quantiles are, absolute differences of the mean running and waiting requests
+    and of the highest KV-cache usage."""
 
     def relative(x: float | None, y: float | None) -> float:
         assert x is not None and y is not None, (x, y)
         return abs(x - y) / abs(x)
 
     out = {name: relative(getattr(a, name), getattr(b, name)) for name in FIGURES if getattr(a, name) is not None}
+    assert a.inter_token_latency is not None and b.inter_token_latency is not None
+    buckets = (bisect.bisect_left(ITL_BUCKETS, q) for q in (a.inter_token_latency, b.inter_token_latency))
+    out["inter-token latency (buckets apart)"] = abs(next(buckets) - next(buckets))
     for i, (x, y) in enumerate(zip(a.per_position_acceptance, b.per_position_acceptance, strict=True)):
         out[f"acceptance at position {i}"] = relative(x, y)
     assert a.running is not None and b.running is not None and a.waiting is not None and b.waiting is not None
@@ -283,8 +312,10 @@ def test_prometheus_source_agrees_with_direct_scraping(pilot: Pilot) -> None:
         traffic.wait(timeout=30)
     assert len(closed) == 3
     judged = sources["prometheus"]
-    worst: dict[str, list[float]] = {}  # figure -> [against Prometheus, against direct one scrape earlier]
+    worst: dict[str, list[float]] = {}  # figure -> [against Prometheus, against direct one cycle earlier]
     means: dict[str, float] = {}  # the highest mean of running and waiting requests, direct
+    kv_max: dict[str, float] = {}  # the highest KV-cache usage seen, either way
+    decided: list[Verdict] = []
     for windows in closed:
         for scope in SCOPES:
             direct, prom, earlier = (windows[name][scope] for name in ("direct", "prometheus", "earlier"))
@@ -303,37 +334,39 @@ def test_prometheus_source_agrees_with_direct_scraping(pilot: Pilot) -> None:
             verdicts = [
                 judge_window(w, analysis=judged, quality=s.Quality(), draft_tokens=K, state={}) for w in (direct, prom)
             ]
-            assert verdicts[0].verdict == verdicts[1].verdict, (scope, verdicts)
-            checks = [[(c.metric, c.verdict) for c in v.checks] for v in verdicts]
-            assert checks[0] == checks[1], (scope, checks)
-    print("\nworst over 3 windows x 2 scopes: direct against Prometheus | direct against itself one scrape earlier")
+            checks = [[(c.metric.value, c.verdict.value, c.observed, c.reason) for c in v.checks] for v in verdicts]
+            differing = [(a, b) for a, b in zip(*checks, strict=True) if a[:2] != b[:2]]
+            assert verdicts[0].verdict == verdicts[1].verdict and not differing, (scope, differing)
+            decided.append(verdicts[0].verdict)
+            for arm in ("baseline", "speculative"):
+                kv = [max(v for _, v in getattr(w, f"{arm}_engine").kv_usage) for w in (direct, prom)]
+                kv_max[arm] = max(kv_max.get(arm, 0.0), *kv)
+    print("\nworst over 3 windows x 2 scopes: direct against Prometheus | direct against itself one cycle earlier")
     for name, (against, noise) in sorted(worst.items()):
         print(f"  {name:45s} {against:8.4f} | {noise:8.4f}")
+    print(f"  highest KV-cache usage: {kv_max}")
     # Within the noise of the scrape times. Ratios of counter increases (time per committed token,
     # acceptance) move no further from direct scraping than twice what moving the window's edges by
-    # one scrape moves direct scraping itself, give or take 2%. The p99 inter-token latency is
-    # interpolated inside a 25 ms bucket from its ten-odd highest steps, so one step in or out at an
-    # edge moves it by several percent: within 15%. KV usage within 0.02, preemptions within one.
+    # one cycle moves direct scraping itself, give or take 2%. The p99 inter-token latency is known
+    # only to its histogram bucket, and rests on the ten-odd slowest steps (a stall of the machine
+    # at an edge is in one window and not the other): the same bucket or the next. KV usage within
+    # 0.02, preemptions within one.
     # Running and waiting requests (diagnostics, never judged) are means of gauges sampled at other
     # instants, about 15 samples each: within one request and 15% of the mean.
     for name, (against, noise) in worst.items():
         if name.endswith("(requests)"):
             assert against <= 1.0 + 0.15 * means[name], (name, against, means[name])
-        elif name.endswith("inter_token_latency"):
-            assert against <= 0.15, (name, against)
+        elif name.endswith("(buckets apart)"):
+            assert against <= 1, (name, against)
         elif name.endswith("kv usage max"):
             assert against <= 0.02, (name, against)
         elif name.endswith("preemptions"):
             assert against <= 1, (name, against)
         else:
             assert against <= 2 * noise + 0.02, (name, against, noise)
-    # the verdicts themselves are what a pilot of this mix gives: chat passes, code is slower
-    last = closed[-1]["prometheus"]
-    chat, code = (
-        judge_window(last[sc], analysis=judged, quality=s.Quality(), draft_tokens=K, state={})
-        for sc in ("chat", "code")
-    )
-    assert (chat.verdict.value, code.verdict.value) == ("Pass", "Fail"), (chat, code)
+    # and the verdicts agreed on were decisions, not a shared shrug
+    assert all(verdict.value in ("Pass", "Fail") for verdict in decided), decided
+    print(f"  verdicts, the same both ways: {[v.value for v in decided]}")
 
 
 def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
@@ -385,7 +418,7 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
     assert pilot.arms[Arm.SPECULATIVE][0].name not in prom  # the pod that kept running is not blamed
     baseline = {name: windows[name]["chat"].baseline_engine.inconclusive or "" for name in ("direct", "prometheus")}
     assert f"{garbage.name} at " in baseline["direct"], baseline
-    assert f"{garbage.name}: a scrape failed within the window (up 0)" in baseline["prometheus"], baseline
+    assert f"{garbage.name}: no successful scrape at the window's end" in baseline["prometheus"], baseline
     assert pilot.arms[Arm.BASELINE][0].name not in baseline["prometheus"]
     assert "Prometheus holds no up series of the speculative arm" in (reasons["elsewhere"] or "")
     assert f"POST {nowhere}/api/v1/query: ClientConnectorError" in (reasons["down"] or ""), reasons["down"]

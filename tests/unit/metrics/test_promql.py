@@ -26,6 +26,7 @@ from specpilot.wire.names import Arm
 
 END = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
 SOURCE = s.PrometheusSource(url="http://prometheus.monitoring:9090")
+A, B = "demo-speculative-7d9f-abcde", "demo-speculative-7d9f-fghij"  # the arm's two pods
 
 
 def one(value: float, **labels: str) -> tuple[Series, ...]:
@@ -55,16 +56,19 @@ def healthy(**changes: Answer) -> dict[Figure, Answer]:
         Figure.KV_USAGE: (Series(labels={}, points=((END - 4, 0.5), (END - 2, math.nan), (END, 0.7))),),
         Figure.RUNNING: one(3.5),
         Figure.WAITING: one(0.25),
-        Figure.SCRAPED: pods(("demo-speculative-7d9f-abcde", 1), ("demo-speculative-7d9f-fghij", 1)),
-        Figure.UP: pods(("demo-speculative-7d9f-abcde", 1), ("demo-speculative-7d9f-fghij", 1)),
+        Figure.SCRAPED: pods((A, 1), (B, 1)),
+        Figure.UP: pods((A, 1), (B, 1)),
+        Figure.UP_AT_START: pods((A, 1), (B, 1)),
+        Figure.STARTED: pods((A, END - 3600), (B, END - 3600)),
         Figure.RESETS: (),  # only pods with a reset answer
-        Figure.RESTARTS: pods(("demo-speculative-7d9f-abcde", 0), ("demo-speculative-7d9f-fghij", 0)),
+        Figure.RESTARTS: pods((A, 0), (B, 0)),
     }
     return {**answers, **{Figure(k): v for k, v in changes.items()}}
 
 
 def engine(answers: dict[Figure, Answer], *, speculative: bool = True) -> Any:
-    return arm_engine(answers, speculative=speculative, pod_label="pod", arm="speculative")
+    start = datetime.fromtimestamp(END - 60, UTC)
+    return arm_engine(answers, start=start, speculative=speculative, pod_label="pod", arm="speculative")
 
 
 # --- selectors and queries ----------------------------------------------------------------------
@@ -137,8 +141,10 @@ SEL = '{namespace="team-a",pod=~"demo-baseline-.+"}'
         ),
         (Figure.KV_USAGE, f"max(vllm:kv_cache_usage_perc{SEL})[300s:2500ms]"),
         (Figure.RUNNING, f"sum(avg_over_time(vllm:num_requests_running{SEL}[300s]))"),
-        (Figure.SCRAPED, f"min by (pod) (min_over_time(up{SEL}[300s]))"),
+        (Figure.SCRAPED, f"max by (pod) (max_over_time(up{SEL}[300s]))"),
         (Figure.UP, f"min by (pod) (up{SEL})"),
+        (Figure.UP_AT_START, f"min by (pod) (up{SEL} offset 300s)"),
+        (Figure.STARTED, f"max by (pod) (process_start_time_seconds{SEL})"),
         (Figure.RESTARTS, f"max by (pod) (changes(process_start_time_seconds{SEL}[300s]))"),
     ],
     ids=lambda value: value.value if isinstance(value, Figure) else "",
@@ -275,22 +281,37 @@ INCONCLUSIVE = [
         id="no-targets",
     ),
     pytest.param(
-        {"scraped": pods(("demo-speculative-7d9f-abcde", 1), ("demo-speculative-7d9f-fghij", 0))},
-        "demo-speculative-7d9f-fghij: a scrape failed within the window (up 0)",
-        id="failed-scrape",
+        {"up": pods((A, 1), (B, 0))},
+        f"{B}: no successful scrape at the window's end (its last scrape failed, or it is gone)",
+        id="failed-scrape-at-the-end",
     ),
     pytest.param(
-        {"up": pods(("demo-speculative-7d9f-abcde", 1))},
-        "demo-speculative-7d9f-fghij: not scraped at the window's end",
+        {"up": pods((A, 1))},
+        f"{B}: no successful scrape at the window's end (its last scrape failed, or it is gone)",
         id="pod-gone",
     ),
     pytest.param(
-        {"restarts": pods(("demo-speculative-7d9f-abcde", 1)), "resets": pods(("demo-speculative-7d9f-abcde", 4))},
+        {"upAtStart": pods((A, 0), (B, 1))},
+        f"{A}: its scrape at the window's start failed",
+        id="failed-scrape-at-the-start",
+    ),
+    pytest.param(
+        {"upAtStart": pods((B, 1))},
+        f"{A}: not scraped at the window's start, and it started before the window",
+        id="first-scraped-late",
+    ),
+    pytest.param(
+        {"upAtStart": pods((B, 1)), "started": pods((B, END - 3600))},
+        f"{A}: not scraped at the window's start, and its start time is unknown",
+        id="first-scraped-late-start-unknown",
+    ),
+    pytest.param(
+        {"restarts": pods((A, 1)), "resets": pods((A, 4))},
         "demo-speculative-7d9f-abcde: restarted within the window (process start time changed)",
         id="restart",
     ),
     pytest.param(
-        {"resets": pods(("demo-speculative-7d9f-fghij", 1))},
+        {"resets": pods((B, 1))},
         "demo-speculative-7d9f-fghij: counters went down within the window (reset by a restart)",
         id="counter-reset",
     ),
@@ -318,14 +339,22 @@ def test_inconclusive(changes: dict[str, Answer], reason: str) -> None:
     assert got.inconclusive is not None and reason in got.inconclusive
 
 
+def test_a_failed_scrape_between_the_edges_costs_nothing() -> None:
+    """Prometheus keeps no part of a scrape it could not take, and the increase spans the gap."""
+    assert engine(healthy(scraped=pods((A, 1), (B, 1)))).inconclusive is None  # max_over_time: some scrape worked
+
+
+def test_a_pod_started_within_the_window_counts_from_its_first_scrape() -> None:
+    started = pods((A, END - 3600), (B, END - 30))  # B's process started 30 s into the 60 s window
+    assert engine(healthy(upAtStart=pods((A, 1)), started=started)).inconclusive is None
+
+
 def test_a_restart_is_said_once() -> None:
-    got = engine(
-        healthy(restarts=pods(("demo-speculative-7d9f-abcde", 1)), resets=pods(("demo-speculative-7d9f-abcde", 3)))
-    )
+    got = engine(healthy(restarts=pods((A, 1)), resets=pods((A, 3))))
     assert got.inconclusive == "demo-speculative-7d9f-abcde: restarted within the window (process start time changed)"
 
 
 def test_many_reasons_are_bounded() -> None:
     names = [(f"demo-speculative-7d9f-{i:05d}", 0.0) for i in range(8)]
-    got = engine(healthy(scraped=pods(*names), up=pods(*names)))
+    got = engine(healthy(scraped=pods(*names), up=pods(*names), upAtStart=pods(*names)))
     assert got.inconclusive is not None and got.inconclusive.endswith("; and 3 more")
