@@ -62,6 +62,17 @@ class Prometheus:
         with urllib.request.urlopen(request, timeout=10) as response:
             assert response.status == 200
 
+    def wait_until_scraped(self, count: int, *, timeout: float = 30) -> None:
+        """Until `count` targets have been scraped at least once since a reload, well or not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            targets = self.api("/api/v1/targets")["data"]["activeTargets"]
+            if sum(1 for t in targets if t["health"] != "unknown") >= count:
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{count} targets scraped: {targets}\n{self.tail()}")
+            time.sleep(0.2)
+
     def healthy_targets(self) -> list[dict[str, Any]]:
         return [t for t in self.api("/api/v1/targets")["data"]["activeTargets"] if t["health"] == "up"]
 

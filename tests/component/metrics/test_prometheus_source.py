@@ -385,6 +385,7 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
         (f"{p.ip}:{ENGINE_PORT}", {"namespace": NAMESPACE, "pod": p.name}) for ps in pilot.arms.values() for p in ps
     ]
     pilot.prometheus.reconfigure([static_job("vllm", targets)])
+    pilot.prometheus.wait_until_scraped(len(targets))  # the window below starts 4 s later, clear of the reload
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         nowhere = f"http://127.0.0.1:{sock.getsockname()[1]}"
@@ -396,14 +397,14 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
     }
 
     async def run() -> list[dict[str, dict[str, ScopeWindow]]]:
-        collecting = asyncio.create_task(collect_both(pilot, sources, seconds=21, closes=1))
+        collecting = asyncio.create_task(collect_both(pilot, sources, seconds=24, closes=1))
         await asyncio.sleep(8)
         restarted = pilot.arms[Arm.SPECULATIVE][1]
         restarted.stop()
         restarted.start()
         return await collecting
 
-    traffic = load(pilot, 23)
+    traffic = load(pilot, 26)
     try:
         (windows,) = asyncio.run(run())
     finally:
