@@ -4,12 +4,12 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv binaries test test-unit test-cluster lint crd cluster-up cluster-down cluster-reset demo bench clean
+.PHONY: help venv binaries tools test test-unit test-cluster lint lint-delivery crd manifests cluster-up cluster-down cluster-reset demo bench clean
 
 help:
 	@echo "make demo         run a pilot on the local cluster with mock vLLM pods"
 	@echo "make test         lint-free unit, component and cluster tests (sets everything up)"
-	@echo "make lint         ruff, mypy, import layering, CRD freshness"
+	@echo "make lint         ruff, mypy, import layering; helm lint, shellcheck, actionlint"
 	@echo "make cluster-up   start the local control plane + node agent (idempotent)"
 	@echo "make cluster-down stop what cluster-up started"
 
@@ -24,7 +24,12 @@ venv: $(VENV)/.installed
 binaries:
 	@e2e/local/build.sh >/dev/null
 
-test: venv binaries
+# helm and actionlint, built from the Go module proxy into ~/.cache/specpilot/tools (once).
+tools:
+	@e2e/tools.sh helm >/dev/null
+	@e2e/tools.sh actionlint >/dev/null
+
+test: venv binaries tools
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
 test-unit: venv
@@ -38,9 +43,23 @@ lint: venv
 	$(VENV)/bin/ruff format --check operator tests bench e2e
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	@$(MAKE) --no-print-directory lint-delivery
+
+# The chart in both RBAC modes, the e2e scripts and the kind workflow.
+lint-delivery: venv tools
+	$$(e2e/tools.sh helm) lint --strict charts/specpilot
+	$$(e2e/tools.sh helm) lint --strict charts/specpilot --set 'watchNamespaces={team-a,team-b}' --set replicaCount=2
+	$$(e2e/tools.sh helm) template specpilot charts/specpilot --namespace specpilot-system --include-crds >/dev/null
+	$(VENV)/bin/shellcheck e2e/*.sh e2e/local/*.sh e2e/kind/*.sh
+	$$(e2e/tools.sh actionlint) -shellcheck $(VENV)/bin/shellcheck .github/workflows/*.yaml
 
 crd: venv
 	$(VENV)/bin/specpilot crd > crds/specpilot.io_speculationpilots.yaml
+	cp crds/specpilot.io_speculationpilots.yaml charts/specpilot/crds/
+
+# The kustomize base: the chart's default render, without Helm's own labels (a test holds them equal).
+manifests: venv tools
+	$(PY) e2e/kustomize_base.py
 
 cluster-up: venv
 	@e2e/local/cluster.sh up

@@ -108,8 +108,7 @@ def main() -> int:
     os.environ["KUBECONFIG"] = script(str(ROOT / "e2e/local/cluster.sh"), "up")
     os.environ["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
     subprocess.run(["kubectl", "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True)
-    subprocess.run(["kubectl", "delete", "namespace", NAMESPACE, "--wait=true"], capture_output=True, check=False)
-    subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=True)
+    # The operator starts first: a previous run's pilot, if any, needs it to finish its teardown.
     operator = subprocess.Popen(
         [
             *(sys.executable, "-m", "specpilot.cli", "operator", "--namespace", NAMESPACE),
@@ -128,6 +127,10 @@ def main() -> int:
     load = None
     results: dict[str, list[float]] = {}
     try:
+        subprocess.run(
+            ["kubectl", "delete", "namespace", NAMESPACE, "--timeout=180s"], capture_output=True, check=False
+        )
+        subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=True)
         kubectl("apply", "-f", "-", input=json.dumps(pilot()))
         kubectl("wait", "--for=condition=Ready", "speculationpilot/demo", "--timeout=180s")
         router, speculative = pod_ip("app.kubernetes.io/component=router"), pod_ip("specpilot.io/arm=speculative")

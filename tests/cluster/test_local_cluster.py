@@ -185,6 +185,32 @@ def test_crashing_container_restarts_and_reports_its_exit(cluster: Cluster, name
     assert status["lastState"]["terminated"]["exitCode"] == 3
 
 
+def test_a_failing_liveness_probe_restarts_on_its_own_period_not_the_readiness_one(
+    cluster: Cluster, namespace: str
+) -> None:
+    web = {
+        "name": "web",
+        "image": "specpilot/specpilot:dev",
+        "command": ["python", "-m", "http.server", "--bind", "$(POD_IP)", "8000"],
+        "ports": [{"name": "http", "containerPort": 8000}],
+        "readinessProbe": {"httpGet": {"path": "/", "port": "http"}, "periodSeconds": 1},
+        "livenessProbe": {"httpGet": {"path": "/gone", "port": "http"}, "periodSeconds": 4, "failureThreshold": 3},
+    }
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "unwell"}, "spec": {"containers": [web]}}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
+
+    def status() -> dict[str, Any]:
+        statuses = cluster.get_json("pod", "-n", namespace, "unwell").get("status", {}).get("containerStatuses")
+        return dict(statuses[0]) if statuses else {}
+
+    wait_until("the container running", lambda: "running" in status().get("state", {}), timeout=30)
+    started = time.monotonic()
+    wait_until("a liveness restart", lambda: status().get("restartCount", 0) >= 1, timeout=60, every=0.5)
+    # Three failures four seconds apart: the first restart comes no sooner than 8 s after the start,
+    # however often readiness looks.
+    assert time.monotonic() - started >= 7.5
+
+
 def test_pod_service_account_gets_rbac_scoped_credentials(cluster: Cluster, namespace: str) -> None:
     """A pod's process talks to the API server as its ServiceAccount, so RBAC applies to it."""
     script = (

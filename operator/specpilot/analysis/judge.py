@@ -78,9 +78,8 @@ def judge_window(
     that `quality` configures but `extra` lacks makes the window inconclusive, since a gate that was
     not consulted cannot pass."""
     gates = (*extra, *_missing_gates(extra, quality))
-    gaps = (*window.gaps, *window.baseline_engine.restarts, *window.speculative_engine.restarts)
-    if gaps:
-        why = f"the window has gaps ({'; '.join(gaps)})"
+    if window.gaps:
+        why = f"the window has gaps ({'; '.join(window.gaps)})"
         hard = [inconclusive(m, why, hard=True) for m in HARD_METRICS]
         if analysis.thresholds.min_acceptance_length is not None:
             hard.append(inconclusive(MetricName.ACCEPTANCE_LENGTH, why, hard=True))

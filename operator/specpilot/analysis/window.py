@@ -63,9 +63,6 @@ class ArmEngine:
     running: float | None = None  # mean of num_requests_running over the scrapes
     waiting: float | None = None  # mean of num_requests_waiting over the scrapes
     inconclusive: str | None = None  # why these figures cannot be trusted (missing, NaN, truncated, reset)
-    # Pods of the arm that restarted inside the window: what they were doing when they went down
-    # (requests cut, counters lost) is no evidence about speculation, so the whole window is a gap.
-    restarts: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)

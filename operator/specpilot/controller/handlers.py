@@ -149,8 +149,11 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
                     await _first(memory.wake.wait(), stopped.wait())
-                # A rollout or a pilot being created changes many objects at once: gather them.
-                await _first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
+                # A rollout or a pilot being created changes many objects at once: gather them. A
+                # due window is judged at once: its flip, if any, should not wait.
+                if not memory.window_due:
+                    await _first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
+            memory.window_due = False
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def pilot_deleted(body: kopf.Body, **kwargs: Any) -> None:

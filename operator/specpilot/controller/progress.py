@@ -100,6 +100,15 @@ def due(scope: ScopeStatus, analysis: s.Analysis, end: datetime) -> bool:
     return scope.last_window is None or end - scope.last_window.end >= interval - timedelta(seconds=1)
 
 
+def window_due(
+    status: SpeculationPilotStatus | None, spec: s.SpeculationPilotSpec, end: datetime | None, now: datetime
+) -> bool:
+    """A reconcile now would judge some scope's window ending at `end` (the last collection)."""
+    if status is None or end is None or spec.suspend or not warm(status, spec.analysis, now):
+        return False
+    return any(due(scope, spec.analysis, end) for scope in status.scopes)
+
+
 def manual_actions(annotations: Mapping[str, str], scopes: Sequence[str]) -> dict[str, rollout.Action]:
     """The manual action asked for each scope, from the pilot's annotations (abort wins)."""
     asked: dict[str, rollout.Action] = {}

@@ -39,6 +39,7 @@ from specpilot.controller.progress import (
     due,
     manual_actions,
     warm,
+    window_due,
     window_summary,
 )
 from specpilot.controller.quality import ProbeResult, call_webhooks, run_probes
@@ -80,6 +81,7 @@ class PilotMemory:
 
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
+    window_due: bool = False  # the wake is a collection's: a window is due, with nothing to gather
     applied: dict[Key, Applied] = field(default_factory=dict)
     routes_written: tuple[str, datetime] | None = None  # (table hash, when) of the last table written
     status: SpeculationPilotStatus | None = None  # the last status written, newer than a lagging watch
@@ -354,6 +356,9 @@ class Controller:
             pilot=(ref.namespace, ref.name),
             now=now,
         )
+        if window_due(memory.status or _previous_status(body), spec, memory.measurements.collected_at, now):
+            memory.window_due = True  # judge it on what was just collected, not at the next scheduled reconcile
+            memory.wake.set()
         probes = spec.quality.probes
         ready = arms[Arm.BASELINE] and arms[Arm.SPECULATIVE]
         if (
@@ -410,7 +415,8 @@ class Controller:
                     due.append((obj, digest, unchanged))
         changes = [item for item in due if item[0] is not rendered.routes]
         for obj, _, _ in changes:
-            await self.kube.apply(obj, dry_run=True)
+            if not _binds_absent_role(obj, seen):
+                await self.kube.apply(obj, dry_run=True)
         events = []
         for obj, digest, restoring in due:
             out = await self.kube.apply(obj)
@@ -531,3 +537,14 @@ class Controller:
             return int(doc.get("generation") or -1)
         except (aiohttp.ClientError, TimeoutError, ValueError, TypeError):
             return -1
+
+
+def _binds_absent_role(obj: Json, seen: Observation) -> bool:
+    """A RoleBinding to a Role that does not exist yet, which a dry run cannot admit: without the
+    `bind` verb, the API server admits a binding only once it can check that the operator holds
+    every permission of the Role, and a dry-run Role is never there to check. Its real apply comes
+    after the Role's (render order)."""
+    if obj["kind"] != "RoleBinding":
+        return False
+    ref = obj["roleRef"]
+    return ref["kind"] == "Role" and ("Role", ref["name"]) not in seen.children

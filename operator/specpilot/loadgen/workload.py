@@ -182,10 +182,14 @@ def parse_mix(data: Any) -> tuple[ScopeMix, ...]:
 
 
 def load_mix(source: str) -> tuple[ScopeMix, ...]:
-    """A mix from inline JSON/YAML, or from a file when `source` names one."""
+    """A mix from inline JSON/YAML (several lines, or one starting with `{` or `[`, as from a
+    ConfigMap key in a Job's environment), else from the file `source` names."""
+    inline = "\n" in source.strip() or source.lstrip().startswith(("{", "["))
     try:
-        text = Path(source).read_text() if Path(source).is_file() else source
+        text = source if inline else Path(source).read_text()
         return parse_mix(yaml.safe_load(text))
+    except OSError as exc:
+        raise WorkloadError(f"mix file {source!r}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
         raise WorkloadError(f"mix is not valid YAML/JSON: {exc}") from None
 

@@ -89,7 +89,7 @@ class Container:
     probe_fail: int = 0
     live_fail: int = 0
     next_probe: float = 0.0  # readiness
-    next_live_probe: float = 0.0  # liveness, on its own period (as the kubelet keeps them)
+    next_live: float = 0.0  # liveness, on its own period
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     async def start(self, cwd: Path) -> None:
@@ -117,7 +117,7 @@ class Container:
         self.started_mono = time.monotonic()
         self.probe_ok = self.probe_fail = self.live_fail = 0
         self.next_probe = self.started_mono + (self.readiness.initial_delay if self.readiness else 0)
-        self.next_live_probe = self.started_mono + (self.liveness.initial_delay if self.liveness else 0)
+        self.next_live = self.started_mono + (self.liveness.initial_delay if self.liveness else 0)
         self.state = replace(
             self.state,
             state="running",
@@ -248,8 +248,8 @@ class PodRuntime:
                 c.probe_ok, c.probe_fail = 0, c.probe_fail + 1
                 if c.probe_fail >= c.readiness.failure_threshold or not c.state.ready:
                     c.state = replace(c.state, ready=False)
-        if c.liveness is not None and now >= c.next_live_probe:
-            c.next_live_probe = now + c.liveness.period
+        if c.liveness is not None and now >= c.next_live:
+            c.next_live = now + c.liveness.period
             if await run_probe(c.liveness):
                 c.live_fail = 0
             else:

@@ -15,8 +15,7 @@ Pods that come and go:
 - A pod with no scrape near the window's end is a gap (it went away or stopped answering, and what
   it counted since its last scrape is lost): inconclusive.
 - A pod that restarted inside the window (its process start time changed, or a counter went down)
-  is counted as PromQL's ``increase`` would, a lower bound, and is named in `ArmEngine.restarts`:
-  the judge holds the whole window as inconclusive, requests cut by the restart included.
+  is counted as PromQL's ``increase`` would, a lower bound, and the window is inconclusive.
 
 A scrape with a truncated or garbage exposition, a family missing or a NaN in what is read leaves
 that pod out of the figures and makes the window inconclusive. No traffic is not inconclusive: a
@@ -114,7 +113,6 @@ def engine_window(
     counters (an ordinary arm has none).
     """
     reasons: list[str] = []
-    restarts: list[str] = []
     by_pod: dict[str, list[Scrape]] = {}
     for scrape in scrapes:
         if start - tolerance <= scrape.at <= end + tolerance:
@@ -138,7 +136,6 @@ def engine_window(
         restart = _restart(pod, used, pod_grown)
         if restart is not None:
             reasons.append(restart)
-            restarts.append(restart)
     kv, running, waiting = _gauges(by_pod, start=start, end=end)
     generated, decode, finished = (_sum(grown[name]) for name in (GENERATION_TOKENS, DECODE_SUM, DECODE_COUNT))
     drafts, draft_tokens, accepted = (_sum(grown[name]) for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED))
@@ -154,7 +151,6 @@ def engine_window(
         running=sum(running) / len(running) if running else None,
         waiting=sum(waiting) / len(waiting) if waiting else None,
         inconclusive=_summary(reasons),
-        restarts=tuple(restarts),
     )
 
 

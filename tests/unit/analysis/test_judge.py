@@ -70,13 +70,20 @@ CASES = {
         window(baseline=arm(10, seed=2)), Verdict.INCONCLUSIVE, reason="the baseline arm has 10 usable requests"
     ),
     "no-traffic": Case(window(speculative=arm(0), baseline=arm(0)), Verdict.INCONCLUSIVE, reason="sent no request"),
-    "a-restart-holds-the-window-although-its-cut-requests-failed": Case(
+    # A crashed engine's cut requests are failures whatever its metrics say: they still flip.
+    "a-restart-does-not-excuse-the-requests-it-cut": Case(
         window(
             speculative=arm(seed=3, failures={Out.UPSTREAM_ERROR: 30}),
-            speculative_engine=replace(engine(), restarts=("pod-a: restarted between 12:00:30 and 12:01:00",)),
+            speculative_engine=replace(engine(), inconclusive="pod-a: restarted between 12:00:30 and 12:01:00"),
         ),
+        Verdict.FAIL,
+        M.ERROR_RATE,
+        FallbackReason.HARD_LIMIT,
+    ),
+    "a-restart-alone-holds-the-window": Case(
+        window(speculative_engine=replace(engine(), inconclusive="pod-a: restarted between 12:00:30 and 12:01:00")),
         Verdict.INCONCLUSIVE,
-        reason="gaps (pod-a: restarted between",
+        reason="pod-a: restarted between",
     ),
     "gaps": Case(
         window(speculative=arm(seed=3, per_token=0.05), gaps=("12 samples dropped",)),

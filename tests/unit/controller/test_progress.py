@@ -23,7 +23,15 @@ from specpilot.api.status import (
     Window,
     WindowSummary,
 )
-from specpilot.controller.progress import Measured, advance_scopes, due, manual_actions, warm, window_summary
+from specpilot.controller.progress import (
+    Measured,
+    advance_scopes,
+    due,
+    manual_actions,
+    warm,
+    window_due,
+    window_summary,
+)
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.analysis.conftest import engine as analysis_engine
 from tests.unit.analysis.conftest import window as analysis_window
@@ -176,34 +184,13 @@ def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() ->
     assert "put on scope 'code' (80% of the arm's KV load)" in chat.last_window.reason
 
 
-def test_a_window_overlapping_another_scopes_kv_flip_is_held_and_a_later_one_judged() -> None:
-    slow = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
-    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=slow.start)
+SLOW = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
+
+
+def after_kv_flip(flipped_at: datetime, *, waiting: float = 0.0) -> WindowSummary:
+    """chat's slow window, judged when scope longform was flipped for KV pressure at `flipped_at`."""
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
     spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
-
-    def verdict(flipped_at: datetime) -> WindowSummary:
-        record = FallbackRecord(
-            scope="longform",
-            at=flipped_at,
-            reason=FallbackReason.KV_CACHE_PRESSURE,
-            metric=MetricName.KV_CACHE_USAGE,
-            window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
-        )
-        measured = {"chat": Measured(slow, 50)}
-        step = advance_scopes([status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=slow.end)
-        assert step.scopes[0].last_window is not None
-        return step.scopes[0].last_window
-
-    held = verdict(slow.start + timedelta(seconds=5))
-    assert held.verdict is Verdict.INCONCLUSIVE and "overlaps KV-cache pressure put on scope 'longform'" in held.reason
-    assert verdict(slow.start - timedelta(seconds=1)).verdict is Verdict.FAIL
-
-
-def test_after_a_kv_flip_a_window_is_held_while_the_speculative_queue_drains() -> None:
-    window = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
-    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=window.start)
-    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
-    flipped_at = window.start - timedelta(seconds=60)
     record = FallbackRecord(
         scope="longform",
         at=flipped_at,
@@ -211,16 +198,32 @@ def test_after_a_kv_flip_a_window_is_held_while_the_speculative_queue_drains() -
         metric=MetricName.KV_CACHE_USAGE,
         window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
     )
+    window = replace(SLOW, speculative_engine=replace(SLOW.speculative_engine, waiting=waiting))
+    measured = {"chat": Measured(window, 50)}
+    step = advance_scopes([status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=SLOW.end)
+    assert step.scopes[0].last_window is not None
+    return step.scopes[0].last_window
 
-    def verdict(waiting: float) -> WindowSummary:
-        engine = replace(window.speculative_engine, waiting=waiting)
-        measured = {"chat": Measured(replace(window, speculative_engine=engine), 50)}
-        step = advance_scopes(
-            [status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=window.end
-        )
-        assert step.scopes[0].last_window is not None
-        return step.scopes[0].last_window
 
-    held = verdict(waiting=12.0)
-    assert held.verdict is Verdict.INCONCLUSIVE and "its queue is still draining" in held.reason
-    assert verdict(waiting=0.0).verdict is Verdict.FAIL
+def test_a_window_overlapping_another_scopes_kv_flip_is_held_and_a_later_one_judged() -> None:
+    held = after_kv_flip(SLOW.start + timedelta(seconds=5))
+    assert held.verdict is Verdict.INCONCLUSIVE and "overlaps KV-cache pressure put on scope 'longform'" in held.reason
+    assert after_kv_flip(SLOW.start - timedelta(seconds=1)).verdict is Verdict.FAIL
+
+
+def test_after_a_kv_flip_a_window_is_held_while_the_speculative_queue_drains() -> None:
+    draining = after_kv_flip(SLOW.start - timedelta(seconds=60), waiting=12.0)
+    assert draining.verdict is Verdict.INCONCLUSIVE and "its queue is still draining" in draining.reason
+    assert after_kv_flip(SLOW.start - timedelta(seconds=60)).verdict is Verdict.FAIL
+
+
+def test_a_collection_wakes_the_reconcile_only_when_a_warm_window_is_due() -> None:
+    judged_at = T0 - timedelta(seconds=10)
+    last = WindowSummary(end=judged_at, verdict=Verdict.PASS, samples=10)
+    scope = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, last_window=last)
+    status = armsready(T0 - timedelta(minutes=5)).model_copy(update={"scopes": [scope]})
+    assert window_due(status, SPEC, T0, T0)
+    assert not window_due(status, SPEC, judged_at + timedelta(seconds=2), T0), "an interval has not passed"
+    assert not window_due(status, SPEC.model_copy(update={"suspend": True}), T0, T0)
+    assert not window_due(armsready(T0).model_copy(update={"scopes": [scope]}), SPEC, T0, T0), "not warm"
+    assert not window_due(None, SPEC, T0, T0) and not window_due(status, SPEC, None, T0)

@@ -79,6 +79,16 @@ def test_a_mix_parses_from_yaml_text() -> None:
     assert (mix[0].weight, mix[0].deadline_s, mix[1].weight, mix[1].deadline_s) == (3.0, 20.0, 1.0, None)
 
 
+def test_a_mix_parses_from_a_long_inline_text_or_a_file(tmp_path: Path) -> None:
+    text = "".join(f"- {{name: scope-{i}, input_tokens: {{dist: uniform, min: 60, max: 200}}}}\n" for i in range(8))
+    assert len(text) > 255  # longer than a file name may be
+    assert [s.name for s in load_mix(text)] == [f"scope-{i}" for i in range(8)]
+    (tmp_path / "mix.yaml").write_text(text)
+    assert load_mix(str(tmp_path / "mix.yaml")) == load_mix(text)
+    with pytest.raises(WorkloadError, match=r"mix file .*absent.yaml.*No such file"):
+        load_mix(str(tmp_path / "absent.yaml"))
+
+
 @pytest.mark.parametrize(
     ("data", "message"),
     [

@@ -1,0 +1,89 @@
+{{/* The release's full name: the release name, with the chart's name unless it already holds it. */}}
+{{- define "specpilot.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "specpilot.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: operator
+{{- end -}}
+
+{{- define "specpilot.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{ include "specpilot.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end -}}
+
+{{- define "specpilot.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "specpilot.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "specpilot.image" -}}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- end -}}
+
+{{/*
+What the operator does in a namespace it serves, and nothing else (no Secrets, no wildcards).
+Derived from the operator's calls; tests/component/chart/test_rbac.py holds it to them.
+*/}}
+{{- define "specpilot.rules" -}}
+# Kopf watches pilots; patches carry its finalizer and state annotations, and the operator clears
+# manual-action annotations once acted on.
+- apiGroups: [specpilot.io]
+  resources: [speculationpilots]
+  verbs: [list, watch, patch]
+# One status write per reconcile, through the status subresource.
+- apiGroups: [specpilot.io]
+  resources: [speculationpilots/status]
+  verbs: [patch]
+# One Event per transition, on the pilot (Kopf posts its warnings the same way).
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+# Arm and router pods are indexed (readiness, addresses to scrape and probe); never changed.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list, watch]
+# A pilot's children: applied server-side (create and patch), watched for drift, deleted in
+# the ordered teardown.
+- apiGroups: [""]
+  resources: [services, serviceaccounts]
+  verbs: [list, watch, create, patch, delete]
+# The routing ConfigMap is a child too; get because the router's Role grants get on it, and
+# RBAC lets the operator grant only what it holds itself.
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [list, watch, create, patch, delete]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [list, watch, create, patch, delete]
+# Never read by the operator: held only so that it may grant the routers' Role (which reads them)
+# without the escalate verb.
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+{{- end -}}
+
+{{/* Kopf peering: watch the peering objects, patch only the operator's own (heartbeats). */}}
+{{- define "specpilot.peeringRules" -}}
+- apiGroups: [kopf.dev]
+  resources: [{{ .resource }}]
+  verbs: [list, watch]
+- apiGroups: [kopf.dev]
+  resources: [{{ .resource }}]
+  resourceNames: [{{ .name }}]
+  verbs: [patch]
+{{- end -}}

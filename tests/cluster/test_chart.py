@@ -1,0 +1,274 @@
+"""The Helm chart on the local cluster: its renders pass server-side dry-run, `helm install` runs the
+operator as a pod under the chart's own RBAC (no Secrets), that operator runs the demo pilot to its
+outcomes under the demo's loadgen Job, and a standby replica takes over from a killed active one.
+
+The scenario is the one e2e/kind/run.sh runs: manifests/demo/pilot.yaml, the load of
+manifests/demo (kustomize), and the outcomes of manifests/demo/outcomes.txt.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import yaml
+
+from specpilot.api.pilot import GROUP
+from specpilot.controller.handlers import FINALIZER
+from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.operator_process import events, pilot
+from tests.cluster.test_operator import router_ip
+from tests.component.test_argocd_health import KOPF_ANNOTATIONS
+from tests.helm import CHART, helm, kustomize, set_args, template_text
+
+pytestmark = pytest.mark.cluster
+
+DEMO = ROOT / "manifests" / "demo"
+OPERATOR_SELECTOR = "app.kubernetes.io/name=specpilot,app.kubernetes.io/component=operator"
+
+
+def outcomes() -> list[tuple[str, str]]:
+    lines = (DEMO / "outcomes.txt").read_text().splitlines()
+    return [(scope, state) for scope, state in (line.split() for line in lines if line and not line.startswith("#"))]
+
+
+@dataclass(frozen=True)
+class Release:
+    name: str
+    namespace: str
+    account: str
+    values: dict[str, str]
+
+    def pods(self, cluster: Cluster) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = cluster.get_json("pods", "-n", self.namespace, "-l", OPERATOR_SELECTOR)["items"]
+        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+    def log(self, cluster: Cluster, pod: str) -> str:
+        logs = sorted(cluster.kubeconfig.parent.glob(f"node/pods/{self.namespace}_{pod}_*/operator.log"))
+        return "\n".join(p.read_text(errors="replace") for p in logs)
+
+
+def helm_env(cluster: Cluster) -> dict[str, str]:
+    return {**cluster.env(), "HELM_CACHE_HOME": str(cluster.kubeconfig.parent / "helm")}
+
+
+@pytest.fixture(scope="module")
+def release(cluster: Cluster) -> Iterator[Release]:
+    """The chart installed in a namespace of its own, cluster-wide, with the image the local node runs."""
+    name = f"sp-{uuid.uuid4().hex[:6]}"
+    # The peering object is cluster-scoped: a name of its own keeps it apart from other tests'.
+    values = {"image.tag": "dev", "peering.name": name}
+    out = helm(
+        *("install", name, str(CHART), "--namespace", name, "--create-namespace", "--wait", "--timeout", "120s"),
+        *set_args(values),
+        env=helm_env(cluster),
+        check=False,
+    )
+    assert out.returncode == 0, f"{out.stdout}\n{out.stderr}\n{cluster.pods_report(name)}"
+    assert f"kubectl -n {name} rollout status deployment/{name}-specpilot" in out.stdout  # NOTES.txt
+    assert "serves SpeculationPilots in every namespace" in out.stdout
+    try:
+        yield Release(name=name, namespace=name, account=f"{name}-specpilot", values=values)
+    finally:
+        helm("uninstall", name, "--namespace", name, "--wait", env=helm_env(cluster), check=False)
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+@pytest.fixture()
+def pilot_namespace(cluster: Cluster, namespace: str) -> Iterator[str]:
+    """The test's namespace; its pilot is deleted while the operator still runs (its finalizer)."""
+    yield namespace
+    cluster.kubectl("delete", "speculationpilots", "--all", "-n", namespace, "--timeout=120s", check=False, timeout=130)
+
+
+def test_renders_pass_server_side_dry_run(cluster: Cluster, release: Release) -> None:
+    # In both modes, beside the installed release (names of their own), and with the optional monitors off
+    # (their CRDs belong to prometheus-operator).
+    for mode, values in (
+        ("cluster-wide", {"peering.name": "dry-run"}),
+        ("namespaced", {"watchNamespaces": f"{{{release.namespace}}}"}),
+    ):
+        rendered = template_text(values, namespace=release.namespace, release=f"dry-{mode}")
+        out = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=rendered, check=False)
+        assert out.returncode == 0, f"{mode}: {out.stderr}"
+        assert "(server dry run)" in out.stdout
+
+
+def can_i(cluster: Cluster, release: Release, *args: str) -> str:
+    account = f"system:serviceaccount:{release.namespace}:{release.account}"
+    out = cluster.kubectl("auth", "can-i", *args, f"--as={account}", check=False)
+    return out.stdout.strip()
+
+
+def test_operator_account_cannot_touch_secrets(cluster: Cluster, release: Release, pilot_namespace: str) -> None:
+    for verb in ("get", "list", "watch", "create", "patch", "delete"):
+        assert can_i(cluster, release, verb, "secrets", "-A") == "no", verb
+        assert can_i(cluster, release, verb, "secrets", "-n", pilot_namespace) == "no", verb
+    # ...while it can do what it must, so these answers can tell the two apart.
+    assert can_i(cluster, release, "create", "deployments.apps", "-n", pilot_namespace) == "yes"
+    assert can_i(cluster, release, "patch", "speculationpilots.specpilot.io/status", "-n", pilot_namespace) == "yes"
+    assert can_i(cluster, release, "get", "deployments.apps", "-n", pilot_namespace) == "no"  # lists and watches
+    listing = can_i(cluster, release, "--list", "-n", pilot_namespace)
+    mine = [line for line in listing.splitlines()[1:] if "selfsubject" not in line]
+    assert mine and not any("secrets" in line or "[*]" in line for line in mine), listing
+
+
+def operator_metrics(pod: dict[str, Any]) -> str:
+    ip, port = pod["status"]["podIP"], 8082
+    with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=5) as resp:
+        text: bytes = resp.read()
+    return text.decode()
+
+
+def start_demo_load(cluster: Cluster, namespace: str) -> None:
+    """manifests/demo's loadgen Job, pointed at the router pod (no DNS on the local cluster)."""
+    docs = kustomize(DEMO)
+    (job,) = [d for d in docs if d["kind"] == "Job"]
+    (env,) = [e for e in job["spec"]["template"]["spec"]["containers"][0]["env"] if e["name"] == "ROUTER_URL"]
+    env["value"] = f"http://{router_ip(cluster, namespace)}:8080"
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
+
+
+def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
+    cluster: Cluster, release: Release, pilot_namespace: str
+) -> None:
+    namespace = pilot_namespace
+    cluster.kubectl("apply", "-n", namespace, "-f", str(DEMO / "pilot.yaml"))
+    ready = cluster.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "--for=condition=Ready",
+        "speculationpilot/demo",
+        "--timeout=150s",
+        check=False,
+        timeout=160,
+    )
+    assert ready.returncode == 0, (
+        f"{ready.stderr}\n{cluster.pods_report(namespace)}\n{cluster.pods_report(release.namespace)}"
+    )
+    start_demo_load(cluster, namespace)
+    for scope, state in outcomes():
+        jsonpath = f'jsonpath={{.status.scopes[?(@.name=="{scope}")].state}}={state}'
+        out = cluster.kubectl(
+            "wait",
+            "-n",
+            namespace,
+            f"--for={jsonpath}",
+            "speculationpilot/demo",
+            "--timeout=240s",
+            check=False,
+            timeout=250,
+        )
+        assert out.returncode == 0, (
+            f"scope {scope} not {state}: {out.stderr}\n"
+            f"{json.dumps(pilot(cluster, namespace).get('status'), indent=1)}\n"
+            f"{cluster.pods_report(release.namespace, log_lines=40)}"
+        )
+    # Every scope settled, and arms and router ready: Healthy (a pod restarted by its liveness probe on
+    # a busy machine may delay it a little).
+    healthy = cluster.kubectl(
+        "wait",
+        "-n",
+        namespace,
+        "--for=jsonpath={.status.phase}=Healthy",
+        "speculationpilot/demo",
+        "--timeout=120s",
+        check=False,
+        timeout=130,
+    )
+    assert healthy.returncode == 0, f"{json.dumps(pilot(cluster, namespace).get('status'), indent=1)}"
+    status = pilot(cluster, namespace)["status"]
+    scopes = {s["name"]: s for s in status["scopes"]}
+    assert (scopes["chat"]["stage"], scopes["chat"]["weight"]) == (1, 50)
+    assert scopes["chat"]["lastWindow"]["ratio"] < 1
+    causes = {r["scope"]: (r["reason"], r["metric"]) for r in status["fallbacks"]}
+    assert causes["longform"] == ("KvCachePressure", "kvCacheUsage"), causes
+    # code drafts badly and loads the speculative arm's small KV cache too: whichever of its net
+    # slowdown and the KV-cache pressure the operator judges first flips it (on two shared cores,
+    # which comes first varies from run to run).
+    assert causes["code"] in {("ThresholdExceeded", "timePerCommittedTokenRatio"), ("KvCachePressure", "kvCacheUsage")}
+    assert sorted(causes) == ["code", "longform"], causes
+    reasons = [e["reason"] for e in events(cluster, namespace)]
+    assert "ScopePromoted" in reasons and "ScopeRolledBack" in reasons and "RoutesTaken" in reasons, reasons
+    # What argocd-cm.yaml's ignoreDifferences leave to the operator is all it writes on the pilot.
+    meta = pilot(cluster, namespace)["metadata"]
+    assert meta["finalizers"] == [FINALIZER]
+    assert {k for k in meta.get("annotations", {}) if k.startswith(f"{GROUP}/")} <= set(KOPF_ANNOTATIONS), meta
+    job = cluster.get_json("job", "demo-load", "-n", namespace)
+    assert not job["status"].get("failed"), cluster.pods_report(namespace)
+    # The chart's operator is the one that worked, and its metrics say so per scope.
+    (working,) = release.pods(cluster)
+    metrics = operator_metrics(working)
+    for scope in ("code", "longform"):
+        assert f'specpilot_scope_flips_total{{namespace="{namespace}",pilot="demo",scope="{scope}"}} 1.0' in metrics
+    assert f'specpilot_scope_weight{{namespace="{namespace}",pilot="demo",scope="chat"}} 50.0' in metrics
+    log = release.log(cluster, working["metadata"]["name"])
+    for complaint in ("Not enough permissions", "Forbidden", "forbidden"):  # Kopf's and the API server's words
+        assert complaint not in log, log[-3000:]
+    cluster.kubectl("delete", "job", "demo-load", "-n", namespace, "--wait=false")
+
+
+def reconciled(pod: dict[str, Any]) -> float:
+    prefix = 'specpilot_operator_reconciles_total{result="ok"}'
+    return sum(float(line.split()[-1]) for line in operator_metrics(pod).splitlines() if line.startswith(prefix))
+
+
+def two(pods: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+    return pods if len(pods) == 2 else None
+
+
+def peering(cluster: Cluster, release: Release, pods: list[dict[str, Any]]) -> dict[str, Any] | None:
+    status = cluster.get_json("clusterkopfpeering", release.values["peering.name"]).get("status") or {}
+    return status if all(p["metadata"]["name"] in status for p in pods) else None
+
+
+def test_standby_replica_takes_over_when_the_active_one_is_killed(
+    cluster: Cluster, release: Release, pilot_namespace: str
+) -> None:
+    namespace = pilot_namespace
+    upgrade = ("upgrade", release.name, str(CHART), "--namespace", release.namespace, "--wait", "--timeout", "120s")
+    helm(*upgrade, *set_args({**release.values, "replicaCount": "2"}), env=helm_env(cluster))
+    cluster.kubectl("apply", "-n", namespace, "-f", str(ROOT / "manifests/examples/local-demo.yaml"))
+    cluster.kubectl(
+        "wait", "-n", namespace, "--for=condition=Ready", "speculationpilot/demo", "--timeout=150s", timeout=160
+    )
+    pods = wait_until("two operator replicas", lambda: two(release.pods(cluster)), 60)
+    # Kopf's peering object lists each replica (by pod name) with its priority; the highest works.
+    peers = wait_until("both replicas in the peering object", lambda: peering(cluster, release, pods), 60)
+    active, standby = sorted(pods, key=lambda p: -peers[p["metadata"]["name"]]["priority"])
+    standby_log = lambda: release.log(cluster, standby["metadata"]["name"]).count("Resuming operations")  # noqa: E731
+    before, resumed_before, worked = reconciled(standby), standby_log(), reconciled(active)
+    wait_until("the working replica's next reconcile", lambda: reconciled(active) > worked, 60)
+    assert reconciled(standby) == before, "a standby does not reconcile"
+    # As when its node dies: SIGKILL, and no replacement scheduled until the standby has taken over.
+    cluster.kubectl("cordon", "specpilot-local")
+    try:
+        pid = int(active["status"]["containerStatuses"][0]["containerID"].removeprefix("local://"))
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        cluster.kubectl(
+            "delete", "pod", active["metadata"]["name"], "-n", release.namespace, "--grace-period=0", "--force"
+        )
+        cluster.kubectl("scale", "-n", namespace, "deployment/demo-speculative", "--replicas=2")
+        wait_until(
+            "the standby to put the Deployment back",
+            lambda: cluster.get_json("deployment", "demo-speculative", "-n", namespace)["spec"]["replicas"] == 1,
+            timeout=90,
+            every=0.5,
+        )
+        took_over = time.monotonic() - killed
+    finally:
+        cluster.kubectl("uncordon", "specpilot-local")
+    assert standby_log() > resumed_before
+    assert reconciled(standby) > before
+    assert took_over < 30 + 15, f"took over after {took_over:.0f} s (peering lifetime 30 s)"
+    helm(*upgrade, *set_args(release.values), env=helm_env(cluster))

@@ -1,0 +1,25 @@
+"""The kustomize base is the chart's default render: same objects, same content, less Helm's labels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.helm import ROOT, kustomize, template
+
+HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
+
+
+def keyed(objects: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects}
+
+
+def test_kustomize_base_equals_the_charts_default_render() -> None:
+    base = keyed(kustomize(ROOT / "manifests/base"))
+    chart = template(crds=True)
+    for obj in chart:
+        for key in HELM_LABELS:
+            obj["metadata"].get("labels", {}).pop(key, None)
+    chart_keyed = keyed(chart)
+    assert sorted(base) == sorted(chart_keyed), "run `make manifests` to regenerate manifests/base"
+    for key, obj in chart_keyed.items():
+        assert base[key] == obj, f"{key} differs from the chart's render; run `make manifests`"

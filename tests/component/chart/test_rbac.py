@@ -1,0 +1,118 @@
+"""The chart's RBAC, in both modes: exactly what the operator calls, derived from its code; no
+Secrets, no wildcards, and every permission the routers' Role grants (RBAC lets the operator grant
+only what it holds)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import yaml
+from tests.helm import ROOT, by_kind, template
+
+from specpilot.api import spec as s
+from specpilot.api.pilot import GROUP, PLURAL
+from specpilot.controller import handlers, kube
+from specpilot.controller import render as r
+from specpilot.controller.routing import routing_table
+
+Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)
+NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}
+PEERING = "specpilot"
+
+
+def expand(rules: list[dict[str, Any]]) -> set[Permission]:
+    return {
+        (group, resource, verb, name)
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+        for name in rule.get("resourceNames") or [None]
+    }
+
+
+def rendered_pilot() -> r.Rendered:
+    doc = yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text())
+    ref = r.PilotRef(name="demo", namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
+    spec = s.SpeculationPilotSpec.from_wire(doc["spec"])
+    table = routing_table(ref.name, spec, {}, generation=1, now=datetime(2026, 12, 1, tzinfo=UTC))
+    return r.render(ref, spec, table=table, router_image="specpilot/specpilot:test")
+
+
+def group_of(api_version: str) -> str:
+    return api_version.rpartition("/")[0]
+
+
+def operator_needs(peering_resource: str) -> set[Permission]:
+    """What the operator calls in a namespace it serves, from its own tables and renderer."""
+    objects = rendered_pilot().objects
+    children = {(group_of(o["apiVersion"]), kube.RESOURCES[(o["apiVersion"], o["kind"])]) for o in objects}
+    watched = {(group, plural) for group, _, plural in handlers.CHILD_RESOURCES}
+    assert children == watched, "every kind a pilot owns is watched for drift, and only those"
+    needs: set[Permission] = set()
+    # Children: applied server-side (create when absent, patch), watched by Kopf indices, deleted in
+    # the teardown.
+    needs |= {(g, res, verb, None) for g, res in children for verb in ("create", "patch", "list", "watch", "delete")}
+    needs |= {("", "pods", verb, None) for verb in ("list", "watch")}  # the pods index
+    needs |= {("", "events", "create", None)}  # Kube.event, and Kopf's warnings
+    needs |= {(GROUP, PLURAL, verb, None) for verb in ("list", "watch", "patch")}  # Kopf; manual annotations
+    needs |= {(GROUP, f"{PLURAL}/status", "patch", None)}  # Kube.replace_status
+    # Whatever the routers' Role grants, the operator must hold (no `escalate`).
+    (role,) = [o for o in objects if o["kind"] == "Role"]
+    needs |= {(g, res, verb, None) for g, res, verb, _ in expand(role["rules"])}
+    needs |= {("kopf.dev", peering_resource, "list", None), ("kopf.dev", peering_resource, "watch", None)}
+    needs |= {("kopf.dev", peering_resource, "patch", PEERING)}
+    return needs
+
+
+def test_cluster_wide_mode_grants_exactly_what_the_operator_calls() -> None:
+    objects = template()
+    (role,) = by_kind(objects, "ClusterRole")
+    assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
+    discovery = {("apiextensions.k8s.io", "customresourcedefinitions", v, None) for v in ("list", "watch")}
+    assert expand(role["rules"]) == operator_needs("clusterkopfpeerings") | discovery
+    (binding,) = by_kind(objects, "ClusterRoleBinding")
+    (account,) = by_kind(objects, "ServiceAccount")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": account["metadata"]["name"], "namespace": "specpilot-system"}
+    ]
+
+
+def test_namespaced_mode_grants_a_role_per_namespace_and_nothing_else_cluster_wide() -> None:
+    objects = template(NAMESPACED)
+    roles = by_kind(objects, "Role")
+    assert sorted(role["metadata"]["namespace"] for role in roles) == ["team-a", "team-b"]
+    for role in roles:
+        assert expand(role["rules"]) == operator_needs("kopfpeerings")
+    bindings = by_kind(objects, "RoleBinding")
+    assert sorted((b["metadata"]["namespace"], b["roleRef"]["kind"]) for b in bindings) == [
+        ("team-a", "Role"),
+        ("team-b", "Role"),
+    ]
+    (cluster_role,) = by_kind(objects, "ClusterRole")  # read-only discovery, and only that
+    assert expand(cluster_role["rules"]) == {
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list", None),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch", None),
+        ("", "namespaces", "list", None),
+        ("", "namespaces", "watch", None),
+    }
+    assert not by_kind(template({**NAMESPACED, "rbac.discovery": "false"}), "ClusterRole")
+    (deployment,) = by_kind(objects, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
+    peerings = by_kind(objects, "KopfPeering")
+    assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
+
+
+@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_no_secrets_no_wildcards_no_escalation(values: dict[str, str]) -> None:
+    rules = [rule for o in template(values) if o["kind"] in ("Role", "ClusterRole") for rule in o["rules"]]
+    assert rules
+    for rule in rules:
+        for key in ("apiGroups", "resources", "verbs", "resourceNames", "nonResourceURLs"):
+            assert not any("*" in item for item in rule.get(key) or []), f"wildcard in {key}: {rule}"
+        assert not {"secrets", "serviceaccounts/token", "pods/exec", "pods/attach"} & set(rule["resources"]), rule
+        assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
