@@ -129,7 +129,13 @@ def fresh_namespace(cluster: Cluster) -> Iterator[str]:
     finally:
         # Gone before the next pilot starts: two pilots' pods starting and draining at once on two
         # shared cores is a load test of its own.
-        cluster.kubectl("delete", "namespace", name, "--timeout=120s", check=False)
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        wait_until(
+            f"namespace {name} gone",
+            lambda: cluster.kubectl("get", "namespace", name, check=False).returncode != 0,
+            timeout=180,
+            every=1,
+        )
 
 
 class DirectBeside:
