@@ -111,7 +111,8 @@ def main() -> int:
     # The operator starts first: a previous run's pilot, if any, needs it to finish its teardown.
     operator = subprocess.Popen(
         [
-            *(sys.executable, "-m", "specpilot.cli", "operator", "--namespace", NAMESPACE),
+            # Every namespace: one that terminates before a namespaced operator starts is never watched.
+            *(sys.executable, "-m", "specpilot.cli", "operator", "--all-namespaces"),
             *(
                 "--router-image",
                 "specpilot/specpilot:dev",

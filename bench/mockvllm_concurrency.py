@@ -4,9 +4,15 @@ Starts two mock servers (the same flags, the speculative one with one --speculat
 drives both at once with the same closed-loop load at each concurrency level, and prints time
 per committed token (from /metrics, as the operator computes it) and TTFT p99 (from the client)
 per arm. Speculation should win at low concurrency and lose once verification hits the compute
-roof, as documented for vLLM.
+roof, as documented for vLLM. The last line is the crossover: the concurrency at which the
+measured ratio rises through 1, interpolated linearly between the levels on either side.
 
     .venv/bin/python bench/mockvllm_concurrency.py [--levels 1,2,4,8,16,32,64] [--level-seconds 20]
+        [--profile JSON] [--draft-tokens K] [--scope NAME] [--json PATH]
+
+`--profile` (a mock profile as JSON, e.g. a pilot's SPECPILOT_MOCK_PROFILE_JSON) and `--scope`
+(whose acceptance to use) sweep the arms of a pilot directly, to check the crossover its report
+estimates from the windows.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import itertools
 import json
 import os
 import socket
@@ -38,8 +45,35 @@ COST = CostParams(
 ALPHA = 0.7
 K = 4
 INPUT_TOKENS, OUTPUT_TOKENS = 256, 128
-PROFILE = {"cost": dataclasses.asdict(COST), "acceptance": {"default": ALPHA}}
-SPECULATIVE = {"method": "draft_model", "model": "draft-1b", "num_speculative_tokens": K}
+PROFILE: dict[str, Any] = {"cost": dataclasses.asdict(COST), "acceptance": {"default": ALPHA}}
+SPECULATIVE: dict[str, Any] = {"method": "draft_model", "model": "draft-1b", "num_speculative_tokens": K}
+SCOPE = "default"
+
+
+def configure(profile: dict[str, Any] | None, draft_tokens: int | None, scope: str | None) -> None:
+    """Sweep another profile, draft length or scope's acceptance than the defaults above."""
+    global COST, ALPHA, K, SCOPE  # noqa: PLW0603 - the bench's settings, set once before it runs
+    if profile is not None:
+        PROFILE.clear()
+        PROFILE.update(profile)
+        COST = CostParams(**{**dataclasses.asdict(CostParams()), **profile.get("cost", {})})
+    if scope is not None:
+        SCOPE = scope
+    acceptance = PROFILE.get("acceptance", {})
+    ALPHA = acceptance.get("scopes", {}).get(SCOPE, acceptance.get("default", 0.7))
+    if draft_tokens is not None:
+        K = draft_tokens
+        SPECULATIVE["num_speculative_tokens"] = K
+
+
+def crossover(rows: list[tuple[int, float]]) -> float | None:
+    """The first concurrency at which the speculative / ordinary ratio rises through 1."""
+    for (c0, r0), (c1, r1) in itertools.pairwise(rows):
+        if r0 < 1 <= r1:
+            return c0 + (c1 - c0) * (1 - r0) / (r1 - r0)
+    return None
+
+
 COUNTERS = (
     "vllm:request_decode_time_seconds_sum",
     "vllm:request_decode_time_seconds_count",
@@ -101,9 +135,7 @@ async def closed_loop(target: Target, concurrency: int, seconds: float) -> list[
             await asyncio.sleep(ramp * worker / concurrency)
             index = 0
             while time.monotonic() < stop_at:
-                request = PlannedRequest(
-                    at=0.0, scope="default", input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS
-                )
+                request = PlannedRequest(at=0.0, scope=SCOPE, input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS)
                 outcomes.append(await send(session, target, request, worker * 100_000 + index))
                 index += 1
 
@@ -154,7 +186,7 @@ def row(concurrency: int, ordinary: dict[str, Any], speculative: dict[str, Any])
     )
 
 
-async def main(levels: list[int], seconds: float, time_scale: float) -> None:
+async def main(levels: list[int], seconds: float, time_scale: float) -> dict[str, Any]:
     ports = (free_port(), free_port())
     servers = [start_mock(ports[0], time_scale, False), start_mock(ports[1], time_scale, True)]
     urls = [f"http://127.0.0.1:{p}" for p in ports]
@@ -170,11 +202,16 @@ async def main(levels: list[int], seconds: float, time_scale: float) -> None:
         )
         print(HEADER)
         print("-" * len(HEADER))
+        ratios = []
         for concurrency in levels:
             ordinary, speculative = await asyncio.gather(
                 *(measure(u, t, concurrency, seconds) for u, t in zip(urls, targets, strict=True))
             )
             print(row(concurrency, ordinary, speculative), flush=True)
+            ratios.append((concurrency, speculative["tpct_s"] / ordinary["tpct_s"]))
+        found = crossover(ratios)
+        print(f"scope {SCOPE} (acceptance {ALPHA:g}): crossover " + (f"{found:.2f}" if found else "none measured"))
+        return {"scope": SCOPE, "ratios": ratios, "crossover": found}
     finally:
         for server in servers:
             server.terminate()
@@ -186,5 +223,17 @@ if __name__ == "__main__":
     parser.add_argument("--levels", default="1,2,4,8,16,32,64", help="comma-separated concurrency levels")
     parser.add_argument("--level-seconds", type=float, default=30.0, help="model seconds of load per level")
     parser.add_argument("--time-scale", type=float, default=0.5, help="wall seconds per model second")
+    parser.add_argument("--profile", help="mock profile as JSON (cost, acceptance) instead of the default")
+    parser.add_argument("--draft-tokens", type=int, help=f"num_speculative_tokens (default {K})")
+    parser.add_argument("--scope", help="scope whose acceptance the profile gives (default: its default)")
+    parser.add_argument("--input-tokens", type=int, default=INPUT_TOKENS)
+    parser.add_argument("--output-tokens", type=int, default=OUTPUT_TOKENS)
+    parser.add_argument("--json", help="also write the ratios and the crossover here")
     options = parser.parse_args()
-    asyncio.run(main([int(x) for x in options.levels.split(",")], options.level_seconds, options.time_scale))
+    configure(json.loads(options.profile) if options.profile else None, options.draft_tokens, options.scope)
+    INPUT_TOKENS, OUTPUT_TOKENS = options.input_tokens, options.output_tokens
+    levels = [int(x) for x in options.levels.split(",")]
+    result = asyncio.run(main(levels, options.level_seconds, options.time_scale))
+    if options.json:
+        with open(options.json, "w") as out:
+            json.dump(result, out)

@@ -1,17 +1,29 @@
-"""What the scope router adds to a streamed request, next to nginx and a bare aiohttp relay, in one run.
+"""What the scope router adds to a streamed request, next to its peers, in one run.
 
     .venv/bin/python bench/router.py [--concurrency 1,16,64,256] [--seconds 6] [--rounds 3]
+                                     [--peers nginx,go,litellm,aiohttp]
 
-Everything runs on loopback: one mock vLLM (the upstream), the router (static routes, every
-request to the baseline arm), nginx (``proxy_buffering off``, keep-alive upstream) and
-``bench/passthrough.py`` (aiohttp server and client with nothing else: the floor under the
-router's own work), each proxy pinned to the same single core, while the mock and this load
-client share the other cores. For each concurrency level, closed-loop clients stream chat
-completions for ``--seconds`` per mode, ``--rounds`` times with the mode order rotated, so drift
-hits every mode alike. Added latency is a proxy's quantile minus the direct quantile, with a 95%
-bootstrap interval in brackets; the ``direct-again`` mode (a second direct run) shows the noise
-floor of that difference. Results go to ``bench/results/router-<time>.json`` (raw TTFT and
-end-to-end samples included) and a Markdown table to stdout.
+Everything runs on loopback: one mock vLLM (the upstream) and, each pinned to the same single core
+(``--proxy-cpu``), the router (static routes, every request to the baseline arm) and its peers:
+
+- ``nginx``: ``proxy_pass`` with ``proxy_buffering off`` and a keep-alive upstream;
+- ``go``: ``httputil.ReverseProxy`` flushing every write, built from ``bench/reverseproxy.go`` with
+  the installed Go toolchain into ``~/.cache/specpilot/bench``;
+- ``litellm``: the LiteLLM proxy, one worker, from its own virtualenv that this script creates
+  under ``~/.cache/specpilot/bench-litellm`` (a few minutes, once);
+- ``aiohttp``: ``bench/passthrough.py``, a bare aiohttp server + client relay;
+- ``router-ref`` with ``--router-ref DIR``: the router from another source tree, for before and after
+  (``git archive REF operator | tar -x -C /tmp/ref``, then ``--router-ref /tmp/ref/operator``).
+
+A peer whose binary is missing (and cannot be built) is left out, with a note. The mock and this
+load client share the other cores (``--load-cpus``). For each concurrency level, closed-loop
+clients stream chat completions for ``--seconds`` per mode, ``--rounds`` times with the mode order
+rotated, so drift hits every mode alike. CPU per request is the proxy's user + system time from
+``/proc`` (its whole process group) over the requests it served. Added latency is a proxy's
+quantile minus the direct quantile, with a 95% bootstrap interval in brackets; the ``direct-again``
+mode (a second direct run) shows the noise floor of that difference. Ratios between the router and
+its peers follow the table. Results go to ``bench/results/router-<time>.json`` (raw samples
+included) and Markdown to stdout.
 """
 
 from __future__ import annotations
@@ -21,6 +33,7 @@ import asyncio
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -30,7 +43,7 @@ import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -42,9 +55,14 @@ from specpilot.loadgen import stats
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECPILOT = str(Path(sys.executable).with_name("specpilot"))
-MODES = ("direct", "router", "nginx", "aiohttp", "direct-again")
+CACHE = Path.home() / ".cache" / "specpilot"
+GO_PROXY = CACHE / "bench" / "reverseproxy"
+LITELLM_VENV = CACHE / "bench-litellm"
+PEERS = ("nginx", "go", "litellm", "aiohttp")
 STEP_S = 0.020  # the mock's default engine step (model seconds)
 BOOTSTRAP = 200
+CLOCK_TICK = os.sysconf("SC_CLK_TCK")
+CONTENT = re.compile(rb'"content": ?"[^"]')  # a chunk with output (the role chunk's content is "")
 NGINX_CONF = """
 daemon off;
 master_process off;
@@ -69,6 +87,16 @@ http {{
     }}
 }}
 """
+LITELLM_CONF = """
+model_list:
+  - model_name: bench
+    litellm_params:
+      model: hosted_vllm/bench
+      api_base: http://127.0.0.1:{upstream}/v1
+      api_key: none
+litellm_settings:
+  drop_params: true
+"""
 
 
 def free_port() -> int:
@@ -77,7 +105,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_http(url: str, within: float = 30.0) -> None:
+def wait_http(url: str, within: float = 60.0) -> None:
     deadline = time.monotonic() + within
     while True:
         try:
@@ -86,27 +114,75 @@ def wait_http(url: str, within: float = 30.0) -> None:
         except OSError:
             if time.monotonic() > deadline:
                 raise
-            time.sleep(0.1)
+            time.sleep(0.2)
 
 
 @contextmanager
-def process(argv: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    """Run `argv` for the block's duration, output to `log`; stop it (and only it) afterwards."""
+def process(argv: list[str], log: Path, env: dict[str, str] | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    """Run `argv` for the block's duration, output to `log`; stop it (and its group) afterwards."""
     with log.open("wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env, cwd=log.parent
+        )
     try:
         yield proc
     finally:
-        proc.send_signal(signal.SIGTERM)
+        with_group(proc, signal.SIGTERM)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
-            proc.kill()
+            with_group(proc, signal.SIGKILL)
             proc.wait()
+
+
+def with_group(proc: subprocess.Popen[bytes], sig: int) -> None:
+    with suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)  # its own session: the group is this process and its children only
 
 
 def pinned(cpus: str, argv: list[str]) -> list[str]:
     return ["taskset", "-c", cpus, *argv] if cpus and shutil.which("taskset") else argv
+
+
+def cpu_seconds(group: int) -> float:
+    """User + system CPU seconds of every live process in process group `group`, from /proc."""
+    total = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == group:  # pgrp; utime and stime are fields 14 and 15 of stat(5)
+            total += int(fields[11]) + int(fields[12])
+    return total / CLOCK_TICK
+
+
+def go_proxy() -> Path | None:
+    """The Go peer, built from bench/reverseproxy.go when it is missing or older than its source."""
+    source = ROOT / "bench" / "reverseproxy.go"
+    if GO_PROXY.exists() and GO_PROXY.stat().st_mtime >= source.stat().st_mtime:
+        return GO_PROXY
+    go = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None)
+    if go is None:
+        return None
+    GO_PROXY.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run([go, "build", "-o", str(GO_PROXY), str(source)], check=True, cwd=ROOT)
+    return GO_PROXY
+
+
+def litellm() -> Path | None:
+    """The LiteLLM proxy's entry point, installed into its own virtualenv on first use."""
+    entry = LITELLM_VENV / "bin" / "litellm"
+    if not entry.exists():
+        print(f"installing LiteLLM into {LITELLM_VENV} (once; a few minutes)", file=sys.stderr)
+        try:
+            subprocess.run([sys.executable, "-m", "venv", str(LITELLM_VENV)], check=True)
+            pip = str(LITELLM_VENV / "bin" / "pip")
+            subprocess.run([pip, "install", "-q", "litellm[proxy]"], check=True)
+        except subprocess.CalledProcessError as exc:
+            print(f"LiteLLM could not be installed ({exc}); left out", file=sys.stderr)
+            return None
+    return entry
 
 
 @dataclass
@@ -118,6 +194,8 @@ class Run:
     chunks: int = 0
     seconds: float = 0.0
     errors: int = 0
+    served: int = 0  # every answered request, warm-up included (CPU is counted over the same span)
+    cpu: float = 0.0
 
 
 def quantile(values: list[float], q: float) -> float:
@@ -136,12 +214,13 @@ async def stream_once(session: aiohttp.ClientSession, url: str, body: bytes, run
                 run.errors += record
                 return
             while data := await resp.content.readany():
-                if ttft is None and b'"content": "' in data.replace(b'"content": ""', b""):
+                if ttft is None and CONTENT.search(data):
                     ttft = time.perf_counter() - started
                 chunks += data.count(b"\n\n")
     except aiohttp.ClientError:
         run.errors += record
         return
+    run.served += 1
     if record and ttft is not None:
         run.ttft.append(ttft)
         run.e2e.append(time.perf_counter() - started)
@@ -193,6 +272,8 @@ async def load(url: str, spec: Load, run: Run) -> None:
 
 def added(run: list[float], direct: list[float], q: float, rng: random.Random) -> tuple[float, float, float]:
     """Quantile `q` of `run` minus that of `direct`, in ms, with a 95% bootstrap interval."""
+    if not run or not direct:
+        return float("nan"), float("nan"), float("nan")
     point = quantile(run, q) - quantile(direct, q)
     draws = sorted(
         quantile(rng.choices(run, k=len(run)), q) - quantile(rng.choices(direct, k=len(direct)), q)
@@ -201,7 +282,15 @@ def added(run: list[float], direct: list[float], q: float, rng: random.Random) -
     return point * 1e3, draws[int(0.025 * BOOTSTRAP)] * 1e3, draws[int(0.975 * BOOTSTRAP) - 1] * 1e3
 
 
-def summarise(results: dict[int, dict[str, Run]]) -> list[dict[str, Any]]:
+ADDED = {
+    "added_ttft_p50_ms": ("ttft", 0.5),
+    "added_ttft_p99_ms": ("ttft", 0.99),
+    "added_e2e_p50_ms": ("e2e", 0.5),
+    "added_e2e_p99_ms": ("e2e", 0.99),
+}
+
+
+def summarise(results: dict[int, dict[str, Run]], proxies: set[str]) -> list[dict[str, Any]]:
     rng = random.Random(0)
     rows = []
     for concurrency, runs in results.items():
@@ -212,37 +301,148 @@ def summarise(results: dict[int, dict[str, Run]]) -> list[dict[str, Any]]:
                 "mode": mode,
                 "requests": len(run.ttft),
                 "errors": run.errors,
+                "cpu_ms_per_request": run.cpu / run.served * 1e3 if mode in proxies and run.served else None,
                 "ttft_p50_ms": quantile(run.ttft, 0.5) * 1e3,
-                "ttft_p99_ms": quantile(run.ttft, 0.99) * 1e3,
-                "e2e_p99_ms": quantile(run.e2e, 0.99) * 1e3,
-                "chunks_per_s": run.chunks / run.seconds if run.seconds else 0.0,
+                "e2e_p50_ms": quantile(run.e2e, 0.5) * 1e3,
+                "chunks_per_request": run.chunks / len(run.ttft) if run.ttft else 0.0,
             }
             if mode != "direct":
-                row["added_ttft_p50_ms"] = added(run.ttft, direct.ttft, 0.5, rng)
-                row["added_ttft_p99_ms"] = added(run.ttft, direct.ttft, 0.99, rng)
-                row["added_e2e_p99_ms"] = added(run.e2e, direct.e2e, 0.99, rng)
+                for key, (what, q) in ADDED.items():
+                    row[key] = added(getattr(run, what), getattr(direct, what), q, rng)
             rows.append(row)
     return rows
 
 
 def table(rows: list[dict[str, Any]]) -> str:
     lines = [
-        "| streams | mode | requests | TTFT p50 ms | added TTFT p50 ms | added TTFT p99 ms | added e2e p99 ms "
-        "| chunks/s |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| streams | mode | requests | CPU ms/request | TTFT p50 ms | added TTFT p50 ms | added TTFT p99 ms "
+        "| added e2e p50 ms | added e2e p99 ms | chunks/request |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
     def cell(value: tuple[float, float, float]) -> str:
         return f"{value[0]:+.2f} [{value[1]:+.2f}, {value[2]:+.2f}]"
 
     for r in rows:
-        keys = ("added_ttft_p50_ms", "added_ttft_p99_ms", "added_e2e_p99_ms")
-        extra = " | ".join(cell(r[k]) if k in r else "-" for k in keys)
+        extra = " | ".join(cell(r[k]) if k in r else "-" for k in ADDED)
+        cpu = "-" if r["cpu_ms_per_request"] is None else f"{r['cpu_ms_per_request']:.2f}"
         lines.append(
-            f"| {r['concurrency']} | {r['mode']} | {r['requests']} | {r['ttft_p50_ms']:.2f} | {extra} "
-            f"| {r['chunks_per_s']:.0f} |"
+            f"| {r['concurrency']} | {r['mode']} | {r['requests']} | {cpu} | {r['ttft_p50_ms']:.2f} | {extra} "
+            f"| {r['chunks_per_request']:.0f} |"
         )
     return "\n".join(lines)
+
+
+def ratios(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
+    """The router against each peer per level, and the issue's targets checked on this run."""
+    by = {(r["concurrency"], r["mode"]): r for r in rows}
+    levels = sorted({r["concurrency"] for r in rows})
+    peers = [m for m in ("router-ref", "nginx", "go", "litellm", "aiohttp") if any((c, m) in by for c in levels)]
+    lines = [
+        "| streams | peer | peer CPU / router CPU | router added TTFT p50 - peer's, ms |",
+        "|---:|---|---:|---:|",
+    ]
+    for c in levels:
+        router = by.get((c, "router"))
+        for peer in peers:
+            other = by.get((c, peer))
+            if router is None or other is None or not router["cpu_ms_per_request"] or not other["cpu_ms_per_request"]:
+                continue
+            lines.append(
+                f"| {c} | {peer} | {other['cpu_ms_per_request'] / router['cpu_ms_per_request']:.2f} "
+                f"| {router['added_ttft_p50_ms'][0] - other['added_ttft_p50_ms'][0]:+.2f} |"
+            )
+    checks: list[str] = []
+    for c in levels:
+        router, nginx, lite = by.get((c, "router")), by.get((c, "nginx")), by.get((c, "litellm"))
+        if router is None or not router["cpu_ms_per_request"]:
+            continue
+        if nginx is not None and nginx["cpu_ms_per_request"]:
+            ratio = router["cpu_ms_per_request"] / nginx["cpu_ms_per_request"]
+            checks.append(f"{c} streams: router CPU/request = {ratio:.2f} x nginx's (target <= 1.5): "
+                          + ("met" if ratio <= 1.5 else "NOT met"))  # fmt: skip
+            if c in (1, 16):
+                gap = router["added_ttft_p50_ms"][0] - nginx["added_ttft_p50_ms"][0]
+                checks.append(f"{c} streams: router added TTFT p50 = nginx's {gap:+.2f} ms (target <= +0.2 ms): "
+                              + ("met" if gap <= 0.2 else "NOT met"))  # fmt: skip
+        if lite is not None and lite["cpu_ms_per_request"]:
+            times = lite["cpu_ms_per_request"] / router["cpu_ms_per_request"]
+            checks.append(f"{c} streams: LiteLLM CPU/request = {times:.1f} x the router's (target >= 10): "
+                          + ("met" if times >= 10 else "NOT met"))  # fmt: skip
+    return "\n".join(lines), checks
+
+
+@dataclass
+class Proxy:
+    """A proxy under test: how to start it and where to send requests."""
+
+    name: str
+    argv: list[str]
+    port: int
+    ready: str  # a URL that answers once it serves
+    env: dict[str, str] | None = None
+
+
+def proxies(args: argparse.Namespace, tmp: Path, mock: int, wanted: set[str]) -> list[Proxy]:
+    """The router and each wanted peer that is there (or can be built), with a note for the others."""
+    port = free_port()
+    admin = free_port()
+    (tmp / "routes.json").write_text(
+        json.dumps(
+            {
+                "pilot": "bench",
+                "generation": 1,
+                "updatedAt": datetime.now(UTC).isoformat(),
+                "defaultScope": "default",
+                "scopes": [{"name": "default", "weights": {"baseline": 100}}],
+            }
+        )
+    )
+    router = [SPECPILOT, "router", "--pilot", "bench", "--listen", f"127.0.0.1:{port}",
+              "--admin-listen", f"127.0.0.1:{admin}", "--static-routes", str(tmp / "routes.json"),
+              "--static-endpoints", f"baseline=127.0.0.1:{mock}", "--max-table-age", "0",
+              "--max-samples", "200000", "--log-level", "WARNING"]  # fmt: skip
+    found = [Proxy("router", router, port, f"http://127.0.0.1:{admin}/readyz")]
+    if args.router_ref is not None:  # the same router flags, run from another source tree
+        port, admin = free_port(), free_port()
+        argv = [sys.executable, "-m", "specpilot.cli", *router[1:]]
+        argv[argv.index("--listen") + 1], argv[argv.index("--admin-listen") + 1] = (
+            f"127.0.0.1:{port}",
+            f"127.0.0.1:{admin}",
+        )
+        env = {**os.environ, "PYTHONPATH": str(args.router_ref.resolve())}
+        found.append(Proxy("router-ref", argv, port, f"http://127.0.0.1:{admin}/readyz", env))
+    if "nginx" in wanted:
+        if shutil.which("nginx"):
+            port = free_port()
+            (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=mock, port=port))
+            argv = ["nginx", "-p", str(tmp), "-c", str(tmp / "nginx.conf")]
+            found.append(Proxy("nginx", argv, port, f"http://127.0.0.1:{port}/v1/models"))
+        else:
+            print("nginx left out: not installed (apt-get install -y nginx)", file=sys.stderr)
+    if "go" in wanted:
+        binary = go_proxy()
+        if binary is not None:
+            port = free_port()
+            argv = [str(binary), f"127.0.0.1:{port}", f"http://127.0.0.1:{mock}"]
+            env = {**os.environ, "GOMAXPROCS": "1"}
+            found.append(Proxy("go", argv, port, f"http://127.0.0.1:{port}/v1/models", env))
+        else:
+            print("go left out: no Go toolchain to build bench/reverseproxy.go", file=sys.stderr)
+    if "litellm" in wanted:
+        entry = litellm()
+        if entry is not None:
+            port = free_port()
+            (tmp / "litellm.yaml").write_text(LITELLM_CONF.format(upstream=mock))
+            argv = [str(entry), "--config", str(tmp / "litellm.yaml"), "--host", "127.0.0.1", "--port", str(port),
+                    "--num_workers", "1"]  # fmt: skip
+            env = {**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_DANGEROUSLY_PERMIT_WEAK_OR_UNSET_MASTER_KEY": "true"}
+            found.append(Proxy("litellm", argv, port, f"http://127.0.0.1:{port}/health/liveliness", env))
+    if "aiohttp" in wanted:
+        port = free_port()
+        argv = [sys.executable, str(ROOT / "bench" / "passthrough.py"), str(port), f"127.0.0.1:{mock}"]
+        found.append(Proxy("aiohttp", argv, port, f"http://127.0.0.1:{port}/v1/models"))
+    return found
 
 
 def main() -> int:
@@ -253,100 +453,64 @@ def main() -> int:
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--max-tokens", type=int, default=32, help="output tokens per request")
     p.add_argument("--time-scale", type=float, default=0.25, help="the mock's --time-scale")
-    p.add_argument("--proxy-cpu", default="0", help="the one core the router and nginx are pinned to")
+    p.add_argument("--peers", default=",".join(PEERS), help=f"which of {', '.join(PEERS)} to run beside the router")
+    p.add_argument(
+        "--router-ref",
+        type=Path,
+        default=None,
+        help="also run the router from this source tree (its operator/ folder), as router-ref",
+    )
+    p.add_argument("--proxy-cpu", default="0", help="the one core every proxy is pinned to")
     p.add_argument("--load-cpus", default="1", help="cores for the mock vLLM and this load client")
     p.add_argument("--output", type=Path, default=None)
     args = p.parse_args()
-    if shutil.which("nginx") is None:
-        print("nginx is needed (apt-get install -y nginx)", file=sys.stderr)
-        return 2
     levels = [int(c) for c in args.concurrency.split(",")]
+    wanted = {peer for peer in args.peers.split(",") if peer}
+    if wanted - set(PEERS):
+        p.error(f"--peers: unknown {', '.join(sorted(wanted - set(PEERS)))}")
     if args.load_cpus and hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {int(c) for c in args.load_cpus.split(",")})
-    ports = {name: free_port() for name in ("mock", "router", "admin", "nginx", "aiohttp")}
-    with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp_name:
+    mock_port = free_port()
+    with tempfile.TemporaryDirectory(prefix="bench-router-") as tmp_name, ExitStack() as running:
         tmp = Path(tmp_name)
-        (tmp / "routes.json").write_text(
-            json.dumps(
-                {
-                    "pilot": "bench",
-                    "generation": 1,
-                    "updatedAt": datetime.now(UTC).isoformat(),
-                    "defaultScope": "default",
-                    "scopes": [{"name": "default", "weights": {"baseline": 100}}],
-                }
-            )
-        )
-        (tmp / "nginx.conf").write_text(NGINX_CONF.format(tmp=tmp, upstream=ports["mock"], port=ports["nginx"]))
-        mock = [
-            SPECPILOT,
-            "mock-vllm",
-            "bench",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(ports["mock"]),
-            "--time-scale",
-            str(args.time_scale),
-            "--max-num-seqs",
-            "1024",
-            "--disable-uvicorn-access-log",
-        ]
-        router = [
-            SPECPILOT,
-            "router",
-            "--pilot",
-            "bench",
-            "--listen",
-            f"127.0.0.1:{ports['router']}",
-            "--admin-listen",
-            f"127.0.0.1:{ports['admin']}",
-            "--static-routes",
-            str(tmp / "routes.json"),
-            "--static-endpoints",
-            f"baseline=127.0.0.1:{ports['mock']}",
-            "--max-table-age",
-            "0",
-            "--max-samples",
-            "200000",
-            "--log-level",
-            "WARNING",
-        ]
-        nginx = ["nginx", "-p", str(tmp), "-c", str(tmp / "nginx.conf")]
-        floor = [sys.executable, str(ROOT / "bench" / "passthrough.py"), str(ports["aiohttp"])]
-        floor.append(f"127.0.0.1:{ports['mock']}")
-        with (
-            process(pinned(args.load_cpus, mock), tmp / "mock.log"),
-            process(pinned(args.proxy_cpu, router), tmp / "router.log"),
-            process(pinned(args.proxy_cpu, nginx), tmp / "nginx.log"),
-            process(pinned(args.proxy_cpu, floor), tmp / "aiohttp.log"),
-        ):
-            wait_http(f"http://127.0.0.1:{ports['mock']}/v1/models")
-            wait_http(f"http://127.0.0.1:{ports['admin']}/readyz")
-            wait_http(f"http://127.0.0.1:{ports['nginx']}/v1/models")
-            wait_http(f"http://127.0.0.1:{ports['aiohttp']}/v1/models")
-            urls = {
-                "direct": f"http://127.0.0.1:{ports['mock']}/v1/chat/completions",
-                "router": f"http://127.0.0.1:{ports['router']}/v1/chat/completions",
-                "nginx": f"http://127.0.0.1:{ports['nginx']}/v1/chat/completions",
-                "aiohttp": f"http://127.0.0.1:{ports['aiohttp']}/v1/chat/completions",
-                "direct-again": f"http://127.0.0.1:{ports['mock']}/v1/chat/completions",
-            }
-            results: dict[int, dict[str, Run]] = {}
-            for concurrency in levels:
-                runs = results[concurrency] = {mode: Run() for mode in MODES}
-                spec = Load(concurrency, args.seconds, args.warmup, args.max_tokens, pause=2 * STEP_S * args.time_scale)
-                for round_ in range(args.rounds):
-                    order = MODES[round_ % len(MODES) :] + MODES[: round_ % len(MODES)]
-                    for mode in order:
-                        asyncio.run(load(urls[mode], spec, runs[mode]))
-                print(f"{concurrency} streams done", file=sys.stderr)
-    rows = summarise(results)
+        mock = [SPECPILOT, "mock-vllm", "bench", "--host", "127.0.0.1", "--port", str(mock_port), "--time-scale",
+                str(args.time_scale), "--max-num-seqs", "1024", "--disable-uvicorn-access-log"]  # fmt: skip
+        running.enter_context(process(pinned(args.load_cpus, mock), tmp / "mock.log"))
+        wait_http(f"http://127.0.0.1:{mock_port}/v1/models")
+        under_test = proxies(args, tmp, mock_port, wanted)
+        groups: dict[str, int] = {}
+        for proxy in under_test:
+            argv = pinned(args.proxy_cpu, proxy.argv)
+            proc = running.enter_context(process(argv, tmp / f"{proxy.name}.log", proxy.env))
+            groups[proxy.name] = proc.pid
+        for proxy in under_test:
+            wait_http(proxy.ready, within=180)
+        direct = f"http://127.0.0.1:{mock_port}/v1/chat/completions"
+        urls = {"direct": direct, **{x.name: f"http://127.0.0.1:{x.port}/v1/chat/completions" for x in under_test}}
+        urls["direct-again"] = direct
+        modes = list(urls)
+        results: dict[int, dict[str, Run]] = {}
+        for concurrency in levels:
+            runs = results[concurrency] = {mode: Run() for mode in modes}
+            spec = Load(concurrency, args.seconds, args.warmup, args.max_tokens, pause=2 * STEP_S * args.time_scale)
+            for round_ in range(args.rounds):
+                order = modes[round_ % len(modes) :] + modes[: round_ % len(modes)]
+                for mode in order:
+                    group = groups.get(mode)
+                    before = cpu_seconds(group) if group else 0.0
+                    asyncio.run(load(urls[mode], spec, runs[mode]))
+                    if group:
+                        runs[mode].cpu += cpu_seconds(group) - before
+            print(f"{concurrency} streams done", file=sys.stderr)
+    rows = summarise(results, set(groups))
+    ratio_table, checks = ratios(rows)
     report = {
         "at": datetime.now(UTC).isoformat(),
         "settings": {k: str(v) for k, v in vars(args).items()},
         "cpus": os.cpu_count(),
+        "modes": modes,
         "rows": rows,
+        "checks": checks,
         "samples": {
             str(c): {mode: {"ttft": run.ttft, "e2e": run.e2e} for mode, run in runs.items()}
             for c, runs in results.items()
@@ -356,6 +520,10 @@ def main() -> int:
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps(report, indent=2))
     print(table(rows))
+    print()
+    print(ratio_table)
+    print()
+    print("\n".join(f"- {check}" for check in checks))
     print(f"\nraw results: {output}", file=sys.stderr)
     return 0
 

@@ -5,8 +5,10 @@ longform traffic through the router with the load generator, and shows each scop
 operator judges its windows: chat (drafts accepted often) is adopted through both stages, code
 (drafts rarely accepted) is flipped back to ordinary decoding for a net slowdown in time per
 committed token, and longform (long answers) is flipped back for sustained KV-cache pressure on the
-speculative arm, whose draft model leaves it little cache. It ends with each scope's path and the
-fallback records, then deletes the pilot (ordered teardown) and stops the operator and the load.
+speculative arm, whose draft model leaves it little cache. It ends with each scope's path, the
+fallback records and the decisions the operator states, writes the handover package with
+`specpilot report` (into demo-report/), then deletes the pilot (ordered teardown) and stops the
+operator and the load; its last lines say where the package is.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ PILOT = "demo"
 RATE = os.environ.get("SPECPILOT_DEMO_RATE", "10")
 TIMEOUT = float(os.environ.get("SPECPILOT_DEMO_TIMEOUT", "300"))
 CLUSTER_DIR = Path(os.environ.get("SPECPILOT_CLUSTER_DIR", ROOT / ".cluster"))
+REPORT_DIR = Path(os.environ.get("SPECPILOT_DEMO_REPORT", ROOT / "demo-report"))
 
 
 def say(text: str) -> None:
@@ -105,12 +108,37 @@ def summary() -> None:
         )
 
 
+def decisions() -> Path | None:
+    """The decisions the operator states once every scope has settled, and the handover package."""
+    say("Decisions (stated by the operator once every scope settled), and the handover package")
+    deadline = time.monotonic() + 30
+    while not status().get("decision") and time.monotonic() < deadline:
+        time.sleep(1)
+    if not status().get("decision"):
+        kubectl("annotate", f"speculationpilot/{PILOT}", "specpilot.io/decide=demo", "--overwrite")
+        while not status().get("decision") and time.monotonic() < deadline + 30:
+            time.sleep(1)
+    final = status()
+    decision = final.get("decision") or {}
+    print(f"  pilot: {decision.get('outcome', 'no decision stated')}")
+    for scope in final.get("scopes", []):
+        for reason in (scope.get("decision") or {}).get("reasons", [])[:1]:
+            print(f"    {reason[:220]}")
+    argv = [sys.executable, "-m", "specpilot.cli", "report", PILOT, "-n", NAMESPACE, "-o", str(REPORT_DIR)]
+    written = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if written.returncode != 0:
+        print(f"  the report could not be written: {written.stderr.strip()}")
+        return None
+    return REPORT_DIR / "report.md"
+
+
 def main() -> int:
     say(f"The SpeculationPilot API and the operator, in namespace {NAMESPACE}")
     subprocess.run(["kubectl", "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True)
     subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=False)
     operator = start_operator()
     load: subprocess.Popen[bytes] | None = None
+    report: Path | None = None
     try:
         say("The demo pilot: kubectl apply -f manifests/demo/pilot.yaml")
         kubectl("apply", "-f", str(ROOT / "manifests/demo/pilot.yaml"))
@@ -146,6 +174,7 @@ def main() -> int:
             if settled(scopes):
                 break
         summary()
+        report = decisions()
         if not settled(scopes):
             expected = ", ".join(f"{name} {state}" for name, state in OUTCOMES.items())
             sys.exit(f"the scopes did not reach {expected} within {TIMEOUT:.0f} s")
@@ -158,6 +187,9 @@ def main() -> int:
         operator.terminate()
         operator.wait(timeout=30)
     print("  the cluster keeps running: make cluster-down stops it")
+    if report is not None:
+        print(f"  the handover package (report.md, report.json, plots/, replay/): {report.parent}")
+        print(f"  its summary: {report}")
     return 0
 
 

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "loadgen": ("specpilot.loadgen.cli", "replay arrivals against an OpenAI-compatible URL"),
     "router": ("specpilot.router.app", "run the per-pilot scope router"),
     "localnode": ("specpilot.localnode.agent", "run the local node agent (pods as processes)"),
+    "report": ("specpilot.plugin.report", "write a pilot's handover package (as kubectl specpilot report)"),
 }
 
 

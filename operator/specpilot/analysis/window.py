@@ -62,6 +62,10 @@ class ArmEngine:
     preemptions: int = 0
     running: float | None = None  # mean of num_requests_running over the scrapes
     waiting: float | None = None  # mean of num_requests_waiting over the scrapes
+    # The batch a generated token saw: sum of running^2 over sum of running, per pod and scrape (a
+    # pod's batch weighted by its own size, as tokens are). Under a fluctuating load this exceeds the
+    # mean batch, and it is what the per-token cost of speculation depends on.
+    batch_seen: float | None = None
     inconclusive: str | None = None  # why these figures cannot be trusted (missing, NaN, truncated, reset)
 
 

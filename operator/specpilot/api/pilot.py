@@ -36,6 +36,9 @@ PROMOTE_ANNOTATION = f"{GROUP}/promote"  # value: a scope name; it moves to its 
 ABORT_ANNOTATION = f"{GROUP}/abort"  # value: a scope name, or "*" for every scope: back to ordinary decoding
 RESUME_ANNOTATION = f"{GROUP}/resume"  # value: a rolled-back scope's name; it pilots again from its first stage
 ALL_SCOPES = "*"
+# Any value: state the decision now from the evidence so far, before every scope has settled. It
+# stays until removed; the decision is then restated as the evidence grows.
+DECIDE_ANNOTATION = f"{GROUP}/decide"
 
 
 class SpeculationPilot(ApiModel):

@@ -80,6 +80,8 @@ class Reason(StrEnum):
     """After a flip, every router serves the new routing table (the message says how soon)."""
     SCOPES_PILOTING = "ScopesPiloting"
     """Arms and router are ready and some scopes are still piloting their stages."""
+    DECISION_STATED = "DecisionStated"
+    """The pilot's decision was stated or changed (every scope settled, or specpilot.io/decide asked)."""
 
 
 class FallbackReason(StrEnum):

@@ -150,6 +150,58 @@ class DecisionOutcome(StrEnum):
     """Speculation does not pay, or the evidence is insufficient."""
 
 
+class DeferReason(StrEnum):
+    """Why a pilot or scope defers speculation."""
+
+    NO_NET_GAIN = "NoNetGain"
+    """Speculation is not faster at any load measured."""
+    QUALITY_REGRESSION = "QualityRegression"
+    """A quality gate (probes, webhooks) failed."""
+    MEMORY_PRESSURE = "MemoryPressure"
+    """The speculative arm ran out of KV cache."""
+    BOTTLENECK_ELSEWHERE = "BottleneckElsewhere"
+    """Decoding is too small a share of request time for its gain to matter end to end."""
+    INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
+    """Too few windows, or too few loads, to say."""
+
+
+class DecisionTrigger(StrEnum):
+    """Why a decision was stated."""
+
+    SETTLED = "EveryScopeSettled"
+    """Every scope is speculative at its last stage, rolled back, or never piloted."""
+    REQUESTED = "Requested"
+    """The specpilot.io/decide annotation asked for it."""
+
+
+Sentence = Annotated[str, StringConstraints(max_length=1024)]
+
+
+class ScopeDecision(ApiModel):
+    """One scope's conclusion, from every window recorded for it."""
+
+    outcome: DecisionOutcome
+    """AdoptWithinEnvelope, AdoptInLowLoadWindows or Defer."""
+    defer_reason: DeferReason | None = None
+    """For Defer: NoNetGain, QualityRegression, MemoryPressure, BottleneckElsewhere or InsufficientEvidence."""
+    max_concurrency: float | None = None
+    """Highest load at which speculation was measured winning, in concurrent requests per replica."""
+    crossover_concurrency: float | None = None
+    """For AdoptInLowLoadWindows: the load above which ordinary decoding wins."""
+    crossover_low: float | None = None
+    """Lower end of the crossover's interval at analysis.confidence."""
+    crossover_high: float | None = None
+    """Upper end of the crossover's interval at analysis.confidence."""
+    decode_share: float | None = None
+    """Share of the baseline's request time spent decoding."""
+    decode_gain: float | None = None
+    """Baseline / speculative time per committed token: the decode-only gain."""
+    implied_gain: float | None = None
+    """The end-to-end gain the decode gain implies at that decode share."""
+    reasons: Annotated[list[Sentence], Field(max_length=8)] = []
+    """Why, in sentences."""
+
+
 class WindowSummary(ApiModel):
     """The last closed window of a scope, speculative arm against baseline."""
 
@@ -202,8 +254,8 @@ class ScopeStatus(ApiModel):
     """When state last changed."""
     last_window: WindowSummary | None = None
     """The last closed window."""
-    outcome: DecisionOutcome | None = None
-    """The scope's outcome once decided."""
+    decision: ScopeDecision | None = None
+    """The scope's conclusion once the pilot's decision is stated."""
 
 
 class Window(ApiModel):
@@ -253,10 +305,18 @@ class Decision(ApiModel):
     """When it was stated."""
     envelope: Envelope | None = None
     """The envelope, for AdoptWithinEnvelope."""
+    stated_because: DecisionTrigger = DecisionTrigger.SETTLED
+    """EveryScopeSettled, or Requested through the specpilot.io/decide annotation."""
+    defer_reason: DeferReason | None = None
+    """For Defer: the reason that applies to the most scopes."""
     crossover_concurrency: float | None = None
     """Load above which speculation stops paying, in concurrent requests per target replica, for
-    AdoptInLowLoadWindows."""
-    reasons: Annotated[list[Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=32)] = []
+    AdoptInLowLoadWindows (the lowest crossover of its scopes)."""
+    crossover_low: float | None = None
+    """Lower end of that crossover's interval at analysis.confidence."""
+    crossover_high: float | None = None
+    """Upper end of that crossover's interval at analysis.confidence."""
+    reasons: Annotated[list[Sentence], Field(max_length=32)] = []
     """Why, in sentences."""
 
 

@@ -20,11 +20,13 @@ from datetime import datetime, timedelta
 
 import aiohttp
 
+from specpilot.analysis.evidence import WindowLoad
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape, engine_window
 from specpilot.metrics.ledger import SampleLedger
+from specpilot.metrics.load import kv_blocks, window_load
 from specpilot.metrics.prometheus import arm_engines
 from specpilot.metrics.samples import arm_requests
 from specpilot.metrics.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
@@ -162,3 +164,16 @@ class PilotMeasurements:
             baseline_engine=engines[Arm.BASELINE],
             speculative_engine=engines[Arm.SPECULATIVE],
         )
+
+    def load(self, window: ScopeWindow, *, replicas: dict[Arm, int]) -> WindowLoad:
+        """What loaded the arms during the scope's window (every scope's requests), for the evidence."""
+        samples = self._ledger.samples(window.start, window.end) if self._ledger is not None else ()
+        engines = {Arm.BASELINE: window.baseline_engine, Arm.SPECULATIVE: window.speculative_engine}
+        return window_load(
+            samples, scope=window.scope, start=window.start, end=window.end, replicas=replicas, engines=engines
+        )
+
+    def kv_blocks(self) -> dict[Arm, int]:
+        """KV-cache blocks per replica of each arm, where its engines report them."""
+        found = {arm: kv_blocks(list(self._scrapes[arm])) for arm in JUDGED_ARMS}
+        return {arm: blocks for arm, blocks in found.items() if blocks is not None}

@@ -9,13 +9,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
 from pydantic import ValidationError
 
+from specpilot.analysis import evidence as ev
 from specpilot.analysis.checks import Check
 from specpilot.analysis.quality import probe_check, webhook_check
 from specpilot.analysis.rollout import Event, EventType
@@ -27,6 +28,7 @@ from specpilot.api.reasons import Reason
 from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
 from specpilot.controller import render as r
+from specpilot.controller.decide import Decided, decide, fresh_for, record
 from specpilot.controller.kube import ApiError, Kube
 from specpilot.controller.measure import PilotMeasurements, cadence
 from specpilot.controller.metrics import OperatorMetrics
@@ -52,7 +54,16 @@ from specpilot.controller.status import (
     invalid_status,
     reconciled_status,
 )
-from specpilot.wire.names import ROUTER_ADMIN_PORT, ROUTER_COMPONENT, Arm, arm_name, router_name, routes_name
+from specpilot.wire.names import (
+    EVIDENCE_KEY,
+    ROUTER_ADMIN_PORT,
+    ROUTER_COMPONENT,
+    Arm,
+    arm_name,
+    evidence_name,
+    router_name,
+    routes_name,
+)
 from specpilot.wire.routes import RoutingTable, TableError, parse_routes
 
 log = logging.getLogger("specpilot.operator")
@@ -89,6 +100,9 @@ class PilotMemory:
     probe: ProbeResult | None = None
     probed_at: datetime | None = None
     manual_keys: frozenset[str] = frozenset()  # manual-action annotations acted on, to remove once landed
+    judged: dict[str, Measured] = field(default_factory=dict)  # this reconcile's judged windows
+    evidence: ev.Evidence | None = None  # the evidence store, loaded from its ConfigMap on first use
+    evidence_written: str | None = None  # the store's text as last read or written
 
 
 @dataclass(frozen=True)
@@ -198,6 +212,7 @@ class Controller:
                     ref=ref, spec=spec, generation=generation, previous=previous, seen=seen, memory=memory, now=now
                 )
             await self._land(ref, memory, previous, plan)
+            await self._write_evidence(ref, memory)
             return delay
 
     async def _reconcile_valid(
@@ -216,7 +231,10 @@ class Controller:
         progress = await self._progress(
             ref, spec=spec, previous=previous, scopes=scopes, seen=seen, memory=memory, now=now
         )
-        scopes = progress.scopes
+        decided = await self._decide(
+            ref, spec=spec, arms=arms, progress=progress, previous=previous, seen=seen, memory=memory, now=now
+        )
+        scopes = decided.scopes
         weights = {scope.name: scope.weight for scope in scopes}
         digest = table_hash(routing_table(ref.name, spec, weights, generation=0, now=now))
         routes = previous.routes if previous is not None else None
@@ -242,7 +260,7 @@ class Controller:
             },
             troubles=seen.troubles,
         )
-        return reconciled_status(
+        plan = reconciled_status(
             previous,
             spec=spec,
             generation=generation,
@@ -251,10 +269,72 @@ class Controller:
             observed=observed,
             routes=routes,
             scopes=scopes,
-            scope_events=[*scope_events, *progress.events, *restored],
+            scope_events=[*scope_events, *progress.events, *restored, *decided.events],
             fallbacks=progress.fallbacks,
             now=now,
         )
+        return replace(plan, status=plan.status.model_copy(update={"decision": decided.decision}))
+
+    async def _decide(
+        self,
+        ref: r.PilotRef,
+        *,
+        spec: s.SpeculationPilotSpec,
+        arms: Sequence[r.ArmPlan],
+        progress: Progress,
+        previous: SpeculationPilotStatus | None,
+        seen: Observation,
+        memory: PilotMemory,
+        now: datetime,
+    ) -> Decided:
+        """This reconcile's windows into the evidence store, and the decisions when they are due."""
+        replicas = {plan.arm: len(seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
+        loads = {name: memory.measurements.load(item.window, replicas=replicas) for name, item in memory.judged.items()}
+        evidence = record(
+            fresh_for(await self._evidence(ref, memory), {plan.arm: plan.config_hash for plan in arms}),
+            spec=spec,
+            measured=memory.judged,
+            loads=loads,
+            scopes=progress.scopes,
+            kv_blocks=memory.measurements.kv_blocks(),
+            gpus={plan.arm: plan.gpus for plan in arms},
+            replicas=replicas,
+        )
+        memory.evidence = evidence
+        return decide(
+            evidence,
+            spec=spec,
+            scopes=progress.scopes,
+            fallbacks=progress.fallbacks,
+            annotations=seen.annotations,
+            previous=previous.decision if previous is not None else None,
+            now=now,
+        )
+
+    async def _evidence(self, ref: r.PilotRef, memory: PilotMemory) -> ev.Evidence | None:
+        """The pilot's evidence store: in memory, else read back from its ConfigMap (after a restart)."""
+        if memory.evidence is not None:
+            return memory.evidence
+        found = await self.kube.get("v1", "ConfigMap", ref.namespace, evidence_name(ref.name))
+        text = ((found or {}).get("data") or {}).get(EVIDENCE_KEY)
+        if text is None:
+            return None
+        try:
+            memory.evidence = ev.load(text)
+        except ValueError as error:
+            log.warning("%s/%s: evidence store unreadable, starting a new one: %s", ref.namespace, ref.name, error)
+            return None
+        memory.evidence_written = text
+        return memory.evidence
+
+    async def _write_evidence(self, ref: r.PilotRef, memory: PilotMemory) -> None:
+        """Server-side apply the evidence store when it changed (after the status describing it landed)."""
+        if memory.evidence is None:
+            return
+        text = ev.dump(memory.evidence)
+        if text != memory.evidence_written:
+            await self.kube.apply(r.render_evidence_configmap(ref, text))
+            memory.evidence_written = text
 
     async def _progress(
         self,
@@ -283,6 +363,7 @@ class Controller:
             if measured:
                 loaders = [scope.name for scope in scopes if scope.weight > 0]
                 kv_loads = memory.measurements.kv_loads(loaders, analysis=spec.analysis, end=end)
+        memory.judged = measured
         manual = manual_actions(seen.annotations, [scope.name for scope in scopes])
         memory.manual_keys = frozenset(key for key in MANUAL if key in seen.annotations)
         progress = advance_scopes(

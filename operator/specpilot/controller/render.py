@@ -24,12 +24,15 @@ from specpilot.wire.names import (
     CONFIG_HASH_ANNOTATION,
     ENGINE_COMPONENT,
     ENGINE_PORT,
+    EVIDENCE_KEY,
+    EVIDENCE_LABEL,
     ROUTER_ADMIN_PORT,
     ROUTER_COMPONENT,
     ROUTER_PORT,
     Arm,
     arm_name,
     arm_selector,
+    evidence_name,
     pilot_labels,
     router_name,
     router_selector,
@@ -358,6 +361,13 @@ def render_routes_configmap(ref: PilotRef, table: RoutingTable) -> Json:
         "metadata": _meta(ref, routes_name(ref.name), **{COMPONENT_LABEL: ROUTER_COMPONENT}),
         "data": render_routes(table),
     }
+
+
+def render_evidence_configmap(ref: PilotRef, text: str) -> Json:
+    """The evidence store, owned by the pilot (collected with it) but outside its watched children."""
+    meta = _meta(ref, evidence_name(ref.name))
+    meta["labels"] = {EVIDENCE_LABEL: ref.name}
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {EVIDENCE_KEY: text}}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -63,6 +63,7 @@ ENGINE_FAMILIES = (
     "vllm:spec_decode_num_accepted_tokens",
     "vllm:spec_decode_num_accepted_tokens_per_pos",
     PROCESS_START,
+    "vllm:cache_config_info",  # num_gpu_blocks, for the report's cost view (metrics.load)
 )
 _COUNTERS = (GENERATION_TOKENS, DECODE_SUM, DECODE_COUNT, PREEMPTIONS, ITL_BUCKETS)
 _SPEC_COUNTERS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS)
@@ -136,7 +137,7 @@ def engine_window(
         restart = _restart(pod, used, pod_grown)
         if restart is not None:
             reasons.append(restart)
-    kv, running, waiting = _gauges(by_pod, start=start, end=end)
+    kv, running, waiting, batch_seen = _gauges(by_pod, start=start, end=end)
     generated, decode, finished = (_sum(grown[name]) for name in (GENERATION_TOKENS, DECODE_SUM, DECODE_COUNT))
     drafts, draft_tokens, accepted = (_sum(grown[name]) for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED))
     itl = histogram_quantile(quantile, bucket_increases(grown[ITL_BUCKETS])) if counted else math.nan
@@ -150,6 +151,7 @@ def engine_window(
         preemptions=round(_sum(grown[PREEMPTIONS])),
         running=sum(running) / len(running) if running else None,
         waiting=sum(waiting) / len(waiting) if waiting else None,
+        batch_seen=batch_seen,
         inconclusive=_summary(reasons),
     )
 
@@ -249,7 +251,7 @@ def _per_position(increases: Iterable[tuple[Labels, Increase]], drafts: float) -
 
 def _gauges(
     by_pod: dict[str, list[Scrape]], *, start: datetime, end: datetime
-) -> tuple[tuple[tuple[datetime, float], ...], list[float], list[float]]:
+) -> tuple[tuple[tuple[datetime, float], ...], list[float], list[float], float | None]:
     """Per scrape cycle inside the window: the highest KV usage of the pods, and running/waiting summed.
 
     A cycle in which a pod did not answer, or answered without a usable gauge, has no point: its
@@ -263,6 +265,7 @@ def _gauges(
     kv: list[tuple[datetime, float]] = []
     running: list[float] = []
     waiting: list[float] = []
+    seen, weight = 0.0, 0.0
     for at in sorted(cycles):
         values = [_cycle_gauges(entry) for entry in cycles[at]]
         if any(v is None for v in values):
@@ -271,7 +274,9 @@ def _gauges(
         kv.append((at, max(v[0] for v in usable)))
         running.append(sum(v[1] for v in usable))
         waiting.append(sum(v[2] for v in usable))
-    return tuple(kv), running, waiting
+        seen += sum(v[1] * v[1] for v in usable)
+        weight += sum(v[1] for v in usable)
+    return tuple(kv), running, waiting, seen / weight if weight > 0 else None
 
 
 def _cycle_gauges(entry: Scrape) -> tuple[float, float, float] | None:

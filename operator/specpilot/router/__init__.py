@@ -9,5 +9,7 @@ its contracts with the operator live (the routing table in `wire.routes`, the pe
 and the ``/samples`` page in `wire.samples`, its flags in `wire.routerconfig`, object names and
 labels in `wire.names`). What stays here is the router's own: pure decisions (`decide`), the
 EndpointSlice reading (`slices`), stream measurement (`measure`), the sample ring (`samples`) and
-state (`state`), and the I/O around them (`proxy`, `kube`, `static`, `admin`, `app`).
+state (`state`), how a request ended (`outcome`), and the I/O around them: the traffic port's
+HTTP/1.1 server (`server`) and upstream connection pool (`upstream`) on asyncio Protocols parsed by
+httptools, the proxy between them (`proxy`), `kube`, `static`, `admin` (aiohttp) and `app`.
 """

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
-import aiohttp
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
 
 from specpilot.kubeaccess import load_access
 from specpilot.router.admin import admin_app
@@ -27,35 +25,20 @@ from specpilot.router.kube import ClusterSource
 from specpilot.router.metrics import RouterMetrics
 from specpilot.router.proxy import Proxy
 from specpilot.router.samples import SampleLog
+from specpilot.router.server import Limits, Server
 from specpilot.router.state import RouterState, RouteSource
 from specpilot.router.static import StaticSource, static_endpoints
+from specpilot.router.upstream import UpstreamPool
 from specpilot.wire.routerconfig import RouterConfig, RouterConfigError, split_host_port
+
+try:
+    import uvloop
+except ImportError:  # pragma: no cover - uvloop does not build everywhere; asyncio's loop does the same work
+    uvloop = None  # type: ignore[assignment]
 
 log = logging.getLogger("specpilot.router")
 
 SHUTDOWN_GRACE_SECONDS = 30.0
-
-
-class _MalformedHttp(logging.Filter):
-    """Malformed HTTP from a client is refused with 400 by aiohttp; count it and keep it to a debug line.
-
-    aiohttp logs it as an error with a traceback, which a port scanner would turn into log floods.
-    Only the exception type is kept: the offending bytes could hold a header value.
-    """
-
-    def __init__(self, logger: logging.Logger, count: Callable[[], None]) -> None:
-        super().__init__()
-        self._logger, self._count = logger, count
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        exc = record.exc_info[1] if record.exc_info else None
-        if not isinstance(exc, HttpProcessingError):
-            return True
-        self._count()
-        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
-        record.msg, record.args = "malformed HTTP request refused (%s)", (type(exc).__name__,)
-        record.exc_info = record.exc_text = None
-        return self._logger.isEnabledFor(logging.DEBUG)
 
 
 def _bind_address(address: str) -> tuple[str, int]:
@@ -90,51 +73,40 @@ class Router:
             routes_file = None if config.static_routes is None else Path(config.static_routes)
             self.source = StaticSource(routes_file=routes_file, endpoints=static_endpoints(config.static_endpoints))
         self.addresses: list[tuple[str, int]] = []
-        self._runners: list[web.AppRunner] = []
+        self._pool = UpstreamPool(connect_timeout=config.connect_timeout)
+        self.traffic: Server | None = None
+        self._listener: asyncio.Server | None = None
+        self._admin: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._session: aiohttp.ClientSession | None = None
-        self._http_filter: _MalformedHttp | None = None
 
     async def start(self) -> None:
         config = self.config
-        self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=30),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=config.connect_timeout),
-            auto_decompress=False,
-            cookie_jar=aiohttp.DummyCookieJar(),
+        proxy = Proxy(state=self.state, metrics=self.metrics, samples=self.samples, config=config, pool=self._pool)
+        limits = Limits(
+            max_body_bytes=config.max_body_bytes,
+            max_header_bytes=config.max_header_bytes,
+            max_headers=config.max_headers,
+            read_timeout=config.read_timeout,
         )
-        proxy = Proxy(
-            state=self.state, metrics=self.metrics, samples=self.samples, config=config, session=self._session
-        )
-        http_log = logging.getLogger("specpilot.router.http")
-        self._http_filter = _MalformedHttp(http_log, self.metrics.refused.labels("malformed_http").inc)
-        http_log.addFilter(self._http_filter)
-        traffic = web.Application(client_max_size=config.max_body_bytes)
-        traffic.router.add_route("*", "/v1/{tail:.*}", proxy.handle)
-        self._runners = [
-            web.AppRunner(
-                traffic,
-                access_log=None,
-                logger=http_log,
-                handler_cancellation=True,
-                shutdown_timeout=SHUTDOWN_GRACE_SECONDS,
-                max_line_size=config.max_header_bytes,
-                max_field_size=config.max_header_bytes,
-                max_headers=config.max_headers,
-            ),
-            web.AppRunner(admin_app(state=self.state, metrics=self.metrics, samples=self.samples), access_log=None),
-        ]
+        self.traffic = Server(proxy.handle, limits, lambda reason: self.metrics.refused.labels(reason).inc())
         self._tasks = [
             asyncio.create_task(self.source.run(self.state), name="route-source"),
             asyncio.create_task(_tick(self.state), name="staleness"),
         ]
-        for runner, address in zip(self._runners, (config.listen, config.admin_listen), strict=True):
-            await runner.setup()
-            host, port = _bind_address(address)
-            await web.TCPSite(runner, host, port, backlog=1024).start()
-            bound = runner.addresses[0]
-            self.addresses.append((str(bound[0]), int(bound[1])))
-            log.info("listening on %s:%d", *self.addresses[-1])
+        host, port = _bind_address(config.listen)
+        loop = asyncio.get_running_loop()
+        self._listener = await loop.create_server(self.traffic, host, port, backlog=1024)
+        self.addresses.append(_bound(self._listener))
+        log.info("listening on %s:%d", *self.addresses[-1])
+        self._admin = web.AppRunner(
+            admin_app(state=self.state, metrics=self.metrics, samples=self.samples), access_log=None
+        )
+        await self._admin.setup()
+        host, port = _bind_address(config.admin_listen)
+        await web.TCPSite(self._admin, host, port).start()
+        bound = self._admin.addresses[0]
+        self.addresses.append((str(bound[0]), int(bound[1])))
+        log.info("admin on %s:%d", *self.addresses[-1])
 
     async def wait(self) -> None:
         """Until the routing source fails (it never ends otherwise)."""
@@ -144,15 +116,27 @@ class Router:
         """Stop taking requests, let in-flight ones finish (up to the grace period), then close."""
         for task in self._tasks:
             task.cancel()
-        for runner in reversed(self._runners):
-            await runner.cleanup()
+        if self._listener is not None and self.traffic is not None:
+            self._listener.close()
+            traffic = self.traffic
+            traffic.draining = True
+            traffic.close_idle()
+            in_flight = traffic.in_flight()
+            if in_flight:
+                await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
+            traffic.abort_all()
+            await asyncio.sleep(0)  # let the aborted connections' callbacks run
+        if self._admin is not None:
+            await self._admin.cleanup()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._session is not None:
-            await self._session.close()
-        if self._http_filter is not None:
-            logging.getLogger("specpilot.router.http").removeFilter(self._http_filter)
+        self._pool.close()
+
+
+def _bound(listener: asyncio.Server) -> tuple[str, int]:
+    host, port = listener.sockets[0].getsockname()[:2]
+    return str(host), int(port)
 
 
 async def serve(config: RouterConfig) -> None:
@@ -164,6 +148,7 @@ async def serve(config: RouterConfig) -> None:
     router = Router(config)
     try:
         await router.start()
+        gc.freeze()  # what start-up made lives as long as the process: keep it out of every collection
         stopping = asyncio.create_task(stop.wait())
         failing = asyncio.create_task(router.wait())
         done, pending = await asyncio.wait([stopping, failing], return_when=asyncio.FIRST_COMPLETED)
@@ -193,7 +178,10 @@ def main(argv: list[str]) -> int:
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
-        asyncio.run(serve(config))
+        if uvloop is not None:
+            uvloop.run(serve(config))
+        else:
+            asyncio.run(serve(config))
     except OSError as exc:
         log.error("router failed: %s", exc)
         return 1

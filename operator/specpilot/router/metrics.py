@@ -7,6 +7,7 @@ Time per output token can be computed token-weighted, like the engine's, as
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -102,6 +103,7 @@ class RouterMetrics:
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
+        self._children: dict[tuple[object, ...], Any] = {}
         r = self.registry
         self.requests = Counter(
             f"{PREFIX}_requests", "Finished requests by outcome.", [*_SCOPE_ARM, "outcome"], registry=r
@@ -196,22 +198,31 @@ class RouterMetrics:
         )
 
     def observe(self, sample: RequestSample) -> None:
-        scope, arm = sample.scope, sample.arm.value
-        self.requests.labels(scope, arm, sample.outcome.value).inc()
-        self.e2e.labels(scope, arm, sample.outcome.value).observe(sample.e2e)
+        scope, arm, outcome = sample.scope, sample.arm.value, sample.outcome.value
+        child = self._child
+        child(self.requests, scope, arm, outcome).inc()
+        child(self.e2e, scope, arm, outcome).observe(sample.e2e)
         if sample.output_tokens:
-            self.output_tokens.labels(scope, arm).inc(sample.output_tokens)
+            child(self.output_tokens, scope, arm).inc(sample.output_tokens)
         if sample.deadline_met is not None:
-            self.deadline.labels(scope, arm, "true" if sample.deadline_met else "false").inc()
+            child(self.deadline, scope, arm, "true" if sample.deadline_met else "false").inc()
         if sample.outcome is not RequestOutcome.OK:
             return
         if sample.ttft is not None:
-            self.ttft.labels(scope, arm).observe(sample.ttft)
+            child(self.ttft, scope, arm).observe(sample.ttft)
         tpot = sample.tpot
         if tpot is not None and sample.decode is not None and sample.output_tokens is not None:
-            self.tpot.labels(scope, arm).observe(tpot)
-            self.decode.labels(scope, arm).observe(sample.decode)
-            self.decode_tokens.labels(scope, arm).inc(sample.output_tokens - 1)
+            child(self.tpot, scope, arm).observe(tpot)
+            child(self.decode, scope, arm).observe(sample.decode)
+            child(self.decode_tokens, scope, arm).inc(sample.output_tokens - 1)
+
+    def _child(self, family: Any, *labels: str) -> Any:
+        """`family.labels(*labels)`, looked up once: these families are never cleared."""
+        key = (id(family), *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = family.labels(*labels)
+        return child
 
     def show_routes(self, routes: Routes, endpoints: Mapping[Arm, tuple[Endpoint, ...]]) -> None:
         """Bring the routing gauges in line with the effective routes."""

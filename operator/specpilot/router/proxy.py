@@ -1,34 +1,34 @@
 """The OpenAI-compatible proxy: classify, split, forward, measure.
 
 Completions and chat completions (POST with a JSON body) are classified into a scope, sent to
-an arm by the effective routes and measured; their bodies are bounded, so they are read whole
-(the engine cannot start before the whole JSON is there anyway). Every other ``/v1`` request is
-streamed through to the baseline arm unmeasured. Responses always stream, with backpressure.
+an arm by the effective routes and measured. Every other ``/v1`` request goes to the baseline arm
+unmeasured. Request bodies are bounded and arrive whole (`specpilot.router.server`); responses are
+relayed piece by piece as the engine sends them, from the upstream connection's read callback
+straight to the client's transport (`specpilot.router.upstream`), with backpressure: while the
+client's write buffer is full the upstream connection stops reading.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import random
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from typing import Any
-
-import aiohttp
-from aiohttp import hdrs, web
-from multidict import CIMultiDict, CIMultiDictProxy
 
 from specpilot.router.decide import UNAVAILABLE, Endpoint, Fallback, affinity_draw, choose_arm, classify_scope
 from specpilot.router.measure import StreamMeter, usage_tokens
 from specpilot.router.metrics import RouterMetrics
+from specpilot.router.outcome import Facts, Failure, StreamEnd, other_status_label, request_outcome
 from specpilot.router.samples import SampleLog
+from specpilot.router.server import ERROR_TYPES, ClientConnection, Request
 from specpilot.router.state import RouterState
+from specpilot.router.upstream import UpstreamConnection, UpstreamPool
 from specpilot.wire.names import SCOPE_HEADER, Arm
 from specpilot.wire.routerconfig import RouterConfig
-from specpilot.wire.samples import RequestOutcome, RequestSample, deadline_met, outcome_for_status
+from specpilot.wire.samples import RequestSample, deadline_met
 
 log = logging.getLogger("specpilot.router")
 
@@ -41,33 +41,22 @@ HOP_BY_HOP = frozenset(
         "Keep-Alive",
         "Proxy-Authenticate",
         "Proxy-Authorization",
+        "Proxy-Connection",
         "TE",
         "Trailer",
         "Transfer-Encoding",
         "Upgrade",
         "Host",
         "Content-Length",
+        "Expect",
     )
 )
-_SKIP_AUTO = frozenset({hdrs.USER_AGENT, hdrs.ACCEPT, hdrs.ACCEPT_ENCODING, hdrs.CONTENT_TYPE})
+_HOP_BY_HOP_BYTES = frozenset(h.encode() for h in HOP_BY_HOP)
+_ARM_HEADER = ARM_HEADER.encode()
 _USAGE_OPTION = b'{"stream_options":{"include_usage":true},'
 _MAX_ATTEMPTS = 3
 _MAX_KEPT_RESPONSE = 8 << 20  # a whole (non-streamed) answer is kept up to this size to read its usage
-_ERROR_TYPES = {
-    400: "BadRequestError",
-    404: "NotFoundError",
-    413: "RequestEntityTooLargeError",
-    502: "BadGatewayError",
-    503: "ServiceUnavailableError",
-    504: "GatewayTimeoutError",
-}
-
-
-def error_response(status: int, message: str) -> web.Response:
-    """An error in the OpenAI/vLLM shape: ``{"error": {message, type, param, code}}``."""
-    kind = _ERROR_TYPES.get(status, "Error")
-    body = {"error": {"message": message, "type": kind, "param": None, "code": status}}
-    return web.json_response(body, status=status)
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
 class _Refused(Exception):
@@ -78,45 +67,190 @@ class _Refused(Exception):
         self.status, self.reason, self.message = status, reason, message
 
 
+class _Failed(Exception):
+    """The upstream exchange failed; `before_response`: no byte of a response came (safe to retry)."""
+
+    def __init__(self, exc: Exception, *, before_response: bool) -> None:
+        super().__init__(repr(exc))
+        self.exc, self.before_response = exc, before_response
+
+
 class _Exchange:
-    """One measured request as it goes; becomes a `RequestSample` at the end."""
+    """One proxied request as it goes: the upstream response's `Sink`, and the facts of its outcome."""
 
     __slots__ = (
         "arm",
         "at",
+        "cancelled",
+        "client",
+        "conn",
         "deadline",
         "delivered",
         "endpoint",
+        "failure",
         "fallback",
+        "finished",
+        "keep",
+        "kept",
+        "measured",
         "meter",
         "model",
-        "outcome",
         "prompt_tokens",
+        "responded",
         "scope",
         "started",
         "status",
         "stream",
+        "strip_usage",
+        "timed_out",
         "tokens",
     )
 
     def __init__(
-        self, *, started: float, scope: str, arm: Arm, model: str, stream: bool, deadline: float | None
+        self,
+        client: ClientConnection,
+        *,
+        measured: bool,
+        started: float,
+        scope: str,
+        arm: Arm,
+        model: str = "",
+        stream: bool = False,
+        deadline: float | None = None,
+        strip_usage: bool = False,
     ) -> None:
+        self.client, self.measured = client, measured
         self.scope, self.arm, self.model, self.stream, self.deadline = scope, arm, model, stream, deadline
+        self.strip_usage = strip_usage
         self.started = started
         self.at = time.time() - (time.monotonic() - started)
         self.endpoint: Endpoint | None = None
         self.fallback: Fallback | None = None
+        self.conn: UpstreamConnection | None = None
+        self.finished: asyncio.Future[None] | None = None
         self.status = 0
-        self.outcome = RequestOutcome.OK
+        self.responded = False  # the response head went to the client
+        self.delivered = False  # the client has the whole answer
+        self.failure: Failure | None = None
+        self.timed_out = False
+        self.cancelled = False
         self.meter: StreamMeter | None = None
+        self.keep: list[bytes] | None = None
+        self.kept = 0
         self.tokens: int | None = None
         self.prompt_tokens: int | None = None
-        self.delivered = False  # the client has the whole answer
+
+    def facts(self) -> Facts:
+        meter = self.meter
+        stream = None
+        if meter is not None:
+            stream = StreamEnd.ERROR_EVENT if meter.error else StreamEnd.DONE if meter.done else StreamEnd.UNFINISHED
+        return Facts(
+            status=self.status,
+            responded=self.responded,
+            delivered=self.delivered,
+            failure=self.failure,
+            timed_out=self.timed_out,
+            cancelled=self.cancelled,
+            stream=stream,
+        )
+
+    def send(self, conn: UpstreamConnection, request: bytes, *, head_only: bool) -> asyncio.Future[None]:
+        self.conn = conn
+        self.finished = asyncio.get_running_loop().create_future()
+        self.client.attach(conn.transport)
+        conn.send(request, self, head_only=head_only)
+        return self.finished
+
+    def detach(self) -> None:
+        """Stop relaying; an exchange still under way upstream is abandoned (the engine cancels it)."""
+        conn, self.conn = self.conn, None
+        if conn is not None:
+            self.client.detach(conn.transport)
+            conn.abandon()
+
+    def _done(self) -> None:
+        """The connection is done with this exchange (back in the pool, or closed)."""
+        if self.conn is not None:
+            self.client.detach(self.conn.transport)
+            self.conn = None
+
+    # Sink
+
+    def head(self, status: int, reason: bytes, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status = status
+        length: int | None = None
+        event_stream = False
+        lines: list[bytes] = []
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-length":
+                length = int(value) if value.isdigit() else None
+            elif lower == b"content-type":
+                event_stream = value.startswith(b"text/event-stream")
+            if lower not in _HOP_BY_HOP_BYTES:
+                lines += (name, b": ", value, b"\r\n")
+        if self.measured:
+            lines += (_ARM_HEADER, b": ", self.arm.value.encode(), b"\r\n")
+            lines += (SCOPE_HEADER.encode(), b": ", self.scope.encode(), b"\r\n")
+            if self.stream and event_stream:
+                self.meter = StreamMeter(strip_usage=self.strip_usage)
+                length = None  # the usage chunk the router asked for may be taken out
+            elif status < 300:
+                self.keep = []
+        self.client.respond(status, reason.decode("latin-1"), b"".join(lines), length)
+        self.responded = True
+
+    def body(self, data: bytes) -> None:
+        meter = self.meter
+        if meter is not None:
+            out = meter.feed(data, time.monotonic())
+            if out:
+                self.client.write(out)
+                self.delivered = meter.done  # [DONE] is out: whatever happens next, the client has it all
+            return
+        keep = self.keep
+        if keep is not None:
+            self.kept += len(data)
+            if self.kept <= _MAX_KEPT_RESPONSE:
+                keep.append(data)
+            else:
+                self.keep = None
+        self.client.write(data)
+
+    def end(self) -> None:
+        self._done()
+        meter = self.meter
+        if meter is not None:
+            self.client.write(meter.finish())
+        else:
+            self.delivered = True
+            if self.keep is not None:
+                self.tokens, self.prompt_tokens = usage_tokens(b"".join(self.keep))
+        self.client.finish()
+        if self.finished is not None and not self.finished.done():
+            self.finished.set_result(None)
+
+    def failed(self, exc: Exception, *, before_response: bool) -> None:
+        self._done()
+        if self.finished is not None and not self.finished.done():
+            self.finished.set_exception(_Failed(exc, before_response=before_response))
+
+    # Ending a response that has started
+
+    def cut(self, message: str) -> None:
+        """An SSE error event when streaming, else a cut connection (a cut body is not a whole one)."""
+        if self.meter is None:
+            self.client.cut()
+            return
+        status = 504 if self.timed_out else 502
+        error = {"error": {"message": message, "type": ERROR_TYPES[status], "param": None, "code": status}}
+        self.client.write(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
+        self.client.finish()
 
 
 class Proxy:
-    """The ``/v1`` handler; one per router process."""
+    """The handler of the traffic port; one per router process."""
 
     def __init__(
         self,
@@ -125,31 +259,35 @@ class Proxy:
         metrics: RouterMetrics,
         samples: SampleLog,
         config: RouterConfig,
-        session: aiohttp.ClientSession,
+        pool: UpstreamPool,
     ) -> None:
         self._state = state
         self._metrics = metrics
         self._samples = samples
         self._config = config
-        self._session = session
+        self._pool = pool
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
+    async def handle(self, request: Request, client: ClientConnection) -> None:
         try:
+            if not request.path.startswith("/v1/"):
+                client.error(404, "not found: the router serves /v1/ only")
+                return
             if any(segment in (".", "..") for segment in request.path.split("/")):
                 # "/v1/../metrics" must not reach the engine's other endpoints.
                 raise _Refused(400, "bad_path", "path must not hold '.' or '..' segments")
             if request.method == "POST" and request.path in MEASURED_PATHS:
-                return await self._measured(request)
-            return await self._other(request)
+                await self._measured(request, client)
+            else:
+                await self._other(request, client)
         except _Refused as refused:
             self._metrics.refused.labels(refused.reason).inc()
-            return error_response(refused.status, refused.message)
+            client.error(refused.status, refused.message)
 
     # Measured requests
 
-    async def _measured(self, request: web.Request) -> web.StreamResponse:
+    async def _measured(self, request: Request, client: ClientConnection) -> None:
         started = time.monotonic()
-        body = await self._read_body(request)
+        body = request.body
         try:
             doc = json.loads(body.decode())  # UTF-8 only, as the OpenAI API has it
         except ValueError as exc:
@@ -159,200 +297,42 @@ class Proxy:
         model = doc.get("model")
         model = model if isinstance(model, str) else ""
         stream = doc.get("stream") is True
+        headers = request.headers
         routes = self._state.routes()
-        scope = classify_scope(
-            routes,
-            named=request.headers.get(self._config.scope_header),
-            path=request.path,
-            headers=request.headers,
-        )
+        scope = classify_scope(routes, named=headers.get(self._config.scope_header), path=request.path, headers=headers)
         route = routes.route(scope)
-        key = request.headers.get(self._config.affinity_header) if self._config.affinity_header else None
+        key = headers.get(self._config.affinity_header) if self._config.affinity_header else None
         arm, fallback = choose_arm(route, affinity_draw(scope, key) if key else random.random())
-        ex = _Exchange(
-            started=started, scope=scope, arm=arm, model=model, stream=stream, deadline=route.deadline_seconds
-        )
-        ex.fallback = fallback
         strip_usage = False
         if stream:
             body, strip_usage = _ask_for_usage(doc, body)
-        headers = self._upstream_headers(request.headers, scope)
-        headers[hdrs.ACCEPT_ENCODING] = "identity"
+        ex = _Exchange(
+            client,
+            measured=True,
+            started=started,
+            scope=scope,
+            arm=arm,
+            model=model,
+            stream=stream,
+            deadline=route.deadline_seconds,
+            strip_usage=strip_usage,
+        )
+        ex.fallback = fallback
+        head = _forwarded(request, {SCOPE_HEADER: scope, "Accept-Encoding": "identity"}, len(body))
         in_flight = self._metrics.in_flight.labels(scope, arm.value)
         in_flight.inc()
         try:
-            return await self._exchange(request, ex, headers, body, strip_usage)
-        except asyncio.CancelledError:
-            if not ex.delivered:
-                ex.outcome = RequestOutcome.CLIENT_CANCEL
-            raise
+            await self._exchange(ex, request, head, body, retry=True)
         finally:
             in_flight.dec()
             self._record(ex)
 
-    async def _exchange(
-        self, request: web.Request, ex: _Exchange, headers: CIMultiDict[str], body: bytes, strip_usage: bool
-    ) -> web.StreamResponse:
-        resp: web.StreamResponse | None = None
-        try:
-            async with asyncio.timeout(self._config.request_timeout):
-                upstream = await self._connect(request, ex, headers, body)
-                if upstream is None:
-                    ex.outcome, ex.status = RequestOutcome.NO_ENDPOINT, 503
-                    return error_response(503, f"no ready endpoint in arm {ex.arm.value}")
-                try:
-                    ex.status = upstream.status
-                    ex.outcome = outcome_for_status(upstream.status)
-                    resp = self._response(upstream, ex)
-                    await resp.prepare(request)
-                    if ex.stream and upstream.content_type == "text/event-stream":
-                        await self._relay_stream(upstream, resp, ex, strip_usage)
-                    else:
-                        await self._relay_body(upstream, resp, ex)
-                finally:
-                    upstream.close()
-                with contextlib.suppress(ConnectionError):  # the answer is whole; a client gone now changes nothing
-                    await resp.write_eof()
-                return resp
-        except _ClientGone:
-            if not ex.delivered:
-                ex.outcome = RequestOutcome.CLIENT_CANCEL
-            return _prepared(resp)
-        except aiohttp.ClientError as exc:  # before TimeoutError: aiohttp's socket timeouts are both
-            return resp if ex.delivered and resp is not None else await self._failed(request, resp, ex, exc)
-        except TimeoutError:
-            if ex.delivered and resp is not None:
-                return resp
-            ex.outcome = RequestOutcome.TIMEOUT
-            message = f"upstream did not finish within {self._config.request_timeout:g} s"
-            if resp is None:
-                ex.status = 504
-                return error_response(504, message)
-            return await self._cut(request, resp, ex, message)
-        except OSError as exc:
-            return resp if ex.delivered and resp is not None else await self._failed(request, resp, ex, exc)
-        finally:
-            if ex.endpoint is not None:
-                self._state.release(ex.endpoint)
-
-    async def _connect(
-        self, request: web.Request, ex: _Exchange, headers: CIMultiDict[str], body: bytes
-    ) -> aiohttp.ClientResponse | None:
-        """Send to the chosen arm; when that fails before any response, try another endpoint, then baseline.
-
-        A refused connect never reached the engine; a connection closed before any response byte
-        is almost always an idle keep-alive connection of a pod shutting down. Either way nothing
-        reached the client, so the request moves on (the failed endpoint sits out a while). On
-        success the endpoint stays acquired (`RouterState.release` when the exchange ends).
-        """
-        failure: Exception | None = None
-        tried: frozenset[Endpoint] = frozenset()
-        for _ in range(_MAX_ATTEMPTS):
-            endpoint = self._state.pick(ex.arm, tried)
-            if endpoint is None and ex.arm is not Arm.BASELINE:
-                ex.fallback = UNAVAILABLE[ex.arm]
-                ex.arm = Arm.BASELINE
-                endpoint = self._state.pick(ex.arm, tried)
-            if endpoint is None:
-                break
-            self._state.acquire(endpoint)
-            ex.endpoint = endpoint
-            try:
-                upstream = await self._session.request(
-                    request.method,
-                    f"http://{endpoint.address}{request.rel_url}",
-                    headers=headers,
-                    data=body,
-                    allow_redirects=False,
-                    skip_auto_headers=_SKIP_AUTO,
-                )
-            except (aiohttp.ClientOSError, aiohttp.ServerDisconnectedError, aiohttp.ConnectionTimeoutError) as exc:
-                self._state.release(endpoint)
-                ex.endpoint = None
-                self._state.eject(endpoint)
-                tried |= {endpoint}
-                self._metrics.retries.labels(ex.arm.value).inc()
-                log.warning(
-                    "%s (%s) failed before answering: %r; trying another endpoint", endpoint.address, ex.arm, exc
-                )
-                failure = exc
-                continue
-            return upstream
-        if failure is not None:
-            raise failure
-        return None
-
-    def _response(self, upstream: aiohttp.ClientResponse, ex: _Exchange) -> web.StreamResponse:
-        headers = CIMultiDict(
-            (name, value) for name, value in upstream.headers.items() if name.lower() not in HOP_BY_HOP
-        )
-        headers[ARM_HEADER] = ex.arm.value
-        headers[SCOPE_HEADER] = ex.scope
-        resp = web.StreamResponse(status=upstream.status, reason=upstream.reason, headers=headers)
-        if upstream.content_length is not None and not (ex.stream and upstream.content_type == "text/event-stream"):
-            resp.content_length = upstream.content_length
-        return resp
-
-    async def _relay_stream(
-        self, upstream: aiohttp.ClientResponse, resp: web.StreamResponse, ex: _Exchange, strip_usage: bool
-    ) -> None:
-        meter = ex.meter = StreamMeter(strip_usage=strip_usage)
-        content, clock = upstream.content, time.monotonic
-        while data := await content.readany():
-            out = meter.feed(data, clock())
-            if out:
-                await _send(resp, out)
-                ex.delivered = meter.done  # [DONE] is out: whatever happens next, the client has it all
-        rest = meter.finish()
-        if rest:
-            await _send(resp, rest)
-
-    async def _relay_body(self, upstream: aiohttp.ClientResponse, resp: web.StreamResponse, ex: _Exchange) -> None:
-        keep: list[bytes] | None = [] if upstream.status < 300 else None
-        kept = 0
-        while data := await upstream.content.readany():
-            if keep is not None:
-                kept += len(data)
-                keep = keep if kept <= _MAX_KEPT_RESPONSE else None
-                if keep is not None:
-                    keep.append(data)
-            await _send(resp, data)
-        ex.delivered = True
-        if keep is not None:
-            ex.tokens, ex.prompt_tokens = usage_tokens(b"".join(keep))
-
-    async def _failed(
-        self, request: web.Request, resp: web.StreamResponse | None, ex: _Exchange, exc: Exception
-    ) -> web.StreamResponse:
-        ex.outcome = RequestOutcome.UPSTREAM_ERROR
-        if resp is None:
-            ex.status = 502
-            return error_response(502, f"upstream failed: {type(exc).__name__}")
-        return await self._cut(request, resp, ex, f"upstream failed mid-response: {type(exc).__name__}")
-
-    async def _cut(
-        self, request: web.Request, resp: web.StreamResponse, ex: _Exchange, message: str
-    ) -> web.StreamResponse:
-        """End a response that has started: an SSE error event when streaming, else a cut connection."""
-        if ex.meter is not None:
-            status = 504 if ex.outcome is RequestOutcome.TIMEOUT else 502
-            error = {"error": {"message": message, "type": _ERROR_TYPES[status], "param": None, "code": status}}
-            try:
-                await resp.write(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
-                await resp.write_eof()
-                return resp
-            except ConnectionError:
-                return resp
-        _abort(request)
-        return resp
-
     def _record(self, ex: _Exchange) -> None:
         e2e = time.monotonic() - ex.started
+        outcome, status = request_outcome(ex.facts())
         meter = ex.meter
         ttft = decode = None
         if meter is not None:
-            if ex.outcome is RequestOutcome.OK and (meter.error or not meter.done):
-                ex.outcome = RequestOutcome.UPSTREAM_ERROR  # an error event, or a stream that ended without [DONE]
             ex.tokens = meter.usage_tokens if meter.usage_tokens is not None else meter.content_chunks
             ex.prompt_tokens = meter.usage_prompt_tokens
             if meter.first_content is not None and meter.last_content is not None:
@@ -366,15 +346,15 @@ class Proxy:
             endpoint=ex.endpoint.address if ex.endpoint is not None else "",
             model=ex.model[:200],
             stream=ex.stream,
-            status=ex.status,
-            outcome=ex.outcome,
+            status=status,
+            outcome=outcome,
             e2e=e2e,
             ttft=ttft,
             output_tokens=ex.tokens,
             prompt_tokens=ex.prompt_tokens,
             tokens_from_usage=ex.tokens is not None and (meter is None or meter.usage_tokens is not None),
             decode=decode,
-            deadline_met=deadline_met(ex.outcome, e2e, ex.deadline),
+            deadline_met=deadline_met(outcome, e2e, ex.deadline),
             fallback=ex.fallback.value if ex.fallback is not None else None,
         )
         self._samples.append(sample)
@@ -384,116 +364,115 @@ class Proxy:
 
     # Other /v1 requests
 
-    async def _other(self, request: web.Request) -> web.StreamResponse:
-        limit = self._config.max_body_bytes
-        length = request.content_length
-        if length is not None and length > limit:
-            raise _Refused(413, "body_too_large", f"request body over {limit} bytes")
-        headers = self._upstream_headers(request.headers, None)
-        if length is not None:
-            headers[hdrs.CONTENT_LENGTH] = str(length)
-        endpoint = self._state.pick(Arm.BASELINE)
-        if endpoint is None:
+    async def _other(self, request: Request, client: ClientConnection) -> None:
+        if self._state.pick(Arm.BASELINE) is None:
             raise _Refused(503, "no_endpoint", "no ready endpoint in arm baseline")
-        body = _LimitedBody(request, limit) if request.body_exists else None
-        resp: web.StreamResponse | None = None
-        status, failure = "error", "upstream failed"
-        self._state.acquire(endpoint)
+        ex = _Exchange(client, measured=False, started=time.monotonic(), scope="", arm=Arm.BASELINE)
+        head = _forwarded(request, {}, len(request.body))
         try:
-            async with (
-                asyncio.timeout(self._config.request_timeout),
-                self._session.request(
-                    request.method,
-                    f"http://{endpoint.address}{request.rel_url}",
-                    headers=headers,
-                    data=body,
-                    allow_redirects=False,
-                    skip_auto_headers=_SKIP_AUTO,
-                ) as upstream,
-            ):
-                status = str(upstream.status)
-                resp = web.StreamResponse(status=upstream.status, reason=upstream.reason)
-                resp.headers.extend((k, v) for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP)
-                if upstream.content_length is not None:
-                    resp.content_length = upstream.content_length
-                await resp.prepare(request)
-                while data := await upstream.content.readany():
-                    await _send(resp, data)
-                await resp.write_eof()
-                return resp
-        except _ClientGone:
-            status = "client_cancel"
-            return _prepared(resp)
-        except aiohttp.ClientError as exc:  # before TimeoutError: aiohttp's socket timeouts are both
-            status, failure = "error", f"upstream failed: {type(exc).__name__}"
-        except TimeoutError:
-            status, failure = "timeout", "upstream did not answer in time"
-        except OSError as exc:
-            status, failure = "error", f"upstream failed: {type(exc).__name__}"
+            await self._exchange(ex, request, head, request.body, retry=False)
         finally:
-            self._state.release(endpoint)
-            self._metrics.other_requests.labels(status).inc()
-        if body is not None and body.exceeded:
-            raise _Refused(413, "body_too_large", f"request body over {limit} bytes")
-        if resp is None:
-            return error_response(504 if status == "timeout" else 502, failure)
-        _abort(request)
-        return resp
+            self._metrics.other_requests.labels(other_status_label(ex.facts())).inc()
 
-    # Helpers
+    # The exchange with upstream
 
-    async def _read_body(self, request: web.Request) -> bytes:
-        limit = self._config.max_body_bytes
-        if request.content_length is not None and request.content_length > limit:
-            raise _Refused(413, "body_too_large", f"request body over {limit} bytes")
+    async def _exchange(self, ex: _Exchange, request: Request, head: bytes, body: bytes, *, retry: bool) -> None:
+        """Send to the arm's endpoints, answer the client, note the facts; the client leaving cancels it."""
         try:
-            return await request.read()
-        except web.HTTPRequestEntityTooLarge:
-            raise _Refused(413, "body_too_large", f"request body over {limit} bytes") from None
+            async with asyncio.timeout(self._config.request_timeout):
+                await self._attempts(ex, request, head, body, retry=retry)
+        except TimeoutError:
+            if not ex.delivered:
+                ex.timed_out = True
+                message = f"upstream did not finish within {self._config.request_timeout:g} s"
+                if ex.responded:
+                    ex.cut(message)
+                else:
+                    ex.client.error(504, message)
+        except asyncio.CancelledError:
+            ex.cancelled = True
+            raise
+        finally:
+            ex.detach()
+            if ex.endpoint is not None:
+                self._state.release(ex.endpoint)
 
-    def _upstream_headers(self, incoming: CIMultiDictProxy[str], scope: str | None) -> CIMultiDict[str]:
-        headers = CIMultiDict((k, v) for k, v in incoming.items() if k.lower() not in HOP_BY_HOP)
-        if scope is not None:
-            headers[SCOPE_HEADER] = scope
-        return headers
+    async def _attempts(self, ex: _Exchange, request: Request, head: bytes, body: bytes, *, retry: bool) -> None:
+        """Try the chosen arm; when that fails before any response, another endpoint, then baseline.
+
+        A refused connect never reached the engine; a connection closed before any response byte
+        is almost always an idle keep-alive connection of a pod shutting down. Either way nothing
+        reached the client, so the request moves on (the failed endpoint sits out a while). On
+        success the endpoint stays acquired (`_exchange` releases it).
+        """
+        failure: Exception | None = None
+        tried: frozenset[Endpoint] = frozenset()
+        for _ in range(_MAX_ATTEMPTS if retry else 1):
+            endpoint = self._state.pick(ex.arm, tried)
+            if endpoint is None and ex.arm is not Arm.BASELINE:
+                ex.fallback = UNAVAILABLE[ex.arm]
+                ex.arm = Arm.BASELINE
+                endpoint = self._state.pick(ex.arm, tried)
+            if endpoint is None:
+                break
+            self._state.acquire(endpoint)
+            ex.endpoint = endpoint
+            try:
+                try:
+                    conn = await self._pool.connect(endpoint.host, endpoint.port)
+                except (OSError, TimeoutError) as exc:
+                    raise _Failed(exc, before_response=True) from None
+                start = b"%s %s HTTP/1.1\r\nHost: %s\r\n" % (
+                    request.method.encode(),
+                    request.target,
+                    endpoint.address.encode(),
+                )
+                await ex.send(conn, start + head + body, head_only=request.method == "HEAD")
+                return
+            except _Failed as failed:
+                ex.detach()
+                if not failed.before_response or not retry:
+                    self._failed(ex, failed.exc)
+                    return
+                self._state.release(endpoint)
+                ex.endpoint = None
+                self._state.eject(endpoint)
+                tried |= {endpoint}
+                self._metrics.retries.labels(ex.arm.value).inc()
+                log.warning(
+                    "%s (%s) failed before answering: %r; trying another endpoint", endpoint.address, ex.arm, failed.exc
+                )
+                failure = failed.exc
+        if failure is not None:
+            self._failed(ex, failure)
+        else:
+            ex.failure = Failure.NO_ENDPOINT
+            ex.client.error(503, f"no ready endpoint in arm {ex.arm.value}")
+
+    def _failed(self, ex: _Exchange, exc: Exception) -> None:
+        if ex.delivered:
+            return
+        ex.failure = Failure.UPSTREAM
+        if ex.responded:
+            ex.cut(f"upstream failed mid-response: {type(exc).__name__}")
+        else:
+            ex.client.error(502, f"upstream failed: {type(exc).__name__}")
 
 
-class _ClientGone(Exception):
-    """The client went away while its response was being written."""
-
-
-class _LimitedBody:
-    """A request body passed on as it arrives, stopped once it grows past the limit."""
-
-    def __init__(self, request: web.Request, limit: int) -> None:
-        self._request, self._limit = request, limit
-        self.exceeded = False
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        total = 0
-        async for data in self._request.content.iter_any():
-            total += len(data)
-            if total > self._limit:
-                self.exceeded = True
-                raise ValueError("request body too large")
-            yield data
-
-
-async def _send(resp: web.StreamResponse, data: bytes) -> None:
-    try:
-        await resp.write(data)
-    except ConnectionError:
-        raise _ClientGone from None
-
-
-def _prepared(resp: web.StreamResponse | None) -> web.StreamResponse:
-    return resp if resp is not None else web.Response(status=499)
-
-
-def _abort(request: web.Request) -> None:
-    """Close the client connection so a cut body is not mistaken for a whole one."""
-    if request.protocol is not None:
-        request.protocol.force_close()
+def _forwarded(request: Request, replace: Mapping[str, str], length: int) -> bytes:
+    """The header block sent upstream: the client's end-to-end headers, `replace` set, the body's length."""
+    headers = request.headers
+    replaced = {name.lower() for name in replace}
+    lines = [
+        f"{name}: {value}\r\n"
+        for name, value in headers.items()
+        if name.lower() not in HOP_BY_HOP and name.lower() not in replaced
+    ]
+    lines += (f"{name}: {value}\r\n" for name, value in replace.items())
+    if length or request.method in _BODY_METHODS or "Content-Length" in headers or "Transfer-Encoding" in headers:
+        lines.append(f"Content-Length: {length}\r\n")
+    lines.append("\r\n")
+    return "".join(lines).encode("latin-1")
 
 
 def _ask_for_usage(doc: Mapping[str, Any], body: bytes) -> tuple[bytes, bool]:

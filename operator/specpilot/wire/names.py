@@ -54,6 +54,15 @@ def arm_of_service(pilot: str, service: str) -> Arm | None:
         return None
 
 
+def evidence_name(pilot: str) -> str:
+    """Name of the ConfigMap holding the pilot's evidence store (read by `specpilot report`)."""
+    return f"{pilot}-evidence"
+
+
+EVIDENCE_LABEL = f"{GROUP}/evidence-of"  # on the evidence ConfigMap: the pilot (not PILOT_LABEL, which wakes it)
+EVIDENCE_KEY = "evidence.json"
+
+
 def routes_name(pilot: str) -> str:
     """Name of the ConfigMap holding the pilot's routing table."""
     return f"{pilot}-routes"

@@ -50,6 +50,7 @@ class RouterConfig:
     default_scope: str = "default"
     request_timeout: float = 600.0
     connect_timeout: float = 5.0
+    read_timeout: float = 30.0  # a client must send its whole request within this
     max_table_age: float = 300.0  # 0: a table never turns stale
     max_body_bytes: int = 8 << 20
     max_header_bytes: int = 8190
@@ -74,7 +75,11 @@ class RouterConfig:
             bool(re.match(SCOPE_NAME_PATTERN, self.default_scope)),
             f"--default-scope: not a scope name (lower-case letters, digits, '-'): {self.default_scope!r}",
         )
-        for flag, seconds in (("--request-timeout", self.request_timeout), ("--connect-timeout", self.connect_timeout)):
+        for flag, seconds in (
+            ("--request-timeout", self.request_timeout),
+            ("--connect-timeout", self.connect_timeout),
+            ("--read-timeout", self.read_timeout),
+        ):
             _check(math.isfinite(seconds) and seconds > 0, f"{flag}: must be positive seconds, got {seconds}")
         for flag, seconds in (("--max-table-age", self.max_table_age), ("--drain-seconds", self.drain_seconds)):
             _check(math.isfinite(seconds) and seconds >= 0, f"{flag}: must be 0 or more seconds, got {seconds}")
@@ -204,6 +209,7 @@ def _parser(environ: Mapping[str, str]) -> _Parser:
     add("default-scope", "scope label of requests no scope takes when the table names no defaultScope")
     add("request-timeout", "seconds a request may take end to end before 504", type=float)
     add("connect-timeout", "seconds to connect to an engine", type=float)
+    add("read-timeout", "seconds a client may take to send a whole request before 408", type=float)
     add("max-table-age", "seconds after updatedAt a routing table turns stale (0: never)", type=float)
     add("max-body-bytes", "largest request body", type=int)
     add("max-header-bytes", "longest request line or header field", type=int)

@@ -24,6 +24,8 @@ from specpilot.wire.names import Arm
 
 SEED = 20261129
 CASES = 150
+# Answers a malformed or odd request may get: the upstream's own, or a refusal that names what is wrong.
+ANSWERS = {b"HTTP/1.1 %d" % status for status in (200, 400, 404, 408, 413, 414, 431, 501, 502, 503, 504, 505)}
 
 Payload = Callable[[random.Random], bytes]
 
@@ -205,6 +207,7 @@ async def test_malformed_requests_get_clear_answers_and_leave_nothing_behind(
         answer = await _raw_exchange(host, port, rng.choice(RAW)(rng), half_close=rng.random() < 0.7)
         statuses.append(answer[:12])
         assert b" 500 " not in answer[:13], answer[:300]
+        assert answer == b"" or answer[:12] in ANSWERS, answer[:300]
     assert any(s.startswith(b"HTTP/1.1 400") for s in statuses)
     assert any(s.startswith(b"HTTP/1.1 200") for s in statuses)
     async with await h.chat(team="code") as resp:  # still serving
@@ -239,7 +242,8 @@ async def test_malformed_upstream_responses_become_errors_not_crashes(
 
         for batch in range(0, CASES, 10):
             statuses = await asyncio.gather(*(one(i) for i in range(batch, batch + 10)))
-            assert all(status in (-1, 200, 502, 504) or 100 <= status < 1000 for status in statuses)
+            # what upstream sent when it was a response (all 200s here), else the router's own 502 or 504
+            assert set(statuses) <= {-1, 200, 502, 504}, statuses
         page = h.router.samples.since(0, 1000)
         assert page.samples and {s.outcome.value for s in page.samples} <= {"ok", "upstream_error", "timeout",
                                                                             "client_error", "rejected"}  # fmt: skip

@@ -109,6 +109,16 @@ def test_a_busy_ordinary_arm_over_the_window() -> None:
     assert got.preemptions == 0
 
 
+def test_the_batch_a_token_saw_weights_each_pod_and_scrape_by_its_own_batch() -> None:
+    # batches 0, 2, 6 over three scrapes: the mean is 8/3, the tokens saw (4 + 36) / 8 = 5
+    got = window(at(0, replace(IDLE, running=0)), at(30, replace(IDLE, running=2)), at(60, replace(BUSY, running=6)))
+    assert got.running == pytest.approx(8 / 3) and got.batch_seen == pytest.approx(5.0)
+    # two pods, each at 4, are two batches of 4, not one of 8
+    pods = window(at(0, IDLE, "a"), at(0, IDLE, "b"), at(60, BUSY, "a"), at(60, BUSY, "b"))
+    assert pods.batch_seen == pytest.approx(4.0)
+    assert window(at(0, IDLE), at(60, replace(BUSY, running=0))).batch_seen is None
+
+
 def test_speculative_figures_are_ratios_of_summed_deltas() -> None:
     got = window(at(0, SPEC_IDLE), at(60, SPEC_BUSY), speculative=True)
     assert got.inconclusive is None

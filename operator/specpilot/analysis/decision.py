@@ -1,0 +1,381 @@
+"""A decision per scope and one for the pilot, from the evidence store, with sentences of reasons.
+
+A scope is decided, in this order:
+
+1. **Defer, QualityRegression**: a quality gate failed in a window, or flipped the scope back.
+2. **Defer, MemoryPressure**: the scope was flipped back for the speculative arm's KV cache.
+3. **Defer, InsufficientEvidence**: fewer than `MIN_WINDOWS` windows measured both arms.
+4. Each speculative load band against the baseline at the same load (`bands.compare`):
+   - wins at every band: **AdoptWithinEnvelope** up to the highest load measured, unless the
+     decode gain implies less than `MIN_END_TO_END_GAIN` end to end (**Defer, BottleneckElsewhere**);
+   - wins below a load and loses above it: **AdoptInLowLoadWindows** at the crossover, with its
+     interval at analysis.confidence;
+   - otherwise: **Defer, NoNetGain**.
+
+The pilot adopts in low-load windows if any scope does (at the lowest crossover: the engine's
+speculation cannot differ per scope), adopts within the envelope of its adopting scopes if those
+all win at every load, and defers otherwise, for the reason most of its scopes share.
+
+Pure: takes the evidence and the fallback records, returns the status models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from specpilot.analysis.bands import Band, Comparison, Crossover, bands, compare, crossover
+from specpilot.analysis.evidence import ArmTotals, Evidence, ScopeEvidence
+from specpilot.api.reasons import FallbackReason
+from specpilot.api.status import (
+    Decision,
+    DecisionOutcome,
+    DecisionTrigger,
+    DeferReason,
+    Envelope,
+    FallbackRecord,
+    ScopeDecision,
+    ScopeState,
+    ScopeStatus,
+)
+from specpilot.wire.names import Arm
+
+MIN_WINDOWS = 3
+MIN_END_TO_END_GAIN = 1.03  # below 3% end to end, speculation is not worth its memory and risk
+SETTLED = frozenset({ScopeState.SPECULATIVE, ScopeState.ROLLED_BACK})
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeShare:
+    """Where a scope's request time goes on the baseline, and what the decode gain implies."""
+
+    ttft: float  # mean time to first token, seconds (queue and prefill, as the router sees them)
+    decode: float  # mean decode time (first to last token), seconds
+    e2e: float  # mean end-to-end time, seconds
+    share: float  # decode / e2e
+    decode_ratio: float | None  # speculative / baseline time per committed token, over every window
+    speculative_e2e: float | None
+
+    @property
+    def decode_gain(self) -> float | None:
+        return 1 / self.decode_ratio if self.decode_ratio else None
+
+    @property
+    def implied_gain(self) -> float | None:
+        return implied_gain(self.share, self.decode_ratio) if self.decode_ratio is not None else None
+
+    @property
+    def observed_gain(self) -> float | None:
+        return self.e2e / self.speculative_e2e if self.speculative_e2e else None
+
+
+def implied_gain(share: float, decode_ratio: float) -> float:
+    """End-to-end gain when the decode share of request time runs `decode_ratio` times as long:
+    7 s fixed + 3 s decode, decode halved -> 10 / 8.5 = 1.18x."""
+    return 1 / (1 - share * (1 - decode_ratio))
+
+
+def _tpct(totals: ArmTotals | None) -> float | None:
+    return totals.decode_seconds / totals.committed_tokens if totals and totals.committed_tokens else None
+
+
+def decode_share(scope: ScopeEvidence) -> DecodeShare | None:
+    """The baseline's timing breakdown of the scope's ok requests, and the decode ratio."""
+    base = scope.totals.get(Arm.BASELINE)
+    spec = scope.totals.get(Arm.SPECULATIVE)
+    if base is None or not base.ok or not base.decoded or not base.streams or base.e2e_seconds <= 0:
+        return None
+    e2e = base.e2e_seconds / base.ok
+    decode = base.decode_seconds / base.decoded
+    base_tpct, spec_tpct = _tpct(base), _tpct(spec)
+    return DecodeShare(
+        ttft=base.ttft_seconds / base.streams,
+        decode=decode,
+        e2e=e2e,
+        share=min(1.0, decode / e2e),
+        decode_ratio=spec_tpct / base_tpct if spec_tpct is not None and base_tpct else None,
+        speculative_e2e=spec.e2e_seconds / spec.ok if spec is not None and spec.ok else None,
+    )
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmCost:
+    """What one arm costs and delivers for a scope."""
+
+    arm: Arm
+    gpus: int | None
+    kv_blocks: int | None  # per replica
+    on_time_per_gpu_hour: float | None  # best measured band: Little's law throughput x on-time share
+    at_load: float | None  # the band's load
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostView:
+    arms: tuple[ArmCost, ...]
+    kv_cost: float | None  # share of the baseline's KV blocks the draft takes: 1 - spec / base
+
+
+def _on_time_per_gpu_hour(band: Band, gpus_per_replica: float) -> float | None:
+    if not band.e2e or not band.routed or gpus_per_replica <= 0:
+        return None
+    return band.load / band.e2e * (band.on_time / band.routed) * 3600 / gpus_per_replica
+
+
+def cost_view(evidence: Evidence, arm_bands: Mapping[Arm, Sequence[Band]], replicas: Mapping[Arm, int]) -> CostView:
+    """GPUs, KV blocks and the best on-time completions per GPU-hour, per arm, for one scope."""
+    out = []
+    for arm in (Arm.BASELINE, Arm.SPECULATIVE, Arm.ALTERNATIVE):
+        gpus = evidence.gpus.get(arm)
+        if gpus is None and arm is Arm.ALTERNATIVE:
+            continue
+        per_replica = gpus / replicas[arm] if gpus and replicas.get(arm) else 1.0
+        best: tuple[float, float] | None = None
+        for band in arm_bands.get(arm, ()):
+            value = _on_time_per_gpu_hour(band, per_replica)
+            if value is not None and (best is None or value > best[0]):
+                best = (value, band.load)
+        out.append(
+            ArmCost(
+                arm=arm,
+                gpus=gpus,
+                kv_blocks=evidence.kv_blocks.get(arm),
+                on_time_per_gpu_hour=best[0] if best else None,
+                at_load=best[1] if best else None,
+            )
+        )
+    base, spec = evidence.kv_blocks.get(Arm.BASELINE), evidence.kv_blocks.get(Arm.SPECULATIVE)
+    return CostView(arms=tuple(out), kv_cost=1 - spec / base if base and spec is not None else None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScopeFindings:
+    """A scope's bands, comparisons, crossover, timing breakdown and decision."""
+
+    scope: str
+    bands: Mapping[Arm, tuple[Band, ...]]
+    comparisons: tuple[Comparison, ...]
+    crossover: Crossover | None
+    share: DecodeShare | None
+    decision: ScopeDecision
+
+
+def _load(value: float) -> str:
+    return f"{value:.1f} concurrent requests per replica"
+
+
+def _coverage_sentence(comparisons: Sequence[Comparison], baseline: Sequence[Band]) -> str | None:
+    """A caveat when the baseline never ran at some of the speculative arm's loads."""
+    outside = [c for c in comparisons if c.extrapolated]
+    if not outside or not baseline:
+        return None
+    return (
+        f"The baseline ran at {baseline[0].load:.1f} to {baseline[-1].load:.1f} concurrent requests per replica: "
+        f"{len(outside)} of {len(comparisons)} speculative load band(s) compare against its nearest measured band."
+    )
+
+
+def _share_sentence(share: DecodeShare | None) -> str | None:
+    if share is None or share.decode_gain is None or share.implied_gain is None:
+        return None
+    observed = f" (observed {share.observed_gain:.2f}x)" if share.observed_gain else ""
+    return (
+        f"Decoding is {share.share:.0%} of its request time on the baseline ({share.decode:.2f} s of "
+        f"{share.e2e:.2f} s): the decode-only gain of {share.decode_gain:.2f}x implies "
+        f"{share.implied_gain:.2f}x end to end{observed}."
+    )
+
+
+def _figures(share: DecodeShare | None) -> tuple[float | None, float | None, float | None]:
+    return (share.share, share.decode_gain, share.implied_gain) if share else (None, None, None)
+
+
+def _defer(reason: DeferReason, sentence: str, share: DecodeShare | None) -> ScopeDecision:
+    extra = _share_sentence(share)
+    figures = _figures(share)
+    return ScopeDecision(
+        outcome=DecisionOutcome.DEFER,
+        defer_reason=reason,
+        decode_share=figures[0],
+        decode_gain=figures[1],
+        implied_gain=figures[2],
+        reasons=[sentence, *([extra] if extra else [])],
+    )
+
+
+def _ratios(comparisons: Sequence[Comparison]) -> str:
+    return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.1f}" for c in comparisons)
+
+
+def decide_scope(
+    name: str, evidence: Evidence, *, fallbacks: Sequence[FallbackRecord], confidence: float
+) -> ScopeFindings:
+    """The scope's findings and decision from everything recorded for it."""
+    scope = evidence.scopes.get(name, ScopeEvidence())
+    arm_bands = {arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap)) for arm in Arm}
+    comparisons = tuple(compare(arm_bands[Arm.SPECULATIVE], arm_bands[Arm.BASELINE]))
+    cross = crossover(arm_bands[Arm.SPECULATIVE], arm_bands[Arm.BASELINE], confidence=confidence)
+    share = decode_share(scope)
+    reasons = {record.reason for record in fallbacks if record.scope == name}
+
+    def findings(decision: ScopeDecision) -> ScopeFindings:
+        return ScopeFindings(
+            scope=name, bands=arm_bands, comparisons=comparisons, crossover=cross, share=share, decision=decision
+        )
+
+    quality = reasons & {FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED}
+    if quality or scope.quality_failed:
+        what = f"{scope.quality_failed} window(s) with a failing quality check" if scope.quality_failed else ""
+        flipped = "it was flipped back for " + " and ".join(sorted(quality)) if quality else ""
+        detail = "; ".join(part for part in (what, flipped) if part)
+        return findings(_defer(DeferReason.QUALITY_REGRESSION, f"{name}: quality regressed ({detail}).", share))
+    if FallbackReason.KV_CACHE_PRESSURE in reasons:
+        blocks = evidence.kv_blocks
+        detail = (
+            f"; the draft leaves it {blocks[Arm.SPECULATIVE]} KV blocks per replica against the baseline's "
+            f"{blocks[Arm.BASELINE]}"
+            if Arm.SPECULATIVE in blocks and Arm.BASELINE in blocks
+            else ""
+        )
+        sentence = f"{name}: the speculative arm ran out of KV cache and the scope was flipped back{detail}."
+        return findings(_defer(DeferReason.MEMORY_PRESSURE, sentence, share))
+    measured = sum(band.windows for band in arm_bands[Arm.SPECULATIVE])
+    if measured < MIN_WINDOWS or not arm_bands[Arm.BASELINE]:
+        sentence = (
+            f"{name}: {measured} window(s) measured speculation against the baseline; at least {MIN_WINDOWS} "
+            "are needed to state a decision."
+        )
+        return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share))
+    wins = [c for c in comparisons if c.wins]
+    figures = _figures(share)
+    extra = " ".join(s for s in (_share_sentence(share), _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])) if s)
+    if len(wins) == len(comparisons):
+        top = max(c.band.load for c in comparisons)
+        gain = share.implied_gain if share else None
+        if share is not None and gain is not None and gain < MIN_END_TO_END_GAIN:
+            sentence = (
+                f"{name}: speculation decodes faster at every load measured ({_ratios(comparisons)}), but decoding "
+                f"is only {share.share:.0%} of request time, so it gains {gain:.2f}x end to end: the bottleneck "
+                "is elsewhere."
+            )
+            return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share))
+        sentence = (
+            f"{name}: speculation wins at every load measured, up to {_load(top)}: time per committed token "
+            f"{_ratios(comparisons)} the baseline's, with the quality gates green."
+        )
+        decision = ScopeDecision(
+            outcome=DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
+            max_concurrency=top,
+            reasons=[sentence, *([extra] if extra else [])],
+            decode_share=figures[0],
+            decode_gain=figures[1],
+            implied_gain=figures[2],
+        )
+        return findings(decision)
+    if wins and cross is not None:
+        below = max((c.band.load for c in wins if c.band.load < cross.load), default=wins[0].band.load)
+        caveat = (
+            " Speculation wins again at some load above it, so the curve is not monotone." if cross.non_monotone else ""
+        )
+        sentence = (
+            f"{name}: speculation wins below {_load(cross.load)} ({cross.confidence:.0%} interval "
+            f"{cross.low:.1f} to {cross.high:.1f}) and ordinary decoding wins above it: time per committed token "
+            f"{_ratios(comparisons)} the baseline's.{caveat}"
+        )
+        decision = ScopeDecision(
+            outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
+            max_concurrency=below,
+            crossover_concurrency=cross.load,
+            crossover_low=cross.low,
+            crossover_high=cross.high,
+            reasons=[sentence, *([extra] if extra else [])],
+            decode_share=figures[0],
+            decode_gain=figures[1],
+            implied_gain=figures[2],
+        )
+        return findings(decision)
+    sentence = (
+        f"{name}: speculation is not faster at the loads measured: time per committed token "
+        f"{_ratios(comparisons)} the baseline's."
+    )
+    coverage = _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])
+    return findings(_defer(DeferReason.NO_NET_GAIN, f"{sentence} {coverage}" if coverage else sentence, share))
+
+
+def decision_due(
+    scopes: Sequence[ScopeStatus], annotations: Mapping[str, str], *, annotation: str
+) -> DecisionTrigger | None:
+    """Whether the pilot's decision is stated now: asked for, or every scope has settled."""
+    if annotation in annotations:
+        return DecisionTrigger.REQUESTED
+    if scopes and all(scope.state in SETTLED for scope in scopes):
+        return DecisionTrigger.SETTLED
+    return None
+
+
+def decide_pilot(
+    findings: Sequence[ScopeFindings], *, trigger: DecisionTrigger, now: datetime, previous: Decision | None = None
+) -> Decision:
+    """The pilot's decision from its scopes'; `decided_at` moves only when the decision changes."""
+    decisions = {f.scope: f.decision for f in findings}
+    within = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE]
+    low = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS]
+    deferred = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.DEFER]
+    scope_reasons = [d.reasons[0] for d in decisions.values() if d.reasons]
+    envelope = None
+    if within:
+        tops = [decisions[name].max_concurrency for name in within]
+        envelope = Envelope(scopes=within, max_concurrency=min(t for t in tops if t is not None) if tops else None)
+    if low:
+        first = min(low, key=lambda name: decisions[name].crossover_concurrency or math.inf)
+        chosen = decisions[first]
+        assert chosen.crossover_concurrency is not None
+        lead = (
+            f"Adopt speculation for {', '.join(low)} in low-load windows: below {_load(chosen.crossover_concurrency)} "
+            f"(the crossover of {first})"
+            + (f", and for {', '.join(within)} at every load measured" if within else "")
+            + (f"; defer {', '.join(deferred)}" if deferred else "")
+            + "."
+        )
+        decision = Decision(
+            outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
+            decided_at=now,
+            stated_because=trigger,
+            envelope=envelope,
+            crossover_concurrency=chosen.crossover_concurrency,
+            crossover_low=chosen.crossover_low,
+            crossover_high=chosen.crossover_high,
+            reasons=[lead, *scope_reasons][:32],
+        )
+    elif within:
+        assert envelope is not None
+        lead = (
+            f"Adopt speculation for {', '.join(within)} within the envelope measured, up to "
+            f"{_load(envelope.max_concurrency or 0)}" + (f"; defer {', '.join(deferred)}" if deferred else "") + "."
+        )
+        decision = Decision(
+            outcome=DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
+            decided_at=now,
+            stated_because=trigger,
+            envelope=envelope,
+            reasons=[lead, *scope_reasons][:32],
+        )
+    else:
+        counts = Counter(d.defer_reason for d in decisions.values() if d.defer_reason is not None)
+        order = list(DeferReason)
+        reason = (
+            min(counts, key=lambda r: (-counts[r], order.index(r))) if counts else DeferReason.INSUFFICIENT_EVIDENCE
+        )
+        lead = f"Defer speculation: {reason.value} for {counts.get(reason, 0)} of {len(decisions)} scope(s)."
+        decision = Decision(
+            outcome=DecisionOutcome.DEFER,
+            decided_at=now,
+            stated_because=trigger,
+            defer_reason=reason,
+            reasons=[lead, *scope_reasons][:32],
+        )
+    if previous is not None and previous.model_copy(update={"decided_at": now}) == decision:
+        return previous
+    return decision

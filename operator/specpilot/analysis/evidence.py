@@ -1,0 +1,335 @@
+"""The pilot's evidence: bounded rolling aggregates of every judged window, by scope, arm and load.
+
+Each window that carried traffic adds its figures to the scope's aggregates: per arm, into the
+load bin of that arm's own load (`ArmLoad.load`: concurrent requests per replica), and
+into running totals (timing breakdown, on-time completions, request lengths, acceptance). Bins are
+fixed and fine (a quarter of an octave of load each), so the store stays bounded however long the
+pilot runs and an aggregate never has to be re-binned; the load bands a decision reads are learned
+from them (`decision.bands`). The store lives in a ConfigMap beside the pilot, never in status.
+
+Pure: the shell passes the window, its load and its verdict, and writes back what this returns.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Annotated, Literal
+
+from pydantic import Field
+
+from specpilot.analysis.stats import nearest_rank
+from specpilot.analysis.window import ArmRequests, ScopeWindow
+from specpilot.api.common import ApiModel
+from specpilot.api.status import Verdict
+from specpilot.wire.names import Arm
+from specpilot.wire.samples import RequestOutcome
+
+BINS_PER_OCTAVE = 4
+BIN_RANGE = (-24, 40)  # loads from 1/64 to 1024 concurrent requests per replica
+KV_POINTS = 720  # KV-cache usage points kept per arm (newest), for the report's plot
+MAX_POSITIONS = 16
+JUDGED_ARMS = (Arm.BASELINE, Arm.SPECULATIVE)
+
+
+class Moments(ApiModel):
+    """Count, sum and sum of squares of one figure: its mean and spread without its values."""
+
+    n: Annotated[int, Field(ge=0)] = 0
+    sum: float = 0.0
+    sum_sq: float = 0.0
+
+    def add(self, value: float | None) -> Moments:
+        if value is None or not math.isfinite(value):
+            return self
+        return Moments(n=self.n + 1, sum=self.sum + value, sum_sq=self.sum_sq + value * value)
+
+    def merge(self, other: Moments) -> Moments:
+        return Moments(n=self.n + other.n, sum=self.sum + other.sum, sum_sq=self.sum_sq + other.sum_sq)
+
+    @property
+    def mean(self) -> float | None:
+        return self.sum / self.n if self.n else None
+
+    @property
+    def sd(self) -> float | None:
+        """Sample standard deviation; None below two values."""
+        if self.n < 2:
+            return None
+        return math.sqrt(max(0.0, (self.sum_sq - self.sum * self.sum / self.n) / (self.n - 1)))
+
+
+class BinArm(ApiModel):
+    """One arm's windows whose load fell in one bin."""
+
+    load: Moments = Moments()
+    """The arm's load (`ArmLoad.load`): concurrent requests per replica."""
+    in_flight: Moments = Moments()
+    """The router's requests in flight per replica."""
+    tpct: Moments = Moments()
+    """The scope's time per committed token on the arm, seconds."""
+    ttft_p99: Moments = Moments()
+    """The scope's 99th percentile time to first token on the arm, seconds."""
+    e2e: Moments = Moments()
+    """The scope's mean end-to-end time of ok requests on the arm, seconds."""
+    routed: Annotated[int, Field(ge=0)] = 0
+    """Requests of the scope routed to the arm (every outcome)."""
+    on_time: Annotated[int, Field(ge=0)] = 0
+    """Of those, ok and within the scope's deadline."""
+
+
+class ArmTotals(ApiModel):
+    """Running sums of one arm's requests of the scope over every recorded window."""
+
+    routed: Annotated[int, Field(ge=0)] = 0
+    on_time: Annotated[int, Field(ge=0)] = 0
+    ok: Annotated[int, Field(ge=0)] = 0
+    e2e_seconds: float = 0.0
+    """Summed over ok requests."""
+    streams: Annotated[int, Field(ge=0)] = 0
+    ttft_seconds: float = 0.0
+    """Summed over ok streamed requests."""
+    decoded: Annotated[int, Field(ge=0)] = 0
+    decode_seconds: float = 0.0
+    committed_tokens: Annotated[int, Field(ge=0)] = 0
+    """Over ok streams of two tokens or more: decode time and tokens after the first."""
+    load: Moments = Moments()
+    running: Moments = Moments()
+    waiting: Moments = Moments()
+    """Engine requests running and waiting, per replica (arm-wide: engines cannot tell scopes apart)."""
+
+
+class Lengths(ApiModel):
+    """A token-count distribution as log-moments and bounds (a lognormal fit for replay)."""
+
+    log: Moments = Moments()
+    min: int | None = None
+    max: int | None = None
+
+    def add(self, values: Sequence[int]) -> Lengths:
+        usable = [v for v in values if v >= 1]
+        if not usable:
+            return self
+        log = self.log
+        for value in usable:
+            log = log.add(math.log(value))
+        low, high = min(usable), max(usable)
+        return Lengths(
+            log=log,
+            min=low if self.min is None else min(self.min, low),
+            max=high if self.max is None else max(self.max, high),
+        )
+
+
+class ScopeEvidence(ApiModel):
+    """Everything recorded about one scope."""
+
+    windows: Annotated[int, Field(ge=0)] = 0
+    verdicts: dict[Verdict, int] = {}
+    quality_failed: Annotated[int, Field(ge=0)] = 0
+    """Windows with a failing probe or webhook check."""
+    last_end: datetime | None = None
+    """End of the newest window recorded: an older or equal one is not counted again."""
+    arrival_rate: Moments = Moments()
+    """The scope's requests per second, both arms."""
+    bins: dict[Arm, dict[int, BinArm]] = {}
+    totals: dict[Arm, ArmTotals] = {}
+    acceptance_length: Moments = Moments()
+    per_position: Annotated[list[Moments], Field(max_length=MAX_POSITIONS)] = []
+    """The speculative engines' acceptance rate at each draft position (arm-wide)."""
+    prompt_tokens: Lengths = Lengths()
+    output_tokens: Lengths = Lengths()
+
+
+class KvPoint(ApiModel):
+    """The highest KV-cache usage among an arm's pods at one scrape."""
+
+    at: datetime
+    usage: float
+
+
+class Evidence(ApiModel):
+    """One pilot's evidence store."""
+
+    version: Literal[1] = 1
+    overlap: float = 1.0
+    """analysis.window / analysis.interval: how many windows each request is counted in."""
+    scopes: dict[str, ScopeEvidence] = {}
+    kv_usage: dict[Arm, Annotated[list[KvPoint], Field(max_length=KV_POINTS)]] = {}
+    kv_blocks: dict[Arm, int] = {}
+    """KV-cache blocks per replica, from vllm:cache_config_info (num_gpu_blocks)."""
+    gpus: dict[Arm, int] = {}
+    """GPUs each arm holds."""
+    replicas: dict[Arm, int] = {}
+    """Ready engine replicas of each arm, last seen."""
+    config_hashes: dict[Arm, str] = {}
+    """The arms' config hashes the windows were measured under: a change starts a new store."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArmLoad:
+    """One arm's load over a window, over every scope it served."""
+
+    in_flight_per_replica: float | None  # the router's requests in flight, by Little's law
+    running_per_replica: float | None = None  # the engines' num_requests_running, mean
+    waiting_per_replica: float | None = None  # the engines' num_requests_waiting, mean
+    batch_seen: float | None = None  # the engines' batch as their tokens saw it (`ArmEngine.batch_seen`)
+
+    @property
+    def load(self) -> float | None:
+        """What a window's load is binned by: the batch the tokens saw, where the engines report
+        it, else the router's requests in flight per replica. A speculative round's cost depends
+        on the batch it runs in, so under a fluctuating load (random routing, bursts) the mean in
+        flight understates the load the tokens met, and a crossover in it reads low against a
+        closed-loop sweep at a fixed concurrency."""
+        return self.batch_seen if self.batch_seen is not None else self.in_flight_per_replica
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowLoad:
+    """What loaded the arms during one scope's window, and the scope's request lengths."""
+
+    arms: Mapping[Arm, ArmLoad]
+    arrival_rate: float  # the scope's requests per second, both arms
+    prompt_tokens: tuple[int, ...] = ()
+    output_tokens: tuple[int, ...] = ()
+
+
+def load_bin(load: float) -> int:
+    """The fine bin of a load: a quarter octave wide, clamped to the range kept."""
+    index = math.floor(BINS_PER_OCTAVE * math.log2(load))
+    return min(max(index, BIN_RANGE[0]), BIN_RANGE[1])
+
+
+def bin_bounds(index: int) -> tuple[float, float]:
+    return 2 ** (index / BINS_PER_OCTAVE), 2 ** ((index + 1) / BINS_PER_OCTAVE)
+
+
+def _p99(values: Sequence[float]) -> float | None:
+    usable = sorted(v for v in values if math.isfinite(v))
+    return nearest_rank(usable, 0.99) if usable else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _on_time(requests: ArmRequests) -> int:
+    return max(0, requests.count(RequestOutcome.OK) - requests.late)
+
+
+def _add_totals(totals: ArmTotals, requests: ArmRequests, load: ArmLoad) -> ArmTotals:
+    ok = len(requests.e2e_seconds)
+    return ArmTotals(
+        routed=totals.routed + requests.routed,
+        on_time=totals.on_time + _on_time(requests),
+        ok=totals.ok + ok,
+        e2e_seconds=totals.e2e_seconds + sum(requests.e2e_seconds),
+        streams=totals.streams + len(requests.ttft_seconds),
+        ttft_seconds=totals.ttft_seconds + sum(requests.ttft_seconds),
+        decoded=totals.decoded + len(requests.decode_seconds),
+        decode_seconds=totals.decode_seconds + sum(requests.decode_seconds),
+        committed_tokens=totals.committed_tokens + sum(requests.committed_tokens),
+        load=totals.load.add(load.in_flight_per_replica),
+        running=totals.running.add(load.running_per_replica),
+        waiting=totals.waiting.add(load.waiting_per_replica),
+    )
+
+
+def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float | None) -> BinArm:
+    return BinArm(
+        load=cell.load.add(load),
+        in_flight=cell.in_flight.add(in_flight),
+        tpct=cell.tpct.add(requests.time_per_committed_token),
+        ttft_p99=cell.ttft_p99.add(_p99(requests.ttft_seconds)),
+        e2e=cell.e2e.add(_mean(requests.e2e_seconds)),
+        routed=cell.routed + requests.routed,
+        on_time=cell.on_time + _on_time(requests),
+    )
+
+
+def _kv(points: Sequence[KvPoint], window: Sequence[tuple[datetime, float]]) -> list[KvPoint]:
+    newest = points[-1].at if points else None
+    added = [KvPoint(at=at, usage=usage) for at, usage in window if newest is None or at > newest]
+    return [*points, *added][-KV_POINTS:]
+
+
+def record_window(
+    evidence: Evidence,
+    window: ScopeWindow,
+    load: WindowLoad,
+    *,
+    verdict: Verdict,
+    quality_failed: bool,
+) -> Evidence:
+    """The evidence with one more window of one scope; unchanged for a window without traffic, or
+    one at or before the newest the scope already holds (a restarted operator judging it again)."""
+    scope = evidence.scopes.get(window.scope, ScopeEvidence())
+    arms = {Arm.BASELINE: window.baseline, Arm.SPECULATIVE: window.speculative}
+    if not any(requests.routed for requests in arms.values()):
+        return evidence
+    if scope.last_end is not None and window.end <= scope.last_end:
+        return evidence
+    bins = {arm: dict(scope.bins.get(arm, {})) for arm in JUDGED_ARMS}
+    totals = dict(scope.totals)
+    for arm, requests in arms.items():
+        arm_load = load.arms.get(arm, ArmLoad(in_flight_per_replica=None))
+        totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
+        value = arm_load.load
+        if requests.routed and value is not None and value > 0:
+            index = load_bin(value)
+            cell = bins[arm].get(index, BinArm())
+            bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica)
+    engine = window.speculative_engine
+    positions = list(scope.per_position)
+    for index, rate in enumerate(engine.per_position_acceptance[:MAX_POSITIONS]):
+        if index == len(positions):
+            positions.append(Moments())
+        positions[index] = positions[index].add(rate)
+    verdicts = dict(scope.verdicts)
+    verdicts[verdict] = verdicts.get(verdict, 0) + 1
+    updated = ScopeEvidence(
+        windows=scope.windows + 1,
+        verdicts=verdicts,
+        quality_failed=scope.quality_failed + int(quality_failed),
+        last_end=window.end,
+        arrival_rate=scope.arrival_rate.add(load.arrival_rate),
+        bins={arm: cells for arm, cells in bins.items() if cells},
+        totals=totals,
+        acceptance_length=scope.acceptance_length.add(engine.acceptance_length),
+        per_position=positions,
+        prompt_tokens=scope.prompt_tokens.add(load.prompt_tokens),
+        output_tokens=scope.output_tokens.add(load.output_tokens),
+    )
+    kv = {
+        Arm.BASELINE: _kv(evidence.kv_usage.get(Arm.BASELINE, []), window.baseline_engine.kv_usage),
+        Arm.SPECULATIVE: _kv(evidence.kv_usage.get(Arm.SPECULATIVE, []), window.speculative_engine.kv_usage),
+    }
+    return evidence.model_copy(update={"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": kv})
+
+
+def with_arms(
+    evidence: Evidence,
+    *,
+    overlap: float,
+    kv_blocks: Mapping[Arm, int],
+    gpus: Mapping[Arm, int],
+    replicas: Mapping[Arm, int] | None = None,
+) -> Evidence:
+    """The evidence with the arms' current KV blocks, GPUs and replicas, and the window overlap."""
+    blocks = {**evidence.kv_blocks, **{arm: value for arm, value in kv_blocks.items() if value > 0}}
+    ready = {**evidence.replicas, **{arm: value for arm, value in (replicas or {}).items() if value > 0}}
+    update = {"overlap": max(1.0, overlap), "kv_blocks": blocks, "gpus": dict(gpus), "replicas": ready}
+    return evidence.model_copy(update=update)
+
+
+def dump(evidence: Evidence) -> str:
+    """The store as the ConfigMap holds it: compact JSON, keys in a stable order."""
+    return evidence.model_dump_json(by_alias=True, exclude_defaults=False)
+
+
+def load(text: str) -> Evidence:
+    """The store from its ConfigMap text; raises `ValueError` naming what is wrong."""
+    return Evidence.model_validate_json(text)

@@ -1,0 +1,107 @@
+"""One reconcile's evidence and decision: judged windows into the evidence store, and, when the
+decision is due, every scope's and the pilot's decision into status. Pure: the shell loads and
+writes the store and lands the status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+
+from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due
+from specpilot.analysis.evidence import Evidence, WindowLoad, dump, load, record_window, with_arms
+from specpilot.analysis.rollout import Event, EventType
+from specpilot.api import spec as s
+from specpilot.api.common import parse_duration
+from specpilot.api.pilot import DECIDE_ANNOTATION
+from specpilot.api.reasons import Reason
+from specpilot.api.status import Decision, FallbackRecord, ScopeStatus, Verdict
+from specpilot.controller.progress import Measured
+from specpilot.wire.names import Arm
+
+
+@dataclass(frozen=True)
+class Decided:
+    evidence: Evidence
+    scopes: list[ScopeStatus]
+    decision: Decision | None
+    events: list[Event]
+
+
+def fresh_for(evidence: Evidence | None, config_hashes: Mapping[Arm, str]) -> Evidence:
+    """The store to keep adding to: a new one when the engine or the draft changed since it began,
+    since its windows no longer compare like with like."""
+    if evidence is None:
+        return Evidence(config_hashes=dict(config_hashes))
+    if any(evidence.config_hashes.get(arm) not in (None, digest) for arm, digest in config_hashes.items()):
+        return Evidence(config_hashes=dict(config_hashes))
+    return evidence.model_copy(update={"config_hashes": dict(config_hashes)})
+
+
+def record(
+    evidence: Evidence,
+    *,
+    spec: s.SpeculationPilotSpec,
+    measured: Mapping[str, Measured],
+    loads: Mapping[str, WindowLoad],
+    scopes: Sequence[ScopeStatus],
+    kv_blocks: Mapping[Arm, int],
+    gpus: Mapping[Arm, int],
+    replicas: Mapping[Arm, int],
+) -> Evidence:
+    """The store with this reconcile's judged windows (their verdicts from the scopes' last windows)."""
+    overlap = parse_duration(spec.analysis.window) / parse_duration(spec.analysis.interval)
+    out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
+    for status in scopes:
+        item = measured.get(status.name)
+        if item is None or status.last_window is None or status.last_window.end != item.window.end:
+            continue  # not judged this time (a manual action took the scope instead)
+        quality_failed = any(check.verdict is Verdict.FAIL for check in item.quality)
+        out = record_window(
+            out, item.window, loads[status.name], verdict=status.last_window.verdict, quality_failed=quality_failed
+        )
+    return out
+
+
+def findings(
+    evidence: Evidence, spec: s.SpeculationPilotSpec, fallbacks: Sequence[FallbackRecord]
+) -> list[ScopeFindings]:
+    """Every scope's findings; the same evidence is decided once (a crossover's bootstrap costs tens
+    of milliseconds, and reconciles outnumber the windows that change the evidence)."""
+    records = tuple(record.model_dump_json() for record in fallbacks)
+    scopes = tuple(scope.name for scope in spec.scopes)
+    return list(_findings(dump(evidence), records, spec.analysis.confidence, scopes))
+
+
+@lru_cache(maxsize=128)
+def _findings(
+    evidence: str, fallbacks: tuple[str, ...], confidence: float, scopes: tuple[str, ...]
+) -> tuple[ScopeFindings, ...]:
+    store = load(evidence)
+    records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
+    return tuple(decide_scope(name, store, fallbacks=records, confidence=confidence) for name in scopes)
+
+
+def decide(
+    evidence: Evidence,
+    *,
+    spec: s.SpeculationPilotSpec,
+    scopes: list[ScopeStatus],
+    fallbacks: Sequence[FallbackRecord],
+    annotations: Mapping[str, str],
+    previous: Decision | None,
+    now: datetime,
+) -> Decided:
+    """The decisions, when due (every scope settled, or asked for); else status keeps what it had."""
+    trigger = decision_due(scopes, annotations, annotation=DECIDE_ANNOTATION)
+    if trigger is None:
+        return Decided(evidence, scopes, previous, [])
+    found = {f.scope: f for f in findings(evidence, spec, fallbacks)}
+    decided = [scope.model_copy(update={"decision": found[scope.name].decision}) for scope in scopes]
+    decision = decide_pilot(list(found.values()), trigger=trigger, now=now, previous=previous)
+    events = []
+    if previous is None or previous.outcome is not decision.outcome or previous.reasons[:1] != decision.reasons[:1]:
+        events.append(Event(EventType.NORMAL, Reason.DECISION_STATED, decision.reasons[0]))
+    return Decided(evidence, decided, decision, events)

@@ -1,0 +1,52 @@
+"""`kubectl specpilot get`'s table: one row per scope, under one line per pilot. Pure."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+Json = dict[str, Any]
+COLUMNS = ("SCOPE", "STATE", "STAGE", "WEIGHT", "RATIO", "VERDICT", "DECISION", "WHY")
+
+
+def _cell(value: Any, spec: str = "") -> str:
+    return "-" if value is None or value == "" else format(value, spec)
+
+
+def _row(scope: Json) -> tuple[str, ...]:
+    window = scope.get("lastWindow") or {}
+    decision = scope.get("decision") or {}
+    outcome = decision.get("outcome")
+    if outcome and decision.get("deferReason"):
+        outcome = f"{outcome}({decision['deferReason']})"
+    if outcome and decision.get("crossoverConcurrency") is not None:
+        outcome = f"{outcome}(<{decision['crossoverConcurrency']:.1f})"
+    stage = scope.get("stage")
+    return (
+        scope["name"],
+        _cell(scope.get("state")),
+        _cell(stage + 1 if stage is not None else None),
+        f"{scope.get('weight', 0)}%",
+        _cell(window.get("ratio"), ".2f"),
+        _cell(window.get("verdict")),
+        _cell(outcome),
+        _cell(window.get("reason"))[:60],
+    )
+
+
+def render(pilots: Sequence[Json]) -> str:
+    """The table for these pilots (as the API server returns them)."""
+    blocks = []
+    for pilot in pilots:
+        status = pilot.get("status") or {}
+        decision = status.get("decision") or {}
+        meta = pilot["metadata"]
+        head = f"{meta.get('namespace', '')}/{meta['name']}  phase {status.get('phase') or '-'}"
+        head += f"  decision {decision.get('outcome') or 'not stated'}"
+        names = [s["name"] for s in pilot["spec"].get("scopes", [])]
+        by_name = {s["name"]: s for s in status.get("scopes", [])}
+        rows = [COLUMNS, *(_row(by_name.get(name, {"name": name})) for name in names)]
+        widths = [max(len(row[i]) for row in rows) for i in range(len(COLUMNS))]
+        lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
+        blocks.append("\n".join([head, *lines]))
+    return "\n\n".join(blocks)

@@ -1,0 +1,345 @@
+"""The handover package's content, from the pilot object and its evidence store: every number as
+JSON-ready data (report.json, which `markdown` and `plots` draw from), the replay workload and,
+where speculation wins only below a load, a dynamic speculation schedule. Pure and deterministic:
+the same pilot and evidence give the same package byte for byte, so a report after an operator
+restart equals the one before.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from specpilot.analysis.bands import Band
+from specpilot.analysis.decision import ScopeFindings, cost_view, decide_pilot, decide_scope
+from specpilot.analysis.evidence import Evidence, Lengths, ScopeEvidence
+from specpilot.api.common import parse_duration
+from specpilot.api.reasons import FallbackReason
+from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.status import (
+    Decision,
+    DecisionOutcome,
+    DecisionTrigger,
+    FallbackRecord,
+    ScopeStatus,
+    SpeculationPilotStatus,
+)
+from specpilot.wire.names import Arm
+
+Json = dict[str, Any]
+QUALITY_REASONS = frozenset({FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED})
+
+
+def _round(value: float | None, digits: int = 6) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, digits)
+
+
+def _band(band: Band) -> Json:
+    return {
+        "loadLow": _round(band.low, 3),
+        "loadHigh": _round(band.high, 3),
+        "load": _round(band.load, 3),
+        "inFlightPerReplica": _round(band.in_flight, 3),
+        "windows": band.windows,
+        "timePerCommittedTokenSeconds": _round(band.tpct),
+        "timePerCommittedTokenStandardError": _round(band.tpct_se),
+        "ttftP99Seconds": _round(band.ttft_p99),
+        "e2eMeanSeconds": _round(band.e2e),
+        "routed": band.routed,
+        "onTime": band.on_time,
+    }
+
+
+def _lengths(lengths: Lengths) -> Json | None:
+    mean, sd = lengths.log.mean, lengths.log.sd
+    if mean is None or lengths.min is None or lengths.max is None:
+        return None
+    sigma = sd or 0.0
+    return {
+        "n": lengths.log.n,
+        "geometricMean": _round(math.exp(mean), 1),
+        "mean": _round(math.exp(mean + sigma * sigma / 2), 1),
+        "sigmaOfLog": _round(sigma, 4),
+        "min": lengths.min,
+        "max": lengths.max,
+    }
+
+
+def _mix_length(lengths: Lengths) -> Any:
+    """A loadgen length: lognormal with the observed mean and log-spread, within the observed bounds."""
+    summary = _lengths(lengths)
+    if summary is None:
+        return 128
+    if summary["sigmaOfLog"] == 0 or summary["min"] == summary["max"]:
+        return int(summary["min"])
+    return {
+        "dist": "lognormal",
+        "mean": summary["mean"],
+        "sigma": summary["sigmaOfLog"],
+        "min": summary["min"],
+        "max": summary["max"],
+    }
+
+
+def replay_workload(spec: SpeculationPilotSpec, evidence: Evidence) -> tuple[Json, float]:
+    """The observed workload as a loadgen mix (weights are the scopes' arrival rates) and its total rate."""
+    scopes = []
+    total = 0.0
+    for scope in spec.scopes:
+        found = evidence.scopes.get(scope.name)
+        rate = found.arrival_rate.mean if found is not None else None
+        if found is None or not rate:
+            continue
+        total += rate
+        entry: Json = {
+            "name": scope.name,
+            "weight": _round(rate, 4),
+            "input_tokens": _mix_length(found.prompt_tokens),
+            "output_tokens": _mix_length(found.output_tokens),
+        }
+        deadline = scope.deadline or spec.router.request_timeout
+        entry["deadline_s"] = _seconds(deadline)
+        scopes.append(entry)
+    return {"scopes": scopes}, total
+
+
+def _seconds(text: str) -> float:
+    return parse_duration(text).total_seconds()
+
+
+def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None:
+    """A recommended `num_speculative_tokens_per_batch_size` where speculation wins only below a load:
+    the draft's k up to the lower end of the crossover interval (loads are the engines' batch as
+    their tokens saw it), 0 above it."""
+    decision = findings.decision
+    if decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS or decision.crossover_low is None:
+        return None
+    batch = max(1, math.floor(decision.crossover_low))
+    k = spec.speculative.draft.num_speculative_tokens
+    config: Json = {"method": spec.speculative.draft.method.value}
+    if spec.speculative.draft.model is not None:
+        config["model"] = spec.speculative.draft.model
+    config["num_speculative_tokens"] = k
+    config["num_speculative_tokens_per_batch_size"] = [[1, k], [batch + 1, 0]]
+    return {
+        "recommendation": True,
+        "derivedFrom": findings.scope,
+        "crossoverConcurrency": _round(decision.crossover_concurrency, 3),
+        "crossoverLow": _round(decision.crossover_low, 3),
+        "lastSpeculativeBatchSize": batch,
+        "speculativeConfig": config,
+    }
+
+
+def provisional(
+    spec: SpeculationPilotSpec, evidence: Evidence, status: SpeculationPilotStatus | None
+) -> tuple[list[ScopeFindings], Decision, bool]:
+    """The scopes' findings and the pilot's decision: the one in status when stated, else provisional."""
+    fallbacks = status.fallbacks if status is not None else []
+    findings = [
+        decide_scope(scope.name, evidence, fallbacks=fallbacks, confidence=spec.analysis.confidence)
+        for scope in spec.scopes
+    ]
+    stated = status.decision if status is not None else None
+    if stated is not None:
+        return findings, stated, True
+    last = max((s.last_end for s in evidence.scopes.values() if s.last_end is not None), default=None)
+    at = last or datetime(1970, 1, 1, tzinfo=UTC)
+    return findings, decide_pilot(findings, trigger=DecisionTrigger.REQUESTED, now=at), False
+
+
+def _scope_json(
+    spec: SpeculationPilotSpec,
+    *,
+    evidence: Evidence,
+    findings: ScopeFindings,
+    status: ScopeStatus | None,
+    replicas: Mapping[Arm, int],
+    fallbacks: Sequence[FallbackRecord],
+) -> Json:
+    found = evidence.scopes.get(findings.scope, ScopeEvidence())
+    share = findings.share
+    cost = cost_view(evidence, findings.bands, replicas)
+    peak = findings.comparisons[-1] if findings.comparisons else None
+    scope_spec = next(s for s in spec.scopes if s.name == findings.scope)
+    cross = findings.crossover
+    base_totals = found.totals.get(Arm.BASELINE)
+    spec_totals = found.totals.get(Arm.SPECULATIVE)
+    return {
+        "name": findings.scope,
+        "state": status.state.value if status is not None else None,
+        "stage": status.stage if status is not None else None,
+        "weight": status.weight if status is not None else None,
+        "deadlineSeconds": _seconds(scope_spec.deadline or spec.router.request_timeout),
+        "windows": found.windows,
+        "verdicts": {verdict.value: count for verdict, count in sorted(found.verdicts.items())},
+        "decision": findings.decision.to_wire(),
+        "bands": {
+            arm.value: [_band(b) for b in findings.bands.get(arm, ())] for arm in (Arm.BASELINE, Arm.SPECULATIVE)
+        },
+        "comparisons": [
+            {
+                "load": _round(c.band.load, 3),
+                "speculativeSeconds": _round(c.band.tpct),
+                "baselineSeconds": _round(c.baseline_tpct),
+                "ratio": _round(c.ratio, 4),
+                "speculationWins": c.wins,
+            }
+            for c in findings.comparisons
+        ],
+        "crossover": None
+        if cross is None
+        else {
+            "load": _round(cross.load, 3),
+            "low": _round(cross.low, 3),
+            "high": _round(cross.high, 3),
+            "confidence": cross.confidence,
+            "drawsCrossing": _round(cross.draws_crossing, 4),
+            "nonMonotone": cross.non_monotone,
+        },
+        "timing": None
+        if share is None
+        else {
+            "ttftSeconds": _round(share.ttft),
+            "decodeSeconds": _round(share.decode),
+            "otherSeconds": _round(max(0.0, share.e2e - share.ttft - share.decode)),
+            "e2eSeconds": _round(share.e2e),
+            "decodeShare": _round(share.share, 4),
+            "decodeRatio": _round(share.decode_ratio, 4),
+            "decodeOnlyGain": _round(share.decode_gain, 4),
+            "impliedEndToEndGain": _round(share.implied_gain, 4),
+            "observedEndToEndGain": _round(share.observed_gain, 4),
+        },
+        "progress": {
+            arm.value: None
+            if totals is None
+            else {
+                "routed": totals.routed,
+                "ok": totals.ok,
+                "onTime": totals.on_time,
+                "committedTokens": totals.committed_tokens,
+                "decodeSeconds": _round(totals.decode_seconds, 3),
+                "inFlightPerReplicaMean": _round(totals.load.mean, 3),
+                "runningPerReplicaMean": _round(totals.running.mean, 3),
+                "waitingPerReplicaMean": _round(totals.waiting.mean, 3),
+            }
+            for arm, totals in ((Arm.BASELINE, base_totals), (Arm.SPECULATIVE, spec_totals))
+        },
+        "quality": {
+            "windowsWithFailingChecks": found.quality_failed,
+            "fallbacks": [f.to_wire() for f in fallbacks if f.scope == findings.scope and f.reason in QUALITY_REASONS],
+        },
+        "peak": None
+        if peak is None
+        else {
+            "load": _round(peak.band.load, 3),
+            "ratio": _round(peak.ratio, 4),
+            "speculativeTtftP99Seconds": _round(peak.band.ttft_p99),
+            "speculativeOnTimeShare": _round(peak.band.on_time / peak.band.routed, 4) if peak.band.routed else None,
+        },
+        "cost": {
+            "kvCost": _round(cost.kv_cost, 4),
+            "arms": {
+                c.arm.value: {
+                    "gpus": c.gpus,
+                    "kvBlocksPerReplica": c.kv_blocks,
+                    "onTimeCompletionsPerGpuHour": _round(c.on_time_per_gpu_hour, 1),
+                    "atLoad": _round(c.at_load, 3),
+                }
+                for c in cost.arms
+            },
+        },
+        "acceptance": {
+            "length": _round(found.acceptance_length.mean, 4),
+            "perPosition": [_round(m.mean, 4) for m in found.per_position],
+        },
+        "workload": {
+            "arrivalRatePerSecond": _round(found.arrival_rate.mean, 4),
+            "promptTokens": _lengths(found.prompt_tokens),
+            "outputTokens": _lengths(found.output_tokens),
+        },
+    }
+
+
+def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
+    """Every number of the package, from the pilot object as the API server holds it."""
+    spec = SpeculationPilotSpec.from_wire(pilot["spec"])
+    status = SpeculationPilotStatus.from_wire(pilot["status"]) if pilot.get("status") else None
+    findings, decision, stated = provisional(spec, evidence, status)
+    by_name = {scope.name: scope for scope in (status.scopes if status is not None else [])}
+    replicas = {
+        Arm.BASELINE: spec.baseline.replicas,
+        Arm.SPECULATIVE: spec.speculative.replicas,
+        **({Arm.ALTERNATIVE: spec.alternative.replicas} if spec.alternative else {}),
+    }
+    replicas.update(evidence.replicas)
+    fallbacks = status.fallbacks if status is not None else []
+    scopes = []
+    for found in findings:
+        scopes.append(
+            _scope_json(
+                spec,
+                evidence=evidence,
+                findings=found,
+                status=by_name.get(found.scope),
+                replicas=replicas,
+                fallbacks=fallbacks,
+            )
+        )
+    schedules = [s for s in (schedule(spec, f) for f in findings) if s is not None]
+    mix, rate = replay_workload(spec, evidence)
+    arms_status = status.arms if status is not None else None
+    last = max((s.last_end for s in evidence.scopes.values() if s.last_end is not None), default=None)
+    meta = pilot.get("metadata", {})
+    return {
+        "pilot": {"name": meta.get("name"), "namespace": meta.get("namespace"), "generation": meta.get("generation")},
+        "evidenceAsOf": last.isoformat() if last is not None else None,
+        "decisionStated": stated,
+        "decision": decision.to_wire(),
+        "scopes": scopes,
+        "arms": {
+            arm.value: {
+                "replicas": replicas.get(arm),
+                "gpus": evidence.gpus.get(arm),
+                "kvBlocksPerReplica": evidence.kv_blocks.get(arm),
+                "configHash": getattr(arms_status, arm.value).config_hash
+                if arms_status is not None and getattr(arms_status, arm.value) is not None
+                else evidence.config_hashes.get(arm),
+                "kvUsageMax": _round(max((p.usage for p in evidence.kv_usage.get(arm, [])), default=None), 4),
+            }
+            for arm in Arm
+            if arm in replicas
+        },
+        "configurations": {
+            "engine": spec.engine.to_wire(),
+            "baseline": spec.baseline.to_wire(),
+            "speculative": spec.speculative.to_wire(),
+            **({"alternative": spec.alternative.to_wire()} if spec.alternative else {}),
+        },
+        "envelope": {
+            "sampling": spec.engine.sampling.to_wire(),
+            "maxModelLen": spec.engine.max_model_len,
+            "totalArrivalRatePerSecond": _round(rate, 4),
+        },
+        "fallbacks": [f.to_wire() for f in fallbacks],
+        "kvUsage": {
+            arm.value: [[p.at.isoformat(), _round(p.usage, 4)] for p in points]
+            for arm, points in sorted(evidence.kv_usage.items())
+        },
+        "kvUsageLimit": spec.analysis.thresholds.kv_cache_usage.max,
+        "schedules": schedules,
+        "replay": {"mix": mix, "ratePerSecond": _round(rate, 4)},
+    }
+
+
+def pilot_manifest(pilot: Mapping[str, Any]) -> Json:
+    """The pilot as someone would apply it again: identity and spec, no status or server fields."""
+    meta = pilot.get("metadata", {})
+    return {
+        "apiVersion": pilot.get("apiVersion"),
+        "kind": pilot.get("kind"),
+        "metadata": {"name": meta.get("name"), **({"namespace": meta["namespace"]} if "namespace" in meta else {})},
+        "spec": pilot["spec"],
+    }

@@ -1,0 +1,196 @@
+"""The package's plots, drawn with matplotlib from report.json's numbers (so plot and table agree).
+
+matplotlib is an optional dependency (`pip install 'specpilot[report]'`): the operator never draws.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+try:  # optional: only the report draws
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot
+    from matplotlib.dates import DateFormatter
+except ImportError:  # pragma: no cover - depends on the installation
+    pyplot = None  # type: ignore[assignment]
+
+Json = dict[str, Any]
+COLORS = {"baseline": "#4c72b0", "speculative": "#dd8452", "alternative": "#55a868"}
+PLOTS = ("load.png", "acceptance.png", "kv_cache.png", "decode_share.png")
+
+
+class MissingMatplotlib(RuntimeError):
+    """matplotlib is not installed."""
+
+
+def _pyplot() -> Any:
+    if pyplot is None:
+        raise MissingMatplotlib("specpilot report draws its plots with matplotlib: pip install 'specpilot[report]'")
+    plt: Any = pyplot
+    plt.rcParams.update({"figure.dpi": 110, "font.size": 9, "axes.grid": True, "grid.alpha": 0.3})
+    return plt
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, metadata={"Software": None})
+
+
+def load_plot(report: Json, plt: Any) -> Any:
+    """Per scope: time per committed token and TTFT p99 against load, per arm, crossover marked."""
+    scopes = report["scopes"]
+    fig, axes = plt.subplots(len(scopes), 2, figsize=(10, 3.0 * len(scopes)), squeeze=False)
+    for row, scope in enumerate(scopes):
+        tpct_ax, ttft_ax = axes[row]
+        for arm, bands in scope["bands"].items():
+            if not bands:
+                continue
+            loads = [b["load"] for b in bands]
+            tpct = [b["timePerCommittedTokenSeconds"] * 1000 for b in bands]
+            err = [b["timePerCommittedTokenStandardError"] * 1000 for b in bands]
+            tpct_ax.errorbar(loads, tpct, yerr=err, marker="o", capsize=3, color=COLORS[arm], label=arm)
+            ttft = [(b["load"], b["ttftP99Seconds"] * 1000) for b in bands if b["ttftP99Seconds"] is not None]
+            if ttft:
+                ttft_ax.plot(*zip(*ttft, strict=True), marker="o", color=COLORS[arm], label=arm)
+        cross = scope["crossover"]
+        decision = scope["decision"]
+        for ax in (tpct_ax, ttft_ax):
+            if cross is not None and decision["outcome"] == "AdoptInLowLoadWindows":
+                ax.axvspan(cross["low"], cross["high"], color="grey", alpha=0.15)
+                ax.axvline(cross["load"], color="black", linestyle="--", linewidth=1)
+            ax.set_xlabel("load: concurrent requests per replica")
+        if cross is not None and decision["outcome"] == "AdoptInLowLoadWindows":
+            tpct_ax.annotate(
+                f"crossover {cross['load']:.1f}\n"
+                f"({cross['confidence']:.0%}: {cross['low']:.1f} to {cross['high']:.1f})",
+                xy=(cross["load"], 0.95),
+                xycoords=("data", "axes fraction"),
+                ha="left",
+                va="top",
+                fontsize=8,
+                xytext=(4, 0),
+                textcoords="offset points",
+            )
+        title = f"{scope['name']}: {decision['outcome']}"
+        if decision.get("deferReason"):
+            title += f" ({decision['deferReason']})"
+        tpct_ax.set_title(f"{title}\ntime per committed token")
+        ttft_ax.set_title(f"{scope['name']}: TTFT p99")
+        tpct_ax.set_ylabel("ms per committed token")
+        ttft_ax.set_ylabel("ms")
+        tpct_ax.set_ylim(bottom=0)
+        ttft_ax.set_ylim(bottom=0)
+        tpct_ax.legend(loc="lower right")
+    return fig
+
+
+def acceptance_plot(report: Json, plt: Any) -> Any:
+    """Acceptance rate by draft position, per scope (the speculative engines' rate while it ran)."""
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    scopes = [s for s in report["scopes"] if s["acceptance"]["perPosition"]]
+    width = 0.8 / max(1, len(scopes))
+    for index, scope in enumerate(scopes):
+        rates = [r if r is not None else 0.0 for r in scope["acceptance"]["perPosition"]]
+        xs = [p + index * width for p in range(len(rates))]
+        length = scope["acceptance"]["length"]
+        label = f"{scope['name']} (mean acceptance length {length:.2f})" if length else scope["name"]
+        ax.bar(xs, rates, width=width, label=label)
+    positions = max((len(s["acceptance"]["perPosition"]) for s in scopes), default=0)
+    ax.set_xticks([p + 0.4 - width / 2 for p in range(positions)], [str(p + 1) for p in range(positions)])
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1)
+    ax.set_title("Acceptance by draft position\n(speculative engines, over each scope's windows)")
+    if scopes:
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    else:
+        ax.text(0.5, 0.5, "no speculative windows", ha="center", transform=ax.transAxes)
+    return fig
+
+
+def kv_plot(report: Json, plt: Any) -> Any:
+    """KV-cache usage over time per arm, the hard limit, and every flip back marked."""
+    fig, ax = plt.subplots(figsize=(9, 3.5))
+    for arm, points in report["kvUsage"].items():
+        if points:
+            times = [datetime.fromisoformat(at) for at, _ in points]
+            ax.plot(times, [usage for _, usage in points], color=COLORS[arm], label=arm, linewidth=1.2)
+    ax.axhline(report["kvUsageLimit"], color="red", linestyle=":", linewidth=1, label="kvCacheUsage.max")
+    for index, record in enumerate(report["fallbacks"]):
+        at = datetime.fromisoformat(record["at"].replace("Z", "+00:00"))
+        ax.axvline(at, color="black", linestyle="--", linewidth=0.8)
+        ax.annotate(
+            f"{record['scope']}: {record['reason']}",
+            xy=(at, 0.98 - 0.08 * (index % 5)),
+            xycoords=("data", "axes fraction"),
+            fontsize=7,
+            ha="left",
+            va="top",
+            xytext=(3, 0),
+            textcoords="offset points",
+        )
+    ax.set_ylim(0, 1.05)
+    ax.set_ylabel("KV-cache usage")
+    ax.set_title("KV-cache usage over time, flips back to ordinary decoding marked")
+    ax.legend(loc="lower right", fontsize=8)
+    ax.xaxis.set_major_formatter(DateFormatter("%H:%M:%S"))  # type: ignore[no-untyped-call]
+    ax.set_xlabel("time (UTC)")
+    return fig
+
+
+def share_plot(report: Json, plt: Any) -> Any:
+    """Decode share against implied end-to-end gain, beside the decode-only gain, per scope."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    shares = [i / 100 for i in range(101)]
+    for scope in report["scopes"]:
+        timing = scope["timing"]
+        if not timing or timing["decodeRatio"] is None:
+            continue
+        ratio = timing["decodeRatio"]
+        curve = [1 / (1 - s * (1 - ratio)) for s in shares]
+        (line,) = ax.plot(shares, curve, linewidth=0.8, alpha=0.6)
+        color = line.get_color()
+        ax.scatter([timing["decodeShare"]], [timing["impliedEndToEndGain"]], color=color, zorder=3)
+        ax.scatter([1.0], [timing["decodeOnlyGain"]], color=color, marker="x", zorder=3)
+        ax.annotate(
+            f"{scope['name']}: {timing['decodeShare']:.0%} decode, {timing['impliedEndToEndGain']:.2f}x e2e "
+            f"(decode-only {timing['decodeOnlyGain']:.2f}x)",
+            xy=(timing["decodeShare"], timing["impliedEndToEndGain"]),
+            fontsize=7,
+            ha="right",
+            xytext=(-8, 6),
+            textcoords="offset points",
+        )
+    ax.axhline(1.0, color="grey", linewidth=0.8)
+    ax.set_xlim(0, 1.05)
+    ax.set_xlabel("decode share of request time (baseline)")
+    ax.set_ylabel("gain (baseline / speculative)")
+    ax.set_title(
+        "Implied end-to-end gain (dots) against the decode-only gain (x, at share 1)\n"
+        "lines: the gain each scope's decode ratio implies at any decode share"
+    )
+    return fig
+
+
+DRAWERS: dict[str, Callable[[Json, Any], Any]] = {
+    "load.png": load_plot,
+    "acceptance.png": acceptance_plot,
+    "kv_cache.png": kv_plot,
+    "decode_share.png": share_plot,
+}
+
+
+def draw(report: Json, folder: Path) -> list[str]:
+    """Every plot into `folder`; returns their file names."""
+    plt = _pyplot()
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, drawer in DRAWERS.items():
+        fig = drawer(report, plt)
+        _save(fig, folder / name)
+        plt.close(fig)
+    return list(DRAWERS)

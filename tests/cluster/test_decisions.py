@@ -1,0 +1,235 @@
+"""Decisions on real traffic across loads: three scopes whose mock profiles win everywhere, only at low
+load, and nowhere get AdoptWithinEnvelope, AdoptInLowLoadWindows and Defer; the crossover agrees with
+a direct sweep of the two arms (bench/mockvllm_concurrency.py); the report survives an operator restart.
+
+The engines' cost model reaches its compute roof at 8 sequences, so verifying k + 1 = 4 tokens per
+sequence costs speculation its lead from about 2 to 4 requests in flight per replica, depending on
+acceptance: fast (0.95) still wins at every load the pilot reaches, mid (0.5) crosses over near 3.3,
+slow (0.1) never wins. Load rises in phases; slow only sees the first, low one.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
+from tests.cluster.test_operator import router_ip
+from tests.cluster.test_operator_judging import judged_pilot
+
+pytestmark = pytest.mark.cluster
+
+PROFILE = {
+    "cost": {
+        "step_time_s": 0.04,
+        "per_seq_s": 0.00005,
+        "per_token_s": 0.005,
+        "prefill_per_token_s": 0.00002,
+        "draft_cost_ratio": 0.1,
+    },
+    "acceptance": {"default": 0.7, "scopes": {"fast": 0.95, "mid": 0.5, "slow": 0.1}},
+}
+DRAFT_TOKENS = 3
+LENGTHS = {
+    "input_tokens": {"dist": "uniform", "min": 80, "max": 120},
+    "output_tokens": {"dist": "uniform", "min": 40, "max": 60},
+}
+# (scopes, requests in flight, seconds): slow only at low load, then fast and mid rising. Arrivals
+# come faster than the arms serve, and loadgen sends only while fewer than that many requests are in
+# flight, so the load is the cap (split between the arms by their speed) whatever the engines do.
+PHASES = (
+    (("fast", "mid", "slow"), 4, 40),
+    (("fast", "mid"), 4, 20),
+    (("fast", "mid"), 6, 20),
+    (("fast", "mid"), 8, 20),
+    (("fast", "mid"), 10, 25),
+    (("fast", "mid"), 11, 20),
+)
+RATE = 20.0
+
+
+def decisions_pilot() -> dict[str, Any]:
+    doc = copy.deepcopy(judged_pilot())
+    spec = doc["spec"]
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
+    stage = [{"weight": 50, "minRequests": 5, "minDuration": "10s"}]
+    spec["scopes"] = [{"name": name, "deadline": "1m", "stages": stage} for name in ("fast", "mid", "slow")]
+    analysis = spec["analysis"]
+    analysis.update({"minSamples": 5, "failureLimit": 3})
+    # This pilot is judged on time per committed token: a speculative step commits several tokens, so
+    # its inter-token gaps grow with load by nature.
+    analysis["thresholds"]["interTokenLatency"] = {"quantile": 0.99, "maxRatio": 10.0}
+    return doc
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    with running_operator(cluster, tmp_path_factory.mktemp("decisions") / "operator.log") as running:
+        yield running
+
+
+def drive(cluster: Cluster, router: str, tmp: Path) -> None:
+    """Each phase's load in turn, through the router."""
+    for index, (names, in_flight, seconds) in enumerate(PHASES):
+        mix = tmp / f"mix-{index}.json"
+        mix.write_text(json.dumps({"scopes": [{"name": name, "deadline_s": 60, **LENGTHS} for name in names]}))
+        argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080"]
+        argv += ["--mix", str(mix), "--arrivals", "poisson", "--rate", str(RATE), "--seed", str(index)]
+        argv += ["--duration", str(seconds), "--max-in-flight", str(in_flight), "--timeout", "60", "--no-progress"]
+        done = subprocess.run(
+            argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=seconds + 90
+        )
+        assert done.returncode == 0, f"loadgen at {in_flight} in flight failed: {done.stderr[-2000:]}"
+
+
+def direct_crossover(tmp: Path) -> float:
+    """The crossover of mid that a closed-loop sweep of the two arms measures, in requests per replica."""
+    out = tmp / "sweep.json"
+    argv = [sys.executable, str(ROOT / "bench/mockvllm_concurrency.py"), "--profile", json.dumps(PROFILE)]
+    argv += ["--scope", "mid", "--draft-tokens", str(DRAFT_TOKENS), "--levels", "2,3,4,5", "--level-seconds", "15"]
+    argv += ["--time-scale", "1", "--input-tokens", "100", "--output-tokens", "50", "--json", str(out)]
+    subprocess.run(argv, check=True, capture_output=True, timeout=300)
+    found = json.loads(out.read_text())["crossover"]
+    assert found is not None, out.read_text()
+    return float(found)
+
+
+def report(cluster: Cluster, namespace: str, folder: Path) -> dict[str, bytes]:
+    argv = [sys.executable, "-m", "specpilot.cli", "report", "demo", "-n", namespace, "-o", str(folder)]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True, env=cluster.env(), timeout=120)
+    assert done.stdout.splitlines()[-1] == f"report written to {folder / 'report.md'}"
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_three_profiles_three_decisions_and_the_report_after_a_restart(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(decisions_pilot()))
+    wait_ready(cluster, operator, namespace)
+    drive(cluster, router_ip(cluster, namespace), tmp_path)
+
+    def decided() -> dict[str, Any] | None:
+        status = pilot(cluster, namespace).get("status", {})
+        scopes = {s["name"]: s for s in status.get("scopes", [])}
+        if status.get("decision") and all(s.get("decision") for s in scopes.values()):
+            return {"decision": status["decision"], "scopes": scopes}
+        return None
+
+    if decided() is None:  # fast may still be speculative: ask for the decision
+        cluster.kubectl("annotate", "-n", namespace, "speculationpilot/demo", "specpilot.io/decide=now")
+    # The windows still hold the last requests for a window's length after the load stops: wait until
+    # the evidence (and so the decision) stops changing.
+    seen: list[Any] = []
+
+    def settled() -> dict[str, Any] | None:
+        now = decided()
+        seen.append(now and (now["decision"], {name: s["decision"] for name, s in now["scopes"].items()}))
+        stable = len(seen) > 20 and now is not None and all(item == seen[-1] for item in seen[-20:])
+        return now if stable else None
+
+    try:
+        final = wait_until("the decisions stated, and unchanged for 20 s", settled, timeout=120, every=1)
+    except AssertionError as error:
+        raise AssertionError(f"{error}: {pilot(cluster, namespace).get('status')}\n{operator.tail(60)}") from None
+    before = report(cluster, namespace, tmp_path / "before")
+    decisions = {name: s["decision"] for name, s in final["scopes"].items()}
+    fast, mid, slow = decisions["fast"], decisions["mid"], decisions["slow"]
+    summary = before["report.md"].decode()  # what the assertions below say when they fail
+    assert fast["outcome"] == "AdoptWithinEnvelope", summary
+    assert mid["outcome"] == "AdoptInLowLoadWindows", summary
+    assert slow["outcome"] == "Defer" and slow["deferReason"] == "NoNetGain", summary
+    assert final["decision"]["outcome"] == "AdoptInLowLoadWindows"
+    assert final["decision"]["crossoverConcurrency"] == mid["crossoverConcurrency"]
+    assert mid["crossoverLow"] <= mid["crossoverConcurrency"] <= mid["crossoverHigh"]
+    # the evidence lives beside the pilot, not in its status
+    stored = json.loads(cluster.get_json("configmap", "demo-evidence", "-n", namespace)["data"]["evidence.json"])
+    assert set(stored["scopes"]) == {"fast", "mid", "slow"}
+    assert "evidence" not in json.dumps(pilot(cluster, namespace)["status"])
+
+    assert set(before) >= {"report.md", "report.json", "plots/load.png", "replay/workload.yaml", "replay/pilot.yaml"}
+    body = json.loads(before["report.json"])
+    assert body["decisionStated"] is True and body["decision"] == final["decision"]
+    (schedule,) = body["schedules"]
+    assert schedule["derivedFrom"] == "mid" and schedule["speculativeConfig"]["num_speculative_tokens"] == DRAFT_TOKENS
+
+    operator.kill()
+    operator.start()
+    generation = pilot(cluster, namespace)["metadata"]["generation"]
+    wait_until(
+        "the restarted operator reconciling the pilot",
+        lambda: (
+            "specpilot_operator_reconciles_total" in operator.metrics()
+            and 'result="ok"' in operator.metrics()
+            and pilot(cluster, namespace)["status"]["observedGeneration"] == generation
+        ),
+        timeout=60,
+    )
+    after = report(cluster, namespace, tmp_path / "after")
+    assert after == before, [name for name in before if before[name] != after.get(name)]
+
+    crossover = direct_crossover(tmp_path)
+    print(
+        f"mid: crossover {mid['crossoverConcurrency']:.2f} ({mid['crossoverLow']:.2f} to {mid['crossoverHigh']:.2f}) "
+        f"from the pilot's windows, {crossover:.2f} from a direct sweep; "
+        f"fast adopted up to {fast['maxConcurrency']:.2f}"
+    )
+    assert mid["crossoverConcurrency"] == pytest.approx(crossover, rel=0.2), (mid, crossover)
+
+
+PREFILL_PROFILE = {
+    # 1000 prompt tokens take 0.7 s to prefill; 31 output tokens take 0.3 s to decode at 10 ms each.
+    "cost": {
+        "step_time_s": 0.01,
+        "per_seq_s": 0.0,
+        "per_token_s": 0.0,
+        "prefill_per_token_s": 0.0007,
+        "draft_cost_ratio": 0.02,
+    },
+    # three draft tokens accepted at 0.6 commit 2.18 per round: decoding runs about twice as fast
+    "acceptance": {"default": 0.6},
+}
+
+
+def test_a_prefill_dominated_scope_reports_its_decode_share_and_implied_gain(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    """7 parts fixed work and 3 parts decoding, decoding halved: 1.18x end to end, not 2x."""
+    doc = decisions_pilot()
+    spec = doc["spec"]
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PREFILL_PROFILE)}]
+    spec["scopes"] = [
+        {"name": "rag", "deadline": "1m", "stages": [{"weight": 50, "minRequests": 3, "minDuration": "10s"}]}
+    ]
+    spec["analysis"]["minSamples"] = 3
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    mix = tmp_path / "rag.json"
+    mix.write_text(json.dumps({"scopes": [{"name": "rag", "input_tokens": 1000, "output_tokens": 31}]}))
+    # one request at a time per arm: no queueing, no request's prefill in another's decode steps
+    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip(cluster, namespace)}:8080"]
+    argv += ["--mix", str(mix), "--arrivals", "constant", "--rate", "0.7", "--duration", "60", "--no-progress"]
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=150)
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = json.loads(report(cluster, namespace, tmp_path / "pkg")["report.json"])
+    (rag,) = body["scopes"]
+    timing = rag["timing"]
+    print(
+        f"rag: decode share {timing['decodeShare']:.3f}, decode-only gain {timing['decodeOnlyGain']:.3f}x, "
+        f"implied {timing['impliedEndToEndGain']:.3f}x, observed {timing['observedEndToEndGain']:.3f}x end to end"
+    )
+    assert timing["decodeShare"] == pytest.approx(0.3, abs=0.05), timing
+    assert timing["decodeOnlyGain"] == pytest.approx(2.0, rel=0.15), timing
+    share, ratio = timing["decodeShare"], timing["decodeRatio"]
+    assert timing["impliedEndToEndGain"] == pytest.approx(1 / (1 - share * (1 - ratio)), rel=1e-3)  # 4 digits
+    assert timing["impliedEndToEndGain"] == pytest.approx(1.18, rel=0.05), timing
+    assert timing["impliedEndToEndGain"] == pytest.approx(timing["observedEndToEndGain"], rel=0.05), timing
+    assert "implies" in " ".join(rag["decision"]["reasons"])

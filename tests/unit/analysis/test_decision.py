@@ -1,0 +1,335 @@
+"""Decisions from the evidence store: windows across loads in, per-scope and pilot decisions out."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from specpilot.analysis.bands import bands, compare, crossover, interpolate
+from specpilot.analysis.decision import (
+    MIN_WINDOWS,
+    cost_view,
+    decide_pilot,
+    decide_scope,
+    decision_due,
+    decode_share,
+    implied_gain,
+)
+from specpilot.analysis.evidence import (
+    ArmLoad,
+    BinArm,
+    Evidence,
+    Moments,
+    WindowLoad,
+    dump,
+    load,
+    load_bin,
+    record_window,
+    with_arms,
+)
+from specpilot.analysis.window import ArmRequests, ScopeWindow
+from specpilot.api.reasons import FallbackReason, MetricName
+from specpilot.api.status import (
+    DecisionOutcome,
+    DecisionTrigger,
+    DeferReason,
+    FallbackRecord,
+    ScopeState,
+    ScopeStatus,
+    Verdict,
+    Window,
+)
+from specpilot.wire.names import Arm
+from tests.unit.analysis.conftest import END, arm, engine
+
+T, K, C = 0.02, 3, 0.1
+ROOF = 16  # ordinary decoding reaches the compute roof at 16 sequences
+
+
+def expected_tokens(alpha: float) -> float:
+    return (1 - alpha ** (K + 1)) / (1 - alpha)
+
+
+def ordinary(load: float) -> float:
+    return T * max(1.0, load / ROOF)
+
+
+def speculative(load: float, alpha: float) -> float:
+    """The mock's cost model: a round verifies k + 1 tokens per sequence and drafts k."""
+    verify = T * max(1.0, load * (K + 1) / ROOF)
+    return (verify + K * C * ordinary(load)) / expected_tokens(alpha)
+
+
+def analytic_crossover(alpha: float) -> float:
+    return (expected_tokens(alpha) - K * C) * ROOF / (K + 1)
+
+
+LOADS = (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
+
+
+def pilot(
+    alphas: dict[str, float],
+    *,
+    loads: tuple[float, ...] = LOADS,
+    per_load: int = 4,
+    fixed: float = 0.1,
+    quality_failed: frozenset[str] = frozenset(),
+) -> Evidence:
+    """Windows at each load in turn, every scope on both arms at the same load."""
+    evidence = with_arms(
+        Evidence(),
+        overlap=3.0,
+        kv_blocks={Arm.BASELINE: 1000, Arm.SPECULATIVE: 800},
+        gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1},
+    )
+    seed = 0
+    for step, value in enumerate(x for x in loads for _ in range(per_load)):
+        end = END + timedelta(seconds=5 * step)
+        for scope, alpha in alphas.items():
+            seed += 2
+            spec = arm(40, seed=seed, per_token=speculative(value, alpha), ttft=fixed)
+            base = arm(40, seed=seed + 1, per_token=ordinary(value), ttft=fixed)
+            w = ScopeWindow(
+                scope=scope,
+                start=end - timedelta(seconds=15),
+                end=end,
+                baseline=base,
+                speculative=spec,
+                baseline_engine=engine(),
+                speculative_engine=replace(engine(), per_position_acceptance=(alpha, alpha**2, alpha**3)),
+            )
+            loads_ = {a: ArmLoad(in_flight_per_replica=value, running_per_replica=value) for a in Arm}
+            evidence = record_window(
+                evidence,
+                w,
+                WindowLoad(arms=loads_, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150)),
+                verdict=Verdict.PASS,
+                quality_failed=scope in quality_failed,
+            )
+    return evidence
+
+
+def decide(evidence: Evidence, scope: str, fallbacks: tuple[FallbackRecord, ...] = ()):  # type: ignore[no-untyped-def]
+    return decide_scope(scope, evidence, fallbacks=fallbacks, confidence=0.9)
+
+
+def test_the_cost_model_puts_the_crossovers_where_the_cases_need_them() -> None:
+    assert analytic_crossover(0.95) > max(LOADS)  # wins everywhere measured
+    assert 4 < analytic_crossover(0.5) < 8  # crosses inside
+    assert speculative(1, 0.1) > ordinary(1)  # never wins
+
+
+def test_three_profiles_get_the_three_decisions() -> None:
+    evidence = pilot({"always": 0.95, "low": 0.5, "never": 0.1})
+    always, low, never = (decide(evidence, name).decision for name in ("always", "low", "never"))
+    assert always.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    assert always.max_concurrency == pytest.approx(10.5)  # the top band: windows at 10 and 11
+    assert low.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert low.crossover_concurrency == pytest.approx(analytic_crossover(0.5), rel=0.15)
+    assert low.crossover_low is not None and low.crossover_high is not None
+    assert low.crossover_low <= low.crossover_concurrency <= low.crossover_high
+    assert low.crossover_high - low.crossover_low < 3
+    assert never.outcome is DecisionOutcome.DEFER and never.defer_reason is DeferReason.NO_NET_GAIN
+    assert "wins at every load measured, up to 10.5" in always.reasons[0]
+    assert "wins below" in low.reasons[0] and "90% interval" in low.reasons[0]
+    assert "not faster" in never.reasons[0]
+
+
+def test_the_crossover_interval_narrows_with_more_windows_and_is_reproducible() -> None:
+    few = decide(pilot({"low": 0.5}, per_load=2), "low").crossover
+    many = decide(pilot({"low": 0.5}, per_load=8), "low").crossover
+    assert few is not None and many is not None
+    assert many.high - many.low < few.high - few.low
+    again = decide(pilot({"low": 0.5}, per_load=8), "low").crossover
+    assert again == many
+
+
+def test_quality_memory_and_evidence_defer_before_speed() -> None:
+    evidence = pilot({"q": 0.95, "kv": 0.95}, quality_failed=frozenset({"q"}))
+    kv = FallbackRecord(
+        scope="kv",
+        at=END,
+        reason=FallbackReason.KV_CACHE_PRESSURE,
+        metric=MetricName.KV_CACHE_USAGE,
+        observed=0.99,
+        threshold=0.95,
+        window=Window(start=END - timedelta(seconds=15), end=END),
+    )
+    q = decide(evidence, "q").decision
+    assert q.outcome is DecisionOutcome.DEFER and q.defer_reason is DeferReason.QUALITY_REGRESSION
+    memory = decide(evidence, "kv", (kv,)).decision
+    assert memory.defer_reason is DeferReason.MEMORY_PRESSURE
+    assert "800 KV blocks per replica against the baseline's 1000" in memory.reasons[0]
+    short = pilot({"s": 0.95}, loads=(2,), per_load=MIN_WINDOWS - 1)
+    assert decide(short, "s").decision.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
+    assert decide(short, "missing").decision.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
+
+
+def test_a_small_decode_share_defers_for_a_bottleneck_elsewhere() -> None:
+    evidence = pilot({"prefill": 0.95}, loads=(1, 2), fixed=200.0)
+    findings = decide(evidence, "prefill")
+    assert findings.share is not None and findings.share.share < 0.05
+    assert findings.decision.defer_reason is DeferReason.BOTTLENECK_ELSEWHERE
+    assert "bottleneck is elsewhere" in findings.decision.reasons[0]
+
+
+def test_implied_gain_is_the_arithmetic_of_the_design() -> None:
+    # 7 s fixed + 3 s decoding, decoding halved: 8.5 s, 1.18x.
+    assert implied_gain(0.3, 0.5) == pytest.approx(10 / 8.5)
+    assert implied_gain(1.0, 0.5) == pytest.approx(2.0)
+    assert implied_gain(0.0, 0.5) == pytest.approx(1.0)
+
+
+def test_decode_share_from_a_prefill_dominated_scope() -> None:
+    """7 s before the first token and 3 s of decoding on the baseline, decoding halved on the speculative arm."""
+    base = ArmRequests(
+        outcomes={},
+        decode_seconds=(3.0,) * 10,
+        committed_tokens=(100,) * 10,
+        ttft_seconds=(7.0,) * 10,
+        e2e_seconds=(10.0,) * 10,
+    )
+    spec = replace(base, decode_seconds=(1.5,) * 10, e2e_seconds=(8.5,) * 10)
+    w = ScopeWindow(
+        scope="p",
+        start=END - timedelta(seconds=15),
+        end=END,
+        baseline=replace(base, outcomes={"ok": 10}),  # type: ignore[dict-item]
+        speculative=replace(spec, outcomes={"ok": 10}),
+        baseline_engine=engine(),
+        speculative_engine=engine(),  # type: ignore[dict-item]
+    )
+    evidence = record_window(
+        Evidence(), w, WindowLoad(arms={}, arrival_rate=1.0), verdict=Verdict.PASS, quality_failed=False
+    )
+    share = decode_share(evidence.scopes["p"])
+    assert share is not None
+    assert share.share == pytest.approx(0.3)
+    assert share.decode_gain == pytest.approx(2.0)
+    assert share.implied_gain == pytest.approx(1.18, rel=0.01)
+    assert share.observed_gain == pytest.approx(10 / 8.5)
+
+
+def test_a_window_counts_once_and_one_without_traffic_not_at_all() -> None:
+    evidence = pilot({"a": 0.9}, loads=(2,), per_load=1)
+    scope = evidence.scopes["a"]
+    w = ScopeWindow(
+        scope="a",
+        start=END - timedelta(seconds=15),
+        end=END,
+        baseline=arm(5),
+        speculative=arm(5),
+        baseline_engine=engine(),
+        speculative_engine=engine(),
+    )
+    same = record_window(evidence, w, WindowLoad(arms={}, arrival_rate=1), verdict=Verdict.PASS, quality_failed=False)
+    assert same.scopes["a"] == scope
+    empty = replace(w, end=END + timedelta(minutes=1), baseline=ArmRequests(), speculative=ArmRequests())
+    assert (
+        record_window(
+            evidence, empty, WindowLoad(arms={}, arrival_rate=0), verdict=Verdict.INCONCLUSIVE, quality_failed=False
+        )
+        == evidence
+    )
+
+
+def test_the_store_round_trips_and_stays_bounded() -> None:
+    evidence = pilot({"a": 0.9, "b": 0.5}, loads=(1, 300), per_load=3)
+    assert load(dump(evidence)) == evidence
+    points = len(evidence.kv_usage[Arm.SPECULATIVE])
+    assert 0 < points <= 720
+    assert load_bin(1e9) == load_bin(1e6)  # clamped
+    bins = evidence.scopes["a"].bins[Arm.SPECULATIVE]
+    assert len(bins) == 2
+    with pytest.raises(ValueError):
+        load('{"version": 2}')
+
+
+@pytest.mark.parametrize(
+    ("windows", "expected"),
+    [
+        pytest.param({0: 3, 1: 3}, [3, 3], id="full-bins-stand-alone"),
+        pytest.param({0: 1, 1: 1, 2: 1, 5: 2}, [5], id="short-tail-joins-the-band-below"),
+        pytest.param({0: 2}, [2], id="one-short-band"),
+    ],
+)
+def test_bands_merge_adjacent_bins_until_they_hold_enough_windows(windows: dict[int, int], expected: list[int]) -> None:
+    bins = {
+        index: BinArm(load=Moments(n=n, sum=n * 2 ** (index / 4)), tpct=Moments(n=n, sum=n * 0.01, sum_sq=n * 1e-4))
+        for index, n in windows.items()
+    }
+    assert [band.windows for band in bands(bins)] == expected
+
+
+def test_interpolation_is_flat_beyond_the_ends() -> None:
+    points = [(1.0, 10.0), (3.0, 30.0)]
+    assert interpolate(points, 0) == 10 and interpolate(points, 2) == 20 and interpolate(points, 9) == 30
+
+
+def test_no_crossover_where_speculation_never_wins_or_always_wins() -> None:
+    for alpha in (0.1, 0.95):
+        evidence = pilot({"s": alpha})
+        scope = evidence.scopes["s"]
+        spec, base = (bands(scope.bins[a], overlap=3) for a in (Arm.SPECULATIVE, Arm.BASELINE))
+        assert crossover(spec, base, confidence=0.9) is None
+        assert len({c.wins for c in compare(spec, base)}) == 1
+
+
+def test_cost_view_kv_blocks_and_on_time_completions_per_gpu_hour() -> None:
+    evidence = pilot({"a": 0.95})
+    findings = decide(evidence, "a")
+    view = cost_view(evidence, findings.bands, {Arm.BASELINE: 1, Arm.SPECULATIVE: 1})
+    assert view.kv_cost == pytest.approx(0.2)
+    costs = {c.arm: c for c in view.arms}
+    assert set(costs) == {Arm.BASELINE, Arm.SPECULATIVE}
+    spec, base = costs[Arm.SPECULATIVE], costs[Arm.BASELINE]
+    assert spec.on_time_per_gpu_hour is not None and base.on_time_per_gpu_hour is not None
+    assert spec.on_time_per_gpu_hour > base.on_time_per_gpu_hour  # faster requests at the same load
+    assert spec.kv_blocks == 800 and spec.gpus == 1
+
+
+NOW = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_pilot_decision_combines_the_scopes() -> None:
+    evidence = pilot({"always": 0.95, "low": 0.5, "never": 0.1})
+    findings = [decide(evidence, name) for name in ("always", "low", "never")]
+    decision = decide_pilot(findings, trigger=DecisionTrigger.SETTLED, now=NOW)
+    assert decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert decision.crossover_concurrency == findings[1].decision.crossover_concurrency
+    assert decision.envelope is not None and decision.envelope.scopes == ["always"]
+    assert "defer never" in decision.reasons[0]
+    within = decide_pilot(findings[:1], trigger=DecisionTrigger.REQUESTED, now=NOW)
+    assert (
+        within.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE and within.stated_because is DecisionTrigger.REQUESTED
+    )
+    defer = decide_pilot(findings[2:], trigger=DecisionTrigger.SETTLED, now=NOW)
+    assert defer.outcome is DecisionOutcome.DEFER and defer.defer_reason is DeferReason.NO_NET_GAIN
+    later = decide_pilot(findings, trigger=DecisionTrigger.SETTLED, now=NOW + timedelta(hours=1), previous=decision)
+    assert later.decided_at == NOW  # unchanged decisions keep their time
+
+
+def test_a_decision_is_due_when_every_scope_settled_or_on_request() -> None:
+    settled = [ScopeStatus(name="a", state=ScopeState.SPECULATIVE), ScopeStatus(name="b", state=ScopeState.ROLLED_BACK)]
+    piloting = [*settled, ScopeStatus(name="c", state=ScopeState.PILOTING)]
+    key = "specpilot.io/decide"
+    assert decision_due(settled, {}, annotation=key) is DecisionTrigger.SETTLED
+    assert decision_due(piloting, {}, annotation=key) is None
+    assert decision_due(piloting, {key: ""}, annotation=key) is DecisionTrigger.REQUESTED
+    assert math.isfinite(analytic_crossover(0.5))
+
+
+def test_a_baseline_that_never_ran_at_the_speculative_loads_is_said() -> None:
+    evidence = pilot({"s": 0.95}, loads=(1, 2, 3))
+    scope = evidence.scopes["s"]
+    moved = {index + 8: cell for index, cell in scope.bins[Arm.BASELINE].items()}  # the baseline at 4x the load
+    shifted = evidence.model_copy(
+        update={"scopes": {"s": scope.model_copy(update={"bins": {**scope.bins, Arm.BASELINE: moved}})}}
+    )
+    findings = decide(shifted, "s")
+    assert all(c.extrapolated for c in findings.comparisons)
+    assert "compare against its nearest measured band" in " ".join(findings.decision.reasons)
+    assert not any(c.extrapolated for c in decide(evidence, "s").comparisons)

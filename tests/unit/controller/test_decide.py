@@ -1,0 +1,108 @@
+"""One reconcile's evidence and decision: judged windows recorded once, decisions stated when due."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad
+from specpilot.analysis.window import ScopeWindow
+from specpilot.api.pilot import DECIDE_ANNOTATION
+from specpilot.api.reasons import Reason
+from specpilot.api.status import DecisionOutcome, DecisionTrigger, ScopeState, ScopeStatus, Verdict, WindowSummary
+from specpilot.controller.decide import decide, fresh_for, record
+from specpilot.controller.progress import Measured
+from specpilot.wire.names import Arm
+from tests.unit.analysis.conftest import END, arm, engine
+from tests.unit.controller.test_render import ROOT, load
+
+_, SPEC = load(ROOT / "manifests/examples/local-demo.yaml")
+NAMES = [scope.name for scope in SPEC.scopes]
+
+
+def window(scope: str, end=END) -> ScopeWindow:  # type: ignore[no-untyped-def]
+    return ScopeWindow(
+        scope=scope,
+        start=end - timedelta(seconds=30),
+        end=end,
+        baseline=arm(30, seed=1, per_token=0.02),
+        speculative=arm(30, seed=2, per_token=0.01),
+        baseline_engine=engine(),
+        speculative_engine=engine(),
+    )
+
+
+def test_fresh_for_starts_over_when_an_arm_changed() -> None:
+    kept = fresh_for(Evidence(config_hashes={Arm.BASELINE: "a"}), {Arm.BASELINE: "a"})
+    assert kept.config_hashes == {Arm.BASELINE: "a"}
+    assert fresh_for(None, {Arm.BASELINE: "a"}) == Evidence(config_hashes={Arm.BASELINE: "a"})
+    changed = Evidence(config_hashes={Arm.BASELINE: "a"}, overlap=2.0)
+    assert fresh_for(changed, {Arm.BASELINE: "b"}) == Evidence(config_hashes={Arm.BASELINE: "b"})
+
+
+def test_only_windows_judged_this_time_are_recorded() -> None:
+    judged, other = NAMES[0], NAMES[1]
+    measured = {name: Measured(window(name), 30) for name in (judged, other)}
+    scopes = [
+        ScopeStatus(name=judged, state=ScopeState.PILOTING, last_window=WindowSummary(end=END, verdict=Verdict.PASS)),
+        # the other scope took a manual action instead: its last window is older
+        ScopeStatus(
+            name=other,
+            state=ScopeState.PILOTING,
+            last_window=WindowSummary(end=END - timedelta(minutes=1), verdict=Verdict.PASS),
+        ),
+    ]
+    load_ = WindowLoad(arms={a: ArmLoad(in_flight_per_replica=2.0) for a in Arm}, arrival_rate=2.0)
+    evidence = record(
+        Evidence(),
+        spec=SPEC,
+        measured=measured,
+        loads=dict.fromkeys(NAMES, load_),
+        scopes=scopes,
+        kv_blocks={Arm.BASELINE: 100},
+        gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1},
+        replicas={Arm.BASELINE: 1},
+    )
+    assert set(evidence.scopes) == {judged}
+    assert evidence.overlap == 3.0 and evidence.kv_blocks == {Arm.BASELINE: 100}
+    again = record(
+        evidence,
+        spec=SPEC,
+        measured=measured,
+        loads=dict.fromkeys(NAMES, load_),
+        scopes=scopes,
+        kv_blocks={},
+        gpus={},
+        replicas={},
+    )
+    assert again.scopes == evidence.scopes  # the same window again counts once
+
+
+def test_decisions_wait_until_due_and_are_announced_once() -> None:
+    piloting = [ScopeStatus(name=name, state=ScopeState.PILOTING) for name in NAMES]
+    waiting = decide(Evidence(), spec=SPEC, scopes=piloting, fallbacks=[], annotations={}, previous=None, now=END)
+    assert waiting.decision is None and waiting.events == [] and waiting.scopes == piloting
+    asked = decide(
+        Evidence(),
+        spec=SPEC,
+        scopes=piloting,
+        fallbacks=[],
+        annotations={DECIDE_ANNOTATION: "1"},
+        previous=None,
+        now=END,
+    )
+    assert asked.decision is not None and asked.decision.outcome is DecisionOutcome.DEFER
+    assert asked.decision.stated_because is DecisionTrigger.REQUESTED
+    assert all(scope.decision is not None for scope in asked.scopes)
+    assert [event.reason for event in asked.events] == [Reason.DECISION_STATED]
+    settled = [ScopeStatus(name=name, state=ScopeState.ROLLED_BACK) for name in NAMES]
+    later = decide(
+        Evidence(),
+        spec=SPEC,
+        scopes=settled,
+        fallbacks=[],
+        annotations={},
+        previous=asked.decision,
+        now=END + timedelta(minutes=5),
+    )
+    assert later.events == []  # the same decision: no second Event
+    assert later.decision is not None and later.decision.outcome is DecisionOutcome.DEFER
