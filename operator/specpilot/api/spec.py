@@ -484,6 +484,71 @@ class Thresholds(ApiModel):
     1 + numSpeculativeTokens. Unset, acceptance is reported but not judged."""
 
 
+LABEL_NAME_PATTERN = "^[a-zA-Z_][a-zA-Z0-9_]*$"  # plain text: it also sits in a CEL string
+LabelName = Annotated[str, StringConstraints(pattern=LABEL_NAME_PATTERN, max_length=128)]
+LabelValue = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+Labels = Annotated[
+    dict[Annotated[str, StringConstraints(max_length=128)], LabelValue],
+    Field(max_length=16),
+    Check(
+        Rule(
+            cel=f"self.all(name, name.matches('{LABEL_NAME_PATTERN}') && !name.startsWith('__'))",
+            message="label names must match [a-zA-Z_][a-zA-Z0-9_]* and not start with __ (reserved: the operator "
+            "picks the metric name)",
+        ),
+        holds=lambda labels: all(re.fullmatch(LABEL_NAME_PATTERN, n) and not n.startswith("__") for n in labels),
+    ),
+]
+ArmLabelSet = Annotated[Labels, Field(min_length=1)]
+
+ARM_LABELS_DIFFER = Rule(
+    cel="self.baseline != self.speculative",
+    message="baseline and speculative must select different series",
+    field_path=".speculative",
+)
+
+
+class PrometheusArms(ApiModel):
+    """Labels that pick out each arm's engine series: every label must hold, values match exactly. They
+    must be target labels (on `up` too), since a failed scrape is read from `up`."""
+
+    model_config = ConfigDict(json_schema_extra=cel(ARM_LABELS_DIFFER))
+
+    baseline: ArmLabelSet
+    """Labels of the baseline arm's series, e.g. {namespace: team-a, specpilot_io_arm: baseline}."""
+    speculative: ArmLabelSet
+    """Labels of the speculative arm's series."""
+
+
+class PrometheusSource(ApiModel):
+    """A Prometheus server that already scrapes the arms' engine pods (every few seconds, so that a
+    window holds several scrapes). The same window figures as direct scraping, as PromQL: counter
+    increases over the window, quantiles from bucket increases, gauges over the window."""
+
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048)]
+    """Base URL of its HTTP API, without /api/v1, e.g. http://prometheus-operated.monitoring:9090 (a path
+    prefix such as /prometheus is kept)."""
+    timeout: Annotated[DurationText, duration_within("1s", "5m")] = "10s"
+    """How long one query may take; a query that does not answer makes the window inconclusive."""
+    labels: Labels = {}
+    """Labels every query matches besides the arm's, e.g. {cluster: prod, job: vllm}."""
+    namespace_label: LabelName = "namespace"
+    """Label that names a series' Kubernetes namespace (`namespace` with kube-prometheus and the usual
+    kubernetes_sd relabelling)."""
+    pod_label: LabelName = "pod"
+    """Label that names a series' pod: the default arm selection matches it, and reasons name pods by it."""
+    arms: PrometheusArms | None = None
+    """Labels that pick out each arm; by default the pilot's namespace (namespaceLabel) and the names of
+    the arm's pods (podLabel matching `<pilot>-<arm>-<hash>-<suffix>`)."""
+
+
+class MetricsSource(ApiModel):
+    """Where the engines' metrics come from instead of scraping every pod directly."""
+
+    prometheus: PrometheusSource
+    """Query a Prometheus server's HTTP API."""
+
+
 WINDOW_COVERS_INTERVAL = Rule(
     cel="duration(self.window) >= duration(self.interval)",
     message="window must be at least interval",
@@ -516,6 +581,9 @@ class Analysis(ApiModel):
     """Confidence level of the statistical comparisons of latency-type metrics."""
     thresholds: Thresholds = Thresholds()
     """Limits that make a window fail."""
+    metrics_source: MetricsSource | None = None
+    """Where the engines' metrics come from. Unset, the operator scrapes every ready engine pod's /metrics
+    itself; the routers' per-request samples are read from the routers either way."""
 
 
 # --- quality and rollback -----------------------------------------------------------------------

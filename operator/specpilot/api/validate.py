@@ -148,3 +148,7 @@ def _analysis_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
     minimum = analysis.thresholds.min_acceptance_length
     if minimum is not None and minimum > 1 + spec.speculative.draft.num_speculative_tokens:
         yield _problem("spec.analysis.thresholds.minAcceptanceLength", s.ACCEPTANCE_LENGTH_REACHABLE)
+    source = analysis.metrics_source
+    arms = source.prometheus.arms if source is not None else None
+    if arms is not None and arms.baseline == arms.speculative:
+        yield _problem("spec.analysis.metricsSource.prometheus.arms.speculative", s.ARM_LABELS_DIFFER)

@@ -5,6 +5,10 @@ A collector per pilot scrapes every ready pod of both arms and reads every ready
 from what it holds. Held in memory only, bounded to one window back: after a restart, the routers
 still hold their recent samples (read again from cursor 0) and scrapes resume, so the first
 windows after a restart are inconclusive rather than wrong.
+
+With `analysis.metricsSource.prometheus`, the engines' figures come from that Prometheus instead
+and the pods are not scraped: each collection queries the window ending then, since the reconcile
+closes windows at the last collection.
 """
 
 from __future__ import annotations
@@ -17,12 +21,13 @@ from datetime import datetime, timedelta
 import aiohttp
 
 from specpilot.analysis.evidence import WindowLoad
-from specpilot.analysis.window import ArmRequests, ScopeWindow
+from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape, engine_window
 from specpilot.metrics.ledger import SampleLedger
 from specpilot.metrics.load import kv_blocks, window_load
+from specpilot.metrics.prometheus import arm_engines
 from specpilot.metrics.samples import arm_requests, kv_load
 from specpilot.metrics.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
 from specpilot.metrics.window import scope_window
@@ -47,6 +52,7 @@ class PilotMeasurements:
         self._ledger: SampleLedger | None = None
         self._horizon = timedelta(minutes=5)
         self._routers: set[str] = set()
+        self._queried: tuple[datetime, dict[Arm, ArmEngine]] | None = None  # from Prometheus: (end, engines)
         self.collected_at: datetime | None = None
 
     async def collect(
@@ -56,16 +62,37 @@ class PilotMeasurements:
         arms: dict[Arm, list[tuple[str, str]]],
         routers: Sequence[tuple[str, str]],
         analysis: s.Analysis,
+        pilot: tuple[str, str],
         now: datetime,
     ) -> None:
-        """One collection: every ready pod of both arms, every ready router (name, IP pairs)."""
+        """One collection: every ready pod of both arms, every ready router (name, IP pairs) of the
+        pilot (namespace, name)."""
         self._horizon = parse_duration(analysis.window) * 2 + timedelta(seconds=4 * cadence(analysis))
         if self._ledger is None:
             self._ledger = SampleLedger(horizon=self._horizon)
+        source = analysis.metrics_source
+        self._queried = None
+        if source is not None:
+            window, step = parse_duration(analysis.window), timedelta(seconds=cadence(analysis))
+            quantile = analysis.thresholds.inter_token_latency.quantile
+            self._queried = (
+                now,
+                await arm_engines(
+                    session,
+                    source.prometheus,
+                    namespace=pilot[0],
+                    pilot=pilot[1],
+                    window=window,
+                    step=step,
+                    quantile=quantile,
+                    end=now,
+                ),
+            )
         targets = [
             (arm, ScrapeTarget(pod=name, url=f"http://{ip}:{ENGINE_PORT}/metrics"))
             for arm in JUDGED_ARMS
             for name, ip in arms.get(arm, [])
+            if source is None
         ]
         results = await scrape_all(
             session, [t for _, t in targets], families=ENGINE_FAMILIES, timeout_s=TIMEOUT_SECONDS, at=now
@@ -126,6 +153,10 @@ class PilotMeasurements:
             )
             for arm in JUDGED_ARMS
         }
+        if self._queried is not None:  # from Prometheus, for the window ending at the last collection
+            at, queried = self._queried
+            missing = ArmEngine(inconclusive="no Prometheus query at the window's end")
+            engines = {arm: queried[arm] if at == end else missing for arm in JUDGED_ARMS}
         ledger = self._ledger if self._ledger is not None else SampleLedger(horizon=self._horizon)
         return scope_window(
             ledger,

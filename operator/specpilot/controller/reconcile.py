@@ -430,7 +430,12 @@ class Controller:
         now = self.clock()
         arms = {arm: seen.ready(arm.value) for arm in (Arm.BASELINE, Arm.SPECULATIVE)}
         await memory.measurements.collect(
-            self.http, arms=arms, routers=seen.ready(ROUTER_COMPONENT), analysis=spec.analysis, now=now
+            self.http,
+            arms=arms,
+            routers=seen.ready(ROUTER_COMPONENT),
+            analysis=spec.analysis,
+            pilot=(ref.namespace, ref.name),
+            now=now,
         )
         if window_due(memory.status or _previous_status(body), spec, memory.measurements.collected_at, now):
             memory.window_due = True  # judge it on what was just collected, not at the next scheduled reconcile

@@ -1,4 +1,5 @@
-"""The one module of `specpilot.metrics` that does I/O: engine ``/metrics`` and the router's ``/samples``.
+"""I/O of `specpilot.metrics`: engine ``/metrics`` and the router's ``/samples`` (and, beside it,
+`specpilot.metrics.prometheus` for a Prometheus server's query API).
 
 Scraping 1,000 engine pods every 10 s must stay cheap, so every scrape goes through one shared
 `aiohttp.ClientSession` (`scrape_session`) whose connector keeps a few connections per pod alive
@@ -47,8 +48,8 @@ class ReadFailure:
     reason: str
 
 
-class _TooLarge(Exception):
-    pass
+class TooLarge(Exception):
+    """A body past `MAX_BODY_BYTES`."""
 
 
 class _BadEncoding(Exception):
@@ -79,8 +80,8 @@ async def scrape(
         ) as response:
             if response.status != 200:
                 return ScrapeFailure(at=at, pod=target.pod, reason=f"GET {target.url}: HTTP {response.status}")
-            body = _decoded(await _body(response), response.headers.get("Content-Encoding", "identity"))
-    except _TooLarge:
+            body = _decoded(await read_body(response), response.headers.get("Content-Encoding", "identity"))
+    except TooLarge:
         return ScrapeFailure(at=at, pod=target.pod, reason=f"GET {target.url}: body over {MAX_BODY_BYTES} bytes")
     except _BadEncoding as exc:
         return ScrapeFailure(at=at, pod=target.pod, reason=f"GET {target.url}: {exc}")
@@ -125,8 +126,8 @@ async def read_samples(
         ) as response:
             if response.status != 200:
                 return ReadFailure(f"GET {url}: HTTP {response.status}")
-            body = await _body(response)
-    except _TooLarge:
+            body = await read_body(response)
+    except TooLarge:
         return ReadFailure(f"GET {url}: body over {MAX_BODY_BYTES} bytes")
     except _ERRORS as exc:
         return ReadFailure(_reason(url, exc, timeout_s))
@@ -136,16 +137,16 @@ async def read_samples(
         return ReadFailure(f"GET {url}: not a samples page: {exc}")
 
 
-async def _body(response: aiohttp.ClientResponse) -> bytes:
+async def read_body(response: aiohttp.ClientResponse) -> bytes:
     """The body as it arrives, refused past `MAX_BODY_BYTES` so a runaway server cannot fill memory."""
     if response.content_length is not None and response.content_length > MAX_BODY_BYTES:
-        raise _TooLarge
+        raise TooLarge
     chunks: list[bytes] = []
     size = 0
     async for chunk in response.content.iter_any():
         size += len(chunk)
         if size > MAX_BODY_BYTES:
-            raise _TooLarge
+            raise TooLarge
         chunks.append(chunk)
     return b"".join(chunks)
 
@@ -162,7 +163,7 @@ def _decoded(body: bytes, encoding: str) -> bytes:
     except zlib.error as exc:
         raise _BadEncoding(f"gzip body does not inflate ({exc})") from None
     if len(out) > MAX_BODY_BYTES:
-        raise _TooLarge
+        raise TooLarge
     if not inflate.eof:
         raise _BadEncoding("gzip body cut off before its end")
     if inflate.unused_data:

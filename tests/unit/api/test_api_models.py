@@ -25,8 +25,8 @@ MINIMAL: dict[str, Any] = {
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def test_there_are_three_examples() -> None:
-    assert {path.stem for path in EXAMPLES} == {"minimal", "three-arm", "local-demo"}
+def test_the_examples() -> None:
+    assert {path.stem for path in EXAMPLES} == {"minimal", "three-arm", "local-demo", "prometheus-source"}
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)

@@ -39,6 +39,10 @@ def _engine(**fields: Any) -> dict[str, Any]:
     return {**BASE["spec"]["engine"], **fields}
 
 
+def _prometheus(**fields: Any) -> dict[str, Any]:
+    return _pilot(analysis={"metricsSource": {"prometheus": {"url": "http://prometheus.monitoring:9090", **fields}}})
+
+
 def _header(name: str, value: str, kind: str = "Exact") -> dict[str, Any]:
     return {"match": {"headers": [{"name": name, "value": value, "type": kind}]}}
 
@@ -175,6 +179,60 @@ RULES = [
         "stage weights must be strictly increasing",
     ),
     ("name", {**_pilot(), "metadata": {"name": "Pilot"}}, "metadata.name", NAME_RULE.message),
+    (
+        "prometheus-arms-identical",
+        _prometheus(arms={"baseline": {"arm": "a"}, "speculative": {"arm": "a"}}),
+        "spec.analysis.metricsSource.prometheus.arms.speculative",
+        s.ARM_LABELS_DIFFER.message,
+    ),
+    (
+        "prometheus-reserved-label",
+        _prometheus(labels={"__name__": "up"}),
+        "spec.analysis.metricsSource.prometheus.labels",
+        "not start with __",
+    ),
+    (
+        "prometheus-label-name",
+        _prometheus(arms={"baseline": {"arm-name": "a"}, "speculative": {"arm": "b"}}),
+        "spec.analysis.metricsSource.prometheus.arms.baseline",
+        "label names must match",
+    ),
+    (
+        "prometheus-empty-arm",
+        _prometheus(arms={"baseline": {}, "speculative": {"arm": "b"}}),
+        "spec.analysis.metricsSource.prometheus.arms.baseline",
+        "at least 1 item",
+    ),
+    (
+        "prometheus-url",
+        _prometheus(url="prometheus:9090"),
+        "spec.analysis.metricsSource.prometheus.url",
+        "should match pattern",
+    ),
+    (
+        "prometheus-url-query",
+        _prometheus(url="http://prometheus:9090/api/v1/query?query=up"),
+        "spec.analysis.metricsSource.prometheus.url",
+        "should match pattern",
+    ),
+    (
+        "prometheus-timeout",
+        _prometheus(timeout="10m"),
+        "spec.analysis.metricsSource.prometheus.timeout",
+        "must be between 1s and 5m",
+    ),
+    (
+        "prometheus-pod-label",
+        _prometheus(podLabel="pod-name"),
+        "spec.analysis.metricsSource.prometheus.podLabel",
+        "should match pattern",
+    ),
+    (
+        "prometheus-missing",
+        _pilot(analysis={"metricsSource": {}}),
+        "spec.analysis.metricsSource.prometheus",
+        "Field required",
+    ),
 ]
 OPERATOR_ONLY = [
     (
@@ -213,6 +271,15 @@ def test_budget_counts_tensor_parallel_ranks() -> None:
     assert validate(body) == []
     body["spec"]["alternative"]["replicas"] = 5
     assert [problem.field for problem in validate(body)] == ["spec.alternative"]
+
+
+@pytest.mark.parametrize(
+    "url", ["http://prometheus.monitoring:9090", "https://thanos.example.com/prometheus/", "http://10.0.0.1:9090"]
+)
+def test_prometheus_source_is_deployable(url: str) -> None:
+    assert validate(_prometheus(url=url, labels={"cluster": "prod"}, timeout="30s")) == []
+    arms = {"baseline": {"specpilot_io_arm": "baseline"}, "speculative": {"specpilot_io_arm": "speculative"}}
+    assert validate(_prometheus(url=url, arms=arms)) == []
 
 
 def test_regular_expressions_in_exact_matches_are_not_compiled() -> None:
