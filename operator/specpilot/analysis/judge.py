@@ -205,7 +205,11 @@ def _ratio_checks(
             look=spent[MetricName.END_TO_END_RATIO] + 1,
         ),
         inter_token_latency_check(
-            window.speculative_engine, window.baseline_engine, limit=thresholds.inter_token_latency
+            window.speculative_engine,
+            window.baseline_engine,
+            limit=thresholds.inter_token_latency,
+            routed=spec.routed,
+            min_samples=analysis.min_samples,
         ),
     )
     # Only a judged check spends its look: an inconclusive one tested nothing.

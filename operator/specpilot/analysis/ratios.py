@@ -148,14 +148,23 @@ def _unpaired(arm: ArmRequests, name: str) -> str | None:
     return None
 
 
-def inter_token_latency_check(speculative: ArmEngine, baseline: ArmEngine, *, limit: QuantileRatio) -> Check:
+def inter_token_latency_check(
+    speculative: ArmEngine, baseline: ArmEngine, *, limit: QuantileRatio, routed: int, min_samples: int
+) -> Check:
     """The engines' gap between streamed chunks at the limit's quantile, speculative over baseline.
 
     Arm-wide (vLLM's histogram cannot tell scopes apart) and a point comparison: there are no
     per-request values to test, only bucket deltas. A speculative step delivers several tokens at
-    once, so its gaps are longer by nature; the default limit (2x) is loose for that reason."""
+    once, so its gaps are longer by nature; the default limit (2x) is loose for that reason. A scope
+    that sent the arm fewer than `min_samples` requests (`routed`) is not judged on it: the gaps
+    are other scopes' then."""
     metric = MetricName.INTER_TOKEN_LATENCY_RATIO
     label = f"inter-token latency p{limit.quantile * 100:g}"
+    if routed < min_samples:
+        return inconclusive(
+            metric,
+            f"{label}: {routed} requests of the scope on the speculative arm, fewer than minSamples {min_samples}",
+        )
     for name, engine in (("speculative", speculative), ("baseline", baseline)):
         if engine.inconclusive:
             return inconclusive(metric, f"{label}: {name} engines: {engine.inconclusive}")

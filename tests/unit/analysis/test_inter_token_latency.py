@@ -34,7 +34,13 @@ LIMIT = QuantileRatio(quantile=0.99, max_ratio=2.0)
     ids=["within", "above", "no-steps", "engine-inconclusive", "zero-baseline"],
 )
 def test_inter_token_latency(speculative: ArmEngine, baseline: ArmEngine, verdict: Verdict, words: str) -> None:
-    check = inter_token_latency_check(speculative, baseline, limit=LIMIT)
+    check = inter_token_latency_check(speculative, baseline, limit=LIMIT, routed=50, min_samples=10)
     assert check.verdict is verdict
     assert words in check.reason
     assert not check.hard
+
+
+def test_a_scope_with_too_few_requests_on_the_arm_is_not_judged_on_other_scopes_gaps() -> None:
+    slow = ArmEngine(inter_token_latency=0.09)
+    check = inter_token_latency_check(slow, ArmEngine(inter_token_latency=0.03), limit=LIMIT, routed=3, min_samples=10)
+    assert check.verdict is Verdict.INCONCLUSIVE and "3 requests of the scope" in check.reason
