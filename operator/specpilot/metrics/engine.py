@@ -152,7 +152,7 @@ def engine_window(
         running=sum(running) / len(running) if running else None,
         waiting=sum(waiting) / len(waiting) if waiting else None,
         batch_seen=batch_seen,
-        inconclusive=_summary(reasons),
+        inconclusive=summarize_reasons(reasons),
     )
 
 
@@ -289,7 +289,8 @@ def _cycle_gauges(entry: Scrape) -> tuple[float, float, float] | None:
     return max(kv), sum(running), sum(waiting)
 
 
-def _summary(reasons: Sequence[str]) -> str | None:
+def summarize_reasons(reasons: Sequence[str]) -> str | None:
+    """The reasons in one line, the first few spelled out; None when there are none."""
     if not reasons:
         return None
     shown = "; ".join(reasons[:_MAX_REASONS])

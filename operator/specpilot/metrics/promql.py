@@ -38,8 +38,6 @@ from specpilot.api import spec as s
 from specpilot.metrics import engine as e
 from specpilot.wire.names import Arm, arm_name
 
-_MAX_REASONS = 5
-
 
 @dataclass(frozen=True, slots=True)
 class Matcher:
@@ -261,7 +259,7 @@ def arm_engine(
         preemptions=round(amount(Figure.PREEMPTIONS)),
         running=running if running is not None and not math.isnan(running) else None,
         waiting=waiting if waiting is not None and not math.isnan(waiting) else None,
-        inconclusive=_summary(reasons),
+        inconclusive=e.summarize_reasons(reasons),
     )
 
 
@@ -316,11 +314,3 @@ def _duration(span: timedelta) -> str:
 
 def _quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _summary(reasons: Sequence[str]) -> str | None:
-    if not reasons:
-        return None
-    shown = "; ".join(reasons[:_MAX_REASONS])
-    more = len(reasons) - _MAX_REASONS
-    return f"{shown}; and {more} more" if more > 0 else shown

@@ -38,6 +38,7 @@ from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.controller.measure import PilotMeasurements, cadence
 from specpilot.metrics.scrape import scrape_session
+from specpilot.mockvllm.metrics import BUCKETS
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, ROUTER_PORT, Arm
 from specpilot.wire.routes import ROUTES_KEY, ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, render_routes
 
@@ -258,28 +259,7 @@ async def collect_both(
 
 
 FIGURES = ("time_per_committed_token", "acceptance_rate", "acceptance_length")
-# vLLM 0.33's inter-token-latency buckets (upper bounds, seconds; then +Inf)
-ITL_BUCKETS = (
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
+ITL_BUCKETS = BUCKETS["inter_token_latency"]  # vLLM 0.33's, as the mock serves them
 
 
 def differences(a: ArmEngine, b: ArmEngine) -> dict[str, float]:
