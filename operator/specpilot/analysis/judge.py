@@ -107,7 +107,7 @@ def attribute_kv_pressure(
     KV failure and their speed failures turn inconclusive, naming it; so are the scopes whose
     window overlaps an earlier KV flip of another scope (`overlapping`: scope to why). Error,
     timeout and rejection limits still fire, since those requests failed whatever the cause."""
-    heaviest = max(sorted(kv_loads), key=lambda name: kv_loads[name], default=None)
+    heaviest = heaviest_loader(kv_loads)
     total = sum(kv_loads.values())
     share = f" ({kv_loads[heaviest] / total:.0%} of the arm's KV load)" if heaviest is not None and total > 0 else ""
     put_on = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}, which flips first"
@@ -123,6 +123,11 @@ def attribute_kv_pressure(
         )
         out[name] = _verdict(checks, verdicts[name].state)
     return out
+
+
+def heaviest_loader(kv_loads: Mapping[str, float]) -> str | None:
+    """The scope whose requests held the most KV cache (the first name on a tie), if any."""
+    return max(sorted(kv_loads), key=lambda name: kv_loads[name], default=None)
 
 
 def _confounded(check: Check) -> bool:

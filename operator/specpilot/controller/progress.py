@@ -11,12 +11,12 @@ from typing import Any
 
 from specpilot.analysis import rollout
 from specpilot.analysis.checks import Check
-from specpilot.analysis.judge import WindowVerdict, attribute_kv_pressure, judge_window, summarize
+from specpilot.analysis.judge import WindowVerdict, attribute_kv_pressure, heaviest_loader, judge_window, summarize
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
-from specpilot.api.reasons import FallbackReason
+from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import (
     FALLBACK_LIMIT,
     ConditionStatus,
@@ -139,7 +139,9 @@ def advance_scopes(
     window (token-seconds): sustained KV pressure is put on the heaviest."""
     by_name = {scope.name: scope for scope in spec.scopes}
     verdicts = _judge(scopes, spec, measured=measured, manual=manual)
-    verdicts = attribute_kv_pressure(verdicts, kv_loads or {}, overlapping=_overlapping(measured, verdicts, fallbacks))
+    loads = kv_loads or {}
+    held = _confounded_by_kv(measured, verdicts, fallbacks, heaviest=heaviest_loader(loads), analysis=spec.analysis)
+    verdicts = attribute_kv_pressure(verdicts, loads, overlapping=held)
     out: list[ScopeStatus] = []
     records = list(fallbacks)
     events: list[rollout.Event] = []
@@ -193,15 +195,32 @@ def _judge(
     }
 
 
-def _overlapping(
-    measured: Mapping[str, Measured], verdicts: Mapping[str, WindowVerdict], fallbacks: Sequence[FallbackRecord]
+def _confounded_by_kv(
+    measured: Mapping[str, Measured],
+    verdicts: Mapping[str, WindowVerdict],
+    fallbacks: Sequence[FallbackRecord],
+    *,
+    heaviest: str | None,
+    analysis: s.Analysis,
 ) -> dict[str, str]:
-    """Why each judged scope's window is confounded by another scope's KV flip: the window overlaps
-    it, or follows it by less than a window while the speculative arm still drains the queue the
-    pressure built (requests waiting)."""
+    """Why each judged scope's window is confounded by KV pressure another scope causes.
+
+    Either the arm's usage is above the limit at the window's end (pressure building, not yet
+    sustained: sustained pressure is `attribute_kv_pressure`'s) and another scope loads it most; or
+    the window overlaps another scope's KV flip, or follows it by less than a window while the
+    speculative arm still drains the queue the pressure built (requests waiting)."""
+    limit = analysis.thresholds.kv_cache_usage.max
     out = {}
     for name in verdicts:
         window = measured[name].window
+        usage = window.speculative_engine.kv_usage
+        sustained = any(c.metric is MetricName.KV_CACHE_USAGE and c.fires for c in verdicts[name].checks)
+        if heaviest not in (None, name) and usage and usage[-1][1] > limit and not sustained:
+            out[name] = (
+                f"KV-cache usage on the speculative arm is {usage[-1][1]:.2f} at the window's end, above {limit:g}; "
+                f"the pressure is put on scope {heaviest!r}"
+            )
+            continue
         draining = (window.speculative_engine.waiting or 0.0) >= 1.0
         since = window.start - (window.end - window.start) if draining else window.start
         flip = next(

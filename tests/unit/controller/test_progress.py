@@ -227,3 +227,21 @@ def test_a_collection_wakes_the_reconcile_only_when_a_warm_window_is_due() -> No
     assert not window_due(status, SPEC.model_copy(update={"suspend": True}), T0, T0)
     assert not window_due(armsready(T0).model_copy(update={"scopes": [scope]}), SPEC, T0, T0), "not warm"
     assert not window_due(None, SPEC, T0, T0) and not window_due(status, SPEC, None, T0)
+
+
+def test_speed_failures_are_held_while_another_scope_builds_kv_pressure() -> None:
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    building = replace(SLOW.speculative_engine, kv_usage=((SLOW.end - timedelta(seconds=30), 0.5), (SLOW.end, 0.97)))
+    measured = {"chat": Measured(replace(SLOW, speculative_engine=building), 50)}
+
+    def verdict(loads: dict[str, float]) -> WindowSummary:
+        step = advance_scopes(
+            [status], spec, measured=measured, manual={}, fallbacks=[], warm=True, now=SLOW.end, kv_loads=loads
+        )
+        assert step.scopes[0].last_window is not None
+        return step.scopes[0].last_window
+
+    held = verdict({"chat": 1.0, "longform": 9.0})
+    assert held.verdict is Verdict.INCONCLUSIVE and "the pressure is put on scope 'longform'" in held.reason
+    assert verdict({"chat": 9.0, "longform": 1.0}).verdict is Verdict.FAIL, "its own pressure holds nothing"
