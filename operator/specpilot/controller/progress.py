@@ -205,19 +205,20 @@ def _confounded_by_kv(
 ) -> dict[str, str]:
     """Why each judged scope's window is confounded by KV pressure another scope causes.
 
-    Either the arm's usage is above the limit at the window's end (pressure building, not yet
-    sustained: sustained pressure is `attribute_kv_pressure`'s) and another scope loads it most; or
+    Either the arm's usage went above the limit in the window (pressure building, or coming and going
+    with preemptions; sustained pressure is `attribute_kv_pressure`'s) and another scope loads it
+    most; or
     the window overlaps another scope's KV flip, or follows it by less than a window while the
     speculative arm still drains the queue the pressure built (requests waiting)."""
     limit = analysis.thresholds.kv_cache_usage.max
     out = {}
     for name in verdicts:
         window = measured[name].window
-        usage = window.speculative_engine.kv_usage
+        peak = max((usage for _, usage in window.speculative_engine.kv_usage), default=0.0)
         sustained = any(c.metric is MetricName.KV_CACHE_USAGE and c.fires for c in verdicts[name].checks)
-        if heaviest not in (None, name) and usage and usage[-1][1] > limit and not sustained:
+        if heaviest not in (None, name) and peak > limit and not sustained:
             out[name] = (
-                f"KV-cache usage on the speculative arm is {usage[-1][1]:.2f} at the window's end, above {limit:g}; "
+                f"KV-cache usage on the speculative arm reached {peak:.2f} in the window, above {limit:g}; "
                 f"the pressure is put on scope {heaviest!r}"
             )
             continue

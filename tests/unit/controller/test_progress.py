@@ -232,7 +232,10 @@ def test_a_collection_wakes_the_reconcile_only_when_a_warm_window_is_due() -> No
 def test_speed_failures_are_held_while_another_scope_builds_kv_pressure() -> None:
     status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
     spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
-    building = replace(SLOW.speculative_engine, kv_usage=((SLOW.end - timedelta(seconds=30), 0.5), (SLOW.end, 0.97)))
+    building = replace(
+        SLOW.speculative_engine,
+        kv_usage=((SLOW.end - timedelta(seconds=30), 0.5), (SLOW.end - timedelta(seconds=10), 0.97), (SLOW.end, 0.8)),
+    )
     measured = {"chat": Measured(replace(SLOW, speculative_engine=building), 50)}
 
     def verdict(loads: dict[str, float]) -> WindowSummary:
