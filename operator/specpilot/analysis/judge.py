@@ -113,7 +113,7 @@ def attribute_kv_pressure(
     put_on = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}, which flips first"
     held = {name: why for name, why in (overlapping or {}).items() if name in verdicts}
     for name, verdict in verdicts.items():
-        if _kv_fired(verdict) and heaviest not in (None, name):
+        if kv_fired(verdict) and heaviest not in (None, name):
             held.setdefault(name, put_on)
     out = dict(verdicts)
     for name, why in held.items():
@@ -135,7 +135,8 @@ def _confounded(check: Check) -> bool:
     return check.verdict is Verdict.FAIL and (check.metric is MetricName.KV_CACHE_USAGE or not check.hard)
 
 
-def _kv_fired(verdict: WindowVerdict) -> bool:
+def kv_fired(verdict: WindowVerdict) -> bool:
+    """The window's sustained-KV-pressure limit fired."""
     return any(check.metric is MetricName.KV_CACHE_USAGE and check.fires for check in verdict.checks)
 
 

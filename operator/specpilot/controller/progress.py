@@ -11,12 +11,19 @@ from typing import Any
 
 from specpilot.analysis import rollout
 from specpilot.analysis.checks import Check
-from specpilot.analysis.judge import WindowVerdict, attribute_kv_pressure, heaviest_loader, judge_window, summarize
+from specpilot.analysis.judge import (
+    WindowVerdict,
+    attribute_kv_pressure,
+    heaviest_loader,
+    judge_window,
+    kv_fired,
+    summarize,
+)
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
-from specpilot.api.reasons import FallbackReason, MetricName
+from specpilot.api.reasons import FallbackReason
 from specpilot.api.status import (
     FALLBACK_LIMIT,
     ConditionStatus,
@@ -215,8 +222,7 @@ def _confounded_by_kv(
     for name in verdicts:
         window = measured[name].window
         peak = max((usage for _, usage in window.speculative_engine.kv_usage), default=0.0)
-        sustained = any(c.metric is MetricName.KV_CACHE_USAGE and c.fires for c in verdicts[name].checks)
-        if heaviest not in (None, name) and peak > limit and not sustained:
+        if heaviest not in (None, name) and peak > limit and not kv_fired(verdicts[name]):
             out[name] = (
                 f"KV-cache usage on the speculative arm reached {peak:.2f} in the window, above {limit:g}; "
                 f"the pressure is put on scope {heaviest!r}"
