@@ -6,8 +6,9 @@ operator, so it lives in `specpilot.wire.samples`; this module reads the bytes i
 
 from __future__ import annotations
 
-import json
 from typing import Any
+
+import orjson
 
 
 def _has_content(choice: Any) -> bool:
@@ -62,12 +63,12 @@ class StreamMeter:
             return data
         if (
             self.first_content is not None
+            and data.endswith(_OUTPUT_TAILS)
             and not self._buffer
             and data.find(b"\n\n") == len(data) - 2
-            and data.startswith(b"data:")
-            and _plain_output(data)
         ):
-            # The usual read in mid-answer: one whole event of output, told by its bytes alone.
+            # The usual read in mid-answer: one whole event of output, told by how it ends (a usage,
+            # an error or a finish would end it otherwise); no scan for anything else.
             self.content_chunks += 1
             self.last_content = now
             return data
@@ -111,8 +112,8 @@ class StreamMeter:
             self.last_content = now
             return True
         try:
-            chunk = json.loads(payload)
-        except ValueError:
+            chunk = orjson.loads(payload)
+        except orjson.JSONDecodeError:
             return True
         if not isinstance(chunk, dict):
             return True
@@ -134,6 +135,19 @@ class StreamMeter:
         return True
 
 
+# How an event of output in mid-answer ends: its one choice's open finish_reason closes the chunk
+# (vLLM's compact JSON, and the spaced JSON of Python's json module), completions with stop_reason.
+_OUTPUT_TAILS = tuple(
+    tail + b"}]}\n\n"
+    for tail in (
+        b'"finish_reason":null',
+        b'"finish_reason": null',
+        b'"finish_reason":null,"stop_reason":null',
+        b'"finish_reason": null, "stop_reason": null',
+    )
+)
+
+
 def _plain_output(payload: bytes) -> bool:
     """A chunk in mid-answer, told by bytes alone: no usage, no error, an open finish_reason."""
     return (
@@ -146,8 +160,8 @@ def _plain_output(payload: bytes) -> bool:
 def usage_tokens(body: bytes) -> tuple[int | None, int | None]:
     """``usage.completion_tokens`` and ``usage.prompt_tokens`` of a whole (non-streamed) JSON response."""
     try:
-        doc = json.loads(body)
-    except ValueError:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
         return None, None
     usage = doc.get("usage") if isinstance(doc, dict) else None
     if not isinstance(usage, dict):

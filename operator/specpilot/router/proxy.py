@@ -319,12 +319,12 @@ class Proxy:
         )
         ex.fallback = fallback
         head = _forwarded(request, {SCOPE_HEADER: scope, "Accept-Encoding": "identity"}, len(body))
-        in_flight = self._metrics.in_flight.labels(scope, arm.value)
-        in_flight.inc()
+        tally, counted = self._metrics.tally, (scope, arm.value)
+        tally.enter(counted)
         try:
             await self._exchange(ex, request, head, body, retry=True)
         finally:
-            in_flight.dec()
+            tally.leave(counted)
             self._record(ex)
 
     def _record(self, ex: _Exchange) -> None:
@@ -358,7 +358,7 @@ class Proxy:
             fallback=ex.fallback.value if ex.fallback is not None else None,
         )
         self._samples.append(sample)
-        self._metrics.observe(sample)
+        self._metrics.tally.observe(sample)
         if ex.fallback is not None:
             self._metrics.count_fallback(ex.scope, ex.fallback)
 

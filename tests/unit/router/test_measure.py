@@ -142,3 +142,19 @@ def test_streams_that_are_not_vllm_sse_pass_through_untouched(data: bytes) -> No
 )
 def test_usage_tokens_of_a_whole_response(body: bytes, tokens: tuple[int | None, int | None]) -> None:
     assert usage_tokens(body) == tokens
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        b'data: {"choices":[{"index":0,"delta":{"content":"x"},"logprobs":null,"finish_reason":null}]}\n\n',
+        b'data: {"choices":[{"index":0,"text":"x","logprobs":null,"finish_reason":null,"stop_reason":null}]}\n\n',
+        chat("x"),
+    ],
+    ids=["vllm-chat", "vllm-completion", "spaced-json"],
+)
+def test_output_in_mid_answer_is_counted_by_how_it_ends(event: bytes) -> None:
+    meter = StreamMeter(strip_usage=True)
+    feed_all(meter, [ROLE, chat("a"), event, event, USAGE, DONE])
+    assert meter.content_chunks == 3 and meter.last_content == 3.0
+    assert meter.usage_tokens == 9 and meter.done
