@@ -11,12 +11,13 @@ client's write buffer is full the upstream connection stops reading.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
 import time
 from collections.abc import Mapping
 from typing import Any
+
+import orjson
 
 from specpilot.router.decide import UNAVAILABLE, Endpoint, Fallback, affinity_draw, choose_arm, classify_scope
 from specpilot.router.measure import StreamMeter, usage_tokens
@@ -245,7 +246,7 @@ class _Exchange:
             return
         status = 504 if self.timed_out else 502
         error = {"error": {"message": message, "type": ERROR_TYPES[status], "param": None, "code": status}}
-        self.client.write(b"data: " + json.dumps(error).encode() + b"\n\ndata: [DONE]\n\n")
+        self.client.write(b"data: " + orjson.dumps(error) + b"\n\ndata: [DONE]\n\n")
         self.client.finish()
 
 
@@ -289,7 +290,7 @@ class Proxy:
         started = time.monotonic()
         body = request.body
         try:
-            doc = json.loads(body.decode())  # UTF-8 only, as the OpenAI API has it
+            doc = orjson.loads(body)  # UTF-8 only, as the OpenAI API has it
         except ValueError as exc:
             raise _Refused(400, "malformed_json", f"request body is not valid JSON: {exc}") from None
         if not isinstance(doc, dict):
@@ -484,4 +485,4 @@ def _ask_for_usage(doc: Mapping[str, Any], body: bytes) -> tuple[bytes, bool]:
         start = body.index(b"{")
         return _USAGE_OPTION + body[start + 1 :], True
     patched = {**doc, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
-    return json.dumps(patched, ensure_ascii=False, separators=(",", ":")).encode(), True
+    return orjson.dumps(patched), True
