@@ -11,6 +11,7 @@ client's write buffer is full the upstream connection stops reading.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import random
 import time
@@ -484,5 +485,8 @@ def _ask_for_usage(doc: Mapping[str, Any], body: bytes) -> tuple[bytes, bool]:
     if options is None and "stream_options" not in doc:
         start = body.index(b"{")
         return _USAGE_OPTION + body[start + 1 :], True
-    patched = {**doc, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
-    return orjson.dumps(patched), True
+    # Written again whole: read by the standard library, which keeps integers of any size exact
+    # (orjson reads those past 64 bits as floats).
+    exact = json.loads(body)
+    patched = {**exact, "stream_options": {**(options if isinstance(options, dict) else {}), "include_usage": True}}
+    return json.dumps(patched, ensure_ascii=False, separators=(",", ":")).encode(), True

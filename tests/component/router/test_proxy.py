@@ -50,6 +50,16 @@ async def test_other_stream_options_are_kept_when_usage_is_added(make_router: Ha
     }
 
 
+async def test_a_body_written_again_keeps_its_numbers_exact(make_router: HarnessFactory) -> None:
+    h = await make_router()
+    seed = 2**70 + 1  # past 64 bits: a float would round it
+    async with await h.chat(team="code", stream_options={}, seed=seed, temperature=0.1) as resp:
+        await resp.read()
+    upstream = json.loads(h.speculative.received[-1].body)
+    assert upstream["seed"] == seed and upstream["temperature"] == 0.1
+    assert upstream["stream_options"] == {"include_usage": True}
+
+
 async def test_without_usage_tokens_are_counted_from_content_chunks(make_router: HarnessFactory) -> None:
     h = await make_router()
     async with await h.chat(team="code", headers={"x-fake-usage": "never", "x-fake-chunks": "6"}) as resp:
