@@ -278,7 +278,10 @@ class Agent:
         credentials_error = ""
         if pod["spec"].get("automountServiceAccountToken", True) and pod["spec"].get("serviceAccountName"):
             try:
-                base["KUBECONFIG"] = str(await asyncio.to_thread(authorized, self.pod_kubeconfig, pod, pod_dir))
+                base["KUBECONFIG"] = str(
+                    # 404 too: the API server may not serve the just-bound pod yet, which the token binds to
+                    await asyncio.to_thread(authorized, self.pod_kubeconfig, pod, pod_dir, lagging=(403, 404))
+                )
             except ApiException as exc:
                 credentials_error = f"no service-account token for the pod: {exc.status} {exc.reason}"
                 log.warning("%s/%s: %s", meta["namespace"], meta["name"], credentials_error)
@@ -451,15 +454,15 @@ class Agent:
         await self.shutdown()
 
 
-def authorized(call: Callable[..., T], *args: Any) -> T:
-    """`call`, retried for a few seconds on 403 (run it in a thread): the API server's node
-    authorizer learns of a newly bound pod, and so of its ServiceAccount and configMaps, a moment
-    after the binding that told us of it."""
+def authorized(call: Callable[..., T], *args: Any, lagging: tuple[int, ...] = (403,)) -> T:
+    """`call`, retried for a few seconds on a status in `lagging` (run it in a thread): the API
+    server's node authorizer learns of a newly bound pod, and so of its ServiceAccount and
+    configMaps, a moment after the binding that told us of it."""
     for attempt in range(AUTHORIZER_RETRIES):
         try:
             return call(*args)
         except ApiException as exc:
-            if exc.status != 403 or attempt == AUTHORIZER_RETRIES - 1:
+            if exc.status not in lagging or attempt == AUTHORIZER_RETRIES - 1:
                 raise
             time.sleep(0.3)
     raise AssertionError("unreachable")
