@@ -12,6 +12,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -136,9 +137,9 @@ def _pod_processes(pods_dir: Path) -> list[int]:
     return found
 
 
-@pytest.fixture()
-def namespace(cluster: Cluster) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (without waiting)."""
+@contextmanager
+def fresh_namespace(cluster: Cluster, *, wait_gone: bool = False) -> Iterator[str]:
+    """A new namespace whose default ServiceAccount exists, deleted afterwards (`wait_gone`: until it is gone)."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     cluster.kubectl("create", "namespace", name)
     # Pods run as the namespace's default ServiceAccount, which the controller-manager creates a
@@ -148,5 +149,21 @@ def namespace(cluster: Cluster) -> Iterator[str]:
         lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
         timeout=30,
     )
-    yield name
-    cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+    try:
+        yield name
+    finally:
+        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
+        if wait_gone:
+            wait_until(
+                f"namespace {name} gone",
+                lambda: cluster.kubectl("get", "namespace", name, check=False).returncode != 0,
+                timeout=180,
+                every=1,
+            )
+
+
+@pytest.fixture()
+def namespace(cluster: Cluster) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (without waiting)."""
+    with fresh_namespace(cluster) as name:
+        yield name

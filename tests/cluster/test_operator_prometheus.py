@@ -15,10 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import urllib.request
-import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -37,10 +34,10 @@ from specpilot.wire.names import (
     ROUTER_COMPONENT,
     Arm,
 )
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.conftest import Cluster, fresh_namespace, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, start_load, wait_ready
 from tests.cluster.test_operator import router_ip
-from tests.cluster.test_operator_faults import ADMIN_PORT, CASES, chat, fault_pilot, speculative_ip
+from tests.cluster.test_operator_faults import CASES, chat, fault_pilot, inject, wait_for_a_pass
 from tests.cluster.test_operator_judging import judged_pilot, scopes
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason
 
@@ -113,29 +110,6 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
 def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     with running_operator(cluster, tmp_path_factory.mktemp("prometheus-judging") / "operator.log") as running:
         yield running
-
-
-@contextmanager
-def fresh_namespace(cluster: Cluster) -> Iterator[str]:
-    name = f"t-{uuid.uuid4().hex[:8]}"
-    cluster.kubectl("create", "namespace", name)
-    wait_until(
-        f"the default ServiceAccount of {name}",
-        lambda: cluster.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
-        timeout=30,
-    )
-    try:
-        yield name
-    finally:
-        # Gone before the next pilot starts: two pilots' pods starting and draining at once on two
-        # shared cores is a load test of its own.
-        cluster.kubectl("delete", "namespace", name, "--wait=false", check=False)
-        wait_until(
-            f"namespace {name} gone",
-            lambda: cluster.kubectl("get", "namespace", name, check=False).returncode != 0,
-            timeout=180,
-            every=1,
-        )
 
 
 class DirectBeside:
@@ -239,11 +213,11 @@ def test_prometheus_source_gives_direct_scrapings_outcomes(
     cluster: Cluster, operator: Operator, prometheus: Prometheus
 ) -> None:
     outcomes = {}
-    with fresh_namespace(cluster) as namespace:
+    with fresh_namespace(cluster, wait_gone=True) as namespace:
         outcomes["direct"] = run(cluster, operator, namespace, scenario())
     doc = scenario()
     doc["spec"]["analysis"]["metricsSource"] = {"prometheus": {"url": prometheus.url, "timeout": "5s"}}
-    with fresh_namespace(cluster) as namespace:
+    with fresh_namespace(cluster, wait_gone=True) as namespace:
         outcomes["prometheus"] = run(cluster, operator, namespace, doc, beside=True)
         jobs = {t["labels"]["job"] for t in prometheus.healthy_targets() if t["labels"]["namespace"] == namespace}
         assert jobs == {"vllm", "router"}, prometheus.api("/api/v1/targets")
@@ -277,27 +251,19 @@ def test_kv_pressure_seen_through_prometheus_flips_the_scope(
     case = CASES["kv-pressure"]
     doc = fault_pilot(probes=False)
     doc["spec"]["analysis"]["metricsSource"] = {"prometheus": {"url": prometheus.url}}
-    with fresh_namespace(cluster) as namespace:
+    with fresh_namespace(cluster, wait_gone=True) as namespace:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
         wait_ready(cluster, operator, namespace)
         load = start_load(cluster, router_ip(cluster, namespace), seconds=120)
         try:
-            wait_until(
-                "chat piloting with a passing window",
-                lambda: chat(cluster, namespace).get("lastWindow", {}).get("verdict") == "Pass",
-                timeout=90,
-                every=1,
-            )
-            request = urllib.request.Request(
-                f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults",
-                data=json.dumps(case.fault).encode(),
-                headers={"Content-Type": "application/json"},
-            )
-            with urllib.request.urlopen(request, timeout=5) as resp:
-                assert resp.status == 201
-            wait_until("chat flipped back", lambda: chat(cluster, namespace).get("state") == "RolledBack", timeout=60)
-        except AssertionError as error:
-            raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
+            wait_for_a_pass(cluster, operator, namespace)
+            inject(cluster, namespace, case.fault)
+            try:
+                wait_until(
+                    "chat flipped back", lambda: chat(cluster, namespace).get("state") == "RolledBack", timeout=60
+                )
+            except AssertionError as error:
+                raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
         finally:
             load.terminate()
             load.wait(timeout=30)
