@@ -1,7 +1,7 @@
 """What the scope router adds to a streamed request, next to its peers, in one run.
 
     .venv/bin/python bench/router.py [--concurrency 1,16,64,256] [--seconds 6] [--rounds 3]
-                                     [--peers nginx,go,litellm,aiohttp]
+                                     [--peers nginx,go,litellm,aiohttp,protocols]
 
 Everything runs on loopback: one mock vLLM (the upstream) and, each pinned to the same single core
 (``--proxy-cpu``), the router (static routes, every request to the baseline arm) and its peers:
@@ -12,6 +12,8 @@ Everything runs on loopback: one mock vLLM (the upstream) and, each pinned to th
 - ``litellm``: the LiteLLM proxy, one worker, from its own virtualenv that this script creates
   under ``~/.cache/specpilot/bench-litellm`` (a few minutes, once);
 - ``aiohttp``: ``bench/passthrough.py``, a bare aiohttp server + client relay;
+- ``protocols``: ``bench/protocol_relay.py``, the router's own design (asyncio Protocols, httptools,
+  uvloop) relaying bytes with none of the router's work: what CPython costs for the events alone;
 - ``router-ref`` with ``--router-ref DIR``: the router from another source tree, for before and after
   (``git archive REF operator | tar -x -C /tmp/ref``, then ``--router-ref /tmp/ref/operator``).
 
@@ -58,7 +60,7 @@ SPECPILOT = str(Path(sys.executable).with_name("specpilot"))
 CACHE = Path.home() / ".cache" / "specpilot"
 GO_PROXY = CACHE / "bench" / "reverseproxy"
 LITELLM_VENV = CACHE / "bench-litellm"
-PEERS = ("nginx", "go", "litellm", "aiohttp")
+PEERS = ("nginx", "go", "litellm", "aiohttp", "protocols")
 STEP_S = 0.020  # the mock's default engine step (model seconds)
 BOOTSTRAP = 200
 CLOCK_TICK = os.sysconf("SC_CLK_TCK")
@@ -337,7 +339,7 @@ def ratios(rows: list[dict[str, Any]]) -> tuple[str, list[str]]:
     """The router against each peer per level, and the issue's targets checked on this run."""
     by = {(r["concurrency"], r["mode"]): r for r in rows}
     levels = sorted({r["concurrency"] for r in rows})
-    peers = [m for m in ("router-ref", "nginx", "go", "litellm", "aiohttp") if any((c, m) in by for c in levels)]
+    peers = [m for m in ("router-ref", *PEERS) if any((c, m) in by for c in levels)]
     lines = [
         "| streams | peer | peer CPU / router CPU | router added TTFT p50 - peer's, ms |",
         "|---:|---|---:|---:|",
@@ -442,6 +444,10 @@ def proxies(args: argparse.Namespace, tmp: Path, mock: int, wanted: set[str]) ->
         port = free_port()
         argv = [sys.executable, str(ROOT / "bench" / "passthrough.py"), str(port), f"127.0.0.1:{mock}"]
         found.append(Proxy("aiohttp", argv, port, f"http://127.0.0.1:{port}/v1/models"))
+    if "protocols" in wanted:
+        port = free_port()
+        argv = [sys.executable, str(ROOT / "bench" / "protocol_relay.py"), str(port), f"127.0.0.1:{mock}"]
+        found.append(Proxy("protocols", argv, port, f"http://127.0.0.1:{port}/v1/models"))
     return found
 
 
