@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from specpilot.analysis.checks import Check, finite, inconclusive
-from specpilot.analysis.limits import acceptance_check, kv_cache_check, rate_checks
+from specpilot.analysis.limits import PressureFlip, acceptance_check, kv_cache_check, rate_checks
 from specpilot.analysis.ratios import RatioPolicy, inter_token_latency_check, quantile_check, time_per_token_check
 from specpilot.analysis.stats import nearest_rank
 from specpilot.analysis.window import ScopeWindow
@@ -71,12 +71,14 @@ def judge_window(
     draft_tokens: int,
     state: Mapping[str, float],
     extra: Sequence[Check] = (),
+    pressure_flip: PressureFlip | None = None,
 ) -> WindowVerdict:
     """Judge one window of one scope, speculative arm against baseline.
 
     `extra` holds the quality gates' checks (`quality.probe_check`, `quality.webhook_check`); a gate
     that `quality` configures but `extra` lacks makes the window inconclusive, since a gate that was
-    not consulted cannot pass."""
+    not consulted cannot pass. `pressure_flip` is another scope's latest flip for KV-cache pressure:
+    the requests sent before it leave the timeout rate (`limits`)."""
     gates = (*extra, *_missing_gates(extra, quality))
     if window.gaps:
         why = f"the window has gaps ({'; '.join(window.gaps)})"
@@ -87,7 +89,7 @@ def judge_window(
         return _verdict((*hard, *gates, *ratios), _state(_spent(state)))
     # Order matters: KV pressure comes first, since it causes preemptions, which cause timeouts and
     # rejections, and the record should name the cause; quality next, then the statistical comparisons.
-    hard_limits = _hard_limits(window, analysis=analysis, draft_tokens=draft_tokens)
+    hard_limits = _hard_limits(window, analysis=analysis, draft_tokens=draft_tokens, pressure_flip=pressure_flip)
     ratios, next_state = _ratio_checks(window, analysis=analysis, state=state)
     return _verdict((*hard_limits, *gates, *ratios), next_state)
 
@@ -104,9 +106,9 @@ def attribute_kv_pressure(
     it causes slows them all. `kv_loads` holds the KV cache (token-seconds over the last window)
     that each scope still sent to the arm held; the heaviest is the one to flip. A judged scope
     whose KV check failed keeps the failure only if it is that scope. The others are held: their
-    KV failure and their speed failures turn inconclusive, naming it; so are the scopes whose
-    window overlaps an earlier KV flip of another scope (`overlapping`: scope to why). Error,
-    timeout and rejection limits still fire, since those requests failed whatever the cause."""
+    KV failure and their speed failures, timeouts included, turn inconclusive, naming it; so are
+    the scopes whose window overlaps an earlier KV flip of another scope (`overlapping`: scope to
+    why). Error and rejection limits still fire, since those requests failed whatever the cause."""
     heaviest = heaviest_loader(kv_loads)
     total = sum(kv_loads.values())
     share = f" ({kv_loads[heaviest] / total:.0%} of the arm's KV load)" if heaviest is not None and total > 0 else ""
@@ -131,8 +133,12 @@ def heaviest_loader(kv_loads: Mapping[str, float]) -> str | None:
 
 
 def _confounded(check: Check) -> bool:
-    """A failure that another scope's KV pressure explains: the KV limit itself, and any speed check."""
-    return check.verdict is Verdict.FAIL and (check.metric is MetricName.KV_CACHE_USAGE or not check.hard)
+    """A failure that another scope's KV pressure explains: the KV limit itself, timeouts (the far end
+    of slowness), and any speed check."""
+    return check.verdict is Verdict.FAIL and (check.metric in _KV_EXPLAINS or not check.hard)
+
+
+_KV_EXPLAINS = frozenset({MetricName.KV_CACHE_USAGE, MetricName.TIMEOUT_RATE})
 
 
 def kv_fired(verdict: WindowVerdict) -> bool:
@@ -153,7 +159,9 @@ def _missing_gates(extra: Sequence[Check], quality: Quality) -> tuple[Check, ...
     return tuple(missing)
 
 
-def _hard_limits(window: ScopeWindow, *, analysis: Analysis, draft_tokens: int) -> tuple[Check, ...]:
+def _hard_limits(
+    window: ScopeWindow, *, analysis: Analysis, draft_tokens: int, pressure_flip: PressureFlip | None
+) -> tuple[Check, ...]:
     thresholds = analysis.thresholds
     speculative = window.speculative
     kv = kv_cache_check(
@@ -170,6 +178,7 @@ def _hard_limits(window: ScopeWindow, *, analysis: Analysis, draft_tokens: int) 
         max_rejection=thresholds.max_rejection_rate,
         confidence=analysis.confidence,
         min_samples=analysis.min_samples,
+        pressure_flip=pressure_flip,
     )
     if thresholds.min_acceptance_length is None:
         return (kv, *rates)

@@ -7,11 +7,18 @@ counting them in the denominator would let clients that give up on a slow arm di
 rate. Each rate fails when the counts show it above its limit at `confidence` (an exact binomial
 test on this window alone: a limit fires on the current window, however long the scope has been
 judged); a rate just above its limit on a handful of failures is not shown above it.
+
+A timeout is the far end of slowness, and the queue that another scope's KV-cache pressure builds on
+the arm slows every scope on it. So once that scope has been flipped back for it (`PressureFlip`),
+the requests a scope sent before that flip leave its timeout rate: they waited in the queue the
+other scope built, and the flip was the remedy. Errors and rejections still count.
 """
 
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from specpilot.analysis.checks import Check, inconclusive
@@ -34,34 +41,70 @@ _RATE_NAME = {
 }
 
 
+@dataclass(frozen=True)
+class PressureFlip:
+    """Another scope, flipped back at `at` for KV-cache pressure on the speculative arm."""
+
+    scope: str
+    at: datetime
+
+
 def rate_checks(
-    arm: ArmRequests, *, max_error: float, max_timeout: float, max_rejection: float, confidence: float, min_samples: int
+    arm: ArmRequests,
+    *,
+    max_error: float,
+    max_timeout: float,
+    max_rejection: float,
+    confidence: float,
+    min_samples: int,
+    pressure_flip: PressureFlip | None = None,
 ) -> tuple[Check, ...]:
-    """Error, timeout and rejection rates of the speculative arm."""
+    """Error, timeout and rejection rates of the speculative arm; the timeout rate without the
+    requests sent before `pressure_flip`."""
     total = arm.count(*ANSWERABLE)
-    counts = (
-        (MetricName.ERROR_RATE, arm.count(*ERRORS), max_error),
-        (MetricName.TIMEOUT_RATE, arm.count(*TIMEOUTS) + arm.late, max_timeout),
-        (MetricName.REJECTION_RATE, arm.count(*REJECTIONS), max_rejection),
-    )
-    return tuple(
-        rate_check(metric, count, total, limit, confidence=confidence, min_samples=min_samples)
-        for metric, count, limit in counts
+    timeouts, timeout_total, note = arm.count(*TIMEOUTS) + arm.late, total, ""
+    if pressure_flip is not None:
+        since = pressure_flip.at.timestamp()
+        left_out = bisect_left(arm.answerable_starts, since)
+        if left_out:
+            timeouts -= bisect_left(arm.timeout_starts, since)
+            timeout_total -= left_out
+            note = (
+                f"; {left_out} requests sent before scope {pressure_flip.scope!r} was flipped back for "
+                f"KV-cache pressure at {pressure_flip.at:%H:%M:%S} are left out"
+            )
+
+    def rate(metric: MetricName, count: int, of: int, limit: float, note: str = "") -> Check:
+        return rate_check(metric, count, of, limit, confidence=confidence, min_samples=min_samples, note=note)
+
+    return (
+        rate(MetricName.ERROR_RATE, arm.count(*ERRORS), total, max_error),
+        rate(MetricName.TIMEOUT_RATE, timeouts, timeout_total, max_timeout, note),
+        rate(MetricName.REJECTION_RATE, arm.count(*REJECTIONS), total, max_rejection),
     )
 
 
 def rate_check(
-    metric: MetricName, count: int, total: int, limit: float, *, confidence: float, min_samples: int
+    metric: MetricName,
+    count: int,
+    total: int,
+    limit: float,
+    *,
+    confidence: float,
+    min_samples: int,
+    note: str = "",
 ) -> Check:
-    """`count` of `total` requests against a limit on their share."""
+    """`count` of `total` requests against a limit on their share; `note` says what was left out."""
     name = _RATE_NAME[metric]
     if total < min_samples:
         return inconclusive(
-            metric, f"{name}: {total} requests on the speculative arm, fewer than minSamples {min_samples}", hard=True
+            metric,
+            f"{name}: {total} requests on the speculative arm, fewer than minSamples {min_samples}{note}",
+            hard=True,
         )
     observed = count / total
     p_value = binomial_sf(count, total, limit)
-    evidence = f"{count} of {total} requests; p={p_value:.2g} at a rate of {limit:g}"
+    evidence = f"{count} of {total} requests; p={p_value:.2g} at a rate of {limit:g}{note}"
     if observed > limit and p_value < 1 - confidence:
         verdict, reason = Verdict.FAIL, f"{name} {observed:.2%} is shown above {limit:.2%} ({count} of {total})"
     else:

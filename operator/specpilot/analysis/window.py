@@ -22,10 +22,14 @@ class ArmRequests:
     `outcomes` counts every request, failures included: it is the denominator of every rate. The
     tuples hold one value per request that yields it: `decode_seconds` and `committed_tokens` are
     paired (ok streamed requests with at least two output tokens: decode time, and output tokens
-    after the first); `ttft_seconds` is per ok streamed request; `e2e_seconds` per ok request."""
+    after the first); `ttft_seconds` is per ok streamed request; `e2e_seconds` per ok request.
+    `answerable_starts` and `timeout_starts` are when requests began (Unix seconds, sorted): every
+    request the rates count, and those the timeout rate counts (timed out, or ok but late)."""
 
     outcomes: Mapping[RequestOutcome, int] = field(default_factory=dict)
     late: int = 0  # ok but after the scope's deadline
+    answerable_starts: tuple[float, ...] = ()
+    timeout_starts: tuple[float, ...] = ()
     decode_seconds: tuple[float, ...] = ()
     committed_tokens: tuple[int, ...] = ()
     ttft_seconds: tuple[float, ...] = ()

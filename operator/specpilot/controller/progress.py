@@ -4,7 +4,7 @@ rollout state machine moves each scope. Pure: windows and quality checks come in
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -19,6 +19,7 @@ from specpilot.analysis.judge import (
     kv_fired,
     summarize,
 )
+from specpilot.analysis.limits import PressureFlip
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.api.common import parse_duration
@@ -145,7 +146,7 @@ def advance_scopes(
     `kv_loads` is the KV cache each scope still sent to the speculative arm held over the last
     window (token-seconds): sustained KV pressure is put on the heaviest."""
     by_name = {scope.name: scope for scope in spec.scopes}
-    verdicts = _judge(scopes, spec, measured=measured, manual=manual)
+    verdicts = _judge(scopes, spec, measured=measured, manual=manual, fallbacks=fallbacks)
     loads = kv_loads or {}
     held = _confounded_by_kv(measured, verdicts, fallbacks, heaviest=heaviest_loader(loads), analysis=spec.analysis)
     verdicts = attribute_kv_pressure(verdicts, loads, overlapping=held)
@@ -186,6 +187,7 @@ def _judge(
     *,
     measured: Mapping[str, Measured],
     manual: Mapping[str, rollout.Action],
+    fallbacks: Sequence[FallbackRecord],
 ) -> dict[str, WindowVerdict]:
     """The verdict of each measured scope without a manual action."""
     return {
@@ -196,10 +198,26 @@ def _judge(
             draft_tokens=spec.speculative.draft.num_speculative_tokens,
             state=status.judge,
             extra=measured[status.name].quality,
+            pressure_flip=_last_kv_flip(fallbacks, other_than=status.name),
         )
         for status in scopes
         if status.name in measured and status.name not in manual
     }
+
+
+def _last_kv_flip(fallbacks: Sequence[FallbackRecord], *, other_than: str) -> PressureFlip | None:
+    """Another scope's latest flip for KV-cache pressure."""
+    record = next(_kv_flips(fallbacks, other_than=other_than), None)
+    return PressureFlip(record.scope, record.at) if record is not None else None
+
+
+def _kv_flips(fallbacks: Sequence[FallbackRecord], *, other_than: str) -> Iterator[FallbackRecord]:
+    """Other scopes' flips for KV-cache pressure, newest first."""
+    return (
+        record
+        for record in reversed(fallbacks)
+        if record.reason is FallbackReason.KV_CACHE_PRESSURE and record.scope != other_than
+    )
 
 
 def _confounded_by_kv(
@@ -230,14 +248,7 @@ def _confounded_by_kv(
             continue
         draining = (window.speculative_engine.waiting or 0.0) >= 1.0
         since = window.start - (window.end - window.start) if draining else window.start
-        flip = next(
-            (
-                record
-                for record in reversed(fallbacks)
-                if record.reason is FallbackReason.KV_CACHE_PRESSURE and record.scope != name and record.at >= since
-            ),
-            None,
-        )
+        flip = next((record for record in _kv_flips(fallbacks, other_than=name) if record.at >= since), None)
         if flip is not None:
             still = ", and its queue is still draining" if flip.at < window.start else ""
             out[name] = (

@@ -16,6 +16,7 @@ from collections import Counter
 from collections.abc import Iterable
 from datetime import datetime
 
+from specpilot.analysis.limits import ANSWERABLE, TIMEOUTS
 from specpilot.analysis.window import ArmRequests
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
@@ -33,6 +34,8 @@ def arm_requests(
     since, until = start.timestamp(), end.timestamp()
     outcomes: Counter[RequestOutcome] = Counter()
     late = 0
+    answerable: list[float] = []
+    timeouts: list[float] = []
     decode: list[float] = []
     committed: list[int] = []
     ttft: list[float] = []
@@ -41,11 +44,16 @@ def arm_requests(
         if sample.scope != scope or sample.arm is not arm or not since <= finished_at(sample) < until:
             continue
         outcomes[sample.outcome] += 1
+        if sample.outcome in ANSWERABLE:
+            answerable.append(sample.at)
+        if sample.outcome in TIMEOUTS:
+            timeouts.append(sample.at)
         if sample.outcome is not RequestOutcome.OK:
             continue
         e2e.append(sample.e2e)
         if sample.deadline_met is False:
             late += 1
+            timeouts.append(sample.at)
         if not sample.stream:
             continue
         if sample.ttft is not None:
@@ -56,6 +64,8 @@ def arm_requests(
     return ArmRequests(
         outcomes=dict(outcomes),
         late=late,
+        answerable_starts=tuple(sorted(answerable)),
+        timeout_starts=tuple(sorted(timeouts)),
         decode_seconds=tuple(decode),
         committed_tokens=tuple(committed),
         ttft_seconds=tuple(ttft),

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import timedelta
 
+from specpilot.analysis.checks import Check
 from specpilot.analysis.judge import WindowVerdict, attribute_kv_pressure, judge_window
-from specpilot.analysis.window import ScopeWindow
+from specpilot.analysis.limits import PressureFlip
+from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import Analysis, Quality
 from specpilot.api.status import Verdict
 from specpilot.wire.samples import RequestOutcome
-from tests.unit.analysis.conftest import arm, engine, window
+from tests.unit.analysis.conftest import START, arm, engine, window
 
 PRESSURE = engine(0.97)
 
 
-def judged(w: ScopeWindow) -> WindowVerdict:
-    return judge_window(w, analysis=Analysis(), quality=Quality(), draft_tokens=4, state={})
+def judged(w: ScopeWindow, pressure_flip: PressureFlip | None = None) -> WindowVerdict:
+    return judge_window(
+        w, analysis=Analysis(), quality=Quality(), draft_tokens=4, state={}, pressure_flip=pressure_flip
+    )
 
 
 def kv(verdict: WindowVerdict) -> Verdict:
@@ -42,18 +47,66 @@ def test_the_heaviest_loader_keeps_the_failure_and_the_others_hold_naming_it() -
         assert held.observed is not None and held.threshold == 0.95  # the figures stay for status
 
 
-def test_held_scopes_speed_failures_are_held_but_their_timeouts_still_flip() -> None:
+def test_held_scopes_speed_failures_and_timeouts_are_held_but_their_errors_still_flip() -> None:
     slow = window(speculative=arm(seed=3, per_token=0.02), speculative_engine=PRESSURE)
     timing_out = window(speculative=arm(seed=3, failures={RequestOutcome.TIMEOUT: 40}), speculative_engine=PRESSURE)
+    failing = window(speculative=arm(seed=3, failures={RequestOutcome.UPSTREAM_ERROR: 40}), speculative_engine=PRESSURE)
     verdicts = {
         "chat": judged(slow),
         "code": judged(timing_out),
+        "search": judged(failing),
         "longform": judged(window(speculative_engine=PRESSURE)),
     }
-    out = attribute_kv_pressure(verdicts, {"chat": 1.0, "code": 1.0, "longform": 2.0})
-    assert verdicts["chat"].verdict is Verdict.FAIL and out["chat"].verdict is Verdict.INCONCLUSIVE
-    assert out["code"].fallback is FallbackReason.HARD_LIMIT
-    assert out["code"].failing is not None and out["code"].failing.metric is MetricName.TIMEOUT_RATE
+    out = attribute_kv_pressure(verdicts, {"chat": 1.0, "code": 1.0, "search": 1.0, "longform": 2.0})
+    for name in ("chat", "code"):
+        assert verdicts[name].verdict is Verdict.FAIL and out[name].verdict is Verdict.INCONCLUSIVE
+        assert "put on scope 'longform'" in out[name].reason
+    timeouts = (rate(verdicts["code"], MetricName.TIMEOUT_RATE), rate(out["code"], MetricName.TIMEOUT_RATE))
+    assert [check.verdict for check in timeouts] == [Verdict.FAIL, Verdict.INCONCLUSIVE]
+    assert out["search"].fallback is FallbackReason.HARD_LIMIT
+    assert out["search"].failing is not None and out["search"].failing.metric is MetricName.ERROR_RATE
+
+
+FLIP = PressureFlip("longform", START + timedelta(minutes=2))
+
+
+def sent_around_the_flip(outcome: RequestOutcome, *, before: int, failed_after: int = 0) -> ArmRequests:
+    """200 ok requests, 60 of them sent before `FLIP`, and 40 `outcome`s: `before` of them sent before it."""
+    at, early, late = FLIP.at.timestamp(), FLIP.at.timestamp() - 30, FLIP.at.timestamp() + 30
+    failed = (early,) * before + (late,) * (40 - before)
+    starts = tuple(sorted((early,) * 60 + (late,) * 140 + failed))
+    requests = replace(arm(seed=3, failures={outcome: 40}), answerable_starts=starts)
+    assert at not in starts
+    return replace(requests, timeout_starts=failed) if outcome is RequestOutcome.TIMEOUT else requests
+
+
+def rate(verdict: WindowVerdict, metric: MetricName) -> Check:
+    return next(c for c in verdict.checks if c.metric is metric)
+
+
+def test_requests_sent_before_another_scopes_kv_flip_leave_the_timeout_rate() -> None:
+    before = window(speculative=sent_around_the_flip(RequestOutcome.TIMEOUT, before=40))
+    assert rate(judged(before), MetricName.TIMEOUT_RATE).verdict is Verdict.FAIL, "without the flip: 40 of 240"
+    check = rate(judged(before, FLIP), MetricName.TIMEOUT_RATE)
+    assert (check.verdict, check.observed) == (Verdict.PASS, 0.0)
+    assert "0 of 140 requests" in check.evidence
+    assert "100 requests sent before scope 'longform' was flipped back for KV-cache pressure at 11:57:00" in (
+        check.evidence
+    )
+    after = window(speculative=sent_around_the_flip(RequestOutcome.TIMEOUT, before=0))
+    check = rate(judged(after, FLIP), MetricName.TIMEOUT_RATE)
+    assert check.verdict is Verdict.FAIL and "40 of 180 requests" in check.evidence, "later timeouts still count"
+
+
+def test_errors_sent_before_another_scopes_kv_flip_still_count() -> None:
+    failing = window(speculative=sent_around_the_flip(RequestOutcome.UPSTREAM_ERROR, before=40))
+    assert rate(judged(failing, FLIP), MetricName.ERROR_RATE).verdict is Verdict.FAIL
+    assert "left out" not in rate(judged(failing, FLIP), MetricName.ERROR_RATE).evidence
+
+
+def test_a_window_without_start_times_leaves_nothing_out() -> None:
+    timing_out = window(speculative=arm(seed=3, failures={RequestOutcome.TIMEOUT: 40}))
+    assert judged(timing_out, FLIP) == judged(timing_out)
 
 
 def test_a_window_overlapping_an_earlier_kv_flip_of_another_scope_is_held() -> None:

@@ -217,6 +217,42 @@ def test_after_a_kv_flip_a_window_is_held_while_the_speculative_queue_drains() -
     assert after_kv_flip(SLOW.start - timedelta(seconds=60)).verdict is Verdict.FAIL
 
 
+def test_timeouts_sent_before_another_scopes_kv_flip_do_not_flip_a_later_window() -> None:
+    flipped_at = SLOW.start - timedelta(seconds=60)  # long before the window: no hold, no queue
+    sent_before, sent_after = flipped_at.timestamp() - 5, flipped_at.timestamp() + 5
+    timing_out = replace(
+        SLOW.baseline,  # as fast as baseline
+        outcomes={RequestOutcome.OK: 200, RequestOutcome.TIMEOUT: 40},
+        answerable_starts=(sent_before,) * 40 + (sent_after,) * 200,
+        timeout_starts=(sent_before,) * 40,
+    )
+    window = replace(SLOW, speculative=timing_out)
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    record = FallbackRecord(
+        scope="longform",
+        at=flipped_at,
+        reason=FallbackReason.KV_CACHE_PRESSURE,
+        metric=MetricName.KV_CACHE_USAGE,
+        window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
+    )
+
+    def step(fallbacks: list[FallbackRecord]) -> ScopeStatus:
+        measured = {"chat": Measured(window, 240)}
+        moved = advance_scopes(
+            [status], spec, measured=measured, manual={}, fallbacks=fallbacks, warm=True, now=SLOW.end
+        )
+        return moved.scopes[0]
+
+    kept = step([record])
+    assert kept.weight > 0 and kept.last_window is not None and kept.last_window.verdict is Verdict.PASS
+    own = record.model_copy(update={"scope": "chat"})  # a scope's own KV flip excuses none of its timeouts
+    for fallbacks in ([], [own]):
+        flipped = step(fallbacks)
+        assert flipped.weight == 0 and flipped.last_window is not None
+        assert "timeout rate" in flipped.last_window.reason
+
+
 def test_a_collection_wakes_the_reconcile_only_when_a_warm_window_is_due() -> None:
     judged_at = T0 - timedelta(seconds=10)
     last = WindowSummary(end=judged_at, verdict=Verdict.PASS, samples=10)

@@ -16,6 +16,7 @@ from tests.unit.metrics.builders import ok_sample
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 END = T0 + timedelta(seconds=60)
 OK = ok_sample(at=T0.timestamp() + 10, e2e=2.0, ttft=0.25, output_tokens=33, decode=1.6)
+SENT = (OK.at,)  # when OK was sent: `answerable_starts` of a window holding it alone
 
 
 def requests(*samples: RequestSample, arm: Arm = Arm.SPECULATIVE) -> ArmRequests:
@@ -34,6 +35,7 @@ def finishing(seconds: float) -> RequestSample:
             (OK,),
             ArmRequests(
                 outcomes={RequestOutcome.OK: 1},
+                answerable_starts=SENT,
                 decode_seconds=(1.6,),
                 committed_tokens=(32,),
                 ttft_seconds=(0.25,),
@@ -42,21 +44,27 @@ def finishing(seconds: float) -> RequestSample:
         ),
         (
             (replace(OK, stream=False, ttft=None, decode=None),),
-            ArmRequests(outcomes={RequestOutcome.OK: 1}, e2e_seconds=(2.0,)),
+            ArmRequests(outcomes={RequestOutcome.OK: 1}, answerable_starts=SENT, e2e_seconds=(2.0,)),
         ),
         (
             (replace(OK, output_tokens=1, decode=0.0),),
-            ArmRequests(outcomes={RequestOutcome.OK: 1}, ttft_seconds=(0.25,), e2e_seconds=(2.0,)),
+            ArmRequests(
+                outcomes={RequestOutcome.OK: 1}, answerable_starts=SENT, ttft_seconds=(0.25,), e2e_seconds=(2.0,)
+            ),
         ),
         (
             (replace(OK, output_tokens=None),),
-            ArmRequests(outcomes={RequestOutcome.OK: 1}, ttft_seconds=(0.25,), e2e_seconds=(2.0,)),
+            ArmRequests(
+                outcomes={RequestOutcome.OK: 1}, answerable_starts=SENT, ttft_seconds=(0.25,), e2e_seconds=(2.0,)
+            ),
         ),
         (
             (replace(OK, deadline_met=False),),
             ArmRequests(
                 outcomes={RequestOutcome.OK: 1},
                 late=1,
+                answerable_starts=SENT,
+                timeout_starts=SENT,
                 decode_seconds=(1.6,),
                 committed_tokens=(32,),
                 ttft_seconds=(0.25,),
@@ -72,7 +80,11 @@ def finishing(seconds: float) -> RequestSample:
                 replace(OK, outcome=RequestOutcome.CLIENT_ERROR, status=400),
                 replace(OK, outcome=RequestOutcome.NO_ENDPOINT, status=503),
             ),
-            ArmRequests(outcomes={outcome: 1 for outcome in RequestOutcome if outcome is not RequestOutcome.OK}),
+            ArmRequests(
+                outcomes={outcome: 1 for outcome in RequestOutcome if outcome is not RequestOutcome.OK},
+                answerable_starts=SENT * 4,  # timeout, rejected, upstream error, no endpoint
+                timeout_starts=SENT,
+            ),
         ),
     ],
     ids=["ok-stream", "ok-not-streamed", "one-token", "tokens-unknown", "late", "failures-count-and-yield-nothing"],
@@ -107,3 +119,16 @@ def test_other_scopes_and_arms_are_left_out() -> None:
     assert requests(*samples).routed == 1
     assert requests(*samples, arm=Arm.BASELINE).routed == 2
     assert requests(*samples, arm=Arm.ALTERNATIVE) == ArmRequests()
+
+
+def test_start_times_are_kept_sorted_for_the_rates_and_the_timeouts() -> None:
+    samples = (
+        replace(OK, at=OK.at + 3, outcome=RequestOutcome.TIMEOUT, status=504),
+        replace(OK, at=OK.at + 2),
+        replace(OK, at=OK.at + 1, deadline_met=False),
+        replace(OK, at=OK.at + 4, outcome=RequestOutcome.CLIENT_CANCEL, status=0),
+        replace(OK, at=OK.at - 1, outcome=RequestOutcome.REJECTED, status=429),
+    )
+    got = requests(*samples)
+    assert got.answerable_starts == (OK.at - 1, OK.at + 1, OK.at + 2, OK.at + 3)  # a cancel is in no rate
+    assert got.timeout_starts == (OK.at + 1, OK.at + 3)  # the late one and the timed-out one
