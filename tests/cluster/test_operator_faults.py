@@ -221,3 +221,62 @@ def test_windows_the_speculative_engines_cannot_vouch_for_hold_the_scope(
         (state, before["stage"], before["weight"]) for state in ("Piloting", "Held")
     }, "the scope neither flipped nor moved on"
     assert not pilot(cluster, namespace)["status"].get("fallbacks")
+
+
+def scope_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
+    scopes = pilot(cluster, namespace).get("status", {}).get("scopes", [])
+    return next((s for s in scopes if s["name"] == name), {})
+
+
+def test_timeouts_that_another_scopes_kv_pressure_explains_do_not_flip_the_scope(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
+    """code's longer prompts load the speculative arm most when its KV cache fills, so code flips for
+    it; chat's requests starve meanwhile (a slow-start fault: half of them wait past the router's
+    timeout for 6 s), and those timeouts are code's doing: chat is held, never flipped."""
+    doc = fault_pilot(request_timeout="6s")
+    spec = doc["spec"]
+    profile = {"cost": {"step_time_s": 0.02, "draft_cost_ratio": 0.3}, "acceptance": {"default": 0.9}}
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(profile)}]
+    spec["scopes"] = [{"name": "chat", "stages": SLOW_STAGES}, {"name": "code", "stages": SLOW_STAGES}]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    load = start_load(cluster, router_ip(cluster, namespace), seconds=150)
+    seen: list[dict[str, Any]] = []
+
+    def chat_seen() -> dict[str, Any]:
+        seen.append(scope_status(cluster, namespace, "chat"))
+        return seen[-1]
+
+    try:
+        wait_for_a_pass(cluster, operator, namespace)
+        inject(cluster, namespace, {"kind": "memory", "fraction": 0.97})
+        inject(
+            cluster, namespace, {"kind": "slow_start", "rate": 0.5, "extra_s": 30.0, "scope": "chat", "duration_s": 6}
+        )
+        try:
+            wait_until(
+                "code flipped back for KV-cache pressure",
+                lambda: chat_seen() and scope_status(cluster, namespace, "code").get("state") == "RolledBack",
+                timeout=60,
+                every=0.5,
+            )
+            request = urllib.request.Request(f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults")
+            request.method = "DELETE"
+            urllib.request.urlopen(request, timeout=5).close()  # the pressure goes with the scope causing it
+            # chat's starved requests end as timeouts up to 6 s after the flip; two windows later they
+            # are all in the past, judged
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                assert chat_seen().get("state") != "RolledBack", f"{seen[-1]}\n{operator.tail(40)}"
+                time.sleep(0.5)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {seen[-1:]}\n{operator.tail(40)}") from None
+    finally:
+        load.terminate()
+        load.wait(timeout=30)
+    records = pilot(cluster, namespace)["status"]["fallbacks"]
+    assert [(r["scope"], r["reason"]) for r in records] == [("code", "KvCachePressure")], records
+    held = [s["lastWindow"]["reason"] for s in seen if s.get("lastWindow", {}).get("verdict") == "Inconclusive"]
+    assert any("'code'" in reason for reason in held), f"chat was held for code's pressure: {held}"
+    assert chat_seen()["weight"] > 0
