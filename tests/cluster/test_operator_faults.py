@@ -56,9 +56,13 @@ def speculative_ip(cluster: Cluster, namespace: str) -> str:
     return str(next(p["status"]["podIP"] for p in pods if not p["metadata"].get("deletionTimestamp")))
 
 
-def chat(cluster: Cluster, namespace: str) -> dict[str, Any]:
+def scope_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
     scopes = pilot(cluster, namespace).get("status", {}).get("scopes", [])
-    return next((s for s in scopes if s["name"] == "chat"), {})
+    return next((s for s in scopes if s["name"] == name), {})
+
+
+def chat(cluster: Cluster, namespace: str) -> dict[str, Any]:
+    return scope_status(cluster, namespace, "chat")
 
 
 def wait_for_a_pass(cluster: Cluster, operator: Operator, namespace: str) -> None:
@@ -221,11 +225,6 @@ def test_windows_the_speculative_engines_cannot_vouch_for_hold_the_scope(
         (state, before["stage"], before["weight"]) for state in ("Piloting", "Held")
     }, "the scope neither flipped nor moved on"
     assert not pilot(cluster, namespace)["status"].get("fallbacks")
-
-
-def scope_status(cluster: Cluster, namespace: str, name: str) -> dict[str, Any]:
-    scopes = pilot(cluster, namespace).get("status", {}).get("scopes", [])
-    return next((s for s in scopes if s["name"] == name), {})
 
 
 def test_timeouts_that_another_scopes_kv_pressure_explains_do_not_flip_the_scope(

@@ -187,22 +187,32 @@ def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() ->
 SLOW = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
 
 
-def after_kv_flip(flipped_at: datetime, *, waiting: float = 0.0) -> WindowSummary:
-    """chat's slow window, judged when scope longform was flipped for KV pressure at `flipped_at`."""
-    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
-    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
-    record = FallbackRecord(
-        scope="longform",
-        at=flipped_at,
+def kv_flip(scope: str, at: datetime) -> FallbackRecord:
+    """Scope `scope` flipped back for KV pressure at `at`."""
+    return FallbackRecord(
+        scope=scope,
+        at=at,
         reason=FallbackReason.KV_CACHE_PRESSURE,
         metric=MetricName.KV_CACHE_USAGE,
-        window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
+        window=Window(start=at - timedelta(seconds=15), end=at),
     )
+
+
+def chat_judged(window: ScopeWindow, fallbacks: list[FallbackRecord]) -> ScopeStatus:
+    """Scope chat, piloting at 25%, after `window` is judged with `fallbacks` on record."""
+    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    measured = {"chat": Measured(window, window.speculative.routed)}
+    step = advance_scopes([status], spec, measured=measured, manual={}, fallbacks=fallbacks, warm=True, now=SLOW.end)
+    return step.scopes[0]
+
+
+def after_kv_flip(flipped_at: datetime, *, waiting: float = 0.0) -> WindowSummary:
+    """chat's slow window, judged when scope longform was flipped for KV pressure at `flipped_at`."""
     window = replace(SLOW, speculative_engine=replace(SLOW.speculative_engine, waiting=waiting))
-    measured = {"chat": Measured(window, 50)}
-    step = advance_scopes([status], spec, measured=measured, manual={}, fallbacks=[record], warm=True, now=SLOW.end)
-    assert step.scopes[0].last_window is not None
-    return step.scopes[0].last_window
+    judged = chat_judged(window, [kv_flip("longform", flipped_at)])
+    assert judged.last_window is not None
+    return judged.last_window
 
 
 def test_a_window_overlapping_another_scopes_kv_flip_is_held_and_a_later_one_judged() -> None:
@@ -227,28 +237,12 @@ def test_timeouts_sent_before_another_scopes_kv_flip_do_not_flip_a_later_window(
         timeout_starts=(sent_before,) * 40,
     )
     window = replace(SLOW, speculative=timing_out)
-    status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
-    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
-    record = FallbackRecord(
-        scope="longform",
-        at=flipped_at,
-        reason=FallbackReason.KV_CACHE_PRESSURE,
-        metric=MetricName.KV_CACHE_USAGE,
-        window=Window(start=flipped_at - timedelta(seconds=15), end=flipped_at),
-    )
-
-    def step(fallbacks: list[FallbackRecord]) -> ScopeStatus:
-        measured = {"chat": Measured(window, 240)}
-        moved = advance_scopes(
-            [status], spec, measured=measured, manual={}, fallbacks=fallbacks, warm=True, now=SLOW.end
-        )
-        return moved.scopes[0]
-
-    kept = step([record])
+    record = kv_flip("longform", flipped_at)
+    kept = chat_judged(window, [record])
     assert kept.weight > 0 and kept.last_window is not None and kept.last_window.verdict is Verdict.PASS
     own = record.model_copy(update={"scope": "chat"})  # a scope's own KV flip excuses none of its timeouts
     for fallbacks in ([], [own]):
-        flipped = step(fallbacks)
+        flipped = chat_judged(window, fallbacks)
         assert flipped.weight == 0 and flipped.last_window is not None
         assert "timeout rate" in flipped.last_window.reason
 
