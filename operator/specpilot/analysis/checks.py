@@ -35,6 +35,7 @@ class Check:
     evidence: str = ""  # the interval, the test or the counts behind the verdict
     reason: str = ""  # one clause, for the window's reason sentence
     hard: bool = False
+    note: str = ""  # what the check left out, for the window's reason whatever the verdict
 
     def __post_init__(self) -> None:
         # Status and records are JSON: a NaN or an infinity cannot travel, and means no figure anyway.

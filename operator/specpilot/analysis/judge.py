@@ -264,6 +264,7 @@ def _verdict(checks: tuple[Check, ...], state: dict[str, float]) -> WindowVerdic
     reason = f"{verdict.value}: " + "; ".join(dict.fromkeys(c.reason for c in named)) if named else verdict.value
     if verdict is Verdict.PASS:
         reason += f" ({len(checks)} checks passed)"
+    reason += "".join(f"; {c.note}" for c in checks if c.note)
     return WindowVerdict(
         verdict=verdict,
         checks=checks,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from specpilot.analysis.checks import Check, inconclusive
@@ -70,8 +70,8 @@ def rate_checks(
             timeouts -= bisect_left(arm.timeout_starts, since)
             timeout_total -= left_out
             note = (
-                f"; {left_out} requests sent before scope {pressure_flip.scope!r} was flipped back for "
-                f"KV-cache pressure at {pressure_flip.at:%H:%M:%S} are left out"
+                f"{left_out} requests sent before scope {pressure_flip.scope!r} was flipped back for "
+                f"KV-cache pressure at {pressure_flip.at:%H:%M:%S} are left out of the timeout rate"
             )
 
     def rate(metric: MetricName, count: int, of: int, limit: float, note: str = "") -> Check:
@@ -97,20 +97,26 @@ def rate_check(
     """`count` of `total` requests against a limit on their share; `note` says what was left out."""
     name = _RATE_NAME[metric]
     if total < min_samples:
-        return inconclusive(
-            metric,
-            f"{name}: {total} requests on the speculative arm, fewer than minSamples {min_samples}{note}",
-            hard=True,
+        short = inconclusive(
+            metric, f"{name}: {total} requests on the speculative arm, fewer than minSamples {min_samples}", hard=True
         )
+        return replace(short, note=note)
     observed = count / total
     p_value = binomial_sf(count, total, limit)
-    evidence = f"{count} of {total} requests; p={p_value:.2g} at a rate of {limit:g}{note}"
+    evidence = f"{count} of {total} requests; p={p_value:.2g} at a rate of {limit:g}"
     if observed > limit and p_value < 1 - confidence:
         verdict, reason = Verdict.FAIL, f"{name} {observed:.2%} is shown above {limit:.2%} ({count} of {total})"
     else:
         verdict, reason = Verdict.PASS, f"{name} {observed:.2%} is not shown above {limit:.2%}"
     return Check(
-        metric=metric, verdict=verdict, observed=observed, threshold=limit, evidence=evidence, reason=reason, hard=True
+        metric=metric,
+        verdict=verdict,
+        observed=observed,
+        threshold=limit,
+        evidence=evidence + (f"; {note}" if note else ""),
+        reason=reason,
+        hard=True,
+        note=note,
     )
 
 

@@ -240,6 +240,7 @@ def test_timeouts_sent_before_another_scopes_kv_flip_do_not_flip_a_later_window(
     record = kv_flip("longform", flipped_at)
     kept = chat_judged(window, [record])
     assert kept.weight > 0 and kept.last_window is not None and kept.last_window.verdict is Verdict.PASS
+    assert "40 requests sent before scope 'longform' was flipped back" in kept.last_window.reason, "status says so"
     own = record.model_copy(update={"scope": "chat"})  # a scope's own KV flip excuses none of its timeouts
     for fallbacks in ([], [own]):
         flipped = chat_judged(window, fallbacks)
