@@ -17,6 +17,9 @@ from specpilot.loadgen.runner import RunLimits, run
 from specpilot.loadgen.workload import constant_arrivals, parse_mix, plan, poisson_arrivals
 
 SCALE = 0.02
+# The deadline and timeout case times requests against each other on one sequence slot: a model
+# second of 20 ms is within a busy machine's scheduling delays, one of 100 ms is not.
+TIMED_SCALE = 0.1
 MIX = parse_mix(
     [
         {
@@ -55,7 +58,7 @@ async def test_an_open_loop_run_reports_per_scope_counts_and_quantiles(mock_vllm
 
 
 async def test_rejections_timeouts_and_late_completions_are_counted(mock_vllm: Any) -> None:
-    mock = await mock_vllm("--time-scale", str(SCALE), "--max-num-seqs", "1")
+    mock = await mock_vllm("--time-scale", str(TIMED_SCALE), "--max-num-seqs", "1")
     async with aiohttp.ClientSession() as session:
         fault = {"kind": "rejections", "rate": 1.0, "scope": "chat"}
         async with session.post(mock.admin_url + "/faults", json=fault) as response:
@@ -63,7 +66,7 @@ async def test_rejections_timeouts_and_late_completions_are_counted(mock_vllm: A
     # A burst onto one sequence slot (about 1 s of work each): later ones miss the deadline or time out.
     mix = parse_mix([{"name": "code", "weight": 3, "output_tokens": 50, "deadline_s": 3}, {"name": "chat"}])
     planned = plan(islice(constant_arrivals(1000.0), 16), mix, random.Random(0))
-    result = await run(target(mock.url, timeout_s=6.5), planned, RunLimits(duration_s=60.0))
+    result = await run(target(mock.url, timeout_s=6.5, time_scale=TIMED_SCALE), planned, RunLimits(duration_s=60.0))
     code, chat = result["scopes"]["code"], result["scopes"]["chat"]
     assert chat["rejections"] == chat["requests"] > 0 and chat["ok"] == 0
     assert code["timeouts"] > 0 and code["ok"] > 0
