@@ -54,6 +54,9 @@ def judged_pilot() -> dict[str, Any]:
             "kvCacheUsage": {"max": 0.95, "sustainedFor": "10s"},
             "ttft": {"quantile": 0.99, "maxRatio": 10.0},
             "endToEnd": {"quantile": 0.95, "maxRatio": 10.0},
+            # This profile's inter-token-latency ratio sits near the default 2x (a speculative step
+            # delivers several tokens): a point comparison that lands on either side by chance.
+            "interTokenLatency": {"quantile": 0.99, "maxRatio": 10.0},
         },
     }
     spec["rollback"] = {"cooldown": "1m", "reentry": "Manual"}
