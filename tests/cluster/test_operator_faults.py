@@ -19,7 +19,7 @@ import pytest
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
 from tests.cluster.test_operator import router_ip
-from tests.cluster.test_operator_judging import judged_pilot
+from tests.cluster.test_operator_judging import PROFILE, judged_pilot
 
 pytestmark = pytest.mark.cluster
 
@@ -77,15 +77,24 @@ def wait_for_a_pass(cluster: Cluster, operator: Operator, namespace: str) -> Non
         raise AssertionError(f"{error}: {chat(cluster, namespace)}\n{operator.tail(40)}") from None
 
 
+def faults_url(cluster: Cluster, namespace: str) -> str:
+    """The speculative pod's mock-engine fault endpoint."""
+    return f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults"
+
+
 def inject(cluster: Cluster, namespace: str, fault: dict[str, Any]) -> None:
     """Post `fault` to the speculative pod's mock engine."""
     request = urllib.request.Request(
-        f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults",
-        data=json.dumps(fault).encode(),
-        headers={"Content-Type": "application/json"},
+        faults_url(cluster, namespace), data=json.dumps(fault).encode(), headers={"Content-Type": "application/json"}
     )
     with urllib.request.urlopen(request, timeout=5) as resp:
         assert resp.status == 201
+
+
+def clear_faults(cluster: Cluster, namespace: str) -> None:
+    """Remove every fault from the speculative pod's mock engine."""
+    with urllib.request.urlopen(urllib.request.Request(faults_url(cluster, namespace), method="DELETE"), timeout=5):
+        pass
 
 
 @dataclass(frozen=True)
@@ -235,7 +244,7 @@ def test_timeouts_that_another_scopes_kv_pressure_explains_do_not_flip_the_scope
     timeout for 6 s), and those timeouts are code's doing: chat is held, never flipped."""
     doc = fault_pilot(request_timeout="6s")
     spec = doc["spec"]
-    profile = {"cost": {"step_time_s": 0.02, "draft_cost_ratio": 0.3}, "acceptance": {"default": 0.9}}
+    profile = {**PROFILE, "acceptance": {"default": 0.9}}  # code drafts well too: no slowdown to flip it on
     spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(profile)}]
     spec["scopes"] = [{"name": "chat", "stages": SLOW_STAGES}, {"name": "code", "stages": SLOW_STAGES}]
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
@@ -260,9 +269,7 @@ def test_timeouts_that_another_scopes_kv_pressure_explains_do_not_flip_the_scope
                 timeout=60,
                 every=0.5,
             )
-            request = urllib.request.Request(f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults")
-            request.method = "DELETE"
-            urllib.request.urlopen(request, timeout=5).close()  # the pressure goes with the scope causing it
+            clear_faults(cluster, namespace)  # the pressure goes with the scope causing it
             # chat's starved requests end as timeouts up to 6 s after the flip; two windows later they
             # are all in the past, judged
             deadline = time.monotonic() + 30
