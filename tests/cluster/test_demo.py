@@ -23,10 +23,12 @@ def test_demo_adopts_chat_and_flips_code_back_for_speed_and_longform_for_kv_pres
         )
         assert out.returncode == 0, out.stdout + out.stderr
         summary = out.stdout.split("== Summary", 1)[1]
-        assert "chat      Speculative  stage 2   50%" in summary
-        assert "code      RolledBack" in summary and "code: ThresholdExceeded on timePerCommittedTokenRatio" in summary
-        assert "longform  RolledBack" in summary and "longform: KvCachePressure on kvCacheUsage" in summary
-        assert "RoutesTaken" in summary
+        assert "chat      Speculative  stage 2   50%" in summary, summary
+        assert "code      RolledBack" in summary, summary
+        assert "code: ThresholdExceeded on timePerCommittedTokenRatio" in summary, summary
+        assert "longform  RolledBack" in summary, summary
+        assert "longform: KvCachePressure on kvCacheUsage" in summary, summary
+        assert "RoutesTaken" in summary, summary
         remaining = cluster.get_json("deployments", "-n", namespace, "-l", "specpilot.io/pilot")["items"]
         assert remaining == [], "the demo deletes the pilot and everything it made"
     finally:

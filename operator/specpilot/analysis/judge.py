@@ -12,7 +12,7 @@ judged: missing data never passes.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from specpilot.analysis.checks import Check, finite, inconclusive
@@ -99,20 +99,25 @@ def attribute_kv_pressure(
     kv_loads: Mapping[str, float],
     *,
     overlapping: Mapping[str, str] | None = None,
+    flipped: Collection[str] = (),
 ) -> dict[str, WindowVerdict]:
     """Put sustained KV pressure on the scope that loads the speculative arm most.
 
     The KV cache is the arm's, so every scope judged on it sees the same pressure, and the queueing
     it causes slows them all. `kv_loads` holds the KV cache (token-seconds over the last window)
-    that each scope still sent to the arm held; the heaviest is the one to flip. A judged scope
-    whose KV check failed keeps the failure only if it is that scope. The others are held: their
-    KV failure and their speed failures, timeouts included, turn inconclusive, naming it; so are
-    the scopes whose window overlaps an earlier KV flip of another scope (`overlapping`: scope to
-    why). Error and rejection limits still fire, since those requests failed whatever the cause."""
+    that each scope's requests held on the arm, those of the scopes already on ordinary decoding
+    (`flipped`) included, since their requests in flight hold the cache until they drain; the
+    heaviest is the one to flip, or, if it is flipped already, the one whose drain the others wait
+    out. A judged scope whose KV check failed keeps the failure only if it is that scope. The
+    others are held: their KV failure and their speed failures, timeouts included, turn
+    inconclusive, naming it; so are the scopes whose window overlaps an earlier KV flip of another
+    scope (`overlapping`: scope to why). Error and rejection limits still fire, since those
+    requests failed whatever the cause."""
     heaviest = heaviest_loader(kv_loads)
     total = sum(kv_loads.values())
     share = f" ({kv_loads[heaviest] / total:.0%} of the arm's KV load)" if heaviest is not None and total > 0 else ""
-    put_on = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}, which flips first"
+    then = draining(heaviest, flipped) or ", which flips first"
+    put_on = f"KV-cache pressure on the speculative arm is put on scope {heaviest!r}{share}{then}"
     held = {name: why for name, why in (overlapping or {}).items() if name in verdicts}
     for name, verdict in verdicts.items():
         if kv_fired(verdict) and heaviest not in (None, name):
@@ -127,9 +132,16 @@ def attribute_kv_pressure(
     return out
 
 
+def draining(scope: str | None, flipped: Collection[str]) -> str:
+    """What a reason adds when the scope the pressure is put on is on ordinary decoding already."""
+    if scope not in flipped:
+        return ""
+    return ", which is on ordinary decoding already; its requests still hold the cache as they drain"
+
+
 def heaviest_loader(kv_loads: Mapping[str, float]) -> str | None:
-    """The scope whose requests held the most KV cache (the first name on a tie), if any."""
-    return max(sorted(kv_loads), key=lambda name: kv_loads[name], default=None)
+    """The scope whose requests held the most KV cache (the first name on a tie), if any held some."""
+    return max((name for name in sorted(kv_loads) if kv_loads[name] > 0), key=lambda name: kv_loads[name], default=None)
 
 
 def _confounded(check: Check) -> bool:

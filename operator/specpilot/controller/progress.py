@@ -4,7 +4,7 @@ rollout state machine moves each scope. Pure: windows and quality checks come in
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -14,6 +14,7 @@ from specpilot.analysis.checks import Check
 from specpilot.analysis.judge import (
     WindowVerdict,
     attribute_kv_pressure,
+    draining,
     heaviest_loader,
     judge_window,
     kv_fired,
@@ -143,13 +144,17 @@ def advance_scopes(
 ) -> Progress:
     """Each scope moved by its manual action, else its judged window, else time passing.
 
-    `kv_loads` is the KV cache each scope still sent to the speculative arm held over the last
-    window (token-seconds): sustained KV pressure is put on the heaviest."""
+    `kv_loads` is the KV cache each scope's requests held on the speculative arm over the last
+    windows (token-seconds), flipped scopes included while their requests drain: sustained KV
+    pressure is put on the heaviest."""
     by_name = {scope.name: scope for scope in spec.scopes}
     verdicts = _judge(scopes, spec, measured=measured, manual=manual, fallbacks=fallbacks)
     loads = kv_loads or {}
-    held = _confounded_by_kv(measured, verdicts, fallbacks, heaviest=heaviest_loader(loads), analysis=spec.analysis)
-    verdicts = attribute_kv_pressure(verdicts, loads, overlapping=held)
+    on_ordinary = {status.name for status in scopes if status.weight == 0}
+    held = _confounded_by_kv(
+        measured, verdicts, fallbacks, heaviest=heaviest_loader(loads), flipped=on_ordinary, analysis=spec.analysis
+    )
+    verdicts = attribute_kv_pressure(verdicts, loads, overlapping=held, flipped=on_ordinary)
     out: list[ScopeStatus] = []
     records = list(fallbacks)
     events: list[rollout.Event] = []
@@ -226,6 +231,7 @@ def _confounded_by_kv(
     fallbacks: Sequence[FallbackRecord],
     *,
     heaviest: str | None,
+    flipped: Collection[str],
     analysis: s.Analysis,
 ) -> dict[str, str]:
     """Why each judged scope's window is confounded by KV pressure another scope causes.
@@ -243,11 +249,11 @@ def _confounded_by_kv(
         if heaviest not in (None, name) and peak > limit and not kv_fired(verdicts[name]):
             out[name] = (
                 f"KV-cache usage on the speculative arm reached {peak:.2f} in the window, above {limit:g}; "
-                f"the pressure is put on scope {heaviest!r}"
+                f"the pressure is put on scope {heaviest!r}{draining(heaviest, flipped)}"
             )
             continue
-        draining = (window.speculative_engine.waiting or 0.0) >= 1.0
-        since = window.start - (window.end - window.start) if draining else window.start
+        queued = (window.speculative_engine.waiting or 0.0) >= 1.0
+        since = window.start - (window.end - window.start) if queued else window.start
         flip = next((record for record in _kv_flips(fallbacks, other_than=name) if record.at >= since), None)
         if flip is not None:
             still = ", and its queue is still draining" if flip.at < window.start else ""

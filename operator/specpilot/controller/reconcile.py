@@ -361,8 +361,8 @@ class Controller:
                     checks = await self._quality_checks(ref, spec, window, memory)
                     measured[scope.name] = Measured(window, new, checks)
             if measured:
-                loaders = [scope.name for scope in scopes if scope.weight > 0]
-                kv_loads = memory.measurements.kv_loads(loaders, analysis=spec.analysis, end=end)
+                # every scope: a flipped one's requests in flight hold the cache until they drain
+                kv_loads = memory.measurements.kv_loads([s.name for s in scopes], analysis=spec.analysis, end=end)
         memory.judged = measured
         manual = manual_actions(seen.annotations, [scope.name for scope in scopes])
         memory.manual_keys = frozenset(key for key in MANUAL if key in seen.annotations)

@@ -128,6 +128,24 @@ def test_without_load_figures_every_pressured_scope_flips() -> None:
     assert all(v.fallback is FallbackReason.KV_CACHE_PRESSURE for v in verdicts.values())
 
 
+def test_scopes_that_held_no_cache_take_no_pressure() -> None:
+    verdicts = {name: judged(window(speculative_engine=PRESSURE)) for name in ("b", "a")}
+    assert attribute_kv_pressure(verdicts, {"a": 0.0, "b": 0.0, "never-started": 0.0}) == verdicts
+
+
+def test_a_flipped_scope_whose_requests_still_hold_the_cache_holds_the_others_while_it_drains() -> None:
+    verdicts = {name: judged(window(speculative_engine=PRESSURE)) for name in ("chat", "code")}
+    draining = attribute_kv_pressure(verdicts, {"chat": 1.0, "code": 2.0, "longform": 7.0}, flipped={"longform"})
+    for name in ("chat", "code"):
+        assert (draining[name].verdict, draining[name].fallback) == (Verdict.INCONCLUSIVE, None)
+        assert (
+            "put on scope 'longform' (70% of the arm's KV load), which is on ordinary decoding already; "
+            "its requests still hold the cache as they drain" in draining[name].reason
+        )
+    drained = attribute_kv_pressure(verdicts, {"chat": 1.0, "code": 2.0, "longform": 0.0}, flipped={"longform"})
+    assert [name for name, v in drained.items() if v.hard] == ["code"], "once it has drained, the heaviest flips"
+
+
 def test_ties_go_to_the_first_name_whatever_the_order() -> None:
     verdicts = {name: judged(window(speculative_engine=PRESSURE)) for name in ("b", "a")}
     out = attribute_kv_pressure(verdicts, {"b": 1.0, "a": 1.0})

@@ -184,6 +184,33 @@ def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() ->
     assert "put on scope 'code' (80% of the arm's KV load)" in chat.last_window.reason
 
 
+def test_kv_pressure_while_a_flipped_scopes_requests_drain_flips_no_other_scope() -> None:
+    pressured = analysis_window(speculative_engine=analysis_engine(0.99))
+    code = ScopeStatus(name="code", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=pressured.start)
+    chat = ScopeStatus(name="chat", state=ScopeState.ROLLED_BACK, stage=0, weight=0)
+    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+
+    def judged(chat_load: float) -> ScopeStatus:
+        step = advance_scopes(
+            [code, chat],
+            spec,
+            measured={"code": Measured(pressured, 50)},
+            manual={},
+            fallbacks=[],
+            warm=True,
+            now=pressured.end,
+            kv_loads={"code": 100.0, "chat": chat_load},
+        )
+        return step.scopes[0]
+
+    held = judged(900.0)
+    assert (held.state, held.weight) == (ScopeState.HELD, 25)
+    assert held.last_window is not None and "scope 'chat' (90% of the arm's KV load), which is on ordinary" in (
+        held.last_window.reason
+    )
+    assert judged(0.0).weight == 0, "once chat's requests have drained, the pressure is code's"
+
+
 SLOW = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
 
 
@@ -269,13 +296,17 @@ def test_speed_failures_are_held_while_another_scope_builds_kv_pressure() -> Non
     )
     measured = {"chat": Measured(replace(SLOW, speculative_engine=building), 50)}
 
+    flipped = ScopeStatus(name="code", state=ScopeState.ROLLED_BACK, stage=0, weight=0)
+
     def verdict(loads: dict[str, float]) -> WindowSummary:
         step = advance_scopes(
-            [status], spec, measured=measured, manual={}, fallbacks=[], warm=True, now=SLOW.end, kv_loads=loads
+            [status, flipped], spec, measured=measured, manual={}, fallbacks=[], warm=True, now=SLOW.end, kv_loads=loads
         )
         assert step.scopes[0].last_window is not None
         return step.scopes[0].last_window
 
     held = verdict({"chat": 1.0, "longform": 9.0})
-    assert held.verdict is Verdict.INCONCLUSIVE and "the pressure is put on scope 'longform'" in held.reason
+    assert held.verdict is Verdict.INCONCLUSIVE and "the pressure is put on scope 'longform'." in held.reason
     assert verdict({"chat": 9.0, "longform": 1.0}).verdict is Verdict.FAIL, "its own pressure holds nothing"
+    draining = verdict({"chat": 1.0, "code": 9.0})  # code's requests still in flight after its flip
+    assert "put on scope 'code', which is on ordinary decoding already; its requests still hold" in draining.reason
