@@ -104,7 +104,7 @@ def attribute_kv_pressure(
     """Put sustained KV pressure on the scope that loads the speculative arm most.
 
     The KV cache is the arm's, so every scope judged on it sees the same pressure, and the queueing
-    it causes slows them all. `kv_loads` holds the KV cache (token-seconds over the last window)
+    it causes slows them all. `kv_loads` holds the KV cache (token-seconds over the last windows)
     that each scope's requests held on the arm, those of the scopes already on ordinary decoding
     (`flipped`) included, since their requests in flight hold the cache until they drain; the
     heaviest is the one to flip, or, if it is flipped already, the one whose drain the others wait
