@@ -362,7 +362,9 @@ class Controller:
                     measured[scope.name] = Measured(window, new, checks)
             if measured:
                 # every scope: a flipped one's requests in flight hold the cache until they drain
-                kv_loads = memory.measurements.kv_loads([s.name for s in scopes], analysis=spec.analysis, end=end)
+                kv_loads = memory.measurements.kv_loads(
+                    [scope.name for scope in scopes], analysis=spec.analysis, end=end
+                )
         memory.judged = measured
         manual = manual_actions(seen.annotations, [scope.name for scope in scopes])
         memory.manual_keys = frozenset(key for key in MANUAL if key in seen.annotations)

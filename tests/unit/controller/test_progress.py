@@ -39,6 +39,7 @@ from tests.unit.controller.test_render import ROOT, load
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 _, SPEC = load(ROOT / "manifests/examples/local-demo.yaml")  # interval 10s, window 30s, warmup 20s
+UNPROBED = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
 
 
 def armsready(since: datetime, status: ConditionStatus = ConditionStatus.TRUE) -> SpeculationPilotStatus:
@@ -134,7 +135,7 @@ def test_failing_windows_flip_a_scope_and_record_why() -> None:
     for tick in range(1, 6):
         now = T0 + timedelta(seconds=10 * tick)
         measured = {"code": Measured(slow_window(now), new_requests=50)}
-        spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+        spec = UNPROBED
         step = advance_scopes(statuses, spec, measured=measured, manual={}, fallbacks=[], warm=True, now=now)
         statuses, flips = step.scopes, step.flipped or flips
         if step.flipped:
@@ -165,7 +166,7 @@ def test_sustained_kv_pressure_flips_only_the_scope_that_loads_the_arm_most() ->
         for name in ("chat", "code")
     ]
     measured = {"chat": Measured(pressured, 50), "code": Measured(pressured, 50)}
-    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    spec = UNPROBED
     now = pressured.end
     loads = {"chat": 40.0, "code": 160.0}
     step = advance_scopes(
@@ -188,7 +189,7 @@ def test_kv_pressure_while_a_flipped_scopes_requests_drain_flips_no_other_scope(
     pressured = analysis_window(speculative_engine=analysis_engine(0.99))
     code = ScopeStatus(name="code", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=pressured.start)
     chat = ScopeStatus(name="chat", state=ScopeState.ROLLED_BACK, stage=0, weight=0)
-    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    spec = UNPROBED
 
     def judged(chat_load: float) -> ScopeStatus:
         step = advance_scopes(
@@ -228,7 +229,7 @@ def kv_flip(scope: str, at: datetime) -> FallbackRecord:
 def chat_judged(window: ScopeWindow, fallbacks: list[FallbackRecord]) -> ScopeStatus:
     """Scope chat, piloting at 25%, after `window` is judged with `fallbacks` on record."""
     status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
-    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    spec = UNPROBED
     measured = {"chat": Measured(window, window.speculative.routed)}
     step = advance_scopes([status], spec, measured=measured, manual={}, fallbacks=fallbacks, warm=True, now=SLOW.end)
     return step.scopes[0]
@@ -289,7 +290,7 @@ def test_a_collection_wakes_the_reconcile_only_when_a_warm_window_is_due() -> No
 
 def test_speed_failures_are_held_while_another_scope_builds_kv_pressure() -> None:
     status = ScopeStatus(name="chat", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=SLOW.start)
-    spec = SPEC.model_copy(update={"quality": SPEC.quality.model_copy(update={"probes": None})})
+    spec = UNPROBED
     building = replace(
         SLOW.speculative_engine,
         kv_usage=((SLOW.end - timedelta(seconds=30), 0.5), (SLOW.end - timedelta(seconds=10), 0.97), (SLOW.end, 0.8)),
