@@ -52,7 +52,6 @@ import numpy as np
 from specpilot.analysis.judge import judge_window, summarize
 from specpilot.analysis.rollout import Judged, Policy, Tick, advance
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
-from specpilot.api.common import parse_duration
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import Analysis, Quality, Rollback, Scope
 from specpilot.api.status import ScopeState, ScopeStatus, Verdict
@@ -67,8 +66,8 @@ ANALYSIS = Analysis()
 POLICY = Policy(scope=Scope(name="bench"), analysis=ANALYSIS, rollback=Rollback())
 LIMIT = ANALYSIS.failure_limit
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
-INTERVAL = parse_duration(ANALYSIS.interval)
-WINDOW = parse_duration(ANALYSIS.window)
+INTERVAL = ANALYSIS.interval
+WINDOW = ANALYSIS.window
 FAILURES = {RequestOutcome.UPSTREAM_ERROR: 0.002, RequestOutcome.TIMEOUT: 0.002, RequestOutcome.REJECTED: 0.001}
 
 

@@ -20,7 +20,6 @@ from specpilot.analysis.limits import PressureFlip, acceptance_check, kv_cache_c
 from specpilot.analysis.ratios import RatioPolicy, inter_token_latency_check, quantile_check, time_per_token_check
 from specpilot.analysis.stats import nearest_rank
 from specpilot.analysis.window import ScopeWindow
-from specpilot.api.common import parse_duration
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import Analysis, Quality
 from specpilot.api.status import Verdict, WindowSummary
@@ -180,7 +179,7 @@ def _hard_limits(
         window.speculative_engine,
         end=window.end,
         limit=thresholds.kv_cache_usage.max,
-        sustained_for=parse_duration(thresholds.kv_cache_usage.sustained_for),
+        sustained_for=thresholds.kv_cache_usage.sustained_for,
         routed=speculative.routed,
     )
     rates = rate_checks(

@@ -27,7 +27,6 @@ from datetime import datetime
 from enum import StrEnum
 
 from specpilot.analysis.judge import WindowVerdict
-from specpilot.api.common import parse_duration
 from specpilot.api.reasons import FallbackReason, MetricName, Reason
 from specpilot.api.spec import Analysis, Reentry, Rollback, Scope, Stage
 from specpilot.api.status import FallbackRecord, ScopeState, ScopeStatus, Verdict, Window, WindowSummary
@@ -250,14 +249,14 @@ def _stale(status: ScopeStatus, event: Judged) -> bool:
 
 def _cooled(status: ScopeStatus, policy: Policy, now: datetime) -> bool:
     since = status.last_transition_time
-    return since is None or now - since >= parse_duration(policy.rollback.cooldown)
+    return since is None or now - since >= policy.rollback.cooldown
 
 
 def _gate_met(status: ScopeStatus, event: Judged, policy: Policy, now: datetime) -> bool:
     stage = _stage(policy.scope, status.stage)
     started = status.stage_started_at or now
     enough = status.stage_requests + event.requests >= stage.min_requests
-    return enough and now - started >= parse_duration(stage.min_duration)
+    return enough and now - started >= stage.min_duration
 
 
 def _stage(scope: Scope, index: int | None) -> Stage:

@@ -20,7 +20,6 @@ from pydantic import (
     GetCoreSchemaHandler,
     GetJsonSchemaHandler,
     PlainValidator,
-    StringConstraints,
     WithJsonSchema,
 )
 from pydantic.alias_generators import to_camel
@@ -131,11 +130,69 @@ def duration_within(minimum: str, maximum: str) -> Check:
             f" || (duration(self) >= duration('{minimum}') && duration(self) <= duration('{maximum}'))",
             message=f"must be between {minimum} and {maximum}",
         ),
-        holds=lambda text: low <= parse_duration(text) <= high,
+        holds=lambda value: low <= value <= high,
     )
 
 
-DurationText = Annotated[str, StringConstraints(pattern=DURATION_PATTERN, max_length=32)]
+class Duration(timedelta):
+    """A duration read from the wire: a `timedelta` that keeps the text it was parsed from, so that it
+    goes back on the wire (and into spec hashes) exactly as written. Arithmetic yields plain timedeltas.
+
+    As a model field it takes that text (DURATION_PATTERN, at most 32 characters), a `Duration`, or a
+    `timedelta` (written back in h, m, s and ms), and serializes to the text; its schema is the string's.
+    """
+
+    __slots__ = ("text",)
+    text: str
+
+    def __new__(cls, text: str) -> Self:
+        value = parse_duration(text)
+        self = super().__new__(cls, value.days, value.seconds, value.microseconds)
+        self.text = text
+        return self
+
+    @classmethod
+    def of(cls, value: timedelta) -> Duration:
+        """`value` as a Duration, written in whole h, m, s and ms (`1h30m`, `90ms`, `0s`)."""
+        if isinstance(value, Duration):
+            return value
+        if value < timedelta() or value.microseconds % 1000:
+            raise ValueError(f"not a whole, non-negative number of milliseconds: {value}")
+        left, parts = value, []
+        for unit in ("h", "m", "s", "ms"):
+            count, left = divmod(left, _UNIT[unit])
+            if count:
+                parts.append(f"{count}{unit}")
+        return cls("".join(parts) or "0s")
+
+    def __str__(self) -> str:
+        return self.text
+
+    def __repr__(self) -> str:
+        return f"Duration({self.text!r})"
+
+    def __reduce__(self) -> tuple[type[Duration], tuple[str]]:
+        return type(self), (self.text,)
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> CoreSchema:
+        text = core_schema.str_schema(pattern=DURATION_PATTERN, max_length=32)
+        from_text = core_schema.no_info_after_validator_function(cls, text)
+        return core_schema.json_or_python_schema(
+            json_schema=from_text,
+            python_schema=core_schema.no_info_before_validator_function(_duration_text, from_text),
+            serialization=core_schema.plain_serializer_function_ser_schema(str, return_schema=text),
+        )
+
+
+def _duration_text(value: Any) -> Any:
+    """A Python-side value as the text to validate: a Duration's own text, a timedelta's written form."""
+    if isinstance(value, timedelta):
+        try:
+            return Duration.of(value).text
+        except ValueError as error:
+            raise PydanticCustomError("duration", "{message}", {"message": str(error)}) from None
+    return value
 
 
 def _quantity(value: Any) -> int | str:

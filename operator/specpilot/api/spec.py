@@ -20,7 +20,7 @@ from specpilot.api.common import (
     DNS_LABEL_PATTERN,
     ApiModel,
     Check,
-    DurationText,
+    Duration,
     Quantity,
     Rule,
     cel,
@@ -390,7 +390,7 @@ class Stage(ApiModel):
     """Percent of the scope's requests routed to the speculative arm, in (0, 100]."""
     min_requests: Annotated[int, Field(strict=True, ge=1, le=10_000_000)] = 200
     """Requests the scope must complete at this weight before promotion; at least analysis.minSamples."""
-    min_duration: Annotated[DurationText, duration_within("5s", "168h")] = "10m"
+    min_duration: Annotated[Duration, duration_within("5s", "168h")] = Duration("10m")
     """Time the scope must spend at this weight before promotion; at least analysis.interval."""
 
 
@@ -411,7 +411,7 @@ class Scope(ApiModel):
     """Scope name, unique within the pilot (an RFC 1123 label)."""
     match: ScopeMatch = ScopeMatch()
     """Which requests belong to the scope; empty takes only requests that name it in the scope header."""
-    deadline: Annotated[DurationText, duration_within("100ms", "1h")] | None = None
+    deadline: Annotated[Duration, duration_within("100ms", "1h")] | None = None
     """Latency budget of one request; a request that has not finished by then counts as a timeout.
     Defaults to router.requestTimeout, which it must not exceed."""
     stages: Annotated[list[Stage], Field(min_length=1, max_length=10), STAGES_INCREASING] = [
@@ -432,7 +432,7 @@ class Router(ApiModel):
     """Request header that names a scope explicitly."""
     default_scope: Name | None = None
     """Scope for requests that match no scope; without it they go to the baseline and are not piloted."""
-    request_timeout: Annotated[DurationText, duration_within("1s", "1h")] = "10m"
+    request_timeout: Annotated[Duration, duration_within("1s", "1h")] = Duration("10m")
     """Upper bound on one proxied request."""
 
 
@@ -453,7 +453,7 @@ class KvCacheUsage(ApiModel):
 
     max: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.95
     """Usage fraction (0 to 1) the speculative arm must not stay above for sustainedFor."""
-    sustained_for: Annotated[DurationText, duration_within("5s", "1h")] = "2m"
+    sustained_for: Annotated[Duration, duration_within("5s", "1h")] = Duration("2m")
     """How long usage above max is tolerated; at most analysis.window."""
 
 
@@ -528,7 +528,7 @@ class PrometheusSource(ApiModel):
     url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048)]
     """Base URL of its HTTP API, without /api/v1, e.g. http://prometheus-operated.monitoring:9090 (a path
     prefix such as /prometheus is kept)."""
-    timeout: Annotated[DurationText, duration_within("1s", "5m")] = "10s"
+    timeout: Annotated[Duration, duration_within("1s", "5m")] = Duration("10s")
     """How long one query may take; a query that does not answer makes the window inconclusive."""
     labels: Labels = {}
     """Labels every query matches besides the arm's, e.g. {cluster: prod, job: vllm}."""
@@ -566,11 +566,11 @@ class Analysis(ApiModel):
 
     model_config = ConfigDict(json_schema_extra=cel(WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE))
 
-    interval: Annotated[DurationText, duration_within("5s", "1h")] = "1m"
+    interval: Annotated[Duration, duration_within("5s", "1h")] = Duration("1m")
     """How often each scope's window is closed and judged."""
-    window: Annotated[DurationText, duration_within("5s", "24h")] = "5m"
+    window: Annotated[Duration, duration_within("5s", "24h")] = Duration("5m")
     """How far back a window reaches; at least interval."""
-    warmup: Annotated[DurationText, duration_within("0s", "1h")] = "1m"
+    warmup: Annotated[Duration, duration_within("0s", "1h")] = Duration("1m")
     """How long both arms must have been ready before a window is judged, so that cold starts (weights
     loading, graph capture, empty caches) are kept apart from steady operation."""
     min_samples: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = 50
@@ -599,7 +599,7 @@ class Probes(ApiModel):
     """Prompts to send."""
     max_tokens: Annotated[int, Field(strict=True, ge=1, le=1024)] = 64
     """Tokens generated per probe."""
-    interval: Annotated[DurationText, duration_within("10s", "24h")] = "10m"
+    interval: Annotated[Duration, duration_within("10s", "24h")] = Duration("10m")
     """How often the probes run."""
 
 
@@ -612,7 +612,7 @@ class Webhook(ApiModel):
     """http or https URL that receives the scope, window and arms as JSON."""
     critical: Annotated[bool, Field(strict=True)] = False
     """A failing critical webhook flips the scope back at once; others count as a failed check."""
-    timeout: Annotated[DurationText, duration_within("1s", "5m")] = "10s"
+    timeout: Annotated[Duration, duration_within("1s", "5m")] = Duration("10s")
     """How long to wait for an answer; no answer fails the check."""
     metadata: Annotated[dict[str, Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=16)] = {}
     """Extra key/value pairs passed along."""
@@ -645,7 +645,7 @@ class Reentry(StrEnum):
 class Rollback(ApiModel):
     """What happens after a scope is flipped back to ordinary decoding."""
 
-    cooldown: Annotated[DurationText, duration_within("1m", "168h")] = "30m"
+    cooldown: Annotated[Duration, duration_within("1m", "168h")] = Duration("30m")
     """A rolled-back scope stays ordinary at least this long."""
     reentry: Reentry = Reentry.MANUAL
     """Manual: it stays RolledBack until an SRE intervenes. Automatic: it restarts at the first stage

@@ -15,9 +15,35 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from specpilot.api import spec as s
-from specpilot.api.common import Rule, parse_duration
+from specpilot.api.common import Rule
 from specpilot.api.pilot import NAME_MAX_LENGTH, NAME_PATTERN, NAME_RULE
+from specpilot.api.spec import (
+    ACCEPTANCE_LENGTH_REACHABLE,
+    ALTERNATIVE_DIFFERS,
+    ALTERNATIVE_GPU_BUDGET,
+    ARM_LABELS_DIFFER,
+    DEADLINE_WITHIN_TIMEOUT,
+    DEFAULT_SCOPE_EXISTS,
+    DRAFT_MODEL_FORBIDDEN,
+    DRAFT_MODEL_REQUIRED,
+    DRAFT_REVISION_NEEDS_MODEL,
+    DRAFT_TENSOR_PARALLEL,
+    ENV_VALUE_OR_SOURCE,
+    GPU_PER_RANK,
+    GPU_RESOURCE,
+    METHODS_WITH_DRAFT_MODEL,
+    METHODS_WITHOUT_DRAFT_MODEL,
+    STAGE_SPANS_INTERVAL,
+    STAGE_SPANS_SAMPLES,
+    TOLERATION_EXISTS_WITHOUT_VALUE,
+    WINDOW_COVERS_INTERVAL,
+    WINDOW_COVERS_KV_CACHE,
+    Engine,
+    HeaderMatchType,
+    ScopeMatch,
+    SpeculationPilotSpec,
+    TolerationOperator,
+)
 
 
 @dataclass(frozen=True)
@@ -35,13 +61,13 @@ def validate(body: Mapping[str, Any]) -> list[Problem]:
     """Judge a SpeculationPilot object as the API server returns it; an empty list means deployable."""
     problems = list(_name_problems(body.get("metadata", {}).get("name")))
     try:
-        spec = s.SpeculationPilotSpec.from_wire(body.get("spec"))
+        spec = SpeculationPilotSpec.from_wire(body.get("spec"))
     except ValidationError as error:
         return problems + [Problem(_field_path(("spec", *e["loc"])), e["msg"]) for e in error.errors()]
     return problems + check_spec(spec)
 
 
-def check_spec(spec: s.SpeculationPilotSpec) -> list[Problem]:
+def check_spec(spec: SpeculationPilotSpec) -> list[Problem]:
     """The rules that relate several fields of a parsed spec."""
     return [
         *_engine_problems(spec.engine),
@@ -73,54 +99,54 @@ def _unique(field: str, names: Sequence[str]) -> Iterator[Problem]:
             yield Problem(f"{field}[{index}]", f"duplicate name {name!r}")
 
 
-def _engine_problems(engine: s.Engine) -> Iterator[Problem]:
-    gpu_counts = [m.get(s.GPU_RESOURCE) for m in (engine.resources.limits, engine.resources.requests)]
+def _engine_problems(engine: Engine) -> Iterator[Problem]:
+    gpu_counts = [m.get(GPU_RESOURCE) for m in (engine.resources.limits, engine.resources.requests)]
     if any(str(count) != str(engine.tensor_parallel_size) for count in gpu_counts if count is not None):
-        yield _problem("spec.engine.resources", s.GPU_PER_RANK)
+        yield _problem("spec.engine.resources", GPU_PER_RANK)
     for index, var in enumerate(engine.env):
         if var.value is not None and var.value_from is not None:
-            yield _problem(f"spec.engine.env[{index}].valueFrom", s.ENV_VALUE_OR_SOURCE)
+            yield _problem(f"spec.engine.env[{index}].valueFrom", ENV_VALUE_OR_SOURCE)
     for index, toleration in enumerate(engine.tolerations):
-        if toleration.operator is s.TolerationOperator.EXISTS and toleration.value is not None:
-            yield _problem(f"spec.engine.tolerations[{index}].value", s.TOLERATION_EXISTS_WITHOUT_VALUE)
+        if toleration.operator is TolerationOperator.EXISTS and toleration.value is not None:
+            yield _problem(f"spec.engine.tolerations[{index}].value", TOLERATION_EXISTS_WITHOUT_VALUE)
 
 
-def _arm_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
+def _arm_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     draft, engine_tp = spec.speculative.draft, spec.engine.tensor_parallel_size
-    if draft.method in s.METHODS_WITH_DRAFT_MODEL and draft.model is None:
-        yield _problem("spec.speculative.draft.model", s.DRAFT_MODEL_REQUIRED)
-    if draft.method in s.METHODS_WITHOUT_DRAFT_MODEL and draft.model is not None:
-        yield _problem("spec.speculative.draft.model", s.DRAFT_MODEL_FORBIDDEN)
+    if draft.method in METHODS_WITH_DRAFT_MODEL and draft.model is None:
+        yield _problem("spec.speculative.draft.model", DRAFT_MODEL_REQUIRED)
+    if draft.method in METHODS_WITHOUT_DRAFT_MODEL and draft.model is not None:
+        yield _problem("spec.speculative.draft.model", DRAFT_MODEL_FORBIDDEN)
     if draft.revision is not None and draft.model is None:
-        yield _problem("spec.speculative.draft.revision", s.DRAFT_REVISION_NEEDS_MODEL)
+        yield _problem("spec.speculative.draft.revision", DRAFT_REVISION_NEEDS_MODEL)
     if draft.tensor_parallel_size not in (None, 1, engine_tp):
-        yield _problem("spec.speculative.draft.tensorParallelSize", s.DRAFT_TENSOR_PARALLEL)
+        yield _problem("spec.speculative.draft.tensorParallelSize", DRAFT_TENSOR_PARALLEL)
     alternative = spec.alternative
     if alternative is None:
         return
     alternative_tp = alternative.tensor_parallel_size or engine_tp
     if alternative.replicas * alternative_tp > spec.speculative.replicas * engine_tp:
-        yield _problem("spec.alternative", s.ALTERNATIVE_GPU_BUDGET)
+        yield _problem("spec.alternative", ALTERNATIVE_GPU_BUDGET)
     if not alternative.extra_args and alternative.replicas == spec.baseline.replicas and alternative_tp == engine_tp:
-        yield _problem("spec.alternative", s.ALTERNATIVE_DIFFERS)
+        yield _problem("spec.alternative", ALTERNATIVE_DIFFERS)
 
 
-def _scope_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
+def _scope_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     scopes, router = spec.scopes, spec.router
     yield from _unique("spec.scopes", [scope.name for scope in scopes])
     if router.default_scope is not None and router.default_scope not in {scope.name for scope in scopes}:
-        yield _problem("spec.router.defaultScope", s.DEFAULT_SCOPE_EXISTS)
-    timeout, interval = parse_duration(router.request_timeout), parse_duration(spec.analysis.interval)
-    if any(scope.deadline is not None and parse_duration(scope.deadline) > timeout for scope in scopes):
-        yield _problem("spec.scopes", s.DEADLINE_WITHIN_TIMEOUT)
+        yield _problem("spec.router.defaultScope", DEFAULT_SCOPE_EXISTS)
+    timeout, interval = router.request_timeout, spec.analysis.interval
+    if any(scope.deadline is not None and scope.deadline > timeout for scope in scopes):
+        yield _problem("spec.scopes", DEADLINE_WITHIN_TIMEOUT)
     stages = [stage for scope in scopes for stage in scope.stages]
-    if any(parse_duration(stage.min_duration) < interval for stage in stages):
-        yield _problem("spec.scopes", s.STAGE_SPANS_INTERVAL)
+    if any(stage.min_duration < interval for stage in stages):
+        yield _problem("spec.scopes", STAGE_SPANS_INTERVAL)
     if any(stage.min_requests < spec.analysis.min_samples for stage in stages):
-        yield _problem("spec.scopes", s.STAGE_SPANS_SAMPLES)
+        yield _problem("spec.scopes", STAGE_SPANS_SAMPLES)
     for index, scope in enumerate(scopes):
         yield from _match_problems(f"spec.scopes[{index}].match", scope.match)
-        if scope.match != s.ScopeMatch() and scope.match in [earlier.match for earlier in scopes[:index]]:
+        if scope.match != ScopeMatch() and scope.match in [earlier.match for earlier in scopes[:index]]:
             yield Problem(
                 f"spec.scopes[{index}].match",
                 "an earlier scope has the same match rules, so this scope would only receive requests "
@@ -128,9 +154,9 @@ def _scope_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
             )
 
 
-def _match_problems(field: str, match: s.ScopeMatch) -> Iterator[Problem]:
+def _match_problems(field: str, match: ScopeMatch) -> Iterator[Problem]:
     for index, header in enumerate(match.headers):
-        if header.type is not s.HeaderMatchType.REGULAR_EXPRESSION:
+        if header.type is not HeaderMatchType.REGULAR_EXPRESSION:
             continue
         try:
             re.compile(header.value)
@@ -138,17 +164,17 @@ def _match_problems(field: str, match: s.ScopeMatch) -> Iterator[Problem]:
             yield Problem(f"{field}.headers[{index}].value", f"not a valid regular expression: {error}")
 
 
-def _analysis_problems(spec: s.SpeculationPilotSpec) -> Iterator[Problem]:
+def _analysis_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     analysis = spec.analysis
-    window = parse_duration(analysis.window)
-    if window < parse_duration(analysis.interval):
-        yield _problem("spec.analysis.window", s.WINDOW_COVERS_INTERVAL)
-    if parse_duration(analysis.thresholds.kv_cache_usage.sustained_for) > window:
-        yield _problem("spec.analysis.thresholds.kvCacheUsage.sustainedFor", s.WINDOW_COVERS_KV_CACHE)
+    window = analysis.window
+    if window < analysis.interval:
+        yield _problem("spec.analysis.window", WINDOW_COVERS_INTERVAL)
+    if analysis.thresholds.kv_cache_usage.sustained_for > window:
+        yield _problem("spec.analysis.thresholds.kvCacheUsage.sustainedFor", WINDOW_COVERS_KV_CACHE)
     minimum = analysis.thresholds.min_acceptance_length
     if minimum is not None and minimum > 1 + spec.speculative.draft.num_speculative_tokens:
-        yield _problem("spec.analysis.thresholds.minAcceptanceLength", s.ACCEPTANCE_LENGTH_REACHABLE)
+        yield _problem("spec.analysis.thresholds.minAcceptanceLength", ACCEPTANCE_LENGTH_REACHABLE)
     source = analysis.metrics_source
     arms = source.prometheus.arms if source is not None else None
     if arms is not None and arms.baseline == arms.speculative:
-        yield _problem("spec.analysis.metricsSource.prometheus.arms.speculative", s.ARM_LABELS_DIFFER)
+        yield _problem("spec.analysis.metricsSource.prometheus.arms.speculative", ARM_LABELS_DIFFER)

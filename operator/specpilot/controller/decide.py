@@ -13,10 +13,9 @@ from functools import lru_cache
 from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due
 from specpilot.analysis.evidence import Evidence, WindowLoad, dump, load, record_window, with_arms
 from specpilot.analysis.rollout import Event, EventType
-from specpilot.api import spec as s
-from specpilot.api.common import parse_duration
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
+from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import Decision, FallbackRecord, ScopeStatus, Verdict
 from specpilot.controller.progress import Measured
 from specpilot.wire.names import Arm
@@ -43,7 +42,7 @@ def fresh_for(evidence: Evidence | None, config_hashes: Mapping[Arm, str]) -> Ev
 def record(
     evidence: Evidence,
     *,
-    spec: s.SpeculationPilotSpec,
+    spec: SpeculationPilotSpec,
     measured: Mapping[str, Measured],
     loads: Mapping[str, WindowLoad],
     scopes: Sequence[ScopeStatus],
@@ -52,7 +51,7 @@ def record(
     replicas: Mapping[Arm, int],
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows)."""
-    overlap = parse_duration(spec.analysis.window) / parse_duration(spec.analysis.interval)
+    overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
         item = measured.get(status.name)
@@ -66,7 +65,7 @@ def record(
 
 
 def findings(
-    evidence: Evidence, spec: s.SpeculationPilotSpec, fallbacks: Sequence[FallbackRecord]
+    evidence: Evidence, spec: SpeculationPilotSpec, fallbacks: Sequence[FallbackRecord]
 ) -> list[ScopeFindings]:
     """Every scope's findings; the same evidence is decided once (a crossover's bootstrap costs tens
     of milliseconds, and reconciles outnumber the windows that change the evidence)."""
@@ -87,7 +86,7 @@ def _findings(
 def decide(
     evidence: Evidence,
     *,
-    spec: s.SpeculationPilotSpec,
+    spec: SpeculationPilotSpec,
     scopes: list[ScopeStatus],
     fallbacks: Sequence[FallbackRecord],
     annotations: Mapping[str, str],

@@ -23,7 +23,6 @@ import aiohttp
 from specpilot.analysis.evidence import WindowLoad
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api import spec as s
-from specpilot.api.common import parse_duration
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape, engine_window
 from specpilot.metrics.ledger import SampleLedger
 from specpilot.metrics.load import kv_blocks, window_load
@@ -41,7 +40,7 @@ JUDGED_ARMS = (Arm.BASELINE, Arm.SPECULATIVE)
 def cadence(analysis: s.Analysis) -> float:
     """Seconds between collections: several per interval (the KV-cache limit is judged on how long
     usage stays high), at most every 2 s and at least every 10 s."""
-    return min(10.0, max(2.0, parse_duration(analysis.interval).total_seconds() / 5))
+    return min(10.0, max(2.0, analysis.interval.total_seconds() / 5))
 
 
 class PilotMeasurements:
@@ -67,13 +66,13 @@ class PilotMeasurements:
     ) -> None:
         """One collection: every ready pod of both arms, every ready router (name, IP pairs) of the
         pilot (namespace, name)."""
-        self._horizon = parse_duration(analysis.window) * 2 + timedelta(seconds=4 * cadence(analysis))
+        self._horizon = analysis.window * 2 + timedelta(seconds=4 * cadence(analysis))
         if self._ledger is None:
             self._ledger = SampleLedger(horizon=self._horizon)
         source = analysis.metrics_source
         self._queried = None
         if source is not None:
-            window, step = parse_duration(analysis.window), timedelta(seconds=cadence(analysis))
+            window, step = analysis.window, timedelta(seconds=cadence(analysis))
             quantile = analysis.thresholds.inter_token_latency.quantile
             self._queried = (
                 now,
@@ -129,7 +128,7 @@ class PilotMeasurements:
     def kv_loads(self, scopes: Iterable[str], *, analysis: s.Analysis, end: datetime) -> dict[str, float]:
         """KV cache each scope's requests held on the speculative arm over the last two windows: a
         request is seen when it finishes, so a span longer than the longest requests is fairer to them."""
-        start = end - 2 * parse_duration(analysis.window)
+        start = end - 2 * analysis.window
         samples = self._ledger.samples(start, end) if self._ledger is not None else ()
         return {scope: kv_load(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end) for scope in scopes}
 
@@ -139,7 +138,7 @@ class PilotMeasurements:
 
     def window(self, scope: str, *, analysis: s.Analysis, end: datetime) -> ScopeWindow:
         """The scope's window ending at `end`, as long as analysis.window."""
-        start = end - parse_duration(analysis.window)
+        start = end - analysis.window
         tolerance = timedelta(seconds=2 * cadence(analysis))
         quantile = analysis.thresholds.inter_token_latency.quantile
         engines = {

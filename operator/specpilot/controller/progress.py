@@ -22,10 +22,9 @@ from specpilot.analysis.judge import (
 )
 from specpilot.analysis.limits import PressureFlip
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
-from specpilot.api import spec as s
-from specpilot.api.common import parse_duration
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.api.reasons import FallbackReason
+from specpilot.api.spec import Analysis, SpeculationPilotSpec
 from specpilot.api.status import (
     FALLBACK_LIMIT,
     ConditionStatus,
@@ -90,27 +89,27 @@ def window_summary(pilot: str, namespace: str, window: ScopeWindow) -> dict[str,
     }
 
 
-def warm(previous: SpeculationPilotStatus | None, analysis: s.Analysis, now: datetime) -> bool:
+def warm(previous: SpeculationPilotStatus | None, analysis: Analysis, now: datetime) -> bool:
     """Both arms have been ready for analysis.warmup (ArmsReady True since long enough)."""
     ready = condition(previous, ConditionType.ARMS_READY)
     return (
         ready is not None
         and ready.status is ConditionStatus.TRUE
-        and now - ready.last_transition_time >= parse_duration(analysis.warmup)
+        and now - ready.last_transition_time >= analysis.warmup
     )
 
 
-def due(scope: ScopeStatus, analysis: s.Analysis, end: datetime) -> bool:
+def due(scope: ScopeStatus, analysis: Analysis, end: datetime) -> bool:
     """A window ending at `end` should be judged: the scope is piloting and an interval has passed
     since its last window (less a little, as reconciles land just after the interval)."""
     if scope.state not in JUDGED:
         return False
-    interval = parse_duration(analysis.interval)
+    interval = analysis.interval
     return scope.last_window is None or end - scope.last_window.end >= interval - timedelta(seconds=1)
 
 
 def window_due(
-    status: SpeculationPilotStatus | None, spec: s.SpeculationPilotSpec, end: datetime | None, now: datetime
+    status: SpeculationPilotStatus | None, spec: SpeculationPilotSpec, end: datetime | None, now: datetime
 ) -> bool:
     """A reconcile now would judge some scope's window ending at `end` (the last collection)."""
     if status is None or end is None or spec.suspend or not warm(status, spec.analysis, now):
@@ -133,7 +132,7 @@ def manual_actions(annotations: Mapping[str, str], scopes: Sequence[str]) -> dic
 
 def advance_scopes(
     scopes: Sequence[ScopeStatus],
-    spec: s.SpeculationPilotSpec,
+    spec: SpeculationPilotSpec,
     *,
     measured: Mapping[str, Measured],
     manual: Mapping[str, rollout.Action],
@@ -188,7 +187,7 @@ def advance_scopes(
 
 def _judge(
     scopes: Sequence[ScopeStatus],
-    spec: s.SpeculationPilotSpec,
+    spec: SpeculationPilotSpec,
     *,
     measured: Mapping[str, Measured],
     manual: Mapping[str, rollout.Action],
@@ -232,7 +231,7 @@ def _confounded_by_kv(
     *,
     heaviest: str | None,
     flipped: Collection[str],
-    analysis: s.Analysis,
+    analysis: Analysis,
 ) -> dict[str, str]:
     """Why each judged scope's window is confounded by KV pressure another scope causes.
 

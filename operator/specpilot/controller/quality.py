@@ -16,8 +16,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.api import spec as s
-from specpilot.api.common import parse_duration
+from specpilot.api.spec import Probes, Webhook
 from specpilot.wire.names import ENGINE_PORT
 
 
@@ -63,7 +62,7 @@ async def _complete(
 
 
 async def run_probes(
-    session: aiohttp.ClientSession, *, baseline: str, speculative: str, probes: s.Probes, model: str
+    session: aiohttp.ClientSession, *, baseline: str, speculative: str, probes: Probes, model: str
 ) -> ProbeResult:
     """Every prompt, streamed and not, to one baseline pod and one speculative pod (by IP)."""
     cases = [(index, prompt, stream) for index, prompt in enumerate(probes.prompts) for stream in (False, True)]
@@ -94,13 +93,13 @@ class WebhookResult:
 
 
 async def call_webhooks(
-    session: aiohttp.ClientSession, webhooks: Sequence[s.Webhook], summary: Mapping[str, Any]
+    session: aiohttp.ClientSession, webhooks: Sequence[Webhook], summary: Mapping[str, Any]
 ) -> list[WebhookResult]:
     """POST the window summary to every webhook; a non-2xx answer or no answer in time fails it."""
 
-    async def call(hook: s.Webhook) -> WebhookResult:
+    async def call(hook: Webhook) -> WebhookResult:
         body = {**summary, "webhook": hook.name, "metadata": dict(hook.metadata)}
-        timeout = aiohttp.ClientTimeout(total=parse_duration(hook.timeout).total_seconds())
+        timeout = aiohttp.ClientTimeout(total=hook.timeout.total_seconds())
         try:
             async with session.post(hook.url, json=body, timeout=timeout) as resp:
                 text = (await resp.text())[:200]

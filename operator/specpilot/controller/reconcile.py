@@ -22,7 +22,6 @@ from specpilot.analysis.quality import probe_check, webhook_check
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api import spec as s
-from specpilot.api.common import parse_duration
 from specpilot.api.pilot import API_VERSION, KIND, PLURAL
 from specpilot.api.reasons import Reason
 from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStatus
@@ -207,7 +206,7 @@ class Controller:
                 delay = INVALID_SPEC_TICK_SECONDS
             else:
                 spec = s.SpeculationPilotSpec.from_wire(body["spec"])
-                delay = parse_duration(spec.analysis.interval).total_seconds()
+                delay = spec.analysis.interval.total_seconds()
                 plan = await self._reconcile_valid(
                     ref=ref, spec=spec, generation=generation, previous=previous, seen=seen, memory=memory, now=now
                 )
@@ -243,7 +242,7 @@ class Controller:
         table = routing_table(ref.name, spec, weights, generation=routes.generation, now=now)
         rendered = r.render(ref, spec, table=table, router_image=self.router_image)
         try:
-            refresh = parse_duration(spec.analysis.interval) * 0.9  # reconciles land a little after the interval
+            refresh = spec.analysis.interval * 0.9  # reconciles land a little after the interval
             restored = await self._apply(ref, rendered, seen, memory, routes=routes, now=now, refresh=refresh)
             if progress.flipped:
                 restored.append(await self._confirm_flip(ref, seen, progress.flipped, routes.generation))
@@ -444,11 +443,7 @@ class Controller:
             memory.wake.set()
         probes = spec.quality.probes
         ready = arms[Arm.BASELINE] and arms[Arm.SPECULATIVE]
-        if (
-            probes is not None
-            and ready
-            and (memory.probed_at is None or now - memory.probed_at >= parse_duration(probes.interval))
-        ):
+        if probes is not None and ready and (memory.probed_at is None or now - memory.probed_at >= probes.interval):
             memory.probed_at = now
             memory.probe = await run_probes(
                 self.http,

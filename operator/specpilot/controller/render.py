@@ -15,9 +15,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.api import spec as s
-from specpilot.api.common import parse_duration
 from specpilot.api.pilot import API_VERSION, KIND
+from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, SpeculationPilotSpec
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
@@ -102,7 +101,7 @@ def content_hash(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def speculative_config(draft: s.Draft) -> str:
+def speculative_config(draft: Draft) -> str:
     """vLLM's `--speculative-config` JSON for the draft, with vLLM's keys; what the spec leaves unset
     is left to vLLM's default (the draft's tensor parallel size defaults to the target's)."""
     config: dict[str, Any] = {"method": draft.method.value}
@@ -116,7 +115,7 @@ def speculative_config(draft: s.Draft) -> str:
     return json.dumps(config, separators=(",", ":"))
 
 
-def engine_args(engine: s.Engine, *, tensor_parallel_size: int, extra: Sequence[str] = ()) -> list[str]:
+def engine_args(engine: Engine, *, tensor_parallel_size: int, extra: Sequence[str] = ()) -> list[str]:
     """`vllm serve` arguments after the command: the model, the flags the spec owns, then extraArgs."""
     args = [engine.model, "--host", "$(POD_IP)", "--port", str(ENGINE_PORT)]
     optional = (
@@ -131,7 +130,7 @@ def engine_args(engine: s.Engine, *, tensor_parallel_size: int, extra: Sequence[
     return [*args, *engine.extra_args, *extra]
 
 
-def _env(engine: s.Engine) -> list[Json]:
+def _env(engine: Engine) -> list[Json]:
     env: list[Json] = [{"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]
     for var in engine.env:
         if var.value_from is not None:
@@ -142,18 +141,18 @@ def _env(engine: s.Engine) -> list[Json]:
     return env
 
 
-def _resources(engine: s.Engine, gpus: int) -> Json:
+def _resources(engine: Engine, gpus: int) -> Json:
     """The engine's resources with `nvidia.com/gpu` set from the tensor parallel size, in limits and
     (when requests are given) requests: extended resources must match in both."""
-    limits = {**engine.resources.limits, s.GPU_RESOURCE: gpus}
+    limits = {**engine.resources.limits, GPU_RESOURCE: gpus}
     out: Json = {"limits": {k: limits[k] for k in sorted(limits)}}
     if engine.resources.requests:
-        requests = {**engine.resources.requests, s.GPU_RESOURCE: gpus}
+        requests = {**engine.resources.requests, GPU_RESOURCE: gpus}
         out["requests"] = {k: requests[k] for k in sorted(requests)}
     return out
 
 
-def engine_pod(engine: s.Engine, *, tensor_parallel_size: int, extra_args: Sequence[str] = ()) -> Json:
+def engine_pod(engine: Engine, *, tensor_parallel_size: int, extra_args: Sequence[str] = ()) -> Json:
     """The engine pod spec every arm shares; arms differ only through the two keyword arguments."""
     container: Json = {
         "name": ENGINE_CONTAINER,
@@ -182,7 +181,7 @@ def engine_pod(engine: s.Engine, *, tensor_parallel_size: int, extra_args: Seque
     return pod
 
 
-def _arm_pod(spec: s.SpeculationPilotSpec, arm: Arm) -> tuple[Json, int]:
+def _arm_pod(spec: SpeculationPilotSpec, arm: Arm) -> tuple[Json, int]:
     """An arm's pod spec and its tensor parallel size: the one place where arms differ."""
     engine = spec.engine
     if arm is Arm.SPECULATIVE:
@@ -196,7 +195,7 @@ def _arm_pod(spec: s.SpeculationPilotSpec, arm: Arm) -> tuple[Json, int]:
     return engine_pod(engine, tensor_parallel_size=engine.tensor_parallel_size), engine.tensor_parallel_size
 
 
-def arm_replicas(spec: s.SpeculationPilotSpec, arm: Arm) -> int:
+def arm_replicas(spec: SpeculationPilotSpec, arm: Arm) -> int:
     if arm is Arm.SPECULATIVE:
         return spec.speculative.replicas
     if arm is Arm.ALTERNATIVE:
@@ -204,12 +203,12 @@ def arm_replicas(spec: s.SpeculationPilotSpec, arm: Arm) -> int:
     return spec.baseline.replicas
 
 
-def arms_of(spec: s.SpeculationPilotSpec) -> tuple[Arm, ...]:
+def arms_of(spec: SpeculationPilotSpec) -> tuple[Arm, ...]:
     """The arms the spec asks for, baseline first."""
     return (Arm.BASELINE, Arm.SPECULATIVE, *((Arm.ALTERNATIVE,) if spec.alternative is not None else ()))
 
 
-def render_arm(ref: PilotRef, spec: s.SpeculationPilotSpec, arm: Arm) -> ArmPlan:
+def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
     pod, tp = _arm_pod(spec, arm)
     config_hash = content_hash(pod)
     replicas = arm_replicas(spec, arm)
@@ -258,20 +257,20 @@ def _service(ref: PilotRef, name: str, selector: Mapping[str, str], labels: Mapp
     }
 
 
-def max_table_age_seconds(spec: s.SpeculationPilotSpec) -> float:
+def max_table_age_seconds(spec: SpeculationPilotSpec) -> float:
     """How old a routing table may get before the router sends everything to the baseline: three
     missed rewrites (the operator rewrites it every analysis interval), and never under 30 s."""
-    return max(30.0, 3 * parse_duration(spec.analysis.interval).total_seconds())
+    return max(30.0, 3 * spec.analysis.interval.total_seconds())
 
 
-def router_config(ref: PilotRef, spec: s.SpeculationPilotSpec) -> RouterConfig:
+def router_config(ref: PilotRef, spec: SpeculationPilotSpec) -> RouterConfig:
     return RouterConfig(
         pilot=ref.name,
         namespace=None,  # from POD_NAMESPACE
         listen=f"$(POD_IP):{ROUTER_PORT}",
         admin_listen=f"$(POD_IP):{ROUTER_ADMIN_PORT}",
         scope_header=spec.router.scope_header,
-        request_timeout=parse_duration(spec.router.request_timeout).total_seconds(),
+        request_timeout=spec.router.request_timeout.total_seconds(),
         max_table_age=max_table_age_seconds(spec),
         drain_seconds=ROUTER_DRAIN_SECONDS,
     )
@@ -306,7 +305,7 @@ def router_rbac(ref: PilotRef) -> tuple[Json, Json, Json]:
     return account, role, binding
 
 
-def render_router(ref: PilotRef, spec: s.SpeculationPilotSpec, *, image: str) -> tuple[Json, Json]:
+def render_router(ref: PilotRef, spec: SpeculationPilotSpec, *, image: str) -> tuple[Json, Json]:
     """The router's Deployment and Service."""
     name, selector = router_name(ref.name), router_selector(ref.name)
     labels = {COMPONENT_LABEL: ROUTER_COMPONENT}
@@ -380,7 +379,7 @@ class Rendered:
     objects: tuple[Json, ...]
 
 
-def render(ref: PilotRef, spec: s.SpeculationPilotSpec, *, table: RoutingTable, router_image: str) -> Rendered:
+def render(ref: PilotRef, spec: SpeculationPilotSpec, *, table: RoutingTable, router_image: str) -> Rendered:
     arms = tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
     routes = render_routes_configmap(ref, table)
     deployment, service = render_router(ref, spec, image=router_image)

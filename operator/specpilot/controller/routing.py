@@ -7,21 +7,20 @@ only when the content does, so the router's reported generation says which decis
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from specpilot.api import spec as s
-from specpilot.api.common import parse_duration
+from specpilot.api.spec import Scope, SpeculationPilotSpec
 from specpilot.controller.render import content_hash
 from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, PathMatch, RoutingTable, ScopeMatch, ScopeRoute
 
 
-def scope_route(scope: s.Scope, *, weight: int, request_timeout: str) -> ScopeRoute:
+def scope_route(scope: Scope, *, weight: int, request_timeout: timedelta) -> ScopeRoute:
     """One scope's entry: its match as the API states it, its deadline, and its speculative weight."""
     match = ScopeMatch(
         headers=tuple(HeaderMatch(name=h.name, type=h.type.value, value=h.value) for h in scope.match.headers),
         paths=tuple(PathMatch(type=p.type.value, value=p.value) for p in scope.match.paths),
     )
-    deadline = parse_duration(scope.deadline or request_timeout).total_seconds()
+    deadline = (scope.deadline or request_timeout).total_seconds()
     return ScopeRoute(
         name=scope.name,
         weights=ArmWeights(baseline=100 - weight, speculative=weight),
@@ -31,7 +30,7 @@ def scope_route(scope: s.Scope, *, weight: int, request_timeout: str) -> ScopeRo
 
 
 def routing_table(
-    pilot: str, spec: s.SpeculationPilotSpec, weights: Mapping[str, int], *, generation: int, now: datetime
+    pilot: str, spec: SpeculationPilotSpec, weights: Mapping[str, int], *, generation: int, now: datetime
 ) -> RoutingTable:
     """The table for `weights` (speculative percent per scope; a scope left out gets 0)."""
     return RoutingTable(

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from specpilot.analysis.rollout import Event, EventType
-from specpilot.api import spec as s
 from specpilot.api.reasons import Reason
+from specpilot.api.spec import Scope, SpeculationPilotSpec
 from specpilot.api.status import (
     ArmsStatus,
     ArmStatus,
@@ -159,13 +159,13 @@ def condition(status: SpeculationPilotStatus | None, type: ConditionType) -> Con
     return next((c for c in status.conditions if c.type == type), None) if status is not None else None
 
 
-def scope_hash(scope: s.Scope) -> str:
+def scope_hash(scope: Scope) -> str:
     """What a scope's progress depends on in its own spec: match, deadline and stages."""
     return content_hash(scope.to_wire())
 
 
 def carry_scopes(
-    previous: SpeculationPilotStatus | None, spec: s.SpeculationPilotSpec, arms: Sequence[ArmPlan], *, now: datetime
+    previous: SpeculationPilotStatus | None, spec: SpeculationPilotSpec, arms: Sequence[ArmPlan], *, now: datetime
 ) -> tuple[list[ScopeStatus], list[Event]]:
     """Per-scope status for this spec: kept where nothing it depends on changed, restarted from
     ordinary decoding where it did. An engine or draft change restarts every scope; a change to one
@@ -297,7 +297,7 @@ def _health(
 def reconciled_status(
     previous: SpeculationPilotStatus | None,
     *,
-    spec: s.SpeculationPilotSpec,
+    spec: SpeculationPilotSpec,
     generation: int,
     arms: Sequence[ArmPlan],
     router_deployment: str,

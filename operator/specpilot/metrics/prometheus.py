@@ -17,7 +17,6 @@ from typing import TypeVar
 import aiohttp
 
 from specpilot.analysis.window import ArmEngine
-from specpilot.api.common import parse_duration
 from specpilot.api.spec import PrometheusSource
 from specpilot.metrics.promql import Answer, QueryFailure, arm_engine, arm_matchers, engine_queries, parse_answer
 from specpilot.metrics.scrape import MAX_BODY_BYTES, TooLarge, read_body
@@ -80,7 +79,7 @@ async def arm_engines(
     end: datetime,
 ) -> dict[Arm, ArmEngine]:
     """Both judged arms' engine figures over the window ending at `end`, from the source's Prometheus."""
-    timeout_s = parse_duration(source.timeout).total_seconds()
+    timeout_s = source.timeout.total_seconds()
 
     async def one(arm: Arm) -> ArmEngine:
         matchers = arm_matchers(source, namespace=namespace, pilot=pilot, arm=arm)

@@ -34,8 +34,8 @@ from enum import StrEnum
 from typing import Any
 
 from specpilot.analysis.window import ArmEngine
-from specpilot.api import spec as s
-from specpilot.metrics import engine as e
+from specpilot.api.spec import PrometheusSource
+from specpilot.metrics import engine
 from specpilot.wire.names import Arm, arm_name
 
 
@@ -51,7 +51,7 @@ class Matcher:
         return f'{self.name}{"=~" if self.regex else "="}"{_quoted(self.value)}"'
 
 
-def arm_matchers(source: s.PrometheusSource, *, namespace: str, pilot: str, arm: Arm) -> tuple[Matcher, ...]:
+def arm_matchers(source: PrometheusSource, *, namespace: str, pilot: str, arm: Arm) -> tuple[Matcher, ...]:
     """The matchers that pick out one arm's engine series: the source's common labels, then the arm's."""
     common = tuple(Matcher(name, value) for name, value in sorted(source.labels.items()))
     if source.arms is not None:
@@ -92,34 +92,34 @@ class Figure(StrEnum):
 
 
 _INCREASES = {
-    Figure.GENERATED: e.GENERATION_TOKENS,
-    Figure.DECODE: e.DECODE_SUM,
-    Figure.FINISHED: e.DECODE_COUNT,
-    Figure.PREEMPTIONS: e.PREEMPTIONS,
-    Figure.DRAFTS: e.DRAFTS,
-    Figure.DRAFT_TOKENS: e.DRAFT_TOKENS,
-    Figure.ACCEPTED: e.ACCEPTED,
+    Figure.GENERATED: engine.GENERATION_TOKENS,
+    Figure.DECODE: engine.DECODE_SUM,
+    Figure.FINISHED: engine.DECODE_COUNT,
+    Figure.PREEMPTIONS: engine.PREEMPTIONS,
+    Figure.DRAFTS: engine.DRAFTS,
+    Figure.DRAFT_TOKENS: engine.DRAFT_TOKENS,
+    Figure.ACCEPTED: engine.ACCEPTED,
 }
 _SPECULATIVE = (Figure.DRAFTS, Figure.DRAFT_TOKENS, Figure.ACCEPTED, Figure.ACCEPTED_PER_POSITION)
 _RESET_COUNTERS = (
-    e.GENERATION_TOKENS,
-    e.DECODE_SUM,
-    e.DECODE_COUNT,
-    e.PREEMPTIONS,
-    e.ITL_BUCKETS,
-    e.DRAFTS,
-    e.DRAFT_TOKENS,
-    e.ACCEPTED,
-    e.ACCEPTED_PER_POS,
+    engine.GENERATION_TOKENS,
+    engine.DECODE_SUM,
+    engine.DECODE_COUNT,
+    engine.PREEMPTIONS,
+    engine.ITL_BUCKETS,
+    engine.DRAFTS,
+    engine.DRAFT_TOKENS,
+    engine.ACCEPTED,
+    engine.ACCEPTED_PER_POS,
 )
 # The series each figure reads, for a reason that names what is missing.
 _SOURCE = {
     **_INCREASES,
-    Figure.INTER_TOKEN_LATENCY: e.ITL_BUCKETS,
-    Figure.ACCEPTED_PER_POSITION: e.ACCEPTED_PER_POS,
-    Figure.KV_USAGE: e.KV_USAGE,
-    Figure.RUNNING: e.RUNNING,
-    Figure.WAITING: e.WAITING,
+    Figure.INTER_TOKEN_LATENCY: engine.ITL_BUCKETS,
+    Figure.ACCEPTED_PER_POSITION: engine.ACCEPTED_PER_POS,
+    Figure.KV_USAGE: engine.KV_USAGE,
+    Figure.RUNNING: engine.RUNNING,
+    Figure.WAITING: engine.WAITING,
 }
 
 
@@ -134,21 +134,21 @@ def engine_queries(
         return selector(matchers, name)
 
     queries = {figure: f"sum(increase({of(name)}[{w}]))" for figure, name in _INCREASES.items()}
-    buckets = f"sum by (le) (increase({of(e.ITL_BUCKETS)}[{w}]))"
+    buckets = f"sum by (le) (increase({of(engine.ITL_BUCKETS)}[{w}]))"
     return {
         **queries,
         Figure.INTER_TOKEN_LATENCY: f"histogram_quantile({quantile!r}, {buckets})",
-        Figure.ACCEPTED_PER_POSITION: f"sum by (position) (increase({of(e.ACCEPTED_PER_POS)}[{w}]))",
-        Figure.KV_USAGE: f"max({of(e.KV_USAGE)})[{w}:{st}]",
-        Figure.RUNNING: f"sum(avg_over_time({of(e.RUNNING)}[{w}]))",
-        Figure.WAITING: f"sum(avg_over_time({of(e.WAITING)}[{w}]))",
+        Figure.ACCEPTED_PER_POSITION: f"sum by (position) (increase({of(engine.ACCEPTED_PER_POS)}[{w}]))",
+        Figure.KV_USAGE: f"max({of(engine.KV_USAGE)})[{w}:{st}]",
+        Figure.RUNNING: f"sum(avg_over_time({of(engine.RUNNING)}[{w}]))",
+        Figure.WAITING: f"sum(avg_over_time({of(engine.WAITING)}[{w}]))",
         Figure.SCRAPED: f"max {pods} (max_over_time({of('up')}[{w}]))",
         Figure.UP: f"min {pods} ({of('up')})",
         Figure.UP_AT_START: f"min {pods} ({of('up')} offset {w})",
-        Figure.STARTED: f"max {pods} ({of(e.PROCESS_START)})",
+        Figure.STARTED: f"max {pods} ({of(engine.PROCESS_START)})",
         # resets() drops the metric name, so families are counted apart and joined: only pods with a reset remain.
         Figure.RESETS: " or ".join(f"(sum {pods} (resets({of(name)}[{w}])) > 0)" for name in _RESET_COUNTERS),
-        Figure.RESTARTS: f"max {pods} (changes({of(e.PROCESS_START)}[{w}]))",
+        Figure.RESTARTS: f"max {pods} (changes({of(engine.PROCESS_START)}[{w}]))",
     }
 
 
@@ -259,7 +259,7 @@ def arm_engine(
         preemptions=round(amount(Figure.PREEMPTIONS)),
         running=running if running is not None and not math.isnan(running) else None,
         waiting=waiting if waiting is not None and not math.isnan(waiting) else None,
-        inconclusive=e.summarize_reasons(reasons),
+        inconclusive=engine.summarize_reasons(reasons),
     )
 
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specpilot.analysis.bands import Band
 from specpilot.analysis.decision import ScopeFindings, cost_view, decide_pilot, decide_scope
 from specpilot.analysis.evidence import Evidence, Lengths, ScopeEvidence
-from specpilot.api.common import parse_duration
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -105,8 +104,8 @@ def replay_workload(spec: SpeculationPilotSpec, evidence: Evidence) -> tuple[Jso
     return {"scopes": scopes}, total
 
 
-def _seconds(text: str) -> float:
-    return parse_duration(text).total_seconds()
+def _seconds(duration: timedelta) -> float:
+    return duration.total_seconds()
 
 
 def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None:

@@ -11,8 +11,8 @@ import yaml
 from pydantic import ValidationError
 
 from specpilot.api import FALLBACK_LIMIT, SpeculationPilot, SpeculationPilotSpec, SpeculationPilotStatus
-from specpilot.api.common import parse_duration
-from specpilot.api.spec import Engine, Resources, Stage
+from specpilot.api.common import Duration, parse_duration
+from specpilot.api.spec import Analysis, Engine, Resources, Stage
 from specpilot.api.status import ConditionStatus, ConditionType, DecisionOutcome, Phase, ScopeState, Verdict
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -43,10 +43,14 @@ def test_defaults_fill_an_omitted_policy() -> None:
     assert spec.speculative.draft.method == "draft_model"
     assert spec.speculative.draft.num_speculative_tokens == 3
     assert [stage.weight for stage in spec.scopes[0].stages] == [10, 25, 50]
-    assert (spec.analysis.interval, spec.analysis.window, spec.analysis.failure_limit) == ("1m", "5m", 3)
+    assert (spec.analysis.interval, spec.analysis.window, spec.analysis.failure_limit) == (
+        timedelta(minutes=1),
+        timedelta(minutes=5),
+        3,
+    )
     assert spec.analysis.thresholds.max_time_per_committed_token_ratio == 1.0
     assert spec.router.scope_header == "x-specpilot-scope"
-    assert (spec.rollback.cooldown, spec.rollback.reentry) == ("30m", "Manual")
+    assert (spec.rollback.cooldown, spec.rollback.reentry) == (timedelta(minutes=30), "Manual")
     assert spec.alternative is None and spec.quality.probes is None and not spec.suspend
 
 
@@ -110,6 +114,29 @@ def test_parse_duration(text: str, expected: timedelta) -> None:
 def test_parse_duration_refuses_malformed(text: str) -> None:
     with pytest.raises(ValueError, match="not a duration"):
         parse_duration(text)
+
+
+def test_durations_are_timedeltas_that_go_back_on_the_wire_as_written() -> None:
+    spec = SpeculationPilotSpec.from_wire({**MINIMAL, "analysis": {"interval": "60s", "window": "1h30m"}})
+    assert spec.analysis.window / spec.analysis.interval == 90
+    assert (str(spec.analysis.interval), spec.analysis.warmup) == ("60s", timedelta(minutes=1))
+    wire = spec.to_wire()["analysis"]
+    assert (wire["interval"], wire["window"], wire["warmup"]) == ("60s", "1h30m", "1m")
+    assert SpeculationPilotSpec.from_wire(spec.to_wire()).to_wire() == spec.to_wire()
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [(timedelta(seconds=90), "1m30s"), (timedelta(hours=2, milliseconds=5), "2h5ms"), (Duration("90s"), "90s")],
+)
+def test_durations_built_in_python(value: timedelta, text: str) -> None:
+    assert Analysis(window=value).to_wire()["window"] == text
+    assert Analysis(window=text).window == value
+
+
+def test_a_duration_below_a_millisecond_is_refused() -> None:
+    with pytest.raises(ValidationError, match="milliseconds"):
+        Analysis(window=timedelta(minutes=5, microseconds=1))
 
 
 @pytest.mark.parametrize(
