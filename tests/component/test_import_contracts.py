@@ -63,7 +63,7 @@ def lint_copy(tmp_path: Path, module: str | None = None, line: str = "") -> tupl
 
 
 def test_the_contracts_are_the_ones_these_cases_name() -> None:
-    assert set(CONTRACTS) == {"layers", "programs", "operator", "pure"}
+    assert set(CONTRACTS) == {"layers", "programs", "operator", "controller", "pure"}
 
 
 def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
@@ -84,6 +84,19 @@ def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
         pytest.param("wire/names.py", "import socket", "pure", id="wire-imports-socket"),
         pytest.param("api/spec.py", "import aiohttp", "pure", id="api-imports-aiohttp"),
         pytest.param("router/state.py", "import subprocess", "pure", id="router-core-imports-subprocess"),
+        pytest.param("controller/core/plan.py", "import aiohttp", "pure", id="controller-core-imports-aiohttp"),
+        pytest.param(
+            "controller/core/new.py", "import kubernetes", "pure", id="new-controller-core-module-imports-kubernetes"
+        ),
+        pytest.param(
+            "controller/core/plan.py",
+            "from specpilot.controller import metrics",
+            "controller",
+            id="controller-core-imports-the-shell",
+        ),
+        pytest.param(
+            "controller/ports.py", "from specpilot.controller import routes", "controller", id="ports-import-an-adapter"
+        ),
         # A package that does not exist yet is held to its contract as soon as it does.
         pytest.param("analysis/__init__.py", "import kubernetes", "pure", id="new-analysis-imports-kubernetes"),
         pytest.param("report/__init__.py", "import specpilot.router", "operator", id="new-report-imports-the-router"),

@@ -8,11 +8,32 @@ agreement is judged against its own minimum and never traded against a speedup.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 from specpilot.analysis.checks import Check, inconclusive
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import Quality
 from specpilot.api.status import Verdict
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """Agreement of the speculative arm's greedy output with the baseline's, from one probe round."""
+
+    agreement: float | None  # None: the probes could not be compared
+    pairs: int
+    mismatches: tuple[str, ...] = ()  # "prompt #i (streamed)": where the arms disagreed
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class WebhookResult:
+    """One webhook's answer about one window."""
+
+    name: str
+    ok: bool
+    critical: bool
+    detail: str
 
 
 def probe_check(agreement: float | None, *, quality: Quality, probes: int | None = None) -> Check:

@@ -19,10 +19,11 @@ import aiohttp
 import kopf
 
 from specpilot.api.pilot import GROUP, PLURAL, VERSION
+from specpilot.controller.core.observe import ChildSummary, PodView, pod_view, summarize
+from specpilot.controller.core.progress import MANUAL
+from specpilot.controller.core.snapshot import Observation
 from specpilot.controller.kube import ApiError
-from specpilot.controller.observe import ChildSummary, PodView, pod_view, summarize
-from specpilot.controller.progress import MANUAL
-from specpilot.controller.reconcile import Controller, Observation, pilot_ref
+from specpilot.controller.reconcile import Controller, pilot_ref
 from specpilot.wire.names import PILOT_LABEL
 
 log = logging.getLogger("specpilot.operator")
@@ -126,7 +127,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         """Measure the pilot a few times per analysis interval, apart from reconciles."""
         while not stopped:
             try:
-                delay = await controller.collect(body, _observation(body, indices))
+                delay = (await controller.collect(body, _observation(body, indices))).delay
             except Exception:
                 log.exception("%s: measuring failed, retrying", body["metadata"]["name"])
                 delay = RETRY_SECONDS
@@ -134,9 +135,9 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     async def _reconcile_loop(body: kopf.Body, stopped: kopf.DaemonStopped, kwargs: Mapping[str, Any]) -> None:
         ref = pilot_ref(body)
-        memory = controller.memory(ref)
+        wakeup = controller.memory(ref).wakeup
         while not stopped:
-            memory.wake.clear()
+            wakeup.clear()
             try:
                 delay = await controller.reconcile(body, _observation(body, kwargs))
             except (ApiError, aiohttp.ClientError, TimeoutError) as error:
@@ -148,12 +149,11 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
                 delay = RETRY_SECONDS
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
-                    await _first(memory.wake.wait(), stopped.wait())
+                    await _first(wakeup.wait(), stopped.wait())
                 # A rollout or a pilot being created changes many objects at once: gather them. A
                 # due window is judged at once: its flip, if any, should not wait.
-                if not memory.window_due:
+                if not wakeup.urgent:
                     await _first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
-            memory.window_due = False
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def pilot_deleted(body: kopf.Body, **kwargs: Any) -> None:

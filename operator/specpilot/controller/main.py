@@ -15,10 +15,14 @@ import kopf
 from prometheus_client import start_http_server
 
 from specpilot import __version__
+from specpilot.controller.collect import Collector
+from specpilot.controller.evidence import ConfigMapEvidence
 from specpilot.controller.handlers import register, settings
 from specpilot.controller.kube import Kube
 from specpilot.controller.metrics import OperatorMetrics
+from specpilot.controller.quality import HttpQuality
 from specpilot.controller.reconcile import Controller
+from specpilot.controller.routes import ConfigMapRoutes
 from specpilot.kubeaccess import load_access
 
 DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
@@ -109,7 +113,15 @@ async def run(config: OperatorConfig) -> None:
         aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as http,
     ):
         kube = Kube(access, api, observe=metrics.observe_apply)
-        controller = Controller(kube=kube, http=http, metrics=metrics, router_image=config.router_image)
+        controller = Controller(
+            kube=kube,
+            routes=ConfigMapRoutes(kube, http),
+            evidence=ConfigMapEvidence(kube),
+            quality=HttpQuality(http),
+            collector=lambda: Collector.over_http(http),
+            metrics=metrics,
+            router_image=config.router_image,
+        )
         registry = kopf.OperatorRegistry()
         register(registry, controller)
         await kopf.operator(

@@ -16,6 +16,7 @@ from typing import Any
 
 import aiohttp
 
+from specpilot.analysis.quality import ProbeResult, WebhookResult
 from specpilot.api.spec import Probes, Webhook
 from specpilot.wire.names import ENGINE_PORT
 
@@ -26,16 +27,6 @@ class Completion:
 
     text: str
     finish_reason: str | None
-
-
-@dataclass(frozen=True)
-class ProbeResult:
-    """Agreement of the speculative arm's greedy output with the baseline's."""
-
-    agreement: float | None  # None: the probes could not be compared
-    pairs: int
-    mismatches: tuple[str, ...] = ()  # "prompt #i (streamed)": where the arms disagreed
-    error: str | None = None
 
 
 async def _complete(
@@ -84,14 +75,6 @@ async def run_probes(
     return ProbeResult(agreement=1 - len(mismatches) / len(cases), pairs=len(cases), mismatches=mismatches)
 
 
-@dataclass(frozen=True)
-class WebhookResult:
-    name: str
-    ok: bool
-    critical: bool
-    detail: str
-
-
 async def call_webhooks(
     session: aiohttp.ClientSession, webhooks: Sequence[Webhook], summary: Mapping[str, Any]
 ) -> list[WebhookResult]:
@@ -108,3 +91,16 @@ async def call_webhooks(
             return WebhookResult(hook.name, False, hook.critical, f"no answer: {error or type(error).__name__}")
 
     return list(await asyncio.gather(*(call(hook) for hook in webhooks)))
+
+
+class HttpQuality:
+    """Probes and webhooks over HTTP."""
+
+    def __init__(self, session: aiohttp.ClientSession) -> None:
+        self._session = session
+
+    async def probe(self, *, baseline: str, speculative: str, probes: Probes, model: str) -> ProbeResult:
+        return await run_probes(self._session, baseline=baseline, speculative=speculative, probes=probes, model=model)
+
+    async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]:
+        return await call_webhooks(self._session, webhooks, summary)

@@ -117,26 +117,22 @@ class SampleLedger:
 
     def samples(self, start: datetime, end: datetime) -> tuple[RequestSample, ...]:
         """Every sample read, of any pod, that finished within [start, end)."""
-        since, until = start.timestamp(), end.timestamp()
-        return tuple(sample for sample in self._all() if since <= finished_at(sample) < until)
+        return self.view().samples(start, end)
 
     def gaps(self, start: datetime, end: datetime) -> tuple[str, ...]:
         """Why the samples of [start, end) may be incomplete; empty when they are complete."""
-        if not self._routers:
-            return ("no router pod is being read",)
-        reasons: list[str] = []
-        kept_from = self._now - self._horizon
-        if start < kept_from:
-            reasons.append(f"the window starts before {_time(kept_from)}, the oldest time samples are kept for")
-        for pod, router in sorted(self._routers.items()):
-            if router.seen_until is None or router.seen_until < end:
-                seen = "not read yet" if router.seen_until is None else f"read only up to {_time(router.seen_until)}"
-                failed = ""
-                if router.failure is not None:
-                    failed = f"; its last read failed at {_time(router.failure[0])}: {router.failure[1]}"
-                reasons.append(f"router {pod}: {seen}{failed}")
-        reasons.extend(gap.reason for gap in self._gaps if gap.start <= end and gap.end >= start)
-        return tuple(reasons)
+        return self.view().gaps(start, end)
+
+    def view(self) -> LedgerView:
+        """What the ledger holds now, frozen: later reads and pruning leave it as it is."""
+        return LedgerView(
+            samples_read=tuple(self._all()),
+            routers=tuple(
+                _Seen(pod, router.seen_until, router.failure) for pod, router in sorted(self._routers.items())
+            ),
+            lost=tuple(self._gaps),
+            kept_from=self._now - self._horizon if self._now - _BEGINNING > self._horizon else _BEGINNING,
+        )
 
     def _all(self) -> Iterator[RequestSample]:
         for router in self._routers.values():
@@ -154,6 +150,49 @@ class SampleLedger:
                 samples.popleft()
         self._gone = [samples for samples in self._gone if samples]
         self._gaps = [gap for gap in self._gaps if gap.end >= cutoff]
+
+
+@dataclass(frozen=True, slots=True)
+class _Seen:
+    pod: str
+    until: datetime | None
+    failure: tuple[datetime, str] | None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerView:
+    """The samples read and the gaps, as the ledger held them at one moment."""
+
+    samples_read: tuple[RequestSample, ...]
+    routers: tuple[_Seen, ...]
+    lost: tuple[_Gap, ...]
+    kept_from: datetime  # samples that finished earlier have been let go
+
+    @classmethod
+    def empty(cls) -> LedgerView:
+        return cls(samples_read=(), routers=(), lost=(), kept_from=_BEGINNING)
+
+    def samples(self, start: datetime, end: datetime) -> tuple[RequestSample, ...]:
+        """Every sample read, of any pod, that finished within [start, end)."""
+        since, until = start.timestamp(), end.timestamp()
+        return tuple(sample for sample in self.samples_read if since <= finished_at(sample) < until)
+
+    def gaps(self, start: datetime, end: datetime) -> tuple[str, ...]:
+        """Why the samples of [start, end) may be incomplete; empty when they are complete."""
+        if not self.routers:
+            return ("no router pod is being read",)
+        reasons: list[str] = []
+        if start < self.kept_from:
+            reasons.append(f"the window starts before {_time(self.kept_from)}, the oldest time samples are kept for")
+        for router in self.routers:
+            if router.until is None or router.until < end:
+                seen = "not read yet" if router.until is None else f"read only up to {_time(router.until)}"
+                failed = ""
+                if router.failure is not None:
+                    failed = f"; its last read failed at {_time(router.failure[0])}: {router.failure[1]}"
+                reasons.append(f"router {router.pod}: {seen}{failed}")
+        reasons.extend(gap.reason for gap in self.lost if gap.start <= end and gap.end >= start)
+        return tuple(reasons)
 
 
 def _utc(unix: float) -> datetime:

@@ -11,13 +11,13 @@ from __future__ import annotations
 from datetime import datetime
 
 from specpilot.analysis.window import ArmEngine, ScopeWindow
-from specpilot.metrics.ledger import SampleLedger
+from specpilot.metrics.ledger import LedgerView, SampleLedger
 from specpilot.metrics.samples import arm_requests
 from specpilot.wire.names import Arm
 
 
 def scope_window(
-    ledger: SampleLedger,
+    ledger: SampleLedger | LedgerView,
     *,
     scope: str,
     start: datetime,

@@ -14,8 +14,8 @@ from tests.helm import ROOT, by_kind, template
 from specpilot.api import spec as s
 from specpilot.api.pilot import GROUP, PLURAL
 from specpilot.controller import handlers, kube
-from specpilot.controller import render as r
-from specpilot.controller.routing import routing_table
+from specpilot.controller.core import render as r
+from specpilot.controller.core.routing import routing_table
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)
 NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}

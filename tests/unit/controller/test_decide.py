@@ -9,8 +9,8 @@ from specpilot.analysis.window import ScopeWindow
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.status import DecisionOutcome, DecisionTrigger, ScopeState, ScopeStatus, Verdict, WindowSummary
-from specpilot.controller.decide import decide, fresh_for, record
-from specpilot.controller.progress import Measured
+from specpilot.controller.core.decide import decide, fresh_for, record
+from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END, arm, engine
 from tests.unit.controller.test_render import ROOT, load

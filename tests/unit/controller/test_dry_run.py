@@ -10,10 +10,11 @@ from typing import Any
 import yaml
 
 from specpilot.api import spec as s
-from specpilot.controller import render as r
-from specpilot.controller.observe import ChildSummary
-from specpilot.controller.reconcile import Observation, _binds_absent_role
-from specpilot.controller.routing import routing_table
+from specpilot.controller.core import render as r
+from specpilot.controller.core.changes import _binds_absent_role
+from specpilot.controller.core.observe import ChildSummary
+from specpilot.controller.core.routing import routing_table
+from specpilot.controller.core.snapshot import Observation
 from tests.unit.controller.test_render import ROOT
 
 

@@ -23,7 +23,7 @@ from specpilot.api.status import (
     Window,
     WindowSummary,
 )
-from specpilot.controller.progress import (
+from specpilot.controller.core.progress import (
     Measured,
     advance_scopes,
     due,

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from specpilot.api import spec as s
-from specpilot.controller import render as r
-from specpilot.controller.routing import routing_table
+from specpilot.controller.core import render as r
+from specpilot.controller.core.routing import routing_table
 from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
 from specpilot.wire.routerconfig import RouterConfig
 from specpilot.wire.routes import parse_routes

@@ -10,8 +10,8 @@ import pytest
 from specpilot.api.reasons import Reason
 from specpilot.api.status import ConditionStatus, ConditionType, Phase, RoutesStatus, ScopeState, SpeculationPilotStatus
 from specpilot.api.validate import Problem
-from specpilot.controller import render as r
-from specpilot.controller.status import (
+from specpilot.controller.core import render as r
+from specpilot.controller.core.status import (
     DeploymentState,
     Observed,
     PodTrouble,

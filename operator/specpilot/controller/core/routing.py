@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from specpilot.api.spec import Scope, SpeculationPilotSpec
-from specpilot.controller.render import content_hash
+from specpilot.controller.core.render import content_hash
 from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, PathMatch, RoutingTable, ScopeMatch, ScopeRoute
 
 

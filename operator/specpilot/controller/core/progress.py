@@ -24,7 +24,7 @@ from specpilot.analysis.limits import PressureFlip
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.api.reasons import FallbackReason
-from specpilot.api.spec import Analysis, SpeculationPilotSpec
+from specpilot.api.spec import Analysis, Probes, SpeculationPilotSpec
 from specpilot.api.status import (
     FALLBACK_LIMIT,
     ConditionStatus,
@@ -34,7 +34,8 @@ from specpilot.api.status import (
     ScopeStatus,
     SpeculationPilotStatus,
 )
-from specpilot.controller.status import condition
+from specpilot.controller.core.status import condition
+from specpilot.wire.names import Arm
 
 JUDGED = frozenset({ScopeState.PILOTING, ScopeState.SPECULATIVE, ScopeState.HELD})
 MANUAL = {
@@ -115,6 +116,12 @@ def window_due(
     if status is None or end is None or spec.suspend or not warm(status, spec.analysis, now):
         return False
     return any(due(scope, spec.analysis, end) for scope in status.scopes)
+
+
+def probe_due(probes: Probes, arms: Mapping[Arm, Sequence[object]], probed_at: datetime | None, now: datetime) -> bool:
+    """A probe round should start: both judged arms have a ready pod, and a probe interval passed."""
+    ready = all(arms.get(arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE))
+    return ready and (probed_at is None or now - probed_at >= probes.interval)
 
 
 def manual_actions(annotations: Mapping[str, str], scopes: Sequence[str]) -> dict[str, rollout.Action]:

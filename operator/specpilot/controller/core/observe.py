@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.controller.status import DeploymentState, PodTrouble
+from specpilot.controller.core.status import DeploymentState, PodTrouble
 from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, ROUTER_COMPONENT
 
 

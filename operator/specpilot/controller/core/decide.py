@@ -17,7 +17,7 @@ from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import Decision, FallbackRecord, ScopeStatus, Verdict
-from specpilot.controller.progress import Measured
+from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 
 

@@ -21,6 +21,7 @@ from specpilot.api.status import (
     Condition,
     ConditionStatus,
     ConditionType,
+    Decision,
     FallbackRecord,
     Phase,
     RouterStatus,
@@ -30,7 +31,7 @@ from specpilot.api.status import (
     SpeculationPilotStatus,
 )
 from specpilot.api.validate import Problem
-from specpilot.controller.render import ArmPlan, content_hash
+from specpilot.controller.core.render import ArmPlan, content_hash
 from specpilot.wire.names import ROUTER_COMPONENT, Arm
 
 # Waiting reasons of a container that will not resolve by waiting: the arm is unavailable.
@@ -306,6 +307,7 @@ def reconciled_status(
     scopes: Sequence[ScopeStatus],
     scope_events: Sequence[Event] = (),
     fallbacks: Sequence[FallbackRecord] | None = None,
+    decision: Decision | None = None,
     now: datetime,
 ) -> StatusPlan:
     """Status after applying a valid spec."""
@@ -386,7 +388,7 @@ def reconciled_status(
         scopes=list(scopes),
         speculative_scopes=f"{speculative}/{len(scopes)}",
         fallbacks=list(fallbacks) if fallbacks is not None else (previous.fallbacks if previous is not None else []),
-        decision=previous.decision if previous is not None else None,
+        decision=decision,
     )
     events = list(scope_events)
     if previous is None or previous.observed_generation is None:

@@ -1,0 +1,138 @@
+"""One pilot's measurements as one collection left them, frozen: what a tick judges its windows on.
+
+A collection hands the reconcile an immutable `Measurements`: the routers' samples as a ledger view
+and the engines' readings from whichever source the spec names. Later collections build new values
+and never touch one a reconcile holds, so a tick that awaits a webhook between two reads of its
+windows reads the same figures both times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from specpilot.analysis.evidence import WindowLoad
+from specpilot.analysis.window import ArmEngine, ScopeWindow
+from specpilot.api.spec import Analysis
+from specpilot.metrics.engine import Scrape, engine_window
+from specpilot.metrics.ledger import LedgerView
+from specpilot.metrics.load import kv_blocks, window_load
+from specpilot.metrics.samples import arm_requests, kv_load
+from specpilot.metrics.window import scope_window
+from specpilot.wire.names import Arm
+
+JUDGED_ARMS = (Arm.BASELINE, Arm.SPECULATIVE)
+
+
+def cadence(analysis: Analysis) -> float:
+    """Seconds between collections: several per interval (the KV-cache limit is judged on how long
+    usage stays high), at most every 2 s and at least every 10 s."""
+    return min(10.0, max(2.0, analysis.interval.total_seconds() / 5))
+
+
+def horizon(analysis: Analysis) -> timedelta:
+    """How far back measurements are kept: two windows (KV loads look that far) and a margin."""
+    return analysis.window * 2 + timedelta(seconds=4 * cadence(analysis))
+
+
+class EngineReadings(Protocol):
+    """The judged arms' engine figures as one metric source gave them."""
+
+    def engines(self, *, start: datetime, end: datetime, analysis: Analysis) -> dict[Arm, ArmEngine]:
+        """Both arms' figures over [start, end]."""
+        ...
+
+    def kv_blocks(self) -> dict[Arm, int]:
+        """KV-cache blocks per replica of each arm, where its engines report them."""
+        ...
+
+
+@dataclass(frozen=True)
+class Scraped:
+    """Direct scrapes of each judged arm's pods, within the horizon, oldest first."""
+
+    scrapes: Mapping[Arm, tuple[Scrape, ...]] = field(default_factory=dict)
+
+    def engines(self, *, start: datetime, end: datetime, analysis: Analysis) -> dict[Arm, ArmEngine]:
+        return {
+            arm: engine_window(
+                self.scrapes.get(arm, ()),
+                start=start,
+                end=end,
+                tolerance=timedelta(seconds=2 * cadence(analysis)),
+                quantile=analysis.thresholds.inter_token_latency.quantile,
+                speculative=arm is Arm.SPECULATIVE,
+            )
+            for arm in JUDGED_ARMS
+        }
+
+    def kv_blocks(self) -> dict[Arm, int]:
+        found = {arm: kv_blocks(list(self.scrapes.get(arm, ()))) for arm in JUDGED_ARMS}
+        return {arm: blocks for arm, blocks in found.items() if blocks is not None}
+
+
+@dataclass(frozen=True)
+class Queried:
+    """A Prometheus' figures for the window that ends at `at` (the collection's time)."""
+
+    at: datetime
+    figures: Mapping[Arm, ArmEngine]
+
+    def engines(self, *, start: datetime, end: datetime, analysis: Analysis) -> dict[Arm, ArmEngine]:
+        if end != self.at:
+            missing = ArmEngine(inconclusive="no Prometheus query at the window's end")
+            return dict.fromkeys(JUDGED_ARMS, missing)
+        return {arm: self.figures[arm] for arm in JUDGED_ARMS}
+
+    def kv_blocks(self) -> dict[Arm, int]:
+        return {}
+
+
+@dataclass(frozen=True)
+class Measurements:
+    """The routers' samples and the engines' readings as of `collected_at` (the windows' end)."""
+
+    collected_at: datetime | None = None
+    samples: LedgerView = field(default_factory=LedgerView.empty)
+    readings: EngineReadings = field(default_factory=Scraped)
+
+    def window(self, scope: str, *, analysis: Analysis, end: datetime) -> ScopeWindow:
+        """The scope's window ending at `end`, as long as analysis.window."""
+        start = end - analysis.window
+        engines = self.readings.engines(start=start, end=end, analysis=analysis)
+        return scope_window(
+            self.samples,
+            scope=scope,
+            start=start,
+            end=end,
+            baseline_engine=engines[Arm.BASELINE],
+            speculative_engine=engines[Arm.SPECULATIVE],
+        )
+
+    def new_requests(self, scope: str, *, since: datetime, end: datetime) -> int:
+        """Speculative-arm requests of the scope that finished in [since, end)."""
+        if end <= since:
+            return 0
+        samples = self.samples.samples(since, end)
+        return arm_requests(samples, scope=scope, arm=Arm.SPECULATIVE, start=since, end=end).routed
+
+    def kv_loads(self, scopes: Iterable[str], *, analysis: Analysis, end: datetime) -> dict[str, float]:
+        """KV cache each scope's requests held on the speculative arm over the last two windows: a
+        request is seen when it finishes, so a span longer than the longest requests is fairer to them."""
+        start = end - 2 * analysis.window
+        samples = self.samples.samples(start, end)
+        return {scope: kv_load(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end) for scope in scopes}
+
+    def load(self, window: ScopeWindow, *, replicas: Mapping[Arm, int]) -> WindowLoad:
+        """What loaded the arms during the scope's window (every scope's requests), for the evidence."""
+        samples = self.samples.samples(window.start, window.end)
+        engines = {Arm.BASELINE: window.baseline_engine, Arm.SPECULATIVE: window.speculative_engine}
+        return window_load(
+            samples, scope=window.scope, start=window.start, end=window.end, replicas=replicas, engines=engines
+        )
+
+    def kv_blocks(self) -> dict[Arm, int]:
+        """KV-cache blocks per replica of each arm, where its engines report them."""
+        return self.readings.kv_blocks()

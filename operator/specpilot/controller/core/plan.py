@@ -1,0 +1,349 @@
+"""One pilot tick as a pure function: `plan(snapshot) -> Plan`, and the ordered teardown's steps.
+
+Every decision the controller makes is here: what to render and apply, the routing table, which
+windows are judged and where each scope moves, manual actions, the evidence and the decisions, the
+status and the Events. The shell gathers the snapshot, calls `plan` once and carries the plan out
+in the order the design requires: dry-run, apply, status, then Events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from specpilot.analysis.checks import Check
+from specpilot.analysis.evidence import Evidence
+from specpilot.analysis.quality import probe_check, webhook_check
+from specpilot.analysis.rollout import Event, EventType
+from specpilot.analysis.window import ScopeWindow
+from specpilot.api.reasons import Reason
+from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStatus, Verdict
+from specpilot.api.validate import Problem
+from specpilot.controller.core.changes import Apply, changes
+from specpilot.controller.core.decide import Decided, decide, fresh_for, record
+from specpilot.controller.core.progress import MANUAL, Measured, Progress, advance_scopes, due, manual_actions, warm
+from specpilot.controller.core.render import (
+    ArmPlan,
+    PilotRef,
+    arms_of,
+    content_hash,
+    render,
+    render_arm,
+    render_routes_configmap,
+)
+from specpilot.controller.core.routing import ordinary, routing_table, table_hash
+from specpilot.controller.core.snapshot import Observation, Snapshot
+from specpilot.controller.core.status import Observed, carry_scopes, invalid_status, reconciled_status
+from specpilot.wire.names import ROUTER_COMPONENT, Arm, arm_name, router_name, routes_name
+from specpilot.wire.routes import RoutingTable, TableError, parse_routes
+
+# While the spec is invalid, the table that runs is kept fresh this often (nothing else is done).
+INVALID_SPEC_TICK = timedelta(seconds=10)
+
+
+@dataclass(frozen=True)
+class Confirm:
+    """Wait for every ready router to serve `generation` of the table: the flip of `scopes`."""
+
+    generation: int
+    scopes: tuple[str, ...]
+    routers: tuple[str, ...]  # addresses
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What one tick does, in order: `applies` (every change dry-run first), `confirm`, the status
+    when it changed, the annotations it acted on, the Events, then the evidence."""
+
+    status: SpeculationPilotStatus | None  # None: the pilot is being deleted; status is left alone
+    status_changed: bool = False
+    events: tuple[Event, ...] = ()
+    applies: tuple[Apply, ...] = ()
+    confirm: Confirm | None = None
+    clear_annotations: tuple[str, ...] = ()  # manual actions acted on, removed once the status landed
+    evidence: Evidence | None = None  # the store to keep (None: unchanged)
+    judged: tuple[tuple[str, Verdict], ...] = ()  # (scope, verdict) of each window judged
+    flipped: tuple[str, ...] = ()  # scopes sent back to ordinary decoding
+    delay: timedelta  # until the next tick, unless something wakes it
+
+
+def windows_due(snapshot: Snapshot) -> dict[str, ScopeWindow]:
+    """The windows this tick judges; the shell asks the webhooks about each before `plan`."""
+    spec = snapshot.pilot.spec
+    if spec is None or snapshot.pilot.deleting:
+        return {}
+    scopes, _ = carry_scopes(snapshot.pilot.status, spec, _arms(snapshot.pilot.ref, spec), now=snapshot.now)
+    return _windows(snapshot, spec, scopes)
+
+
+def plan(snapshot: Snapshot) -> Plan:
+    """The tick's plan."""
+    pilot = snapshot.pilot
+    if pilot.deleting:
+        return Plan(status=None, delay=INVALID_SPEC_TICK)  # the teardown runs apart, behind the finalizer
+    if pilot.spec is None:
+        return _invalid(snapshot, pilot.problems)
+    return _valid(snapshot, pilot.spec)
+
+
+def refused(snapshot: Snapshot, error: str) -> Plan:
+    """The plan when the API server refused a rendered object in its dry run: nothing was applied,
+    and nothing this tick judged or acted on is kept, so the next tick judges and acts again."""
+    pilot = snapshot.pilot
+    problem = Problem("spec", f"the API server refused a rendered object: {error}")
+    landed = invalid_status(pilot.status, problems=[problem], generation=pilot.generation, now=snapshot.now)
+    return Plan(
+        status=landed.status,
+        status_changed=landed.status != pilot.status,
+        events=landed.events,
+        delay=pilot.spec.analysis.interval if pilot.spec is not None else INVALID_SPEC_TICK,
+    )
+
+
+def _invalid(snapshot: Snapshot, problems: Sequence[Problem]) -> Plan:
+    """Status says why; what runs keeps running, and its routing table is kept fresh."""
+    pilot, now = snapshot.pilot, snapshot.now
+    landed = invalid_status(pilot.status, problems=problems, generation=pilot.generation, now=now)
+    table, last = observed_table(pilot.ref, snapshot.seen), snapshot.written.routes
+    applies: tuple[Apply, ...] = ()
+    if table is not None and (last is None or now - last[1] >= INVALID_SPEC_TICK):
+        fresh = table.model_copy(update={"updated_at": now})
+        obj = render_routes_configmap(pilot.ref, fresh)
+        applies = (Apply(obj, content_hash(obj), table=fresh),)
+    return Plan(
+        status=landed.status,
+        status_changed=landed.status != pilot.status,
+        events=landed.events,
+        applies=applies,
+        delay=INVALID_SPEC_TICK,
+    )
+
+
+def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
+    pilot, seen, now = snapshot.pilot, snapshot.seen, snapshot.now
+    ref, previous = pilot.ref, pilot.status
+    arms = _arms(ref, spec)
+    scopes, scope_events = carry_scopes(previous, spec, arms, now=now)
+    measured = _measured(snapshot, spec, scopes, _windows(snapshot, spec, scopes))
+    names = [scope.name for scope in scopes]
+    manual = manual_actions(seen.annotations, names)
+    progress = advance_scopes(
+        scopes,
+        spec,
+        measured=measured,
+        manual=manual,
+        fallbacks=previous.fallbacks if previous is not None else [],
+        warm=warm(previous, spec.analysis, now),
+        now=now,
+        # every scope: a flipped one's requests in flight hold the cache until they drain
+        kv_loads=snapshot.measurements.kv_loads(names, analysis=spec.analysis, end=_end(snapshot)) if measured else {},
+    )
+    evidence = _evidence(snapshot, spec, arms, measured, progress)
+    decided = decide(
+        evidence,
+        spec=spec,
+        scopes=progress.scopes,
+        fallbacks=progress.fallbacks,
+        annotations=seen.annotations,
+        previous=previous.decision if previous is not None else None,
+        now=now,
+    )
+    routes, table = _routes(ref.name, spec, previous, decided, now)
+    rendered = render(ref, spec, table=table, router_image=snapshot.router_image)
+    applies, restored = changes(
+        rendered,
+        seen,
+        snapshot.written,
+        table=table,
+        routes_hash=table_hash(table),
+        now=now,
+        refresh=spec.analysis.interval * 0.9,  # reconciles land a little after the interval
+    )
+    landed = reconciled_status(
+        previous,
+        spec=spec,
+        generation=pilot.generation,
+        arms=arms,
+        router_deployment=router_name(ref.name),
+        observed=Observed(
+            deployments={
+                name: child.deployment for (_, name), child in seen.children.items() if child.deployment is not None
+            },
+            troubles=seen.troubles,
+        ),
+        routes=routes,
+        scopes=decided.scopes,
+        scope_events=[*scope_events, *progress.events, *restored, *decided.events],
+        fallbacks=progress.fallbacks,
+        decision=decided.decision,
+        now=now,
+    )
+    routers = tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT))
+    return Plan(
+        status=landed.status,
+        status_changed=landed.status != previous,
+        events=landed.events,
+        applies=applies,
+        confirm=Confirm(routes.generation, progress.flipped, routers) if progress.flipped else None,
+        clear_annotations=tuple(key for key in MANUAL if key in seen.annotations),
+        evidence=evidence,
+        judged=tuple(
+            (status.name, status.last_window.verdict)
+            for status in progress.scopes
+            if status.name in measured and status.name not in manual and status.last_window is not None
+        ),
+        flipped=progress.flipped,
+        delay=spec.analysis.interval,
+    )
+
+
+def _arms(ref: PilotRef, spec: SpeculationPilotSpec) -> tuple[ArmPlan, ...]:
+    return tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
+
+
+def _end(snapshot: Snapshot) -> datetime:
+    end = snapshot.measurements.collected_at
+    assert end is not None  # there are windows only once something was collected
+    return end
+
+
+def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[ScopeStatus]) -> dict[str, ScopeWindow]:
+    """The window of every scope due, ending at the last collection, once both arms are warm."""
+    end = snapshot.measurements.collected_at
+    if end is None or spec.suspend or not warm(snapshot.pilot.status, spec.analysis, snapshot.now):
+        return {}
+    return {
+        scope.name: snapshot.measurements.window(scope.name, analysis=spec.analysis, end=end)
+        for scope in scopes
+        if due(scope, spec.analysis, end)
+    }
+
+
+def _measured(
+    snapshot: Snapshot,
+    spec: SpeculationPilotSpec,
+    scopes: Sequence[ScopeStatus],
+    windows: Mapping[str, ScopeWindow],
+) -> dict[str, Measured]:
+    """Each due window, with the speculative requests new since the scope's last window and the
+    quality gates' checks."""
+    last_windows = {scope.name: scope.last_window for scope in scopes}
+    out = {}
+    for name, window in windows.items():
+        last = last_windows.get(name)
+        since = max(last.end if last is not None else window.start, window.start)
+        new = snapshot.measurements.new_requests(name, since=since, end=window.end)
+        out[name] = Measured(window, new, _quality(snapshot, spec, name))
+    return out
+
+
+def _quality(snapshot: Snapshot, spec: SpeculationPilotSpec, scope: str) -> tuple[Check, ...]:
+    """The quality gates' checks for a scope's window: the latest probe round, and each webhook's
+    answer (a webhook with no answer fails)."""
+    checks: list[Check] = []
+    if spec.quality.probes is not None:
+        probe = snapshot.probe
+        agreement, pairs = (probe.agreement, probe.pairs) if probe is not None else (None, None)
+        checks.append(probe_check(agreement, quality=spec.quality, probes=pairs))
+    answers = {result.name: result for result in snapshot.webhooks.get(scope, ())}
+    for hook in spec.quality.webhooks:
+        answer = answers.get(hook.name)
+        ok, detail = (answer.ok, answer.detail) if answer is not None else (False, "not asked")
+        checks.append(webhook_check(hook.name, ok, critical=hook.critical, detail=detail))
+    return tuple(checks)
+
+
+def _evidence(
+    snapshot: Snapshot,
+    spec: SpeculationPilotSpec,
+    arms: Sequence[ArmPlan],
+    measured: Mapping[str, Measured],
+    progress: Progress,
+) -> Evidence:
+    """The evidence store with this tick's judged windows, each with the load its arms ran at."""
+    replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
+    return record(
+        fresh_for(snapshot.evidence, {plan.arm: plan.config_hash for plan in arms}),
+        spec=spec,
+        measured=measured,
+        loads={name: snapshot.measurements.load(item.window, replicas=replicas) for name, item in measured.items()},
+        scopes=progress.scopes,
+        kv_blocks=snapshot.measurements.kv_blocks(),
+        gpus={plan.arm: plan.gpus for plan in arms},
+        replicas=replicas,
+    )
+
+
+def _routes(
+    pilot: str, spec: SpeculationPilotSpec, previous: SpeculationPilotStatus | None, decided: Decided, now: datetime
+) -> tuple[RoutesStatus, RoutingTable]:
+    """The routing table for the scopes' weights, and its generation: moved only when its content did."""
+    table = routing_table(pilot, spec, {scope.name: scope.weight for scope in decided.scopes}, generation=0, now=now)
+    digest, routes = table_hash(table), previous.routes if previous is not None else None
+    if routes is None or routes.hash != digest:
+        routes = RoutesStatus(generation=(routes.generation if routes is not None else 0) + 1, hash=digest)
+    return routes, table.model_copy(update={"generation": routes.generation})
+
+
+def observed_table(ref: PilotRef, seen: Observation) -> RoutingTable | None:
+    """The routing table that runs, as the routes ConfigMap holds it."""
+    child = seen.children.get(("ConfigMap", routes_name(ref.name)))
+    try:
+        return parse_routes(child.managed.get("data") if child else None, pilot=ref.name)
+    except TableError:
+        return None
+
+
+@dataclass(frozen=True)
+class Child:
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Teardown:
+    """One pass of the ordered teardown: write `flip` (every scope to ordinary decoding), wait for
+    the routers to serve `generation`, delete `first`; unless the router's pods still drain
+    (`draining`), delete `last` and the pilot is gone."""
+
+    flip: RoutingTable | None
+    events: tuple[Event, ...]
+    generation: int | None  # None: there is no table to wait for
+    routers: tuple[str, ...]
+    first: tuple[Child, ...]
+    draining: bool
+    last: tuple[Child, ...]
+
+
+def teardown(ref: PilotRef, seen: Observation, now: datetime) -> Teardown:
+    """Scopes go to ordinary decoding first and the routers are given time to take it; then the
+    speculative and alternative arms go, then the router (draining in-flight requests), and the
+    baseline, which serves until the router is gone, goes last."""
+    table = observed_table(ref, seen)
+    flip = None
+    if table is not None and any(route.weights.baseline != 100 for route in table.scopes):
+        flip = ordinary(table, generation=table.generation + 1, now=now)
+    deployments = "apps/v1", "Deployment"
+    return Teardown(
+        flip=flip,
+        events=(Event(EventType.NORMAL, Reason.TEARDOWN, "every scope flipped to ordinary decoding"),) if flip else (),
+        generation=(flip or table).generation if table is not None else None,
+        routers=tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT)),
+        first=(
+            *(Child(*deployments, arm_name(ref.name, arm)) for arm in (Arm.SPECULATIVE, Arm.ALTERNATIVE)),
+            Child(*deployments, router_name(ref.name)),
+        ),
+        draining=seen.count(ROUTER_COMPONENT) > 0,
+        last=(
+            Child(*deployments, arm_name(ref.name, Arm.BASELINE)),
+            *(Child("v1", "Service", arm_name(ref.name, arm)) for arm in Arm),
+            Child("v1", "Service", router_name(ref.name)),
+            Child("v1", "ConfigMap", routes_name(ref.name)),
+            Child("rbac.authorization.k8s.io/v1", "RoleBinding", router_name(ref.name)),
+            Child("rbac.authorization.k8s.io/v1", "Role", router_name(ref.name)),
+            Child("v1", "ServiceAccount", router_name(ref.name)),
+        ),
+    )

@@ -1,0 +1,385 @@
+"""Fakes of the controller's ports, and a harness that drives one pilot through the real shell.
+
+The API server is an in-memory store that keeps generations as a real one does (a Deployment's
+moves only when its spec changes) and marks what is ready when told to; routers, engines, probes
+and webhooks answer from what the test sets. Time is a clock the test moves: nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specpilot.analysis.evidence import Evidence
+from specpilot.analysis.quality import ProbeResult, WebhookResult
+from specpilot.analysis.window import ArmEngine
+from specpilot.api.pilot import API_VERSION, KIND
+from specpilot.api.spec import Analysis, Probes, Webhook
+from specpilot.controller.collect import Collector
+from specpilot.controller.core.measurements import EngineReadings, Queried
+from specpilot.controller.core.observe import ChildSummary, PodView, summarize
+from specpilot.controller.core.render import PilotRef, render_routes_configmap
+from specpilot.controller.core.snapshot import Observation
+from specpilot.controller.evidence import ConfigMapEvidence
+from specpilot.controller.kube import ApiError
+from specpilot.controller.metrics import OperatorMetrics
+from specpilot.controller.ports import Pods
+from specpilot.controller.reconcile import Controller
+from specpilot.metrics.scrape import ReadFailure
+from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, PILOT_LABEL, ROUTER_COMPONENT, Arm
+from specpilot.wire.routes import RoutingTable
+from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage
+
+Json = dict[str, Any]
+ROOT = Path(__file__).resolve().parents[3]
+T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+class Clock:
+    """The controller's clock, moved by the test."""
+
+    def __init__(self, start: datetime = T0) -> None:
+        self.now = start
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+class FakeKube:
+    """An API server in memory: objects by (kind, namespace, name), every call recorded in order."""
+
+    def __init__(self) -> None:
+        self.objects: dict[tuple[str, str, str], Json] = {}
+        self.calls: list[tuple[str, str, str]] = []  # (verb, kind, name)
+        self.events: list[Json] = []
+        self.refuse: dict[str, ApiError] = {}  # kind -> the error its applies get
+
+    def verbs(self, verb: str) -> list[tuple[str, str]]:
+        return [(kind, name) for v, kind, name in self.calls if v == verb]
+
+    async def apply(self, obj: Json, *, dry_run: bool = False) -> Json:
+        kind, meta = obj["kind"], obj["metadata"]
+        self.calls.append(("dry-run" if dry_run else "apply", kind, meta["name"]))
+        if kind in self.refuse:
+            raise self.refuse[kind]
+        if dry_run:
+            return copy.deepcopy(obj)
+        key = (kind, meta["namespace"], meta["name"])
+        old = self.objects.get(key)
+        body = copy.deepcopy(obj)
+        generation = int(old["metadata"].get("generation", 0)) if old else 0
+        if kind == "Deployment" and (old is None or old.get("spec") != body.get("spec")):
+            generation += 1
+        body["metadata"]["generation"] = generation
+        if old is not None and "status" in old:
+            body["status"] = old["status"]
+        self.objects[key] = body
+        return copy.deepcopy(body)
+
+    async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Json | None:
+        found = self.objects.get((kind, namespace, name))
+        return copy.deepcopy(found) if found is not None else None
+
+    async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        self.calls.append(("delete", kind, name))
+        return self.objects.pop((kind, namespace, name), None) is not None
+
+    async def replace_status(self, path: str, status: Json) -> Json:
+        pilot = self._pilot(path)
+        pilot["status"] = copy.deepcopy(status)
+        self.calls.append(("status", KIND, pilot["metadata"]["name"]))
+        return copy.deepcopy(pilot)
+
+    async def patch_metadata(self, path: str, metadata: Json) -> None:
+        pilot = self._pilot(path)
+        annotations = pilot["metadata"].setdefault("annotations", {})
+        for key, value in metadata.get("annotations", {}).items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        self.calls.append(("annotate", KIND, pilot["metadata"]["name"]))
+
+    async def event(self, involved: Json, *, type: str, reason: str, message: str) -> None:
+        self.events.append({"type": type, "reason": reason, "message": message})
+
+    def _pilot(self, path: str) -> Json:
+        *_, namespace, _, name = path.strip("/").split("/")
+        return self.objects[(KIND, namespace, name)]
+
+
+class FakeRoutes:
+    """The routing table's owner: the table goes into the fake API's ConfigMap; each router has
+    served a generation as soon as it asks, after `lag` seconds of the clock."""
+
+    def __init__(self, kube: FakeKube, clock: Clock, *, lag: float = 0.04) -> None:
+        self.kube, self.clock, self.lag = kube, clock, lag
+        self.written: list[RoutingTable] = []
+        self.awaited: list[tuple[tuple[str, ...], int]] = []
+
+    async def write(self, ref: PilotRef, table: RoutingTable) -> Json:
+        self.written.append(table)
+        return await self.kube.apply(render_routes_configmap(ref, table))
+
+    async def served(self, routers: Sequence[str], generation: int) -> float:
+        self.awaited.append((tuple(routers), generation))
+        self.clock.advance(self.lag)
+        return self.lag
+
+
+class MemoryEvidence:
+    """The evidence store in a dict, every store counted."""
+
+    def __init__(self) -> None:
+        self.kept: dict[tuple[str, str], Evidence] = {}
+        self.stores = 0
+
+    async def load(self, ref: PilotRef) -> Evidence | None:
+        return self.kept.get((ref.namespace, ref.name))
+
+    async def store(self, ref: PilotRef, evidence: Evidence) -> None:
+        self.kept[(ref.namespace, ref.name)] = evidence
+        self.stores += 1
+
+    def forget(self, ref: PilotRef) -> None:
+        self.kept.pop((ref.namespace, ref.name), None)
+
+
+class FakeQuality:
+    """Probes agree as `agreement` says; every webhook answers `ok`, after `gate` opens when set."""
+
+    def __init__(self, *, agreement: float = 1.0, ok: bool = True) -> None:
+        self.agreement, self.ok = agreement, ok
+        self.gate: asyncio.Event | None = None
+        self.asked: list[Mapping[str, Any]] = []
+        self.probed = 0
+        self._asking = asyncio.Condition()
+
+    async def probe(self, *, baseline: str, speculative: str, probes: Probes, model: str) -> ProbeResult:
+        self.probed += 1
+        return ProbeResult(agreement=self.agreement, pairs=2 * len(probes.prompts))
+
+    async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]:
+        async with self._asking:
+            self.asked.append(summary)
+            self._asking.notify_all()
+        if self.gate is not None:
+            await self.gate.wait()
+        return [
+            WebhookResult(hook.name, self.ok, hook.critical, "200 ok" if self.ok else "500 no") for hook in webhooks
+        ]
+
+    async def until_asked(self, count: int) -> None:
+        """Until `count` windows in all have been sent to the webhooks."""
+        async with self._asking:
+            await self._asking.wait_for(lambda: len(self.asked) >= count)
+
+
+class FakeEngines:
+    """Engine figures per arm as the test sets them, for the window ending at each collection."""
+
+    def __init__(self) -> None:
+        self.figures = {
+            arm: ArmEngine(acceptance_length=2.0, inter_token_latency=0.02) for arm in (Arm.BASELINE, Arm.SPECULATIVE)
+        }
+
+    async def read(
+        self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
+    ) -> EngineReadings:
+        usage = {arm: tuple((now - timedelta(seconds=s), 0.3) for s in (20, 10, 0)) for arm in self.figures}
+        return Queried(now, {arm: ArmEngine(**{**vars(f), "kv_usage": usage[arm]}) for arm, f in self.figures.items()})
+
+
+class FakeSamples:
+    """Each router's samples, served after a cursor as the router's `/samples` does."""
+
+    def __init__(self) -> None:
+        self.samples: list[RequestSample] = []
+        self.failing = False
+
+    async def read(self, address: str, *, cursor: int, limit: int) -> SamplesPage | ReadFailure:
+        if self.failing:
+            return ReadFailure(f"GET http://{address}/samples: refused")
+        after = [sample for sample in self.samples if sample.seq > cursor][:limit]
+        return SamplesPage(epoch="e1", samples=tuple(after), next_cursor=after[-1].seq if after else cursor, dropped=0)
+
+
+@dataclass
+class Traffic:
+    """Requests per scope and second, and how long each arm takes per committed token."""
+
+    rate: float = 6.0
+    seconds_per_token: dict[Arm, float] = field(default_factory=lambda: {Arm.BASELINE: 0.02, Arm.SPECULATIVE: 0.01})
+    tokens: int = 100
+
+
+class Harness:
+    """One pilot driven through a real `Controller` on the fakes: apply, make ready, send traffic,
+    collect, reconcile, restart, delete."""
+
+    def __init__(self, doc: Json, *, webhooks: bool = False) -> None:
+        self.clock = Clock()
+        self.kube = FakeKube()
+        self.routes = FakeRoutes(self.kube, self.clock)
+        self.quality = FakeQuality()
+        self.engines = FakeEngines()
+        self.samples = FakeSamples()
+        self.traffic = Traffic()
+        self.seq = itertools.count(1)
+        self.ready_pods = False
+        self.pod_ips: dict[str, str] = {}
+        self.evidence = ConfigMapEvidence(self.kube)
+        self.controller = self._controller()
+        meta = doc["metadata"]
+        self.ref = PilotRef(name=meta["name"], namespace=meta.get("namespace", "team-a"), uid="uid-1")
+        body = {
+            **copy.deepcopy(doc),
+            "metadata": {"name": self.ref.name, "namespace": self.ref.namespace, "uid": self.ref.uid, "generation": 1},
+        }
+        self.kube.objects[(KIND, self.ref.namespace, self.ref.name)] = body
+
+    def _controller(self) -> Controller:
+        return Controller(
+            kube=self.kube,
+            routes=self.routes,
+            evidence=self.evidence,
+            quality=self.quality,
+            collector=lambda: Collector(samples=self.samples, direct=self.engines, prometheus=self.engines),
+            metrics=OperatorMetrics(),
+            router_image="specpilot/specpilot:test",
+            clock=self.clock,
+        )
+
+    def restart(self) -> None:
+        """A SIGKILLed operator's successor: nothing in memory, the cluster as it was."""
+        self.evidence = ConfigMapEvidence(self.kube)
+        self.controller = self._controller()
+
+    @property
+    def body(self) -> Json:
+        return copy.deepcopy(self.kube.objects[(KIND, self.ref.namespace, self.ref.name)])
+
+    def annotate(self, **annotations: str) -> None:
+        self.kube.objects[(KIND, self.ref.namespace, self.ref.name)]["metadata"].setdefault("annotations", {}).update(
+            annotations
+        )
+
+    def children(self) -> dict[tuple[str, str], Json]:
+        return {
+            (kind, name): body
+            for (kind, namespace, name), body in self.kube.objects.items()
+            if namespace == self.ref.namespace and (body["metadata"].get("labels") or {}).get(PILOT_LABEL)
+        }
+
+    def observe(self) -> Observation:
+        """What the operator's indices would hold: the children, and a pod per Deployment replica."""
+        children: dict[tuple[str, str], ChildSummary] = {}
+        pods: list[PodView] = []
+        for (kind, name), body in self.children().items():
+            if kind == "Deployment":
+                replicas = int(body["spec"].get("replicas", 1))
+                if self.ready_pods:
+                    body["status"] = {
+                        "observedGeneration": body["metadata"]["generation"],
+                        "replicas": replicas,
+                        "updatedReplicas": replicas,
+                        "readyReplicas": replicas,
+                        "availableReplicas": replicas,
+                    }
+                labels = body["spec"]["template"]["metadata"]["labels"]
+                component = labels.get(ARM_LABEL) or (
+                    ROUTER_COMPONENT if labels.get(COMPONENT_LABEL) == ROUTER_COMPONENT else ""
+                )
+                for index in range(replicas):
+                    pod = f"{name}-{index}"
+                    ip = self.pod_ips.setdefault(pod, f"198.18.0.{len(self.pod_ips) + 1}")
+                    pods.append(PodView(pod, component, (), ip if self.ready_pods else None))
+            children[(kind, name)] = summarize(body)
+        annotations = dict(self.body["metadata"].get("annotations") or {})
+        return Observation(children=children, pods=tuple(pods), annotations=annotations)
+
+    def send(self, seconds: float) -> None:
+        """`seconds` of traffic per scope, split between the arms as the routing table says, ending now."""
+        table = self.table()
+        end = self.clock.now.timestamp()
+        for route in table.scopes if table is not None else ():
+            count = round(self.traffic.rate * seconds)
+            for index in range(count):
+                weight = route.weights.speculative  # spread evenly: `weight` of every 100 requests
+                speculative = (index + 1) * weight // 100 > index * weight // 100
+                arm = Arm.SPECULATIVE if speculative else Arm.BASELINE
+                decode = self.traffic.seconds_per_token[arm] * (self.traffic.tokens - 1)
+                e2e = 0.05 + decode
+                finished = end - seconds + (index + 1) * seconds / count
+                self.samples.samples.append(
+                    RequestSample(
+                        seq=next(self.seq),
+                        at=finished - e2e,
+                        scope=route.name,
+                        arm=arm,
+                        endpoint="198.18.0.9:8000",
+                        model="demo",
+                        stream=True,
+                        status=200,
+                        outcome=RequestOutcome.OK,
+                        e2e=e2e,
+                        ttft=0.05,
+                        output_tokens=self.traffic.tokens,
+                        prompt_tokens=20,
+                        tokens_from_usage=True,
+                        decode=decode,
+                        deadline_met=True,
+                        fallback=None,
+                    )
+                )
+
+    def table(self) -> RoutingTable | None:
+        return self.routes.written[-1] if self.routes.written else None
+
+    async def reconcile(self) -> float:
+        return await self.controller.reconcile(self.body, self.observe())
+
+    async def collect(self) -> None:
+        await self.controller.collect(self.body, self.observe())
+
+    async def step(self, seconds: float = 10.0) -> float:
+        """Time passes with traffic, then a collection and a reconcile, as the operator's loops do."""
+        self.clock.advance(seconds)
+        self.send(seconds)
+        await self.collect()
+        return await self.reconcile()
+
+    async def delete(self) -> bool:
+        return await self.controller.teardown(self.body, self.observe())
+
+    def status(self) -> Json:
+        return self.body.get("status") or {}
+
+    def scope(self, name: str) -> Json:
+        return next(scope for scope in self.status()["scopes"] if scope["name"] == name)
+
+    def reasons(self) -> list[str]:
+        return [event["reason"] for event in self.kube.events]
+
+
+def pilot_doc(*, probes: bool = False, webhooks: Sequence[str] = ()) -> Json:
+    """The local demo's pilot (interval 10 s, window 30 s, warm-up 20 s), probes off unless asked."""
+    doc: Json = yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text())
+    doc["metadata"]["namespace"] = "team-a"
+    doc["apiVersion"] = API_VERSION
+    if not probes:
+        doc["spec"]["quality"].pop("probes", None)
+    if webhooks:
+        doc["spec"]["quality"]["webhooks"] = [{"name": name, "url": f"http://127.0.0.1:9/{name}"} for name in webhooks]
+    return doc

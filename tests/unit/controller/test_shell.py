@@ -1,0 +1,200 @@
+"""The controller's shell on fake ports and a moved clock: a pilot from creation to teardown.
+
+Each scenario drives the real `Controller` (gather, plan, apply, land) against the fakes in
+`tests.unit.controller.fakes`; nothing sleeps and nothing listens on a socket.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import datetime
+
+from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION
+from specpilot.controller.kube import ApiError
+from specpilot.wire.names import Arm
+from tests.unit.controller.fakes import Harness, pilot_doc
+
+INTERVAL = 10.0  # the local demo's analysis interval
+
+
+async def warm(h: Harness) -> None:
+    """Created, arms ready, and warmed up: both scopes piloting at their first stage."""
+    await h.reconcile()
+    h.ready_pods = True
+    await h.reconcile()
+    for _ in range(3):
+        await h.step(INTERVAL)
+
+
+def weights(h: Harness) -> dict[str, int]:
+    table = h.table()
+    assert table is not None
+    return {route.name: route.weights.speculative for route in table.scopes}
+
+
+async def test_creation_dry_runs_every_change_first_then_applies_and_writes_status_once() -> None:
+    h = Harness(pilot_doc())
+    assert await h.reconcile() == INTERVAL
+    calls = h.kube.calls
+    first_apply = next(i for i, (verb, _, _) in enumerate(calls) if verb == "apply")
+    assert all(verb == "dry-run" for verb, _, _ in calls[:first_apply])
+    applied = set(h.kube.verbs("apply"))
+    # Everything but the routing table (its owner writes it), a binding to a Role not there yet, and
+    # the evidence store (written after the status).
+    unchecked = {("ConfigMap", "demo-routes"), ("RoleBinding", "demo-router"), ("ConfigMap", "demo-evidence")}
+    assert set(h.kube.verbs("dry-run")) == applied - unchecked
+    assert h.kube.calls[-1] == ("apply", "ConfigMap", "demo-evidence")
+    assert {kind for kind, _ in applied} == {
+        "ServiceAccount",
+        "Role",
+        "RoleBinding",
+        "ConfigMap",
+        "Service",
+        "Deployment",
+    }
+    assert h.kube.verbs("status") == [("SpeculationPilot", "demo")]
+    assert h.reasons()[0] == "PilotCreated"
+    assert h.status()["phase"] == "Progressing"
+    assert h.status()["routes"]["generation"] == 1
+    assert weights(h) == {"chat": 0, "code": 0}
+
+    await h.reconcile()  # the Deployments are observed now: the conditions say how far they are
+    before = len(h.kube.calls)
+    await h.reconcile()
+    assert h.kube.calls[before:] == [], "a tick with nothing new applies and writes nothing"
+
+
+async def test_arms_ready_warm_up_then_windows_judged_and_a_scope_promoted() -> None:
+    h = Harness(pilot_doc())
+    await h.reconcile()
+    h.ready_pods = True
+    await h.reconcile()
+    ready = {c["type"]: c["status"] for c in h.status()["conditions"]}
+    assert ready["ArmsReady"] == "True" and ready["Ready"] == "True"
+    assert weights(h) == {"chat": 0, "code": 0}, "no traffic moves before the warm-up"
+
+    await h.step(INTERVAL)
+    await h.step(INTERVAL)
+    assert weights(h) == {"chat": 25, "code": 25}
+    assert h.scope("chat")["state"] == "Piloting"
+
+    for _ in range(6):
+        await h.step(INTERVAL)
+    chat = h.scope("chat")
+    assert chat["lastWindow"]["verdict"] == "Pass", chat
+    assert chat["stage"] == 1 and weights(h)["chat"] == 50
+    assert "ScopePromoted" in h.reasons()
+    verdicts = h.controller.metrics.verdicts.labels("team-a", "demo", "chat", "Pass")
+    assert verdicts._value.get() >= 3
+
+
+async def test_a_failing_scope_is_flipped_and_the_routers_are_waited_for() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    h.traffic.seconds_per_token[Arm.SPECULATIVE] = 0.05  # 2.5x slower per committed token than the baseline
+    for _ in range(8):
+        await h.step(INTERVAL)
+        if h.scope("code")["weight"] == 0:
+            break
+    assert h.scope("code")["state"] == "RolledBack"
+    assert weights(h)["code"] == 0
+    generation = h.status()["routes"]["generation"]
+    assert h.routes.awaited[-1] == (("198.18.0.7",), generation) or h.routes.awaited[-1][1] == generation
+    assert "RoutesTaken" in h.reasons() and "ScopeRolledBack" in h.reasons()
+    assert h.status()["fallbacks"][-1]["scope"] == "code"
+
+
+async def test_a_restart_from_status_alone_rolls_nothing_out_and_repeats_no_event() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    for _ in range(3):
+        await h.step(INTERVAL)
+    generations = {key: body["metadata"]["generation"] for key, body in h.children().items()}
+    status, events = h.status(), len(h.kube.events)
+
+    h.restart()
+    await h.reconcile()
+    assert {key: body["metadata"]["generation"] for key, body in h.children().items()} == generations
+    assert h.kube.events[events:] == []
+    assert h.status()["scopes"] == status["scopes"]
+    assert h.status()["routes"] == status["routes"]
+
+
+async def test_a_manual_action_is_cleared_once_the_status_acting_on_it_landed() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    h.annotate(**{PROMOTE_ANNOTATION: "chat", ABORT_ANNOTATION: "code"})
+    await h.reconcile()
+    assert h.scope("chat")["stage"] == 1 and h.scope("code")["weight"] == 0
+    assert not set(h.body["metadata"].get("annotations") or {}) & {PROMOTE_ANNOTATION, ABORT_ANNOTATION}
+    calls = [verb for verb, _, _ in h.kube.calls]
+    assert calls.index("annotate") > len(calls) - 1 - calls[::-1].index("status")
+
+
+async def test_a_refused_object_deploys_nothing_and_keeps_the_manual_action() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    h.kube.refuse["Deployment"] = ApiError(422, "Deployment.apps is invalid: spec.template: bad")
+    h.annotate(**{PROMOTE_ANNOTATION: "chat"})
+    doc = h.body
+    doc["spec"]["engine"]["maxModelLen"] = 8192  # a change that rerenders every arm
+    doc["metadata"]["generation"] = 2
+    h.kube.objects[("SpeculationPilot", "team-a", "demo")] = doc
+    applied = len(h.kube.verbs("apply"))
+    await h.reconcile()
+    assert len(h.kube.verbs("apply")) == applied
+    invalid = next(c for c in h.status()["conditions"] if c["type"] == "InvalidSpec")
+    assert invalid["status"] == "True" and "refused a rendered object" in invalid["message"]
+    assert PROMOTE_ANNOTATION in h.body["metadata"]["annotations"]
+
+
+async def judged_tick(*, interleave: bool) -> Harness:
+    """A tick whose windows are due and whose webhook answers only once `interleave` let another
+    collection land: one that reads the samples the tick's own collection missed."""
+    h = Harness(pilot_doc(webhooks=["business"]))
+    await warm(h)
+    h.clock.advance(INTERVAL)
+    h.send(INTERVAL)
+    h.samples.failing = True  # this collection cannot read the routers' samples...
+    await h.collect()
+    h.samples.failing = False
+    h.quality.gate = asyncio.Event()
+    asked = len(h.quality.asked)
+    tick = asyncio.create_task(h.reconcile())
+    await h.quality.until_asked(asked + 2)  # both scopes' windows are out to the webhook
+    if interleave:
+        await h.collect()  # ...which this one, landing while the webhook is out, reads
+    h.quality.gate.set()
+    await tick
+    return h
+
+
+async def test_a_collection_landing_while_a_judged_window_awaits_a_webhook_changes_nothing_judged() -> None:
+    alone, interleaved = await judged_tick(interleave=False), await judged_tick(interleave=True)
+    for h in (alone, interleaved):
+        for name in ("chat", "code"):
+            window = h.scope(name)["lastWindow"]
+            asked = h.quality.asked[-1]["window"]["end"]
+            assert datetime.fromisoformat(window["end"]) == datetime.fromisoformat(asked)
+            assert window["verdict"] == "Inconclusive", window  # the samples it was judged on had a gap
+    assert interleaved.status() == alone.status()
+    assert interleaved.children()[("ConfigMap", "demo-routes")] == alone.children()[("ConfigMap", "demo-routes")]
+    evidence = ("ConfigMap", "team-a", "demo-evidence")
+    assert interleaved.kube.objects[evidence] == alone.kube.objects[evidence]
+
+
+async def test_teardown_flips_waits_for_the_routers_then_removes_the_arms_router_and_baseline_in_order() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    assert await h.delete() is False, "the router's pods still drain"
+    assert weights(h) == {"chat": 0, "code": 0}
+    assert h.routes.awaited[-1][1] == h.table().generation  # type: ignore[union-attr]
+    assert "Teardown" in h.reasons()
+    deleted = [name for _, name in h.kube.verbs("delete")]
+    assert deleted == ["demo-speculative", "demo-alternative", "demo-router"]
+
+    assert await h.delete() is True
+    deleted = [name for _, name in h.kube.verbs("delete")]
+    assert deleted[3:7] == ["demo-speculative", "demo-alternative", "demo-router", "demo-baseline"]
+    assert not h.children()
+    assert h.controller.memories == {}
