@@ -12,6 +12,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 
 ROUTER_IMAGE = "specpilot/specpilot:dev"
@@ -74,6 +76,28 @@ class Operator:
         with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as resp:
             text: bytes = resp.read()
         return text.decode()
+
+    def reconciles(self) -> float:
+        """Reconciles this process has finished, of any pilot and whatever their result
+        (`specpilot_operator_reconciles_total` on its metrics port)."""
+        return sum(
+            sample.value
+            for family in text_string_to_metric_families(self.metrics())
+            if family.name == "specpilot_operator_reconciles"
+            for sample in family.samples
+            if sample.name == "specpilot_operator_reconciles_total"
+        )
+
+    def wait_reconciles(self, count: int, *, since: float | None = None, timeout: float = 60) -> None:
+        """Until this process has finished `count` reconciles after `since` (a `reconciles()` reading;
+        by default, now): proof that it had its chances to act."""
+        start = self.reconciles() if since is None else since
+        wait_until(
+            f"{count} more reconciles of the operator (from {start:.0f})",
+            lambda: self.reconciles() >= start + count,
+            timeout=timeout,
+            every=0.5,
+        )
 
     def tail(self, lines: int = 60) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""

@@ -246,7 +246,14 @@ def test_pod_service_account_gets_rbac_scoped_credentials(cluster: Cluster, name
 
 def test_deletion_waits_the_grace_period_then_kills(cluster: Cluster, namespace: str) -> None:
     """A process that ignores SIGTERM lives through terminationGracePeriodSeconds, then is killed."""
-    stubborn = "import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)\n"
+    # It says when SIGTERM came, and then that it lives on, every quarter second (its log is its clock).
+    stubborn = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: print('TERM', flush=True))\n"
+        "for _ in range(2400):\n"
+        "    time.sleep(0.25)\n"
+        "    print('alive', flush=True)\n"
+    )
     pod = {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -258,11 +265,22 @@ def test_deletion_waits_the_grace_period_then_kills(cluster: Cluster, namespace:
     }
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(pod))
     cluster.kubectl("wait", "-n", namespace, "--for=condition=Ready", "pod/stubborn", "--timeout=30s")
-    status = cluster.get_json("pod", "-n", namespace, "stubborn")["status"]
+    body = cluster.get_json("pod", "-n", namespace, "stubborn")
+    status, uid = body["status"], body["metadata"]["uid"]
     pid = int(status["containerStatuses"][0]["containerID"].removeprefix("local://"))
+    (log_file,) = (cluster.kubeconfig.parent / "node" / "pods").glob(f"{namespace}_stubborn_{uid}/c.log")
     started = time.monotonic()
     cluster.kubectl("delete", "-n", namespace, "pod/stubborn", "--wait=false")
-    time.sleep(1.5)
+
+    def alive_after_term() -> int:
+        _, term, after = log_file.read_text().partition("TERM\n")
+        return after.count("alive") if term else 0
+
+    wait_until(
+        "the process to live 1.5 s past its SIGTERM, by its own log, or to go",
+        lambda: alive_after_term() >= 6 or not os.path.exists(f"/proc/{pid}"),
+        timeout=30,
+    )
     assert os.path.exists(f"/proc/{pid}"), "killed before its grace period ended"
     wait_until(
         "the pod object to go",

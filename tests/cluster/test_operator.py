@@ -171,7 +171,7 @@ def test_spec_only_the_operator_can_reject_gets_invalid_spec_and_no_children(
     assert "spec.scopes[0].match.headers[0].value" in found["message"]
     assert "not a valid regular expression" in found["message"]
     assert pilot(cluster, namespace)["status"]["phase"] == "Degraded"
-    time.sleep(3)  # a few reconciles later, still nothing
+    operator.wait_reconciles(2)  # a few reconciles later, still nothing
     assert children(cluster, namespace) == {}
     assert [e["reason"] for e in events(cluster, namespace)] == ["SpecInvalid"]
 
@@ -188,7 +188,7 @@ def test_invalid_change_keeps_what_runs_as_it_was(cluster: Cluster, operator: Op
     )
     message = condition(pilot(cluster, namespace), "InvalidSpec")["message"]  # type: ignore[index]
     assert "spec.scopes[1].match" in message
-    time.sleep(3)
+    operator.wait_reconciles(2)
     assert generations(cluster, namespace) == before, "nothing new is deployed"
     assert chat(router_ip(cluster, namespace))["usage"]["completion_tokens"] == 8, "what ran keeps serving"
 
@@ -240,14 +240,29 @@ def test_engine_image_the_nodes_cannot_run_is_degraded_naming_the_field(
 def test_operator_killed_and_restarted_changes_nothing(cluster: Cluster, operator: Operator, namespace: str) -> None:
     apply(cluster, namespace, demo())
     wait_ready(cluster, operator, namespace)
-    time.sleep(2)  # let the last status write and Events land
+    routes = "ConfigMap/demo-routes"  # rewritten every interval on purpose (updatedAt)
+
+    def written() -> tuple[dict[str, str], dict[str, Any], int]:
+        versions = {key: obj["metadata"]["resourceVersion"] for key, obj in children(cluster, namespace).items()}
+        return (
+            {k: v for k, v in versions.items() if k != routes},
+            pilot(cluster, namespace)["status"],
+            len(events(cluster, namespace)),
+        )
+
+    def settled() -> bool:
+        before = written()
+        operator.wait_reconciles(1)
+        return written() == before
+
+    # the last status write and Events have landed: a whole reconcile changes nothing
+    wait_until("the pilot's children, status and Events unchanged over a reconcile", settled, timeout=120, every=0)
     versions = {key: obj["metadata"]["resourceVersion"] for key, obj in children(cluster, namespace).items()}
     status, seen = pilot(cluster, namespace)["status"], len(events(cluster, namespace))
     operator.kill()
     operator.start()
-    time.sleep(8)  # several reconciles of the restarted operator
+    operator.wait_reconciles(2, since=0)  # several reconciles of the restarted operator
     after = {key: obj["metadata"]["resourceVersion"] for key, obj in children(cluster, namespace).items()}
-    routes = "ConfigMap/demo-routes"  # rewritten every interval on purpose (updatedAt)
     assert {k: v for k, v in after.items() if k != routes} == {k: v for k, v in versions.items() if k != routes}
     assert pilot(cluster, namespace)["status"] == status
     assert len(events(cluster, namespace)) == seen, [e["reason"] for e in events(cluster, namespace)]
@@ -302,7 +317,7 @@ def test_deleting_the_pilot_under_load_removes_everything_in_order(
     apply(cluster, namespace, demo())
     wait_ready(cluster, operator, namespace)
     load = Load(router_ip(cluster, namespace))
-    time.sleep(2)
+    wait_until("four requests answered through the router", lambda: load.ok >= 4 or load.failed, timeout=30)
     cluster.kubectl("delete", "-n", namespace, "speculationpilot/demo", "--wait=false")
     seen: list[set[str]] = []
 

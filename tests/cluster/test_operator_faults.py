@@ -12,6 +12,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -270,12 +271,18 @@ def test_timeouts_that_another_scopes_kv_pressure_explains_do_not_flip_the_scope
                 every=0.5,
             )
             clear_faults(cluster, namespace)  # the pressure goes with the scope causing it
+            cleared = datetime.now(UTC)
             # chat's starved requests end as timeouts up to 6 s after the flip; two windows later they
-            # are all in the past, judged
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
+            # are all in the past, judged: chat's windows are judged on until one ends 30 s after this
+
+            def judged_on_unflipped() -> bool:
                 assert chat_seen().get("state") != "RolledBack", f"{seen[-1]}\n{operator.tail(40)}"
-                time.sleep(0.5)
+                end = seen[-1].get("lastWindow", {}).get("end")
+                return end is not None and datetime.fromisoformat(end) >= cleared + timedelta(seconds=30)
+
+            wait_until(
+                "chat's window ending 30 s after the faults were cleared", judged_on_unflipped, timeout=90, every=0.5
+            )
         except AssertionError as error:
             raise AssertionError(f"{error}: {seen[-1:]}\n{operator.tail(40)}") from None
     finally:

@@ -45,10 +45,12 @@ def test_ten_sigkills_during_a_rollback_leave_one_record_per_flip(
                 )
             except AssertionError as error:
                 raise AssertionError(f"{error}: {states()}\n{operator.tail(60)}") from None
+            landed = operator.reconciles()
         finally:
             load.terminate()
             load.wait(timeout=30)
-        time.sleep(3)  # the last Events land
+        # The last Events land: the reconcile that wrote those states posts its Events before it ends.
+        operator.wait_reconciles(1, since=landed)
         status = pilot(cluster, namespace)["status"]
         assert [(r["scope"], r["reason"]) for r in status["fallbacks"]] == [("code", "ThresholdExceeded")]
         # Transitions that happen once in this pilot's life are announced once. (A restarted operator

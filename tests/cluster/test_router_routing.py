@@ -73,10 +73,15 @@ class Traffic:
 def test_a_configmap_change_moves_new_requests_within_one_second(cluster: Cluster, namespace: str) -> None:
     pilot = deploy(cluster, namespace, scope("code", spec=0))
     with Traffic(pilot, clients=1, stream=False, max_tokens=1) as traffic:
-        time.sleep(1.0)
+        wait_until("requests answered before the change", lambda: len(traffic.sent) >= 5, timeout=30, every=0.05)
         changed = time.monotonic()  # before kubectl even starts: the second includes its own run
         pilot.apply(routes_configmap(scope("code", spec=100), generation=2))
-        time.sleep(2.0)
+        wait_until(
+            "more than ten requests sent over a second after the change",
+            lambda: len([s for s in traffic.sent if s.started >= changed + 1.0]) > 10,
+            timeout=30,
+            every=0.05,
+        )
     sent = traffic.sent
     assert all(s.ok for s in sent)
     assert {s.arm for s in sent if s.started < changed} == {"baseline"}
@@ -92,7 +97,7 @@ def test_deleting_every_speculative_pod_sends_the_scope_to_baseline_without_fail
 ) -> None:
     pilot = deploy(cluster, namespace, scope("code", spec=100), speculative_replicas=2)
     with Traffic(pilot, clients=4, stream=True, max_tokens=40) as traffic:
-        time.sleep(2.0)
+        wait_until("streams answered before the deletion", lambda: len(traffic.sent) >= 8, timeout=30, every=0.05)
         deleting = time.monotonic()
         cluster.kubectl("scale", "-n", namespace, "deployment/p1-speculative", "--replicas=0")
         wait_until(
@@ -102,7 +107,12 @@ def test_deleting_every_speculative_pod_sends_the_scope_to_baseline_without_fail
             every=0.05,
         )
         gone = time.monotonic()
-        time.sleep(3.0)
+        wait_until(
+            "more than ten streams sent after the arm was gone",
+            lambda: len([s for s in traffic.sent if s.started >= gone]) > 10,
+            timeout=30,
+            every=0.05,
+        )
     sent = traffic.sent
     before = [s for s in sent if s.ended < deleting]
     assert before and {s.arm for s in before} == {"speculative"} and all(s.ok for s in before)

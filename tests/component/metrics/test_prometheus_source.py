@@ -31,6 +31,7 @@ from typing import Any
 
 import pytest
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason, static_job
+from tests.waiting import eventually
 
 from specpilot.analysis.checks import Verdict
 from specpilot.analysis.judge import judge_window
@@ -216,11 +217,17 @@ def load(pilot: Pilot, seconds: int) -> subprocess.Popen[bytes]:
 
 
 async def collect_both(
-    pilot: Pilot, sources: dict[str, s.Analysis], *, seconds: float, closes: int
+    pilot: Pilot,
+    sources: dict[str, s.Analysis],
+    *,
+    seconds: float,
+    closes: int,
+    collected: list[float] | None = None,
 ) -> list[dict[str, dict[str, ScopeWindow]]]:
     """Collect as the operator does, every `cadence` (2 s here), with each analysis (direct and
     Prometheus, at the same instants); close
-    both scopes' windows at the last collection of each of the last `closes` intervals."""
+    both scopes' windows at the last collection of each of the last `closes` intervals. Each
+    collection's start, in seconds since the first, is appended to `collected` once it is done."""
     collectors = {name: PilotMeasurements() for name in sources}
     routers = [(pilot.router.name, pilot.router.ip)]
     closed: list[dict[str, dict[str, ScopeWindow]]] = []
@@ -256,6 +263,8 @@ async def collect_both(
                 windows["earlier"] = {sc: direct.window(sc, analysis=sources["direct"], end=previous) for sc in SCOPES}
                 closed.append(windows)
             previous = now
+            if collected is not None:
+                collected.append(elapsed)
             await asyncio.sleep(max(0.0, every - (time.monotonic() - started - elapsed)))
     return closed[-closes:]
 
@@ -382,8 +391,16 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
     }
 
     async def run() -> list[dict[str, dict[str, ScopeWindow]]]:
-        collecting = asyncio.create_task(collect_both(pilot, sources, seconds=24, closes=1))
-        await asyncio.sleep(8)
+        collected: list[float] = []
+        collecting = asyncio.create_task(collect_both(pilot, sources, seconds=24, closes=1, collected=collected))
+        # The window closes 20 s in and spans 15 s: restart once the collections 6 and 8 s in have
+        # scraped the pod inside it.
+        await eventually(
+            "the collection 8 s into the run",
+            lambda: collecting.done() or (collected and collected[-1] >= 8),
+            within=30,
+            every=0.05,
+        )
         restarted = pilot.arms[Arm.SPECULATIVE][1]
         restarted.stop()
         restarted.start()

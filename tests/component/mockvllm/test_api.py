@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
 import aiohttp
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
+from tests.waiting import eventually
 
 FAST = ("--time-scale", "0.01")
 SPEC = ("--speculative-config", '{"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 4}')
@@ -251,10 +251,7 @@ async def test_a_client_that_leaves_mid_stream_frees_the_engine(mock_vllm: Any, 
     async with aiohttp.ClientSession() as session, session.post(mock.url + "/v1/completions", json=body) as response:
         for _ in range(3):
             await response.content.readline()
-    for _ in range(200):
-        if not mock.server.engine.running:
-            break
-        await asyncio.sleep(0.01)
+    await eventually("the engine to drop the request its client left", lambda: not mock.server.engine.running)
     assert not mock.server.engine.running and not mock.server.engine.waiting
     metrics = await scrape(mock.url)
     assert metrics["vllm:generation_tokens_total"] > 0

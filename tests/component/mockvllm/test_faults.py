@@ -8,6 +8,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.waiting import eventually
 
 FAST = ("--time-scale", "0.01")
 SPEC = ("--speculative-config", '{"model": "org/draft", "num_speculative_tokens": 4}')
@@ -156,10 +157,7 @@ async def test_garbled_metrics_are_cut_and_nan_until_the_fault_ends(mock_vllm: A
 async def test_a_crash_kills_the_server(mock_vllm: Any) -> None:
     mock = await mock_vllm(*FAST)
     await call("POST", mock.admin_url + "/faults", {"kind": "crash", "exit_code": 3})
-    for _ in range(100):
-        if mock.crashes:
-            break
-        await asyncio.sleep(0.01)
+    await eventually("the crash fault to kill the engine", lambda: mock.crashes)
     assert mock.crashes == [3]
     assert (await call("GET", mock.url + "/health"))[0] == 503
     assert (await complete(mock.url))[0] == 500

@@ -146,9 +146,16 @@ async def test_a_client_that_stops_reading_stops_upstream_and_holds_memory_to_a_
         await reader.readuntil(b"\r\n\r\n")  # the head, then nothing more is read
         await h.wait_for(lambda: h.speculative.active == 1)
         (conn,) = h.router.traffic.connections if h.router.traffic else ()
-        buffered = []
-        for _ in range(50):
-            await asyncio.sleep(0.02)
+        buffered: list[int] = []
+
+        def buffer_while_upstream_flows() -> bool:
+            assert conn.transport is not None
+            buffered.append(conn.transport.get_write_buffer_size())
+            return conn.source is not None and not conn.source.is_reading()
+
+        await h.wait_for(buffer_while_upstream_flows)  # until the router pauses upstream
+        for _ in range(50):  # and while fifty exchanges on its admin port show its loop turning
+            await h.metrics()
             assert conn.transport is not None
             buffered.append(conn.transport.get_write_buffer_size())
         # ~36 MB of events, more than the sockets' buffers hold, are held back: upstream is paused and

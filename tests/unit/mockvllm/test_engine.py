@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from tests.waiting import eventually
 
 from specpilot.mockvllm.config import parse_args
 from specpilot.mockvllm.engine import FinishReason, QueueFull, Request
@@ -73,10 +74,14 @@ def value(server: MockServer, name: str, **labels: str) -> float:
 async def test_max_num_seqs_bounds_the_batch(start: Start) -> None:
     server = await start("--max-num-seqs", "4")
     requests = [submit(server, f"p{i}") for i in range(10)]
-    peak = 0
-    while not all(r.done for r in requests):
-        peak = max(peak, len(server.engine.running))
-        await asyncio.sleep(0)
+    batches: list[int] = []
+
+    def batch_until_done() -> bool:
+        batches.append(len(server.engine.running))
+        return all(r.done for r in requests)
+
+    await eventually("every request finished", batch_until_done, every=0)
+    peak = max(batches)
     assert peak == 4
     assert value(server, "vllm:request_success_total", finished_reason="length") == 10
 
@@ -85,10 +90,14 @@ async def test_a_full_kv_cache_queues_and_preempts_yet_every_request_completes(s
     # 40 usable blocks of 16 tokens; each request needs up to (32 + 200) / 16 = 15 blocks.
     server = await start(profile={"memory": {"num_gpu_blocks": 41, "block_size": 16}, "model": {"max_model_len": 512}})
     requests = [submit(server, f"p{i}", max_tokens=200) for i in range(6)]
-    peak_usage = 0.0
-    while not all(r.done for r in requests):
-        peak_usage = max(peak_usage, value(server, "vllm:kv_cache_usage_perc"))
-        await asyncio.sleep(0)
+    usage: list[float] = []
+
+    def usage_until_done() -> bool:
+        usage.append(value(server, "vllm:kv_cache_usage_perc"))
+        return all(r.done for r in requests)
+
+    await eventually("every request finished", usage_until_done, every=0)
+    peak_usage = max(usage)
     assert all(r.output_tokens == 200 and r.finish_reason is FinishReason.LENGTH for r in requests)
     assert value(server, "vllm:num_preemptions_total") > 0
     assert sum(r.preemptions for r in requests) == value(server, "vllm:num_preemptions_total")
@@ -127,7 +136,11 @@ async def test_an_aborted_request_frees_its_blocks_and_is_not_counted(start: Sta
         await request.next_text()
     server.engine.abort(request)
     assert server.engine.stats()["used_blocks"] == 0
-    await asyncio.sleep(0.01)
+    aborted_at = server.engine.stats()["model_time_s"]
+    await eventually(
+        "the engine's clock past the step in flight at the abort",
+        lambda: server.engine.stats()["model_time_s"] > aborted_at,
+    )
     total = sum(value(server, "vllm:request_success_total", finished_reason=r) for r in ("stop", "length", "abort"))
     assert total == 0
 
@@ -135,7 +148,8 @@ async def test_an_aborted_request_frees_its_blocks_and_is_not_counted(start: Sta
 async def test_queue_limits_reject_with_a_reason(start: Start) -> None:
     server = await start("--max-num-queued-reqs", "2", "--max-num-seqs", "1")
     first = submit(server, "a")
-    await asyncio.sleep(0.005)  # the first is running; two may wait
+    await eventually("the first request taken from the queue", lambda: first not in server.engine.waiting)
+    # the first is running; two may wait
     submit(server, "b")
     submit(server, "c")
     with pytest.raises(QueueFull):
@@ -178,7 +192,10 @@ async def test_a_hang_stalls_steps_until_it_is_cleared(start: Start) -> None:
     server = await start()
     hang = server.faults.add(parse_fault({"kind": "hang"}), 0.0)
     request = submit(server, "a", max_tokens=3)
-    await asyncio.sleep(0.1)
+    await eventually(
+        "the hung engine's clock 100 model seconds past the request's arrival",
+        lambda: server.engine.stats()["model_time_s"] >= request.arrival + 100,
+    )
     assert request.output_tokens == 0
     server.faults.remove(hang.id)
     server.engine.wake()
