@@ -23,7 +23,8 @@ from typing import Any
 import pytest
 
 from specpilot.api import spec as s
-from specpilot.controller.measure import PilotMeasurements
+from specpilot.controller.collect import Collector
+from specpilot.controller.core.measurements import Measurements
 from specpilot.metrics.scrape import scrape_session
 from specpilot.wire.names import (
     ARM_LABEL,
@@ -129,29 +130,26 @@ class DirectBeside:
         self.arms = {arm: ready((ARM_LABEL, arm.value)) for arm in (Arm.BASELINE, Arm.SPECULATIVE)}
         self.routers = ready((COMPONENT_LABEL, ROUTER_COMPONENT))
         self.namespace, self.analysis = namespace, analysis
-        self.measurements = PilotMeasurements()
+        self.measurements = Measurements()  # the last collection's, replaced whole by the next
         self.stopping = threading.Event()
-        self.lock = threading.Lock()
         self.thread = threading.Thread(target=lambda: asyncio.run(self._run()), daemon=True)
         self.thread.start()
 
     async def _run(self) -> None:
         async with scrape_session() as session:
+            collector = Collector.over_http(session)
             while not self.stopping.is_set():
-                with self.lock:
-                    await self.measurements.collect(
-                        session,
-                        arms=self.arms,
-                        routers=self.routers,
-                        analysis=self.analysis,
-                        pilot=(self.namespace, "demo"),
-                        now=datetime.now(UTC),
-                    )
+                self.measurements = await collector.collect(
+                    arms=self.arms,
+                    routers=self.routers,
+                    analysis=self.analysis,
+                    pilot=(self.namespace, "demo"),
+                    now=datetime.now(UTC),
+                )
                 await asyncio.sleep(1)
 
     def acceptance_length(self, end: datetime) -> float | None:
-        with self.lock:
-            window = self.measurements.window("chat", analysis=self.analysis, end=end)
+        window = self.measurements.window("chat", analysis=self.analysis, end=end)
         assert window.speculative_engine.inconclusive is None, window.speculative_engine.inconclusive
         return window.speculative_engine.acceptance_length
 

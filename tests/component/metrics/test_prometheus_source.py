@@ -37,7 +37,8 @@ from specpilot.analysis.checks import Verdict
 from specpilot.analysis.judge import judge_window
 from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api import spec as s
-from specpilot.controller.measure import PilotMeasurements, cadence
+from specpilot.controller.collect import Collector
+from specpilot.controller.core.measurements import cadence
 from specpilot.metrics.scrape import scrape_session
 from specpilot.mockvllm.metrics import BUCKETS
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, ROUTER_PORT, Arm
@@ -228,7 +229,6 @@ async def collect_both(
     Prometheus, at the same instants); close
     both scopes' windows at the last collection of each of the last `closes` intervals. Each
     collection's start, in seconds since the first, is appended to `collected` once it is done."""
-    collectors = {name: PilotMeasurements() for name in sources}
     routers = [(pilot.router.name, pilot.router.ip)]
     closed: list[dict[str, dict[str, ScopeWindow]]] = []
     interval, every = 5.0, cadence(sources["direct"])
@@ -236,12 +236,12 @@ async def collect_both(
     previous: datetime | None = None
     started = time.monotonic()
     async with scrape_session() as session:
+        collectors = {name: Collector.over_http(session) for name in sources}
         while (elapsed := time.monotonic() - started) < seconds:
             now = datetime.now(UTC)
-            await asyncio.gather(
+            measured = await asyncio.gather(
                 *(
                     collector.collect(
-                        session,
                         arms=pilot.ready(),
                         routers=routers,
                         analysis=sources[name],
@@ -255,11 +255,11 @@ async def collect_both(
             if elapsed >= seconds - closes * interval and due and previous is not None:
                 last_close = elapsed
                 windows = {
-                    name: {sc: collector.window(sc, analysis=sources[name], end=now) for sc in SCOPES}
-                    for name, collector in collectors.items()
+                    name: {sc: measurements.window(sc, analysis=sources[name], end=now) for sc in SCOPES}
+                    for name, measurements in zip(collectors, measured, strict=True)
                 }
                 # The noise of the scrape times, measured: direct scraping against itself, one cycle earlier.
-                direct = collectors["direct"]
+                direct = measured[list(collectors).index("direct")]
                 windows["earlier"] = {sc: direct.window(sc, analysis=sources["direct"], end=previous) for sc in SCOPES}
                 closed.append(windows)
             previous = now

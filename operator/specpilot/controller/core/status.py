@@ -310,73 +310,24 @@ def reconciled_status(
     decision: Decision | None = None,
     now: datetime,
 ) -> StatusPlan:
-    """Status after applying a valid spec."""
+    """Status after applying a valid spec, and the Events it implies."""
     arm_health, router = _health(arms, spec.router.replicas, router_deployment, observed)
-    arms_ready = all(h.ready for h in arm_health)
-    not_ready = [h for h in arm_health if not h.ready]
-    fatal = [h for h in [*arm_health, router] if h.fatal]
-    ready = arms_ready and router.ready
-    settled = all(scope.state in SETTLED for scope in scopes)
-    piloting = "; ".join(_scope_line(scope) for scope in scopes if scope.state not in SETTLED)
+    restart = next((e for e in scope_events if e.reason in (Reason.ENGINE_CHANGED, Reason.DRAFT_CHANGED)), None)
+    health = _Pilot(arm_health, router, settled=all(scope.state in SETTLED for scope in scopes))
+    conditions = _set_all(
+        previous.conditions if previous is not None else [],
+        _updates(health, spec=spec, scopes=scopes, restart=restart),
+        generation=generation,
+        now=now,
+    )
+    router_state = observed.deployments.get(router_deployment)
     by_arm = {
         plan.arm: _arm_status(plan, observed.deployments.get(plan.deployment["metadata"]["name"])) for plan in arms
     }
-    router_state = observed.deployments.get(router_deployment)
-    if fatal:
-        phase = Phase.DEGRADED
-    elif spec.suspend:
-        phase = Phase.SUSPENDED
-    elif ready and settled:
-        phase = Phase.HEALTHY
-    else:
-        phase = Phase.PROGRESSING
-
-    arms_message = "; ".join(h.message for h in arm_health)
-    blocking = fatal or not_ready or ([] if router.ready else [router])
-    restart = next((e for e in scope_events if e.reason in (Reason.ENGINE_CHANGED, Reason.DRAFT_CHANGED)), None)
-    conditions = previous.conditions if previous is not None else []
-    updates = [
-        (ConditionType.INVALID_SPEC, False, Reason.SPEC_VALID, "every field passed the operator's checks"),
-        (
-            ConditionType.ARMS_READY,
-            arms_ready,
-            Reason.ARMS_AVAILABLE if arms_ready else not_ready[0].reason,
-            arms_message,
-        ),
-        (
-            ConditionType.READY,
-            ready,
-            Reason.PILOT_READY if ready else blocking[0].reason,
-            f"{arms_message}; {router.message}",
-        ),
-        (
-            ConditionType.DEGRADED,
-            bool(fatal),
-            fatal[0].reason if fatal else Reason.NOT_DEGRADED,
-            "; ".join(h.message for h in fatal) if fatal else "arms and router are available or on their way",
-        ),
-        (
-            ConditionType.PROGRESSING,
-            not (ready and settled),
-            ((restart.reason if restart else blocking[0].reason) if not ready else Reason.SCOPES_PILOTING)
-            if not (ready and settled)
-            else Reason.PILOT_READY,
-            ((restart.message if restart else blocking[0].message) if not ready else piloting)
-            if not (ready and settled)
-            else "arms and router are ready; every scope is speculative or rolled back",
-        ),
-        (
-            ConditionType.SUSPENDED,
-            spec.suspend,
-            Reason.PILOT_SUSPENDED if spec.suspend else Reason.NOT_SUSPENDED,
-            "spec.suspend is set: stages do not advance" if spec.suspend else "spec.suspend is not set",
-        ),
-    ]
-    conditions = _set_all(conditions, updates, generation=generation, now=now)
     speculative = sum(1 for scope in scopes if scope.state is ScopeState.SPECULATIVE)
     status = SpeculationPilotStatus(
         observed_generation=generation,
-        phase=phase,
+        phase=health.phase(suspended=spec.suspend),
         conditions=conditions,
         arms=ArmsStatus(
             baseline=by_arm[Arm.BASELINE], speculative=by_arm[Arm.SPECULATIVE], alternative=by_arm.get(Arm.ALTERNATIVE)
@@ -397,6 +348,87 @@ def reconciled_status(
             0, Event(EventType.NORMAL, Reason.PILOT_CREATED, f"applied arms {arm_names}, the router and its routes")
         )
     return StatusPlan(status, (*events, *transition_events(previous, status)))
+
+
+@dataclass(frozen=True)
+class _Pilot:
+    """The health of the arms and the router, and whether every scope has settled."""
+
+    arms: Sequence[_Health]
+    router: _Health
+    settled: bool
+
+    @property
+    def arms_ready(self) -> bool:
+        return all(h.ready for h in self.arms)
+
+    @property
+    def ready(self) -> bool:
+        return self.arms_ready and self.router.ready
+
+    @property
+    def fatal(self) -> list[_Health]:
+        return [h for h in [*self.arms, self.router] if h.fatal]
+
+    @property
+    def blocking(self) -> list[_Health]:
+        """What keeps the pilot from Ready, the worst first."""
+        not_ready = [h for h in self.arms if not h.ready]
+        return self.fatal or not_ready or ([] if self.router.ready else [self.router])
+
+    def phase(self, *, suspended: bool) -> Phase:
+        if self.fatal:
+            return Phase.DEGRADED
+        if suspended:
+            return Phase.SUSPENDED
+        return Phase.HEALTHY if self.ready and self.settled else Phase.PROGRESSING
+
+
+def _updates(
+    health: _Pilot, *, spec: SpeculationPilotSpec, scopes: Sequence[ScopeStatus], restart: Event | None
+) -> list[tuple[ConditionType, bool, Reason, str]]:
+    """Every condition a valid spec sets, as (type, holds, reason, message)."""
+    arms_message = "; ".join(h.message for h in health.arms)
+    not_ready = [h for h in health.arms if not h.ready]
+    fatal, blocking = health.fatal, health.blocking
+    done = health.ready and health.settled
+    if done:
+        progressing = (Reason.PILOT_READY, "arms and router are ready; every scope is speculative or rolled back")
+    elif health.ready:
+        piloting = "; ".join(_scope_line(scope) for scope in scopes if scope.state not in SETTLED)
+        progressing = (Reason.SCOPES_PILOTING, piloting)
+    elif restart is not None:
+        progressing = (restart.reason, restart.message)
+    else:
+        progressing = (blocking[0].reason, blocking[0].message)
+    return [
+        (ConditionType.INVALID_SPEC, False, Reason.SPEC_VALID, "every field passed the operator's checks"),
+        (
+            ConditionType.ARMS_READY,
+            health.arms_ready,
+            Reason.ARMS_AVAILABLE if health.arms_ready else not_ready[0].reason,
+            arms_message,
+        ),
+        (
+            ConditionType.READY,
+            health.ready,
+            Reason.PILOT_READY if health.ready else blocking[0].reason,
+            f"{arms_message}; {health.router.message}",
+        ),
+        (
+            ConditionType.DEGRADED,
+            bool(fatal),
+            fatal[0].reason if fatal else Reason.NOT_DEGRADED,
+            "; ".join(h.message for h in fatal) if fatal else "arms and router are available or on their way",
+        ),
+        (ConditionType.PROGRESSING, not done, *progressing),
+        (
+            ConditionType.SUSPENDED,
+            spec.suspend,
+            Reason.PILOT_SUSPENDED if spec.suspend else Reason.NOT_SUSPENDED,
+            "spec.suspend is set: stages do not advance" if spec.suspend else "spec.suspend is not set",
+        ),
+    ]
 
 
 def invalid_status(
