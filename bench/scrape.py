@@ -9,7 +9,7 @@ milliseconds per exposition for both, and the ratio (target >= 20x).
 
 (b) Fleet: `--servers` child processes (this file, ``serve`` mode) listen on `--endpoints` loopback
 ports in all and serve that exposition gzip-compressed when asked; this process scrapes every one
-of them every `--interval` seconds through `specpilot.metrics.scrape.scrape_all` (one session,
+of them every `--interval` seconds through `specpilot.fetch.scrape.scrape_all` (one session,
 kept-alive connections, bounded concurrency) for `--cycles` cycles and reads its own CPU time at
 each tick, so a cycle's CPU includes the idle wait (target <= 0.25 core, i.e. <= 2.5 s per 10-s
 cycle). The first cycle opens the connections; the steady figure is the mean of the others.
@@ -36,9 +36,9 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from specpilot.fetch.scrape import ScrapeTarget, scrape_all, scrape_session
 from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape
 from specpilot.metrics.exposition import parse_exposition
-from specpilot.metrics.scrape import ScrapeTarget, scrape_all, scrape_session
 from specpilot.mockvllm.config import parse_args
 from specpilot.mockvllm.profile import Profile
 from specpilot.mockvllm.server import MockServer

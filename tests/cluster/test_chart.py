@@ -15,7 +15,6 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -25,39 +24,19 @@ from specpilot.api.pilot import GROUP
 from specpilot.controller.handlers import FINALIZER
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import events, pilot
-from tests.cluster.test_operator import router_ip
-from tests.component.test_argocd_health import KOPF_ANNOTATIONS
+from tests.cluster.pilots import router_ip
+from tests.cluster.releases import Release, can_i, helm_env
 from tests.helm import CHART, helm, kustomize, set_args, template_text
+from tests.operator_annotations import KOPF_ANNOTATIONS
 
 pytestmark = pytest.mark.cluster
 
 DEMO = ROOT / "manifests" / "demo"
-OPERATOR_SELECTOR = "app.kubernetes.io/name=specpilot,app.kubernetes.io/component=operator"
 
 
 def outcomes() -> list[tuple[str, str]]:
     lines = (DEMO / "outcomes.txt").read_text().splitlines()
     return [(scope, state) for scope, state in (line.split() for line in lines if line and not line.startswith("#"))]
-
-
-@dataclass(frozen=True)
-class Release:
-    name: str
-    namespace: str
-    account: str
-    values: dict[str, str]
-
-    def pods(self, cluster: Cluster) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = cluster.get_json("pods", "-n", self.namespace, "-l", OPERATOR_SELECTOR)["items"]
-        return [p for p in items if not p["metadata"].get("deletionTimestamp")]
-
-    def log(self, cluster: Cluster, pod: str) -> str:
-        logs = sorted(cluster.kubeconfig.parent.glob(f"node/pods/{self.namespace}_{pod}_*/operator.log"))
-        return "\n".join(p.read_text(errors="replace") for p in logs)
-
-
-def helm_env(cluster: Cluster) -> dict[str, str]:
-    return {**cluster.env(), "HELM_CACHE_HOME": str(cluster.kubeconfig.parent / "helm")}
 
 
 @pytest.fixture(scope="module")
@@ -100,12 +79,6 @@ def test_renders_pass_server_side_dry_run(cluster: Cluster, release: Release) ->
         out = cluster.kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=rendered, check=False)
         assert out.returncode == 0, f"{mode}: {out.stderr}"
         assert "(server dry run)" in out.stdout
-
-
-def can_i(cluster: Cluster, release: Release, *args: str) -> str:
-    account = f"system:serviceaccount:{release.namespace}:{release.account}"
-    out = cluster.kubectl("auth", "can-i", *args, f"--as={account}", check=False)
-    return out.stdout.strip()
 
 
 def test_operator_account_cannot_touch_secrets(cluster: Cluster, release: Release, pilot_namespace: str) -> None:

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.test_chart import Release, can_i, helm_env
+from tests.cluster.releases import Release, can_i, helm_env
 from tests.helm import CHART, helm, set_args
 
 pytestmark = pytest.mark.cluster

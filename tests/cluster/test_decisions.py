@@ -22,8 +22,7 @@ import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
-from tests.cluster.test_operator import router_ip
-from tests.cluster.test_operator_judging import judged_pilot
+from tests.cluster.pilots import judged_pilot, router_ip
 
 pytestmark = pytest.mark.cluster
 

@@ -26,6 +26,7 @@ from tests.cluster.operator_process import (
     running_operator,
     wait_ready,
 )
+from tests.cluster.pilots import router_ip
 
 pytestmark = pytest.mark.cluster
 
@@ -59,13 +60,6 @@ def generations(cluster: Cluster, namespace: str) -> dict[str, int]:
 def pod_uids(cluster: Cluster, namespace: str, arm: str) -> set[str]:
     items = cluster.get_json("pods", "-n", namespace, "-l", f"specpilot.io/arm={arm}")["items"]
     return {p["metadata"]["uid"] for p in items if not p["metadata"].get("deletionTimestamp")}
-
-
-def router_ip(cluster: Cluster, namespace: str) -> str:
-    pods = cluster.get_json("pods", "-n", namespace, "-l", "app.kubernetes.io/component=router")["items"]
-    ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])]
-    assert ready, cluster.pods_report(namespace)
-    return str(ready[0]["status"]["podIP"])
 
 
 def chat(ip: str, task: str = "chat", max_tokens: int = 8, timeout: float = 30) -> dict[str, Any]:

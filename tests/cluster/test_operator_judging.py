@@ -7,70 +7,23 @@ judges each scope on a short clock and moves it through its stages."""
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
-from tests.cluster.test_operator import router_ip
+from tests.cluster.pilots import judged_pilot, router_ip, scopes
 
 pytestmark = pytest.mark.cluster
-
-PROFILE = {
-    "cost": {"step_time_s": 0.02, "draft_cost_ratio": 0.3},
-    "acceptance": {"default": 0.7, "scopes": {"chat": 0.9, "code": 0.1}},
-}
-STAGES = [
-    {"weight": 25, "minRequests": 10, "minDuration": "10s"},
-    {"weight": 50, "minRequests": 10, "minDuration": "10s"},
-]
-
-
-def judged_pilot() -> dict[str, Any]:
-    doc = copy.deepcopy(yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text()))
-    spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
-    spec.pop("alternative")
-    spec.pop("quality")
-    spec["scopes"] = [
-        {"name": "chat", "stages": STAGES},
-        {"name": "code", "stages": STAGES},
-        {"name": "batch", "stages": STAGES},  # no traffic
-    ]
-    spec["analysis"] = {
-        "interval": "5s",
-        "window": "15s",
-        "warmup": "5s",
-        "minSamples": 10,
-        "failureLimit": 2,
-        # Latency tails on a handful of requests per window are noise on two shared cores: this test
-        # is about time per committed token.
-        "thresholds": {
-            "kvCacheUsage": {"max": 0.95, "sustainedFor": "10s"},
-            "ttft": {"quantile": 0.99, "maxRatio": 10.0},
-            "endToEnd": {"quantile": 0.95, "maxRatio": 10.0},
-            # This profile's inter-token-latency ratio sits near the default 2x (a speculative step
-            # delivers several tokens): a point comparison that lands on either side by chance.
-            "interTokenLatency": {"quantile": 0.99, "maxRatio": 10.0},
-        },
-    }
-    spec["rollback"] = {"cooldown": "1m", "reentry": "Manual"}
-    return doc
 
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     with running_operator(cluster, tmp_path_factory.mktemp("judging") / "operator.log") as running:
         yield running
-
-
-def scopes(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
-    return {s["name"]: s for s in pilot(cluster, namespace).get("status", {}).get("scopes", [])}
 
 
 def test_adopt_flip_and_hold_on_real_traffic(cluster: Cluster, operator: Operator, namespace: str) -> None:

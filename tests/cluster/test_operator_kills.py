@@ -12,8 +12,7 @@ import pytest
 
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.operator_process import events, pilot, running_operator, start_load, wait_ready
-from tests.cluster.test_operator import router_ip
-from tests.cluster.test_operator_judging import judged_pilot
+from tests.cluster.pilots import judged_pilot, router_ip
 
 pytestmark = pytest.mark.cluster
 

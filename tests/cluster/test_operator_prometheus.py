@@ -25,7 +25,7 @@ import pytest
 from specpilot.api import spec as s
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import Measurements
-from specpilot.metrics.scrape import scrape_session
+from specpilot.fetch.scrape import scrape_session
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
@@ -36,10 +36,9 @@ from specpilot.wire.names import (
     Arm,
 )
 from tests.cluster.conftest import Cluster, fresh_namespace, wait_until
+from tests.cluster.faults import CASES, chat, fault_pilot, inject, wait_for_a_pass
 from tests.cluster.operator_process import Operator, pilot, running_operator, start_load, wait_ready
-from tests.cluster.test_operator import router_ip
-from tests.cluster.test_operator_faults import CASES, chat, fault_pilot, inject, wait_for_a_pass
-from tests.cluster.test_operator_judging import judged_pilot, scopes
+from tests.cluster.pilots import judged_pilot, router_ip, scopes
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason
 
 pytestmark = [pytest.mark.cluster, pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")]

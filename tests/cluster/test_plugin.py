@@ -18,7 +18,7 @@ import pytest
 
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
-from tests.cluster.test_operator_judging import judged_pilot
+from tests.cluster.pilots import judged_pilot
 
 pytestmark = pytest.mark.cluster
 

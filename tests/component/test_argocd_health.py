@@ -11,18 +11,15 @@ from typing import Any
 import lupa
 import pytest
 import yaml
+from tests.operator_annotations import KOPF_ANNOTATIONS
 
-from specpilot.api.pilot import ABORT_ANNOTATION, GROUP, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.api.status import Phase
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "tests" / "data" / "argocd"
 CONFIG = yaml.safe_load((ROOT / "manifests" / "argocd" / "argocd-cm.yaml").read_text())
 LUA = CONFIG["data"]["resource.customizations.health.specpilot.io_SpeculationPilot"]
-
-# Kopf's state on the pilot, under the operator's prefix (handlers.settings); the cluster tier checks
-# that a live pilot carries no other annotation of the operator's.
-KOPF_ANNOTATIONS = (f"{GROUP}/kopf-managed", f"{GROUP}/last-handled-configuration")
 
 # sample -> (Argo CD health, words its message holds)
 CASES = {

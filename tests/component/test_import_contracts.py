@@ -74,16 +74,16 @@ def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "line", "broken"),
     [
-        pytest.param("router/decide.py", "import specpilot.api", "programs", id="router-imports-api"),
+        pytest.param("router/core/decide.py", "import specpilot.api", "programs", id="router-imports-api"),
         pytest.param("mockvllm/api.py", "import specpilot.loadgen.stats", "programs", id="programs-import-each-other"),
         pytest.param("wire/routes.py", "from specpilot.api import spec", "layers", id="wire-imports-api"),
-        pytest.param("wire/names.py", "import specpilot.router.decide", "operator", id="wire-imports-the-router"),
+        pytest.param("wire/names.py", "import specpilot.router.core.decide", "operator", id="wire-imports-the-router"),
         pytest.param(
             "api/status.py", "from specpilot.mockvllm import costmodel", "operator", id="api-imports-mockvllm"
         ),
         pytest.param("wire/names.py", "import socket", "pure", id="wire-imports-socket"),
         pytest.param("api/spec.py", "import aiohttp", "pure", id="api-imports-aiohttp"),
-        pytest.param("router/state.py", "import subprocess", "pure", id="router-core-imports-subprocess"),
+        pytest.param("router/core/state.py", "import subprocess", "pure", id="router-core-imports-subprocess"),
         pytest.param("controller/core/plan.py", "import aiohttp", "pure", id="controller-core-imports-aiohttp"),
         pytest.param(
             "controller/core/new.py", "import kubernetes", "pure", id="new-controller-core-module-imports-kubernetes"

@@ -28,10 +28,10 @@ from specpilot.controller.core.measurements import (
     horizon,
 )
 from specpilot.controller.ports import EngineSource, Pods, SampleReader
+from specpilot.fetch.prometheus import arm_engines
+from specpilot.fetch.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape
 from specpilot.metrics.ledger import SampleLedger
-from specpilot.metrics.prometheus import arm_engines
-from specpilot.metrics.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, Arm
 from specpilot.wire.samples import SamplesPage
 

@@ -21,7 +21,7 @@ the window (a restart: PromQL's increase is a lower bound then), and a pod whose
 edge of the window failed (``up``), or that was first scraped inside it though it started before;
 a failed scrape between the edges costs nothing, as with direct scraping (the increase spans it,
 and Prometheus keeps no part of a scrape it could not parse). Pure: queries are built here and
-their answers read here; `specpilot.metrics.prometheus` does the HTTP.
+their answers read here; `specpilot.fetch.prometheus` does the HTTP.
 """
 
 from __future__ import annotations

@@ -9,9 +9,9 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from specpilot.router.core.samples import SampleLog
+from specpilot.router.core.state import RouterState
 from specpilot.router.metrics import RouterMetrics
-from specpilot.router.samples import SampleLog
-from specpilot.router.state import RouterState
 
 MAX_PAGE = 10_000
 

@@ -21,12 +21,12 @@ from aiohttp import web
 
 from specpilot.kubeaccess import load_access
 from specpilot.router.admin import admin_app
+from specpilot.router.core.samples import SampleLog
+from specpilot.router.core.state import RouterState, RouteSource
 from specpilot.router.kube import ClusterSource
 from specpilot.router.metrics import RouterMetrics
 from specpilot.router.proxy import Proxy
-from specpilot.router.samples import SampleLog
 from specpilot.router.server import Limits, Server
-from specpilot.router.state import RouterState, RouteSource
 from specpilot.router.static import StaticSource, static_endpoints
 from specpilot.router.upstream import UpstreamPool
 from specpilot.wire.routerconfig import RouterConfig, RouterConfigError, split_host_port

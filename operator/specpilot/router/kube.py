@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 
 from specpilot.kubeaccess import KubeAccess
-from specpilot.router.slices import ready_endpoints
-from specpilot.router.state import ENDPOINTS, TABLE, RouteSink
+from specpilot.router.core.slices import ready_endpoints
+from specpilot.router.core.state import ENDPOINTS, TABLE, RouteSink
 from specpilot.wire.names import SERVICE_NAME_LABEL, Arm, arm_name, routes_name
 
 log = logging.getLogger("specpilot.router.kube")

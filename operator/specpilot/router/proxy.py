@@ -20,13 +20,13 @@ from typing import Any
 
 import orjson
 
-from specpilot.router.decide import UNAVAILABLE, Endpoint, Fallback, affinity_draw, choose_arm, classify_scope
-from specpilot.router.measure import StreamMeter, usage_tokens
+from specpilot.router.core.decide import UNAVAILABLE, Endpoint, Fallback, affinity_draw, choose_arm, classify_scope
+from specpilot.router.core.measure import StreamMeter, usage_tokens
+from specpilot.router.core.outcome import Facts, Failure, StreamEnd, other_status_label, request_outcome
+from specpilot.router.core.samples import SampleLog
+from specpilot.router.core.state import RouterState
 from specpilot.router.metrics import RouterMetrics
-from specpilot.router.outcome import Facts, Failure, StreamEnd, other_status_label, request_outcome
-from specpilot.router.samples import SampleLog
 from specpilot.router.server import ERROR_TYPES, ClientConnection, Request
-from specpilot.router.state import RouterState
 from specpilot.router.upstream import UpstreamConnection, UpstreamPool
 from specpilot.wire.names import SCOPE_HEADER, Arm
 from specpilot.wire.routerconfig import RouterConfig

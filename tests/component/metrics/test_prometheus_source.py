@@ -39,7 +39,7 @@ from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api import spec as s
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import cadence
-from specpilot.metrics.scrape import scrape_session
+from specpilot.fetch.scrape import scrape_session
 from specpilot.mockvllm.metrics import BUCKETS
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, ROUTER_PORT, Arm
 from specpilot.wire.routes import ROUTES_KEY, ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, render_routes

@@ -9,9 +9,9 @@ from aiohttp import web
 from tests.component.metrics.conftest import Serve
 from tests.component.router.conftest import Harness, HarnessFactory
 
+from specpilot.fetch.scrape import ReadFailure, read_samples, scrape_session
 from specpilot.metrics.ledger import SampleLedger
 from specpilot.metrics.samples import arm_requests
-from specpilot.metrics.scrape import ReadFailure, read_samples, scrape_session
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, SamplesPage
 

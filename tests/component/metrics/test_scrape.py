@@ -13,10 +13,10 @@ import pytest
 from aiohttp import web
 from tests.component.metrics.conftest import Serve
 
-from specpilot.metrics import scrape as scraping
+from specpilot.fetch import scrape as scraping
+from specpilot.fetch.scrape import MAX_BODY_BYTES, ScrapeTarget, scrape_all, scrape_session
 from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape, Scrape, ScrapeFailure, engine_window
 from specpilot.metrics.exposition import parse_exposition
-from specpilot.metrics.scrape import MAX_BODY_BYTES, ScrapeTarget, scrape_all, scrape_session
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 END = T0 + timedelta(seconds=60)

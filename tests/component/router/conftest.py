@@ -7,6 +7,7 @@ upstream behaviour it needs next to the request it sends.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import socket
 import time
@@ -257,6 +258,18 @@ class Harness:
 
 
 HarnessFactory = Callable[..., Awaitable[Harness]]
+
+
+def _established(port: int) -> int:
+    """Established TCP connections on loopback whose local port is `port` (the server side)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
+                    count += 1
+    return count
 
 
 def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> dict[str, Callable[[], Any]]:

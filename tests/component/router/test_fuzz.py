@@ -13,13 +13,12 @@ import random
 import socket
 import struct
 from collections.abc import Callable
-from pathlib import Path
 
 import aiohttp
 import pytest
-from tests.component.router.conftest import Harness, HarnessFactory
+from tests.component.router.conftest import Harness, HarnessFactory, _established
 
-from specpilot.router.decide import Endpoint
+from specpilot.router.core.decide import Endpoint
 from specpilot.wire.names import Arm
 
 SEED = 20261129
@@ -156,18 +155,6 @@ class JunkUpstream:
         finally:
             writer.close()
             self.open -= 1
-
-
-def _established(port: int) -> int:
-    """Established TCP connections on loopback whose local port is `port` (the server side)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        with contextlib.suppress(FileNotFoundError):
-            for line in Path(table).read_text().splitlines()[1:]:
-                local, state = line.split()[1], line.split()[3]
-                if state == "01" and int(local.rsplit(":", 1)[1], 16) == port:
-                    count += 1
-    return count
 
 
 async def _assert_nothing_leaked(h: Harness) -> None:

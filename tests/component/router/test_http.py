@@ -11,10 +11,9 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from tests.component.router.conftest import TEAM_HEADER, Harness, HarnessFactory
-from tests.component.router.test_fuzz import _established
+from tests.component.router.conftest import TEAM_HEADER, Harness, HarnessFactory, _established
 
-from specpilot.router.decide import Endpoint
+from specpilot.router.core.decide import Endpoint
 from specpilot.router.server import WRITE_HIGH_WATER, Limits, Server
 from specpilot.wire.names import Arm
 

@@ -15,9 +15,9 @@ from aiohttp import web
 from tests.component.router.conftest import Harness
 
 from specpilot.kubeaccess import KubeAccess
-from specpilot.router.decide import Endpoint, Fallback
+from specpilot.router.core.decide import Endpoint, Fallback
+from specpilot.router.core.state import RouterState
 from specpilot.router.kube import ClusterSource
-from specpilot.router.state import RouterState
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
 

@@ -19,7 +19,6 @@ from specpilot.analysis.decision import (
     implied_gain,
 )
 from specpilot.analysis.evidence import (
-    ArmLoad,
     BinArm,
     Evidence,
     Moments,
@@ -28,7 +27,6 @@ from specpilot.analysis.evidence import (
     load,
     load_bin,
     record_window,
-    with_arms,
 )
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
@@ -44,72 +42,7 @@ from specpilot.api.status import (
 )
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END, arm, engine
-
-T, K, C = 0.02, 3, 0.1
-ROOF = 16  # ordinary decoding reaches the compute roof at 16 sequences
-
-
-def expected_tokens(alpha: float) -> float:
-    return (1 - alpha ** (K + 1)) / (1 - alpha)
-
-
-def ordinary(load: float) -> float:
-    return T * max(1.0, load / ROOF)
-
-
-def speculative(load: float, alpha: float) -> float:
-    """The mock's cost model: a round verifies k + 1 tokens per sequence and drafts k."""
-    verify = T * max(1.0, load * (K + 1) / ROOF)
-    return (verify + K * C * ordinary(load)) / expected_tokens(alpha)
-
-
-def analytic_crossover(alpha: float) -> float:
-    return (expected_tokens(alpha) - K * C) * ROOF / (K + 1)
-
-
-LOADS = (1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
-
-
-def pilot(
-    alphas: dict[str, float],
-    *,
-    loads: tuple[float, ...] = LOADS,
-    per_load: int = 4,
-    fixed: float = 0.1,
-    quality_failed: frozenset[str] = frozenset(),
-) -> Evidence:
-    """Windows at each load in turn, every scope on both arms at the same load."""
-    evidence = with_arms(
-        Evidence(),
-        overlap=3.0,
-        kv_blocks={Arm.BASELINE: 1000, Arm.SPECULATIVE: 800},
-        gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1},
-    )
-    seed = 0
-    for step, value in enumerate(x for x in loads for _ in range(per_load)):
-        end = END + timedelta(seconds=5 * step)
-        for scope, alpha in alphas.items():
-            seed += 2
-            spec = arm(40, seed=seed, per_token=speculative(value, alpha), ttft=fixed)
-            base = arm(40, seed=seed + 1, per_token=ordinary(value), ttft=fixed)
-            w = ScopeWindow(
-                scope=scope,
-                start=end - timedelta(seconds=15),
-                end=end,
-                baseline=base,
-                speculative=spec,
-                baseline_engine=engine(),
-                speculative_engine=replace(engine(), per_position_acceptance=(alpha, alpha**2, alpha**3)),
-            )
-            loads_ = {a: ArmLoad(in_flight_per_replica=value, running_per_replica=value) for a in Arm}
-            evidence = record_window(
-                evidence,
-                w,
-                WindowLoad(arms=loads_, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150)),
-                verdict=Verdict.PASS,
-                quality_failed=scope in quality_failed,
-            )
-    return evidence
+from tests.unit.analysis.crossover import LOADS, analytic_crossover, ordinary, pilot, speculative
 
 
 def decide(evidence: Evidence, scope: str, fallbacks: tuple[FallbackRecord, ...] = ()):  # type: ignore[no-untyped-def]

@@ -33,7 +33,7 @@ from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import Pods
 from specpilot.controller.reconcile import Controller
-from specpilot.metrics.scrape import ReadFailure
+from specpilot.fetch.scrape import ReadFailure
 from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, PILOT_LABEL, ROUTER_COMPONENT, Arm
 from specpilot.wire.routes import RoutingTable
 from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage

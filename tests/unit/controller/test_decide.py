@@ -13,7 +13,7 @@ from specpilot.controller.core.decide import decide, fresh_for, record
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END, arm, engine
-from tests.unit.controller.test_render import ROOT, load
+from tests.unit.controller.specs import ROOT, load
 
 _, SPEC = load(ROOT / "manifests/examples/local-demo.yaml")
 NAMES = [scope.name for scope in SPEC.scopes]

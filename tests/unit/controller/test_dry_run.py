@@ -15,7 +15,7 @@ from specpilot.controller.core.changes import _binds_absent_role
 from specpilot.controller.core.observe import ChildSummary
 from specpilot.controller.core.routing import routing_table
 from specpilot.controller.core.snapshot import Observation
-from tests.unit.controller.test_render import ROOT
+from tests.unit.controller.specs import ROOT
 
 
 def objects() -> dict[str, dict[str, Any]]:

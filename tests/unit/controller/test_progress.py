@@ -35,7 +35,7 @@ from specpilot.controller.core.progress import (
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.analysis.conftest import engine as analysis_engine
 from tests.unit.analysis.conftest import window as analysis_window
-from tests.unit.controller.test_render import ROOT, load
+from tests.unit.controller.specs import ROOT, load
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 _, SPEC = load(ROOT / "manifests/examples/local-demo.yaml")  # interval 10s, window 30s, warmup 20s

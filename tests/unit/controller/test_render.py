@@ -18,34 +18,17 @@ from specpilot.controller.core.routing import routing_table
 from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
 from specpilot.wire.routerconfig import RouterConfig
 from specpilot.wire.routes import parse_routes
+from tests.unit.controller.specs import ROOT, load, with_spec
 
-ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
 GOLDEN = Path(__file__).parent / "golden"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 IMAGE = "specpilot/specpilot:test"
 
 
-def load(path: Path) -> tuple[r.PilotRef, s.SpeculationPilotSpec]:
-    doc = yaml.safe_load(path.read_text())
-    ref = r.PilotRef(name=doc["metadata"]["name"], namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
-    return ref, s.SpeculationPilotSpec.from_wire(doc["spec"])
-
-
 def rendered(ref: r.PilotRef, spec: s.SpeculationPilotSpec, weights: dict[str, int] | None = None) -> r.Rendered:
     table = routing_table(ref.name, spec, weights or {}, generation=1, now=NOW)
     return r.render(ref, spec, table=table, router_image=IMAGE)
-
-
-def with_spec(spec: s.SpeculationPilotSpec, path: str, value: Any) -> s.SpeculationPilotSpec:
-    """A copy of `spec` with the camelCase field at dotted `path` set to `value`."""
-    doc = copy.deepcopy(spec.to_wire())
-    *parents, last = path.split(".")
-    node = doc
-    for part in parents:
-        node = node.setdefault(part, {})
-    node[last] = value
-    return s.SpeculationPilotSpec.from_wire(doc)
 
 
 def container(plan: r.ArmPlan) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from specpilot.controller.core.status import (
     reconciled_status,
     set_condition,
 )
-from tests.unit.controller.test_render import ROOT, load, with_spec
+from tests.unit.controller.specs import ROOT, load, with_spec
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DEMO = ROOT / "manifests/examples/local-demo.yaml"

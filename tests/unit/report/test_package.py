@@ -14,7 +14,7 @@ from specpilot.api.status import DecisionOutcome
 from specpilot.loadgen.workload import load_mix
 from specpilot.report.build import build
 from specpilot.report.package import write_package
-from tests.unit.analysis.test_decision import analytic_crossover, pilot
+from tests.unit.analysis.crossover import analytic_crossover, pilot
 
 ROOT = Path(__file__).resolve().parents[3]
 ALPHAS = {"always": 0.95, "low": 0.5, "never": 0.1}

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.router.measure import StreamMeter, usage_tokens
+from specpilot.router.core.measure import StreamMeter, usage_tokens
 
 
 def ev(chunk: Any) -> bytes:

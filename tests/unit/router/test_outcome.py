@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.router.outcome import Facts, Failure, StreamEnd, other_status_label, request_outcome
+from specpilot.router.core.outcome import Facts, Failure, StreamEnd, other_status_label, request_outcome
 from specpilot.wire.samples import RequestOutcome as O
 
 UP = Failure.UPSTREAM

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from specpilot.router.decide import Endpoint
-from specpilot.router.slices import ready_endpoints, slice_port
+from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.slices import ready_endpoints, slice_port
 from specpilot.wire.names import Arm
 
 

@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.router.decide import Endpoint, Fallback
-from specpilot.router.state import ENDPOINTS, TABLE, RouterState
+from specpilot.router.core.decide import Endpoint, Fallback
+from specpilot.router.core.state import ENDPOINTS, TABLE, RouterState
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
 

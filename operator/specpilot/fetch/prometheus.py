@@ -18,8 +18,8 @@ import aiohttp
 
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.spec import PrometheusSource
+from specpilot.fetch.scrape import MAX_BODY_BYTES, TooLarge, read_body
 from specpilot.metrics.promql import Answer, QueryFailure, arm_engine, arm_matchers, engine_queries, parse_answer
-from specpilot.metrics.scrape import MAX_BODY_BYTES, TooLarge, read_body
 from specpilot.wire.names import Arm
 
 K = TypeVar("K")

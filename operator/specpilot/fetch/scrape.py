@@ -1,5 +1,5 @@
 """I/O of `specpilot.metrics`: engine ``/metrics`` and the router's ``/samples`` (and, beside it,
-`specpilot.metrics.prometheus` for a Prometheus server's query API).
+`specpilot.fetch.prometheus` for a Prometheus server's query API).
 
 Scraping 1,000 engine pods every 10 s must stay cheap, so every scrape goes through one shared
 `aiohttp.ClientSession` (`scrape_session`) whose connector keeps a few connections per pod alive

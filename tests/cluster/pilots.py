@@ -1,0 +1,65 @@
+"""Pilots the operator tests share: the judged demo pilot (chat drafts well, code badly, batch gets
+no traffic), its mock profile, and what to read back from a running one."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import yaml
+
+from tests.cluster.conftest import ROOT, Cluster
+from tests.cluster.operator_process import pilot
+
+PROFILE = {
+    "cost": {"step_time_s": 0.02, "draft_cost_ratio": 0.3},
+    "acceptance": {"default": 0.7, "scopes": {"chat": 0.9, "code": 0.1}},
+}
+STAGES = [
+    {"weight": 25, "minRequests": 10, "minDuration": "10s"},
+    {"weight": 50, "minRequests": 10, "minDuration": "10s"},
+]
+
+
+def judged_pilot() -> dict[str, Any]:
+    doc = copy.deepcopy(yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text()))
+    spec = doc["spec"]
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    spec.pop("alternative")
+    spec.pop("quality")
+    spec["scopes"] = [
+        {"name": "chat", "stages": STAGES},
+        {"name": "code", "stages": STAGES},
+        {"name": "batch", "stages": STAGES},  # no traffic
+    ]
+    spec["analysis"] = {
+        "interval": "5s",
+        "window": "15s",
+        "warmup": "5s",
+        "minSamples": 10,
+        "failureLimit": 2,
+        # Latency tails on a handful of requests per window are noise on two shared cores: this test
+        # is about time per committed token.
+        "thresholds": {
+            "kvCacheUsage": {"max": 0.95, "sustainedFor": "10s"},
+            "ttft": {"quantile": 0.99, "maxRatio": 10.0},
+            "endToEnd": {"quantile": 0.95, "maxRatio": 10.0},
+            # This profile's inter-token-latency ratio sits near the default 2x (a speculative step
+            # delivers several tokens): a point comparison that lands on either side by chance.
+            "interTokenLatency": {"quantile": 0.99, "maxRatio": 10.0},
+        },
+    }
+    spec["rollback"] = {"cooldown": "1m", "reentry": "Manual"}
+    return doc
+
+
+def scopes(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
+    return {s["name"]: s for s in pilot(cluster, namespace).get("status", {}).get("scopes", [])}
+
+
+def router_ip(cluster: Cluster, namespace: str) -> str:
+    pods = cluster.get_json("pods", "-n", namespace, "-l", "app.kubernetes.io/component=router")["items"]
+    ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])]
+    assert ready, cluster.pods_report(namespace)
+    return str(ready[0]["status"]["podIP"])

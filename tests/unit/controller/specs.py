@@ -1,0 +1,32 @@
+"""The example pilots as the controller's unit tests read them: a manifest's spec under a fixed
+PilotRef, and a spec with one field changed."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from specpilot.api import spec as s
+from specpilot.controller.core import render as r
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def load(path: Path) -> tuple[r.PilotRef, s.SpeculationPilotSpec]:
+    doc = yaml.safe_load(path.read_text())
+    ref = r.PilotRef(name=doc["metadata"]["name"], namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
+    return ref, s.SpeculationPilotSpec.from_wire(doc["spec"])
+
+
+def with_spec(spec: s.SpeculationPilotSpec, path: str, value: Any) -> s.SpeculationPilotSpec:
+    """A copy of `spec` with the camelCase field at dotted `path` set to `value`."""
+    doc = copy.deepcopy(spec.to_wire())
+    *parents, last = path.split(".")
+    node = doc
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[last] = value
+    return s.SpeculationPilotSpec.from_wire(doc)
