@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.api import spec as s
+from specpilot.api.spec import Analysis
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import Measurements
 from specpilot.fetch.scrape import scrape_session
@@ -115,7 +115,7 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 class DirectBeside:
     """Direct scraping of a pilot's pods in a thread beside the operator: windows closed at any end."""
 
-    def __init__(self, cluster: Cluster, namespace: str, analysis: s.Analysis) -> None:
+    def __init__(self, cluster: Cluster, namespace: str, analysis: Analysis) -> None:
         pods = cluster.get_json("pods", "-n", namespace, "-l", PILOT_LABEL)["items"]
 
         def ready(selector: tuple[str, str]) -> list[tuple[str, str]]:
@@ -165,7 +165,7 @@ def run(
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
     direct = (
-        DirectBeside(cluster, namespace, s.Analysis.from_wire(judged_pilot()["spec"]["analysis"])) if beside else None
+        DirectBeside(cluster, namespace, Analysis.from_wire(judged_pilot()["spec"]["analysis"])) if beside else None
     )
     load = start_load(cluster, router_ip(cluster, namespace), seconds=150)
     try:

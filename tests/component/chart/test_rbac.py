@@ -11,10 +11,10 @@ import pytest
 import yaml
 from tests.helm import ROOT, by_kind, template
 
-from specpilot.api import spec as s
 from specpilot.api.pilot import GROUP, PLURAL
+from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.controller import handlers, kube
-from specpilot.controller.core import render as r
+from specpilot.controller.core.render import PilotRef, Rendered, render
 from specpilot.controller.core.routing import routing_table
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)
@@ -33,12 +33,12 @@ def expand(rules: list[dict[str, Any]]) -> set[Permission]:
     }
 
 
-def rendered_pilot() -> r.Rendered:
+def rendered_pilot() -> Rendered:
     doc = yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text())
-    ref = r.PilotRef(name="demo", namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
-    spec = s.SpeculationPilotSpec.from_wire(doc["spec"])
+    ref = PilotRef(name="demo", namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
+    spec = SpeculationPilotSpec.from_wire(doc["spec"])
     table = routing_table(ref.name, spec, {}, generation=1, now=datetime(2026, 12, 1, tzinfo=UTC))
-    return r.render(ref, spec, table=table, router_image="specpilot/specpilot:test")
+    return render(ref, spec, table=table, router_image="specpilot/specpilot:test")
 
 
 def group_of(api_version: str) -> str:

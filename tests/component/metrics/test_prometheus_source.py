@@ -36,7 +36,7 @@ from tests.waiting import eventually
 from specpilot.analysis.checks import Verdict
 from specpilot.analysis.judge import judge_window
 from specpilot.analysis.window import ArmEngine, ScopeWindow
-from specpilot.api import spec as s
+from specpilot.api.spec import Analysis, MetricsSource, Quality
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import cadence
 from specpilot.fetch.scrape import scrape_session
@@ -195,13 +195,13 @@ def pilot(tmp_path: Path) -> Iterator[Pilot]:
             pod.stop()
 
 
-def analysis(source: s.MetricsSource | None = None) -> s.Analysis:
+def analysis(source: MetricsSource | None = None) -> Analysis:
     body = {**ANALYSIS, **({"metricsSource": source.to_wire()} if source is not None else {})}
-    return s.Analysis.from_wire(body)
+    return Analysis.from_wire(body)
 
 
-def prometheus_source(pilot: Pilot, **fields: Any) -> s.MetricsSource:
-    return s.MetricsSource.from_wire({"prometheus": {"url": pilot.prometheus.url, **fields}})
+def prometheus_source(pilot: Pilot, **fields: Any) -> MetricsSource:
+    return MetricsSource.from_wire({"prometheus": {"url": pilot.prometheus.url, **fields}})
 
 
 def load(pilot: Pilot, seconds: int) -> subprocess.Popen[bytes]:
@@ -219,7 +219,7 @@ def load(pilot: Pilot, seconds: int) -> subprocess.Popen[bytes]:
 
 async def collect_both(
     pilot: Pilot,
-    sources: dict[str, s.Analysis],
+    sources: dict[str, Analysis],
     *,
     seconds: float,
     closes: int,
@@ -326,7 +326,7 @@ def test_prometheus_source_agrees_with_direct_scraping(pilot: Pilot) -> None:
                     seen = worst.setdefault(f"{arm} {figure}", [0.0, 0.0])
                     seen[:] = [max(seen[0], difference), max(seen[1], noise)]
             verdicts = [
-                judge_window(w, analysis=judged, quality=s.Quality(), draft_tokens=K, state={}) for w in (direct, prom)
+                judge_window(w, analysis=judged, quality=Quality(), draft_tokens=K, state={}) for w in (direct, prom)
             ]
             checks = [[(c.metric.value, c.verdict.value, c.observed, c.reason) for c in v.checks] for v in verdicts]
             differing = [(a, b) for a, b in zip(*checks, strict=True) if a[:2] != b[:2]]
@@ -387,7 +387,7 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
         "direct": analysis(),
         "prometheus": analysis(prometheus_source(pilot)),
         "elsewhere": analysis(prometheus_source(pilot, labels={"cluster": "elsewhere"})),
-        "down": analysis(s.MetricsSource.from_wire({"prometheus": {"url": nowhere, "timeout": "1s"}})),
+        "down": analysis(MetricsSource.from_wire({"prometheus": {"url": nowhere, "timeout": "1s"}})),
     }
 
     async def run() -> list[dict[str, dict[str, ScopeWindow]]]:
@@ -427,6 +427,6 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
     assert f"POST {nowhere}/api/v1/query: ClientConnectorError" in (reasons["down"] or ""), reasons["down"]
     for name in ("prometheus", "elsewhere", "down"):
         verdict = judge_window(
-            windows[name]["chat"], analysis=sources[name], quality=s.Quality(), draft_tokens=K, state={}
+            windows[name]["chat"], analysis=sources[name], quality=Quality(), draft_tokens=K, state={}
         )
         assert verdict.verdict.value == "Inconclusive", (name, verdict)

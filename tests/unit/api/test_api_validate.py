@@ -11,8 +11,26 @@ import pytest
 import yaml
 
 from specpilot.api import Problem, validate
-from specpilot.api import spec as s
 from specpilot.api.pilot import NAME_RULE
+from specpilot.api.spec import (
+    ACCEPTANCE_LENGTH_REACHABLE,
+    ALTERNATIVE_DIFFERS,
+    ALTERNATIVE_GPU_BUDGET,
+    ARM_LABELS_DIFFER,
+    DEADLINE_WITHIN_TIMEOUT,
+    DEFAULT_SCOPE_EXISTS,
+    DRAFT_MODEL_FORBIDDEN,
+    DRAFT_MODEL_REQUIRED,
+    DRAFT_REVISION_NEEDS_MODEL,
+    DRAFT_TENSOR_PARALLEL,
+    ENV_VALUE_OR_SOURCE,
+    GPU_PER_RANK,
+    STAGE_SPANS_INTERVAL,
+    STAGE_SPANS_SAMPLES,
+    TOLERATION_EXISTS_WITHOUT_VALUE,
+    WINDOW_COVERS_INTERVAL,
+    WINDOW_COVERS_KV_CACHE,
+)
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
@@ -65,13 +83,13 @@ RULES = [
         "gpu-limit",
         _pilot(engine=_engine(resources={"limits": {"nvidia.com/gpu": 2}})),
         "spec.engine.resources",
-        s.GPU_PER_RANK.message,
+        GPU_PER_RANK.message,
     ),
     (
         "gpu-request",
         _pilot(engine=_engine(tensorParallelSize=2, resources={"requests": {"nvidia.com/gpu": "1"}})),
         "spec.engine.resources",
-        s.GPU_PER_RANK.message,
+        GPU_PER_RANK.message,
     ),
     (
         "env",
@@ -79,86 +97,86 @@ RULES = [
             engine=_engine(env=[{"name": "A", "value": "1", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}])
         ),
         "spec.engine.env[0].valueFrom",
-        s.ENV_VALUE_OR_SOURCE.message,
+        ENV_VALUE_OR_SOURCE.message,
     ),
     (
         "toleration",
         _pilot(engine=_engine(tolerations=[{"operator": "Exists", "value": "x"}])),
         "spec.engine.tolerations[0].value",
-        s.TOLERATION_EXISTS_WITHOUT_VALUE.message,
+        TOLERATION_EXISTS_WITHOUT_VALUE.message,
     ),
     (
         "draft-model-required",
         _pilot(speculative={"draft": {"method": "eagle3"}}),
         "spec.speculative.draft.model",
-        s.DRAFT_MODEL_REQUIRED.message,
+        DRAFT_MODEL_REQUIRED.message,
     ),
     (
         "draft-model-forbidden",
         _pilot(speculative={"draft": {"method": "suffix", "model": "m"}}),
         "spec.speculative.draft.model",
-        s.DRAFT_MODEL_FORBIDDEN.message,
+        DRAFT_MODEL_FORBIDDEN.message,
     ),
     (
         "draft-revision",
         _pilot(speculative={"draft": {"method": "mtp", "revision": "main"}}),
         "spec.speculative.draft.revision",
-        s.DRAFT_REVISION_NEEDS_MODEL.message,
+        DRAFT_REVISION_NEEDS_MODEL.message,
     ),
     (
         "draft-tensor-parallel",
         _pilot(engine=_engine(tensorParallelSize=8), speculative={"draft": {"model": "d", "tensorParallelSize": 4}}),
         "spec.speculative.draft.tensorParallelSize",
-        s.DRAFT_TENSOR_PARALLEL.message,
+        DRAFT_TENSOR_PARALLEL.message,
     ),
     (
         "alternative-budget",
         _pilot(speculative={"replicas": 2, "draft": {"model": "d"}}, alternative={"replicas": 3}),
         "spec.alternative",
-        s.ALTERNATIVE_GPU_BUDGET.message,
+        ALTERNATIVE_GPU_BUDGET.message,
     ),
     (
         "alternative-same-as-baseline",
         _pilot(alternative={"replicas": 1, "tensorParallelSize": 1}),
         "spec.alternative",
-        s.ALTERNATIVE_DIFFERS.message,
+        ALTERNATIVE_DIFFERS.message,
     ),
     (
         "default-scope",
         _pilot(router={"defaultScope": "code"}),
         "spec.router.defaultScope",
-        s.DEFAULT_SCOPE_EXISTS.message,
+        DEFAULT_SCOPE_EXISTS.message,
     ),
     (
         "deadline",
         _pilot(router={"requestTimeout": "30s"}, scopes=[{"name": "chat", "deadline": "1m"}]),
         "spec.scopes",
-        s.DEADLINE_WITHIN_TIMEOUT.message,
+        DEADLINE_WITHIN_TIMEOUT.message,
     ),
     (
         "stage-duration",
         _pilot(analysis={"interval": "15m", "window": "30m"}),
         "spec.scopes",
-        s.STAGE_SPANS_INTERVAL.message,
+        STAGE_SPANS_INTERVAL.message,
     ),
-    ("stage-requests", _pilot(analysis={"minSamples": 201}), "spec.scopes", s.STAGE_SPANS_SAMPLES.message),
+    ("stage-requests", _pilot(analysis={"minSamples": 201}), "spec.scopes", STAGE_SPANS_SAMPLES.message),
     (
         "window",
         _pilot(analysis={"interval": "10m", "window": "5m"}),
         "spec.analysis.window",
-        s.WINDOW_COVERS_INTERVAL.message,
+        WINDOW_COVERS_INTERVAL.message,
     ),
     (
         "kv-sustained",
         _pilot(analysis={"window": "1m", "thresholds": {"kvCacheUsage": {"sustainedFor": "90s"}}}),
         "spec.analysis.thresholds.kvCacheUsage.sustainedFor",
-        s.WINDOW_COVERS_KV_CACHE.message,
+        WINDOW_COVERS_KV_CACHE.message,
     ),
     (
         "acceptance",
         _pilot(analysis={"thresholds": {"minAcceptanceLength": 4.5}}),
         "spec.analysis.thresholds.minAcceptanceLength",
-        s.ACCEPTANCE_LENGTH_REACHABLE.message,
+        ACCEPTANCE_LENGTH_REACHABLE.message,
     ),
     (
         "duplicate-scope",
@@ -183,7 +201,7 @@ RULES = [
         "prometheus-arms-identical",
         _prometheus(arms={"baseline": {"arm": "a"}, "speculative": {"arm": "a"}}),
         "spec.analysis.metricsSource.prometheus.arms.speculative",
-        s.ARM_LABELS_DIFFER.message,
+        ARM_LABELS_DIFFER.message,
     ),
     (
         "prometheus-reserved-label",

@@ -9,19 +9,19 @@ from typing import Any
 
 import yaml
 
-from specpilot.api import spec as s
-from specpilot.controller.core import render as r
+from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.controller.core.render import PilotRef
 
 ROOT = Path(__file__).resolve().parents[3]
 
 
-def load(path: Path) -> tuple[r.PilotRef, s.SpeculationPilotSpec]:
+def load(path: Path) -> tuple[PilotRef, SpeculationPilotSpec]:
     doc = yaml.safe_load(path.read_text())
-    ref = r.PilotRef(name=doc["metadata"]["name"], namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
-    return ref, s.SpeculationPilotSpec.from_wire(doc["spec"])
+    ref = PilotRef(name=doc["metadata"]["name"], namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
+    return ref, SpeculationPilotSpec.from_wire(doc["spec"])
 
 
-def with_spec(spec: s.SpeculationPilotSpec, path: str, value: Any) -> s.SpeculationPilotSpec:
+def with_spec(spec: SpeculationPilotSpec, path: str, value: Any) -> SpeculationPilotSpec:
     """A copy of `spec` with the camelCase field at dotted `path` set to `value`."""
     doc = copy.deepcopy(spec.to_wire())
     *parents, last = path.split(".")
@@ -29,4 +29,4 @@ def with_spec(spec: s.SpeculationPilotSpec, path: str, value: Any) -> s.Speculat
     for part in parents:
         node = node.setdefault(part, {})
     node[last] = value
-    return s.SpeculationPilotSpec.from_wire(doc)
+    return SpeculationPilotSpec.from_wire(doc)

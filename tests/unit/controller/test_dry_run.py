@@ -9,10 +9,10 @@ from typing import Any
 
 import yaml
 
-from specpilot.api import spec as s
-from specpilot.controller.core import render as r
+from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.controller.core.changes import _binds_absent_role
 from specpilot.controller.core.observe import ChildSummary
+from specpilot.controller.core.render import PilotRef, render
 from specpilot.controller.core.routing import routing_table
 from specpilot.controller.core.snapshot import Observation
 from tests.unit.controller.specs import ROOT
@@ -20,10 +20,10 @@ from tests.unit.controller.specs import ROOT
 
 def objects() -> dict[str, dict[str, Any]]:
     doc = yaml.safe_load((ROOT / "manifests/examples/local-demo.yaml").read_text())
-    ref = r.PilotRef(name="demo", namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
-    spec = s.SpeculationPilotSpec.from_wire(doc["spec"])
+    ref = PilotRef(name="demo", namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
+    spec = SpeculationPilotSpec.from_wire(doc["spec"])
     table = routing_table(ref.name, spec, {}, generation=1, now=datetime(2026, 12, 1, tzinfo=UTC))
-    rendered = r.render(ref, spec, table=table, router_image="specpilot/specpilot:test")
+    rendered = render(ref, spec, table=table, router_image="specpilot/specpilot:test")
     return {o["kind"]: o for o in rendered.objects}
 
 

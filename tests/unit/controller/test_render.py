@@ -12,8 +12,17 @@ from typing import Any
 import pytest
 import yaml
 
-from specpilot.api import spec as s
-from specpilot.controller.core import render as r
+from specpilot.api.spec import GPU_RESOURCE, SpeculationPilotSpec
+from specpilot.controller.core.render import (
+    ArmPlan,
+    PilotRef,
+    Rendered,
+    max_table_age_seconds,
+    render,
+    render_arm,
+    render_router,
+    router_rbac,
+)
 from specpilot.controller.core.routing import routing_table
 from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
 from specpilot.wire.routerconfig import RouterConfig
@@ -26,12 +35,12 @@ NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 IMAGE = "specpilot/specpilot:test"
 
 
-def rendered(ref: r.PilotRef, spec: s.SpeculationPilotSpec, weights: dict[str, int] | None = None) -> r.Rendered:
+def rendered(ref: PilotRef, spec: SpeculationPilotSpec, weights: dict[str, int] | None = None) -> Rendered:
     table = routing_table(ref.name, spec, weights or {}, generation=1, now=NOW)
-    return r.render(ref, spec, table=table, router_image=IMAGE)
+    return render(ref, spec, table=table, router_image=IMAGE)
 
 
-def container(plan: r.ArmPlan) -> dict[str, Any]:
+def container(plan: ArmPlan) -> dict[str, Any]:
     return plan.deployment["spec"]["template"]["spec"]["containers"][0]
 
 
@@ -67,7 +76,7 @@ def test_every_object_is_owned_labelled_and_namespaced(example: Path) -> None:
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_baseline_and_speculative_differ_by_the_speculative_config_alone(example: Path) -> None:
     ref, spec = load(example)
-    baseline, speculative = (r.render_arm(ref, spec, arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE))
+    baseline, speculative = (render_arm(ref, spec, arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE))
     base_pod, spec_pod = (copy.deepcopy(p.deployment["spec"]["template"]["spec"]) for p in (baseline, speculative))
     spec_args = spec_pod["containers"][0].pop("args")
     base_args = base_pod["containers"][0].pop("args")
@@ -87,16 +96,16 @@ def test_baseline_and_speculative_differ_by_the_speculative_config_alone(example
 def test_alternative_differs_only_where_its_spec_does() -> None:
     ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
     assert spec.alternative is not None and spec.alternative.tensor_parallel_size == 2
-    baseline, alternative = (r.render_arm(ref, spec, arm) for arm in (Arm.BASELINE, Arm.ALTERNATIVE))
+    baseline, alternative = (render_arm(ref, spec, arm) for arm in (Arm.BASELINE, Arm.ALTERNATIVE))
     base, alt = container(baseline), container(alternative)
     differing = {key for key in base.keys() | alt.keys() if base.get(key) != alt.get(key)}
     assert differing == {"args", "resources"}
     # resources differ in the GPU count alone: one GPU per tensor-parallel rank
-    assert {k: v for k, v in alt["resources"]["limits"].items() if k != s.GPU_RESOURCE} == {
-        k: v for k, v in base["resources"]["limits"].items() if k != s.GPU_RESOURCE
+    assert {k: v for k, v in alt["resources"]["limits"].items() if k != GPU_RESOURCE} == {
+        k: v for k, v in base["resources"]["limits"].items() if k != GPU_RESOURCE
     }
-    assert (base["resources"]["limits"][s.GPU_RESOURCE], alt["resources"]["limits"][s.GPU_RESOURCE]) == (4, 2)
-    assert alt["resources"]["requests"][s.GPU_RESOURCE] == 2
+    assert (base["resources"]["limits"][GPU_RESOURCE], alt["resources"]["limits"][GPU_RESOURCE]) == (4, 2)
+    assert alt["resources"]["requests"][GPU_RESOURCE] == 2
     # args: the tensor parallel size changed and the alternative's extraArgs came last
     tp = base["args"].index("--tensor-parallel-size")
     assert alt["args"][: tp + 1] == base["args"][: tp + 1] and alt["args"][tp + 1] == "2"
@@ -106,41 +115,41 @@ def test_alternative_differs_only_where_its_spec_does() -> None:
 
 def test_alternative_with_extra_args_only_keeps_everything_else() -> None:
     ref, spec = load(ROOT / "manifests/examples/local-demo.yaml")
-    base, alt = (container(r.render_arm(ref, spec, arm)) for arm in (Arm.BASELINE, Arm.ALTERNATIVE))
+    base, alt = (container(render_arm(ref, spec, arm)) for arm in (Arm.BASELINE, Arm.ALTERNATIVE))
     assert {k: v for k, v in alt.items() if k != "args"} == {k: v for k, v in base.items() if k != "args"}
     assert alt["args"] == [*base["args"], "--max-num-seqs=64"]
 
 
 def test_engine_change_reaches_every_arm_and_draft_change_only_the_speculative() -> None:
     ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
-    hashes = {arm: r.render_arm(ref, spec, arm).config_hash for arm in Arm}
+    hashes = {arm: render_arm(ref, spec, arm).config_hash for arm in Arm}
     engine = with_spec(spec, "engine.image", "vllm/vllm-openai:v0.33.1")
-    assert all(r.render_arm(ref, engine, arm).config_hash != hashes[arm] for arm in Arm)
+    assert all(render_arm(ref, engine, arm).config_hash != hashes[arm] for arm in Arm)
     draft = with_spec(spec, "speculative.draft.numSpeculativeTokens", 5)
-    assert {arm: r.render_arm(ref, draft, arm).config_hash for arm in Arm} == hashes | {
-        Arm.SPECULATIVE: r.render_arm(ref, draft, Arm.SPECULATIVE).config_hash
+    assert {arm: render_arm(ref, draft, arm).config_hash for arm in Arm} == hashes | {
+        Arm.SPECULATIVE: render_arm(ref, draft, Arm.SPECULATIVE).config_hash
     }
-    assert r.render_arm(ref, draft, Arm.SPECULATIVE).config_hash != hashes[Arm.SPECULATIVE]
+    assert render_arm(ref, draft, Arm.SPECULATIVE).config_hash != hashes[Arm.SPECULATIVE]
     replicas = with_spec(spec, "baseline.replicas", 3)
-    assert r.render_arm(ref, replicas, Arm.BASELINE).config_hash == hashes[Arm.BASELINE]
+    assert render_arm(ref, replicas, Arm.BASELINE).config_hash == hashes[Arm.BASELINE]
 
 
 @pytest.mark.parametrize(("tp", "shm"), [(1, False), (2, True)], ids=["tp1-no-shm", "tp2-memory-backed-shm"])
 def test_shared_memory_for_tensor_parallel_engines(tp: int, shm: bool) -> None:
     ref, spec = load(ROOT / "manifests/examples/minimal.yaml")
     spec = with_spec(spec, "engine.tensorParallelSize", tp)
-    spec = with_spec(spec, "engine.resources", {"limits": {s.GPU_RESOURCE: tp}})
-    pod = r.render_arm(ref, spec, Arm.BASELINE).deployment["spec"]["template"]["spec"]
+    spec = with_spec(spec, "engine.resources", {"limits": {GPU_RESOURCE: tp}})
+    pod = render_arm(ref, spec, Arm.BASELINE).deployment["spec"]["template"]["spec"]
     assert ("volumes" in pod) is shm
     if shm:
         assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
         assert pod["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
-    assert pod["containers"][0]["resources"]["limits"][s.GPU_RESOURCE] == tp
+    assert pod["containers"][0]["resources"]["limits"][GPU_RESOURCE] == tp
 
 
 def test_mock_engine_is_rendered_by_the_same_code() -> None:
     ref, spec = load(ROOT / "manifests/examples/local-demo.yaml")
-    c = container(r.render_arm(ref, spec, Arm.SPECULATIVE))
+    c = container(render_arm(ref, spec, Arm.SPECULATIVE))
     assert c["command"] == ["specpilot", "mock-vllm"]
     assert c["args"][:5] == ["mock/target-8b", "--host", "$(POD_IP)", "--port", "8000"]
     assert c["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
@@ -149,13 +158,13 @@ def test_mock_engine_is_rendered_by_the_same_code() -> None:
 
 def test_secret_env_is_passed_by_reference() -> None:
     ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
-    env = container(r.render_arm(ref, spec, Arm.BASELINE))["env"]
+    env = container(render_arm(ref, spec, Arm.BASELINE))["env"]
     assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "huggingface", "key": "token"}}} in env
 
 
 def test_router_role_is_least_privilege() -> None:
     ref, _spec = load(ROOT / "manifests/examples/local-demo.yaml")
-    _, role, binding = r.router_rbac(ref)
+    _, role, binding = router_rbac(ref)
     rules = role["rules"]
     resources = {res for rule in rules for res in rule["resources"]}
     verbs = {verb for rule in rules for verb in rule["verbs"]}
@@ -170,14 +179,14 @@ def test_router_role_is_least_privilege() -> None:
 
 def test_router_args_parse_back_to_its_config() -> None:
     ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
-    deployment, _ = r.render_router(ref, spec, image=IMAGE)
+    deployment, _ = render_router(ref, spec, image=IMAGE)
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[0] == "router"
     config = RouterConfig.parse(args[1:], {"POD_NAMESPACE": "team-a"})
     assert config.pilot == ref.name
     assert config.request_timeout == 300.0
     assert config.scope_header == "x-specpilot-scope"
-    assert config.max_table_age == r.max_table_age_seconds(spec) == 180.0  # 3 x interval 1m
+    assert config.max_table_age == max_table_age_seconds(spec) == 180.0  # 3 x interval 1m
 
 
 def test_routes_configmap_carries_the_table() -> None:

@@ -10,7 +10,7 @@ import pytest
 from specpilot.api.reasons import Reason
 from specpilot.api.status import ConditionStatus, ConditionType, Phase, RoutesStatus, ScopeState, SpeculationPilotStatus
 from specpilot.api.validate import Problem
-from specpilot.controller.core import render as r
+from specpilot.controller.core.render import arms_of, render_arm
 from specpilot.controller.core.status import (
     DeploymentState,
     Observed,
@@ -43,7 +43,7 @@ def plan_for(
     ref, spec = load(path)
     for field, value in changes.items():
         spec = with_spec(spec, field, value)
-    arms = tuple(r.render_arm(ref, spec, arm) for arm in r.arms_of(spec))
+    arms = tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
     scopes, scope_events = carry_scopes(previous, spec, arms, now=now)
     return reconciled_status(
         previous,

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.api import spec as s
+from specpilot.api.spec import PrometheusArms, PrometheusSource
 from specpilot.metrics.promql import (
     Answer,
     Figure,
@@ -25,7 +25,7 @@ from specpilot.metrics.promql import (
 from specpilot.wire.names import Arm
 
 END = datetime(2026, 11, 29, 12, 0, tzinfo=UTC).timestamp()
-SOURCE = s.PrometheusSource(url="http://prometheus.monitoring:9090")
+SOURCE = PrometheusSource(url="http://prometheus.monitoring:9090")
 A, B = "demo-speculative-7d9f-abcde", "demo-speculative-7d9f-fghij"  # the arm's two pods
 
 
@@ -84,7 +84,7 @@ def engine(answers: dict[Figure, Answer], *, speculative: bool = True) -> Any:
             id="default-namespace-and-pod-names",
         ),
         pytest.param(
-            s.PrometheusSource(
+            PrometheusSource(
                 url="http://p:9090",
                 labels={"job": "vllm", "cluster": "prod"},
                 namespace_label="kubernetes_namespace",
@@ -96,10 +96,10 @@ def engine(answers: dict[Figure, Answer], *, speculative: bool = True) -> Any:
             id="common-labels-and-other-label-names",
         ),
         pytest.param(
-            s.PrometheusSource(
+            PrometheusSource(
                 url="http://p:9090",
                 labels={"cluster": "prod"},
-                arms=s.PrometheusArms(
+                arms=PrometheusArms(
                     baseline={"specpilot_io_arm": "baseline", "namespace": "team-a"},
                     speculative={"specpilot_io_arm": "speculative", "namespace": "team-a"},
                 ),
@@ -109,14 +109,14 @@ def engine(answers: dict[Figure, Answer], *, speculative: bool = True) -> Any:
             id="arm-labels-replace-the-pod-names",
         ),
         pytest.param(
-            s.PrometheusSource(url="http://p:9090", labels={"note": 'a "quoted" \\ value\n'}),
+            PrometheusSource(url="http://p:9090", labels={"note": 'a "quoted" \\ value\n'}),
             Arm.BASELINE,
             '{note="a \\"quoted\\" \\\\ value\\n",namespace="team-a",pod=~"demo-baseline-[a-z0-9]+-[a-z0-9]+"}',
             id="values-escaped-as-promql-strings",
         ),
     ],
 )
-def test_arm_selector(source: s.PrometheusSource, arm: Arm, expected: str) -> None:
+def test_arm_selector(source: PrometheusSource, arm: Arm, expected: str) -> None:
     assert selector(arm_matchers(source, namespace="team-a", pilot="demo", arm=arm)) == expected
 
 
