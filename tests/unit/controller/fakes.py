@@ -113,6 +113,7 @@ class FakeKube:
 
     async def event(self, involved: Json, *, type: str, reason: str, message: str) -> None:
         self.events.append({"type": type, "reason": reason, "message": message})
+        self.calls.append(("event", reason, involved["name"]))
 
     def _pilot(self, path: str) -> Json:
         *_, namespace, _, name = path.strip("/").split("/")
@@ -139,18 +140,19 @@ class FakeRoutes:
 
 
 class MemoryEvidence:
-    """The evidence store in a dict, every store counted."""
+    """The evidence store in a dict; each store is recorded in `calls` (the fake API's, to see the
+    order of everything the shell did)."""
 
-    def __init__(self) -> None:
+    def __init__(self, calls: list[tuple[str, str, str]]) -> None:
         self.kept: dict[tuple[str, str], Evidence] = {}
-        self.stores = 0
+        self.calls = calls
 
     async def load(self, ref: PilotRef) -> Evidence | None:
         return self.kept.get((ref.namespace, ref.name))
 
     async def store(self, ref: PilotRef, evidence: Evidence) -> None:
         self.kept[(ref.namespace, ref.name)] = evidence
-        self.stores += 1
+        self.calls.append(("store", "Evidence", ref.name))
 
     def forget(self, ref: PilotRef) -> None:
         self.kept.pop((ref.namespace, ref.name), None)
@@ -228,7 +230,7 @@ class Harness:
     """One pilot driven through a real `Controller` on the fakes: apply, make ready, send traffic,
     collect, reconcile, restart, delete."""
 
-    def __init__(self, doc: Json, *, webhooks: bool = False) -> None:
+    def __init__(self, doc: Json, *, evidence_in_memory: bool = False) -> None:
         self.clock = Clock()
         self.kube = FakeKube()
         self.routes = FakeRoutes(self.kube, self.clock)
@@ -239,7 +241,9 @@ class Harness:
         self.seq = itertools.count(1)
         self.ready_pods = False
         self.pod_ips: dict[str, str] = {}
-        self.evidence = ConfigMapEvidence(self.kube)
+        self.evidence: ConfigMapEvidence | MemoryEvidence = (
+            MemoryEvidence(self.kube.calls) if evidence_in_memory else ConfigMapEvidence(self.kube)
+        )
         self.controller = self._controller()
         meta = doc["metadata"]
         self.ref = PilotRef(name=meta["name"], namespace=meta.get("namespace", "team-a"), uid="uid-1")

@@ -148,6 +148,41 @@ async def test_a_refused_object_deploys_nothing_and_keeps_the_manual_action() ->
     assert PROMOTE_ANNOTATION in h.body["metadata"]["annotations"]
 
 
+async def test_a_probe_round_runs_on_collection_and_a_disagreeing_one_flips_every_scope() -> None:
+    h = Harness(pilot_doc(probes=True))
+    await warm(h)
+    assert h.quality.probed == 1, "a round starts once both arms have a ready pod"
+    await h.step(INTERVAL)
+    assert h.quality.probed == 2, "the next one a probe interval (30 s) later"
+    await h.step(INTERVAL)
+    assert h.quality.probed == 2
+    h.quality.agreement = 0.5  # below quality.minAgreement (95%)
+    for _ in range(4):
+        await h.step(INTERVAL)
+    for name in ("chat", "code"):
+        assert h.scope(name)["state"] == "RolledBack", h.scope(name)
+    assert {record["reason"] for record in h.status()["fallbacks"]} == {"QualityRegression"}
+
+
+async def test_status_then_events_then_the_evidence_they_describe() -> None:
+    h = Harness(pilot_doc(), evidence_in_memory=True)
+    await h.reconcile()
+    h.ready_pods = True
+    await h.reconcile()
+    start = len(h.kube.calls)
+    await h.step(INTERVAL)
+    await h.step(INTERVAL)  # warm: the scopes start piloting, with an Event each
+    verbs = [verb for verb, _, _ in h.kube.calls[start:]]
+    assert verbs.count("event") >= 2, verbs
+    last = len(verbs) - 1 - verbs[::-1].index("status")
+    assert verbs[last:] == ["status", *["event"] * (len(verbs) - last - 2), "store"], verbs
+    for _ in range(2):
+        await h.step(INTERVAL)
+    assert h.scope("chat")["lastWindow"] is not None
+    stored = h.evidence.kept[("team-a", "demo")]
+    assert "chat" in stored.scopes and "code" in stored.scopes
+
+
 async def judged_tick(*, interleave: bool) -> Harness:
     """A tick whose windows are due and whose webhook answers only once `interleave` let another
     collection land: one that reads the samples the tick's own collection missed."""
