@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from specpilot.analysis.evidence import Evidence
+from specpilot.analysis.evidence import load as load_evidence
 from specpilot.analysis.quality import ProbeResult, WebhookResult
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.pilot import API_VERSION, KIND
@@ -34,7 +35,7 @@ from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import Pods
 from specpilot.controller.reconcile import Controller
 from specpilot.fetch.scrape import ReadFailure
-from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, PILOT_LABEL, ROUTER_COMPONENT, Arm
+from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, EVIDENCE_KEY, PILOT_LABEL, ROUTER_COMPONENT, Arm
 from specpilot.wire.routes import RoutingTable
 from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage
 
@@ -264,6 +265,12 @@ class Harness:
             router_image="specpilot/specpilot:test",
             clock=self.clock,
         )
+
+    @property
+    def stored_evidence(self) -> Evidence | None:
+        """The evidence store as the pilot's ConfigMap holds it."""
+        found = self.kube.objects.get(("ConfigMap", self.ref.namespace, f"{self.ref.name}-evidence"))
+        return load_evidence(found["data"][EVIDENCE_KEY]) if found is not None else None
 
     def restart(self) -> None:
         """A SIGKILLed operator's successor: nothing in memory, the cluster as it was."""
