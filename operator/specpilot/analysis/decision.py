@@ -6,8 +6,10 @@ A scope is decided, in this order:
 2. **Defer, MemoryPressure**: the scope was flipped back for the speculative arm's KV cache.
 3. **Defer, InsufficientEvidence**: fewer than `MIN_WINDOWS` windows measured both arms.
 4. Each speculative load band against the baseline at the same load (`bands.compare`):
-   - wins at every band: **AdoptWithinEnvelope** up to the highest load measured, unless the
-     decode gain implies less than `MIN_END_TO_END_GAIN` end to end (**Defer, BottleneckElsewhere**);
+   - a scope still rolled back for speed or latency is not adopted (**Defer, NoNetGain**);
+   - wins at every band: **AdoptWithinEnvelope** up to the highest load measured, unless the decode
+     gain is under `MIN_END_TO_END_GAIN` itself (**Defer, NoNetGain**) or implies less than that end
+     to end at the scope's decode share (**Defer, BottleneckElsewhere**);
    - wins below a load and loses above it: **AdoptInLowLoadWindows** at the crossover, with its
      interval at analysis.confidence;
    - otherwise: **Defer, NoNetGain**.
@@ -28,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from specpilot.analysis.bands import Band, Comparison, Crossover, bands, compare, crossover
-from specpilot.analysis.evidence import ArmTotals, Evidence, ScopeEvidence
+from specpilot.analysis.evidence import BINS_PER_OCTAVE, ArmTotals, Evidence, ScopeEvidence
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.status import (
     Decision,
@@ -205,14 +207,36 @@ def _defer(reason: DeferReason, sentence: str, share: DecodeShare | None) -> Sco
     )
 
 
+# Flips for what the arms' speed or latency showed: a scope still rolled back for one is not adopted.
+_SPEED_FLIPS = frozenset({FallbackReason.THRESHOLD_EXCEEDED, FallbackReason.HARD_LIMIT})
+
+
+def _speed_flip(name: str, fallbacks: Sequence[FallbackRecord]) -> FallbackRecord | None:
+    """The scope's latest flip, when it was for speed or latency."""
+    latest = next((record for record in reversed(fallbacks) if record.scope == name), None)
+    return latest if latest is not None and latest.reason in _SPEED_FLIPS else None
+
+
+def _observed(record: FallbackRecord) -> str:
+    if record.observed is None or record.threshold is None:
+        return ""
+    return f", {record.observed:.3g} against {record.threshold:.3g}"
+
+
 def _ratios(comparisons: Sequence[Comparison]) -> str:
     return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.1f}" for c in comparisons)
 
 
 def decide_scope(
-    name: str, evidence: Evidence, *, fallbacks: Sequence[FallbackRecord], confidence: float
+    name: str,
+    evidence: Evidence,
+    *,
+    fallbacks: Sequence[FallbackRecord],
+    confidence: float,
+    state: ScopeState | None = None,
 ) -> ScopeFindings:
-    """The scope's findings and decision from everything recorded for it."""
+    """The scope's findings and decision from everything recorded for it; `state` is where the scope
+    is now (a scope rolled back for speed or latency is not adopted, whatever its bands say)."""
     scope = evidence.scopes.get(name, ScopeEvidence())
     arm_bands = {arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap)) for arm in Arm}
     comparisons = tuple(compare(arm_bands[Arm.SPECULATIVE], arm_bands[Arm.BASELINE]))
@@ -249,11 +273,26 @@ def decide_scope(
         )
         return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share))
     wins = [c for c in comparisons if c.wins]
+    flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
+    if wins and flip is not None:
+        sentence = (
+            f"{name}: its windows flipped it back to ordinary decoding ({flip.reason.value} on {flip.metric.value}"
+            f"{_observed(flip)}) and it stays rolled back, so it is not adopted although time per committed token "
+            f"reads {_ratios(comparisons)} the baseline's."
+        )
+        return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share))
     figures = _figures(share)
     extra = " ".join(s for s in (_share_sentence(share), _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])) if s)
     if len(wins) == len(comparisons):
         top = max(c.band.load for c in comparisons)
         gain = share.implied_gain if share else None
+        decode_gain = share.decode_gain if share else None
+        if decode_gain is not None and decode_gain < MIN_END_TO_END_GAIN:
+            sentence = (
+                f"{name}: speculation decodes only {decode_gain:.2f}x as fast ({_ratios(comparisons)}): less than "
+                f"the {MIN_END_TO_END_GAIN:.2f}x end to end it would need even if decoding were all of request time."
+            )
+            return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share))
         if share is not None and gain is not None and gain < MIN_END_TO_END_GAIN:
             sentence = (
                 f"{name}: speculation decodes faster at every load measured ({_ratios(comparisons)}), but decoding "
@@ -302,6 +341,44 @@ def decide_scope(
     )
     coverage = _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])
     return findings(_defer(DeferReason.NO_NET_GAIN, f"{sentence} {coverage}" if coverage else sentence, share))
+
+
+def revisions(
+    previous: Decision,
+    decision: Decision,
+    *,
+    before: Mapping[str, ScopeDecision | None],
+    after: Mapping[str, ScopeDecision],
+) -> list[str]:
+    """What moved between a stated decision and a new one, worth stating again: an outcome or a defer
+    reason, an envelope that moved by a load bin or more, or a crossover outside the stated interval.
+    Empty when the new one says the same within its noise (a scope not decided before is not a move)."""
+    moved = _outcome_moved("the pilot", previous, decision)
+    for name, new in after.items():
+        old = before.get(name)
+        if old is None:
+            continue
+        moved.extend(_outcome_moved(name, old, new) or _figures_moved(name, old, new))
+    return moved
+
+
+def _outcome_moved(who: str, old: Decision | ScopeDecision, new: Decision | ScopeDecision) -> list[str]:
+    if old.outcome is not new.outcome:
+        return [f"{who}: {old.outcome.value} -> {new.outcome.value}"]
+    if old.defer_reason != new.defer_reason:
+        return [f"{who}: Defer for {old.defer_reason} -> {new.defer_reason}"]
+    return []
+
+
+def _figures_moved(name: str, old: ScopeDecision, new: ScopeDecision) -> list[str]:
+    out = []
+    top, was = new.max_concurrency, old.max_concurrency
+    if top is not None and was is not None and abs(math.log2(top / was)) >= 1 / BINS_PER_OCTAVE:
+        out.append(f"{name}: envelope {was:.1f} -> {top:.1f} concurrent requests per replica")
+    cross, low, high = new.crossover_concurrency, old.crossover_low, old.crossover_high
+    if cross is not None and low is not None and high is not None and not low <= cross <= high:
+        out.append(f"{name}: crossover {old.crossover_concurrency:.1f} -> {cross:.1f}, outside {low:.1f} to {high:.1f}")
+    return out
 
 
 def decision_due(

@@ -81,7 +81,9 @@ class Reason(StrEnum):
     SCOPES_PILOTING = "ScopesPiloting"
     """Arms and router are ready and some scopes are still piloting their stages."""
     DECISION_STATED = "DecisionStated"
-    """The pilot's decision was stated or changed (every scope settled, or specpilot.io/decide asked)."""
+    """The pilot's decision was stated (every scope settled, or specpilot.io/decide asked)."""
+    DECISION_REVISED = "DecisionRevised"
+    """The evidence moved a stated decision: an outcome, or an envelope or crossover beyond its interval."""
 
 
 class FallbackReason(StrEnum):

@@ -10,6 +10,7 @@ import pytest
 
 from specpilot.analysis.bands import bands, compare, crossover, interpolate
 from specpilot.analysis.decision import (
+    MIN_END_TO_END_GAIN,
     MIN_WINDOWS,
     cost_view,
     decide_pilot,
@@ -17,6 +18,7 @@ from specpilot.analysis.decision import (
     decision_due,
     decode_share,
     implied_gain,
+    revisions,
 )
 from specpilot.analysis.evidence import (
     BinArm,
@@ -107,6 +109,66 @@ def test_a_small_decode_share_defers_for_a_bottleneck_elsewhere() -> None:
     assert findings.share is not None and findings.share.share < 0.05
     assert findings.decision.defer_reason is DeferReason.BOTTLENECK_ELSEWHERE
     assert "bottleneck is elsewhere" in findings.decision.reasons[0]
+
+
+def test_a_decode_gain_too_small_at_any_share_is_no_net_gain_not_a_bottleneck_elsewhere() -> None:
+    evidence = pilot({"slim": 0.26}, loads=(1, 2, 3), per_load=12)  # wins every band by 1-4%
+    findings = decide(evidence, "slim")
+    assert all(c.wins for c in findings.comparisons)
+    assert findings.share is not None and findings.share.share > 0.95
+    assert findings.share.decode_gain is not None and findings.share.decode_gain < MIN_END_TO_END_GAIN
+    assert findings.decision.defer_reason is DeferReason.NO_NET_GAIN
+    assert "decodes only 1.03x as fast" in findings.decision.reasons[0]
+
+
+def test_a_scope_still_rolled_back_for_speed_is_not_adopted_whatever_its_bands_say() -> None:
+    evidence = pilot({"always": 0.95})
+    flip = FallbackRecord(
+        scope="always",
+        at=END,
+        reason=FallbackReason.THRESHOLD_EXCEEDED,
+        metric=MetricName.INTER_TOKEN_LATENCY_RATIO,
+        observed=2.002,
+        threshold=2.0,
+        window=Window(start=END - timedelta(seconds=15), end=END),
+    )
+    kept = decide_scope("always", evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.ROLLED_BACK)
+    assert kept.decision.outcome is DecisionOutcome.DEFER and kept.decision.defer_reason is DeferReason.NO_NET_GAIN
+    assert "ThresholdExceeded on interTokenLatencyRatio, 2 against 2" in kept.decision.reasons[0]
+    assert "stays rolled back" in kept.decision.reasons[0]
+    # Back on speculation since (automatic re-entry): its evidence decides again.
+    again = decide_scope("always", evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.SPECULATIVE)
+    assert again.decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    # Flipped for its KV cache: memory pressure, as before.
+    kv = flip.model_copy(update={"reason": FallbackReason.KV_CACHE_PRESSURE, "metric": MetricName.KV_CACHE_USAGE})
+    memory = decide_scope("always", evidence, fallbacks=[kv], confidence=0.9, state=ScopeState.ROLLED_BACK)
+    assert memory.decision.defer_reason is DeferReason.MEMORY_PRESSURE
+
+
+def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_interval() -> None:
+    evidence = pilot({"always": 0.95, "low": 0.5})
+    findings = [decide(evidence, name) for name in ("always", "low")]
+    decision = decide_pilot(findings, trigger=DecisionTrigger.SETTLED, now=NOW)
+    before = {f.scope: f.decision for f in findings}
+    assert revisions(decision, decision, before=before, after=before) == []
+    always, low = before["always"], before["low"]
+    assert always.max_concurrency is not None and low.crossover_concurrency is not None
+    assert low.crossover_low is not None and low.crossover_high is not None
+    nudged = {
+        "always": always.model_copy(update={"max_concurrency": always.max_concurrency * 1.1}),  # within a bin
+        "low": low.model_copy(update={"crossover_concurrency": low.crossover_high}),  # inside its interval
+    }
+    assert revisions(decision, decision, before=before, after=nudged) == []
+    moved = {
+        "always": always.model_copy(update={"max_concurrency": always.max_concurrency * 1.25}),
+        "low": low.model_copy(update={"crossover_concurrency": low.crossover_high + 0.5}),
+    }
+    said = revisions(decision, decision, before=before, after=moved)
+    assert len(said) == 2 and said[0].startswith("always: envelope 10.5 -> 13.1")
+    assert said[1].startswith("low: crossover") and "outside" in said[1]
+    deferred = {"always": always, "low": low.model_copy(update={"outcome": DecisionOutcome.DEFER})}
+    assert revisions(decision, decision, before=before, after=deferred) == ["low: AdoptInLowLoadWindows -> Defer"]
+    assert revisions(decision, decision, before={}, after=before) == [], "a scope decided anew is no move"
 
 
 def test_implied_gain_is_the_arithmetic_of_the_design() -> None:

@@ -13,10 +13,12 @@ from specpilot.controller.core.decide import decide, fresh_for, record
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END, arm, engine
+from tests.unit.analysis.crossover import pilot
 from tests.unit.controller.specs import ROOT, load
 
 _, SPEC = load(ROOT / "manifests/examples/local-demo.yaml")
 NAMES = [scope.name for scope in SPEC.scopes]
+HOUR = timedelta(hours=1)
 
 
 def window(scope: str, end=END) -> ScopeWindow:  # type: ignore[no-untyped-def]
@@ -106,3 +108,31 @@ def test_decisions_wait_until_due_and_are_announced_once() -> None:
     )
     assert later.events == []  # the same decision: no second Event
     assert later.decision is not None and later.decision.outcome is DecisionOutcome.DEFER
+
+
+def test_a_stated_decision_is_kept_while_the_evidence_says_the_same_and_revised_when_it_moves() -> None:
+    settled = [ScopeStatus(name=name, state=ScopeState.SPECULATIVE) for name in NAMES]
+    alphas = {"chat": 0.95, "code": 0.95}
+    first = decide(pilot(alphas), spec=SPEC, scopes=settled, fallbacks=[], annotations={}, previous=None, now=END)
+    assert first.decision is not None and first.decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    assert [event.reason for event in first.events] == [Reason.DECISION_STATED]
+
+    more = pilot(alphas, per_load=5)  # more windows at the same loads: the same decision, other figures
+    anew = decide(more, spec=SPEC, scopes=settled, fallbacks=[], annotations={}, previous=None, now=END)
+    assert anew.decision is not None and anew.decision.reasons != first.decision.reasons
+    same = decide(
+        more, spec=SPEC, scopes=first.scopes, fallbacks=[], annotations={}, previous=first.decision, now=END + HOUR
+    )
+    assert same.events == [] and same.decision is first.decision and same.scopes == first.scopes
+
+    worse = pilot({"chat": 0.95, "code": 0.1})  # code never wins now
+    revised = decide(
+        worse, spec=SPEC, scopes=first.scopes, fallbacks=[], annotations={}, previous=first.decision, now=END + HOUR
+    )
+    assert [event.reason for event in revised.events] == [Reason.DECISION_REVISED]
+    assert revised.events[0].message.startswith("code: AdoptWithinEnvelope -> Defer")
+    assert revised.decision is not None and revised.decision.decided_at == END + HOUR
+    assert {scope.name: scope.decision.outcome for scope in revised.scopes if scope.decision} == {
+        "chat": DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
+        "code": DecisionOutcome.DEFER,
+    }

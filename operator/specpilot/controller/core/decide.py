@@ -10,13 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due
+from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due, revisions
 from specpilot.analysis.evidence import Evidence, WindowLoad, dump, load, record_window, with_arms
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
-from specpilot.api.status import Decision, FallbackRecord, ScopeStatus, Verdict
+from specpilot.api.status import Decision, FallbackRecord, ScopeState, ScopeStatus, Verdict
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 
@@ -65,22 +65,27 @@ def record(
 
 
 def findings(
-    evidence: Evidence, spec: SpeculationPilotSpec, fallbacks: Sequence[FallbackRecord]
+    evidence: Evidence,
+    spec: SpeculationPilotSpec,
+    fallbacks: Sequence[FallbackRecord],
+    states: Mapping[str, ScopeState] | None = None,
 ) -> list[ScopeFindings]:
     """Every scope's findings; the same evidence is decided once (a crossover's bootstrap costs tens
     of milliseconds, and reconciles outnumber the windows that change the evidence)."""
     records = tuple(record.model_dump_json() for record in fallbacks)
-    scopes = tuple(scope.name for scope in spec.scopes)
+    scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
     return list(_findings(dump(evidence), records, spec.analysis.confidence, scopes))
 
 
 @lru_cache(maxsize=128)
 def _findings(
-    evidence: str, fallbacks: tuple[str, ...], confidence: float, scopes: tuple[str, ...]
+    evidence: str, fallbacks: tuple[str, ...], confidence: float, scopes: tuple[tuple[str, ScopeState | None], ...]
 ) -> tuple[ScopeFindings, ...]:
     store = load(evidence)
     records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
-    return tuple(decide_scope(name, store, fallbacks=records, confidence=confidence) for name in scopes)
+    return tuple(
+        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state) for name, state in scopes
+    )
 
 
 def decide(
@@ -93,14 +98,26 @@ def decide(
     previous: Decision | None,
     now: datetime,
 ) -> Decided:
-    """The decisions, when due (every scope settled, or asked for); else status keeps what it had."""
+    """The decisions, when due (every scope settled, or asked for), stated once and again only when
+    the evidence moves them (`revisions`); else status keeps what it had."""
     trigger = decision_due(scopes, annotations, annotation=DECIDE_ANNOTATION)
     if trigger is None:
         return Decided(evidence, scopes, previous, [])
-    found = {f.scope: f for f in findings(evidence, spec, fallbacks)}
+    found = {f.scope: f for f in findings(evidence, spec, fallbacks, {scope.name: scope.state for scope in scopes})}
     decided = [scope.model_copy(update={"decision": found[scope.name].decision}) for scope in scopes]
     decision = decide_pilot(list(found.values()), trigger=trigger, now=now, previous=previous)
-    events = []
-    if previous is None or previous.outcome is not decision.outcome or previous.reasons[:1] != decision.reasons[:1]:
-        events.append(Event(EventType.NORMAL, Reason.DECISION_STATED, decision.reasons[0]))
-    return Decided(evidence, decided, decision, events)
+    if previous is None:
+        return Decided(
+            evidence, decided, decision, [Event(EventType.NORMAL, Reason.DECISION_STATED, decision.reasons[0])]
+        )
+    moved = revisions(
+        previous,
+        decision,
+        before={scope.name: scope.decision for scope in scopes},
+        after={name: f.decision for name, f in found.items()},
+    )
+    if not moved:
+        kept = [scope if scope.decision is not None else new for scope, new in zip(scopes, decided, strict=True)]
+        return Decided(evidence, kept, previous, [])
+    message = f"{'; '.join(moved)}. {decision.reasons[0]}"
+    return Decided(evidence, decided, decision, [Event(EventType.NORMAL, Reason.DECISION_REVISED, message)])
