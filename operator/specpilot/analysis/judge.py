@@ -206,7 +206,7 @@ def _ratio_checks(
     thresholds = analysis.thresholds
     spec, base = window.speculative, window.baseline
     spent = _spent(state)
-    checks = (
+    checks: tuple[Check, ...] = (
         time_per_token_check(
             spec,
             base,
@@ -230,14 +230,17 @@ def _ratio_checks(
             policy=policy,
             look=spent[MetricName.END_TO_END_RATIO] + 1,
         ),
-        inter_token_latency_check(
-            window.speculative_engine,
-            window.baseline_engine,
-            limit=thresholds.inter_token_latency,
-            routed=spec.routed,
-            min_samples=analysis.min_samples,
-        ),
     )
+    if thresholds.inter_token_latency is not None:
+        checks += (
+            inter_token_latency_check(
+                window.speculative_engine,
+                window.baseline_engine,
+                limit=thresholds.inter_token_latency,
+                routed=spec.routed,
+                min_samples=analysis.min_samples,
+            ),
+        )
     # Only a judged check spends its look: an inconclusive one tested nothing.
     for check in checks:
         if check.verdict is not Verdict.INCONCLUSIVE and check.metric in spent:  # tests, not point comparisons

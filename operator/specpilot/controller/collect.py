@@ -96,7 +96,7 @@ class PrometheusEngines:
             pilot=pilot[1],
             window=analysis.window,
             step=timedelta(seconds=cadence(analysis)),
-            quantile=analysis.thresholds.inter_token_latency.quantile,
+            quantile=analysis.thresholds.itl_quantile,
             end=now,
         )
         return Queried(now, figures)

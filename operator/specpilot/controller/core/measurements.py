@@ -62,7 +62,7 @@ class Scraped:
                 start=start,
                 end=end,
                 tolerance=timedelta(seconds=2 * cadence(analysis)),
-                quantile=analysis.thresholds.inter_token_latency.quantile,
+                quantile=analysis.thresholds.itl_quantile,
                 speculative=arm is Arm.SPECULATIVE,
             )
             for arm in JUDGED_ARMS
