@@ -78,15 +78,17 @@ async def run_probes(
 async def call_webhooks(
     session: aiohttp.ClientSession, webhooks: Sequence[Webhook], summary: Mapping[str, Any]
 ) -> list[WebhookResult]:
-    """POST the window summary to every webhook; a non-2xx answer or no answer in time fails it."""
+    """POST the window summary to every webhook; a non-2xx answer or no answer in time fails it. The
+    result names the status code or why there was no answer, never the reply's body."""
 
     async def call(hook: Webhook) -> WebhookResult:
         body = {**summary, "webhook": hook.name, "metadata": dict(hook.metadata)}
         timeout = aiohttp.ClientTimeout(total=hook.timeout.total_seconds())
         try:
             async with session.post(hook.url, json=body, timeout=timeout) as resp:
-                text = (await resp.text())[:200]
-                return WebhookResult(hook.name, 200 <= resp.status < 300, hook.critical, f"{resp.status} {text}")
+                # The status alone: a reply's body is the webhook's, and may be any internal page
+                # the URL reaches; nothing of it goes into status or Events.
+                return WebhookResult(hook.name, 200 <= resp.status < 300, hook.critical, f"HTTP {resp.status}")
         except (aiohttp.ClientError, TimeoutError) as error:
             return WebhookResult(hook.name, False, hook.critical, f"no answer: {error or type(error).__name__}")
 

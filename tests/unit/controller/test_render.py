@@ -17,6 +17,7 @@ from specpilot.controller.core.render import (
     ArmPlan,
     PilotRef,
     Rendered,
+    content_hash,
     max_table_age_seconds,
     render,
     render_arm,
@@ -208,3 +209,17 @@ def test_engine_pods_select_their_arm_only() -> None:
     assert {sel[ARM_LABEL] for sel in selectors.values()} == {"baseline", "speculative", "alternative"}
     for plan in rendered(ref, spec).arms:
         assert plan.service["spec"]["selector"] == selectors[plan.arm]
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_engine_pods_mount_no_token_and_the_router_keeps_its_own(example: Path) -> None:
+    ref, spec = load(example)
+    out = rendered(ref, spec)
+    for plan in out.arms:
+        pod = plan.deployment["spec"]["template"]["spec"]
+        assert pod["automountServiceAccountToken"] is False
+        assert "serviceAccountName" not in pod
+        assert plan.config_hash == content_hash({k: v for k, v in pod.items() if k != "automountServiceAccountToken"})
+    router = next(o for o in out.objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-router"))
+    assert router["spec"]["template"]["spec"].get("automountServiceAccountToken", True) is True
+    assert router["spec"]["template"]["spec"]["serviceAccountName"] == f"{ref.name}-router"

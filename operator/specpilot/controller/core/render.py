@@ -231,7 +231,9 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
                     "labels": {**pilot_labels(ref.name), **selector, COMPONENT_LABEL: ENGINE_COMPONENT},
                     "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
                 },
-                "spec": pod,
+                # The engine calls no Kubernetes API: no token in its pods. Outside the config hash,
+                # which covers what the engine runs.
+                "spec": {**pod, "automountServiceAccountToken": False},
             },
         },
     }
