@@ -13,7 +13,7 @@ import pytest
 import yaml
 from tests.operator_annotations import KOPF_ANNOTATIONS
 
-from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.pilot import ACTION_ANNOTATIONS
 from specpilot.api.status import Phase
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,5 +83,5 @@ def test_ignore_differences_cover_what_the_operator_writes() -> None:
     rules = yaml.safe_load(CONFIG["data"]["resource.customizations.ignoreDifferences.specpilot.io_SpeculationPilot"])
     paths = rules["jqPathExpressions"]
     assert ".status" in paths and ".metadata.finalizers" in paths
-    for key in (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RESUME_ANNOTATION, *KOPF_ANNOTATIONS):
+    for key in (*ACTION_ANNOTATIONS, *KOPF_ANNOTATIONS):
         assert f'.metadata.annotations["{key}"]' in paths
