@@ -203,3 +203,25 @@ def test_report_through_the_plugin(cluster: Cluster, piloting: str, tmp_path: Pa
         "load.png",
     ]
     assert (out / "replay" / "pilot.yaml").read_text().startswith("apiVersion: specpilot.io/v1alpha1")
+
+
+def test_flags_in_kubectls_places_list_and_a_forbidden_user(cluster: Cluster, piloting: str, tmp_path: Path) -> None:
+    ns = piloting
+    before = plugin(cluster, "-n", ns, "get", "demo")
+    assert before.returncode == 0 and before.stdout.startswith(f"{ns}/demo"), before.stderr
+    listed = plugin(cluster, "list", "-A")
+    assert listed.returncode == 0, listed.stderr
+    head, *rows = listed.stdout.splitlines()
+    assert head.split()[:5] == ["NAMESPACE", "NAME", "PHASE", "SPECULATIVE", "DECISION"]
+    assert any(row.split()[:2] == [ns, "demo"] for row in rows), listed.stdout
+    # A user the API server knows but lets read nothing: its refusal, on one line.
+    cluster.kubectl("create", "serviceaccount", "nobody", "-n", ns)
+    token = cluster.kubectl("create", "token", "nobody", "-n", ns).stdout.strip()
+    config = tmp_path / "nobody"
+    shutil.copy(cluster.kubeconfig, config)
+    cluster.kubectl("config", "set-credentials", "nobody", f"--token={token}", f"--kubeconfig={config}")
+    cluster.kubectl("config", "set-context", "--current", "--user=nobody", f"--kubeconfig={config}")
+    refused = plugin(cluster, "get", "demo", "-n", ns, "--kubeconfig", str(config), KUBECONFIG=None)
+    assert refused.returncode == 1, refused.stdout
+    assert refused.stderr.startswith("error: speculationpilot 'demo': Forbidden: "), refused.stderr
+    assert f"system:serviceaccount:{ns}:nobody" in refused.stderr and refused.stderr.count("\n") == 1

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -19,7 +21,8 @@ Json = dict[str, Any]
 
 
 class PluginError(Exception):
-    """What the user should read: a missing pilot, scope, context or kubeconfig."""
+    """What the user should read, in one line: a missing pilot, scope, context or kubeconfig, a refusal
+    by the API server, or a server that cannot be reached."""
 
 
 def _kubeconfig(path: str | None) -> str:
@@ -38,15 +41,24 @@ class Client:
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
 
+    @property
+    def server(self) -> str:
+        return str(self._api.configuration.host)
+
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return call(*args, **kwargs)
         except ApiException as error:
             if error.status == 404:
                 raise PluginError(f"{what} not found in namespace {self.namespace!r}") from None
-            raise PluginError(f"{what}: the API server answered {error.status} {error.reason}") from None
-        except OSError as error:  # urllib3's connection errors are OSErrors
-            raise PluginError(f"cannot reach the API server: {error}") from None
+            raise PluginError(f"{what}: {_refusal(error)}") from None
+        except (OSError, urllib3.exceptions.HTTPError) as error:
+            raise PluginError(f"cannot reach the API server at {self.server}: {_unreachable(error)}") from None
+
+    def all_pilots(self) -> list[Json]:
+        """Every pilot in every namespace the user may list."""
+        found = self._call("speculationpilots", self._custom.list_cluster_custom_object, GROUP, VERSION, PLURAL)
+        return sorted(found.get("items", []), key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"]))
 
     def pilot(self, name: str) -> Json:
         return dict(
@@ -123,6 +135,24 @@ class Client:
                 else:
                     current[key] = obj
                 yield [current[k] for k in sorted(current)]
+
+
+def _refusal(error: ApiException) -> str:
+    """The API server's own message for a refusal, on one line (its Status object's, else its reason)."""
+    try:
+        doc = json.loads(error.body or "{}")
+    except ValueError:
+        doc = {}
+    message = " ".join(str(doc.get("message") or "").split()) if isinstance(doc, dict) else ""
+    what = {401: "Unauthorized", 403: "Forbidden"}.get(error.status or 0, f"{error.status} {error.reason}")
+    return f"{what}: {message}" if message else what
+
+
+def _unreachable(error: Exception) -> str:
+    """Why the server could not be reached, in one line (urllib3 nests the cause in its retries)."""
+    cause = getattr(error, "reason", None) or error
+    text = str(cause).split(": ", 1)[-1] if isinstance(cause, Exception) else str(cause)
+    return " ".join(text.split())[:200] or type(error).__name__
 
 
 def connect(*, kubeconfig: str | None, context: str | None, namespace: str | None) -> Client:

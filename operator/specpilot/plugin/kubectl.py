@@ -1,14 +1,18 @@
 """`kubectl specpilot`: see pilots by scope, act on them, and write their handover package.
 
     kubectl specpilot get [PILOT] [--watch]       a table per scope: state, weight, last window, decision
+    kubectl specpilot list [-A]                   one line per pilot: phase, speculative scopes, decision
     kubectl specpilot promote SCOPE [--pilot P]   move the scope to its next stage now
     kubectl specpilot abort [SCOPE] [--pilot P]   flip the scope (or every scope) back to ordinary decoding
     kubectl specpilot resume SCOPE [--pilot P]    pilot a rolled-back scope again from its first stage
     kubectl specpilot decide [--pilot P]          state the decision now, before every scope has settled
     kubectl specpilot report PILOT [-o DIR]       write the handover package (also `specpilot report`)
+    kubectl specpilot version                     the plugin's version
+    kubectl specpilot completion bash|zsh         a shell completion script (source it)
 
 The kubeconfig conventions are kubectl's: --kubeconfig, else KUBECONFIG (a list of files), else
-~/.kube/config; --context; -n/--namespace, else the context's namespace, else "default". Manual
+~/.kube/config; --context; -n/--namespace, else the context's namespace, else "default"; these
+flags go before or after the command. Errors are one line on stderr and exit 1, as kubectl's. Manual
 actions are the pilot's annotations (`api.pilot`): the operator acts on them once and removes them.
 Installed as the console script `kubectl-specpilot`, so kubectl finds it on PATH as a plugin.
 """
@@ -19,8 +23,9 @@ import argparse
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
+from specpilot import __version__
 from specpilot.analysis.evidence import Evidence
 from specpilot.api.pilot import (
     ABORT_ANNOTATION,
@@ -31,22 +36,41 @@ from specpilot.api.pilot import (
     RESUME_ANNOTATION,
 )
 from specpilot.plugin.client import Client, PluginError, connect
-from specpilot.plugin.table import render
+from specpilot.plugin.table import render, render_list
 from specpilot.report.package import write_package
 
 Json = dict[str, Any]
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with kubectl's habits: a usage error is one line and exits 1."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(1, f"error: {message}\nSee 'kubectl specpilot --help' for usage.\n")
+
+
+def _global_flags(parser: argparse.ArgumentParser, *, after_command: bool) -> None:
+    """The connection flags; after the command they default to nothing, so that values given before
+    it are kept (argparse would overwrite them with a subcommand's defaults)."""
+    default = argparse.SUPPRESS if after_command else None
+    parser.add_argument(
+        "--kubeconfig", default=default, help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)"
+    )
+    parser.add_argument("--context", default=default, help="kubeconfig context (default: the current context)")
+    parser.add_argument("-n", "--namespace", default=default, help="namespace (default: the context's, else default)")
+
+
 def _parser() -> argparse.ArgumentParser:
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--kubeconfig", help="kubeconfig file (default: KUBECONFIG, then ~/.kube/config)")
-    common.add_argument("--context", help="kubeconfig context (default: the current context)")
-    common.add_argument("-n", "--namespace", help="namespace (default: the context's, else default)")
-    parser = argparse.ArgumentParser(prog="kubectl specpilot", description=__doc__.split("\n\n")[0])
+    common = _Parser(add_help=False)
+    _global_flags(common, after_command=True)
+    parser = _Parser(prog="kubectl specpilot", description=__doc__.split("\n\n")[0])
+    _global_flags(parser, after_command=False)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     get = commands.add_parser("get", parents=[common], help="each pilot's scopes as a table")
     get.add_argument("pilot", nargs="?", help="one pilot (default: every pilot in the namespace)")
     get.add_argument("-w", "--watch", action="store_true", help="print the table again on every change")
+    listed = commands.add_parser("list", parents=[common], help="one line per pilot")
+    listed.add_argument("-A", "--all-namespaces", action="store_true", help="pilots of every namespace")
     for name, help_, scope in (
         ("promote", "move a scope to its next stage now", "required"),
         ("abort", "flip a scope, or every scope, back to ordinary decoding", "optional"),
@@ -62,7 +86,35 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", parents=[common], help="write the handover package")
     report.add_argument("pilot")
     report.add_argument("-o", "--output", help="folder to write (default: ./PILOT-report)")
+    commands.add_parser("version", help="the plugin's version")
+    completion = commands.add_parser("completion", help="a shell completion script")
+    completion.add_argument("shell", choices=("bash", "zsh"))
     return parser
+
+
+def completion_script(shell: str) -> str:
+    """Completion of the plugin's commands and flags, for `kubectl-specpilot` (kubectl runs plugins
+    by that name); zsh through its bash-compatible completion."""
+    parser = _parser()
+    words: list[str] = []
+    for action in parser._actions:  # the only way argparse lists its commands and flags
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                words.append(name)
+                words.extend(f for a in sub._actions for f in a.option_strings)
+        else:
+            words.extend(action.option_strings)
+    vocabulary = " ".join(dict.fromkeys(words))
+    bash = (
+        "_kubectl_specpilot() {\n"
+        '    local cur="${COMP_WORDS[COMP_CWORD]}"\n'
+        f'    mapfile -t COMPREPLY < <(compgen -W "{vocabulary}" -- "$cur")\n'
+        "}\n"
+        "complete -F _kubectl_specpilot kubectl-specpilot\n"
+    )
+    if shell == "bash":
+        return bash
+    return "#compdef kubectl-specpilot\nautoload -U +X bashcompinit && bashcompinit\n" + bash
 
 
 def _pilot(client: Client, name: str | None) -> Json:
@@ -106,6 +158,11 @@ def _watch(client: Client, name: str | None, out: Callable[[str], None]) -> None
 
 
 def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) -> int:
+    if args.command == "list":
+        pilots = client.all_pilots() if args.all_namespaces else client.pilots()
+        where = "any namespace" if args.all_namespaces else f"{client.namespace} namespace"
+        out(render_list(pilots) if pilots else f"No speculationpilots found in {where}.")
+        return 0
     if args.command == "get":
         if args.watch:
             _watch(client, args.pilot, out)
@@ -139,6 +196,12 @@ def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) ->
 
 def main(argv: Sequence[str] | None = None, *, connect_to: Callable[..., Client] = connect) -> int:
     args = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.command == "version":
+        print(f"kubectl-specpilot: v{__version__}")
+        return 0
+    if args.command == "completion":
+        print(completion_script(args.shell), end="")
+        return 0
     try:
         client = connect_to(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
         return run(args, client, lambda line: print(line, flush=True))

@@ -50,3 +50,28 @@ def render(pilots: Sequence[Json]) -> str:
         lines = ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
         blocks.append("\n".join([head, *lines]))
     return "\n\n".join(blocks)
+
+
+LIST_COLUMNS = ("NAMESPACE", "NAME", "PHASE", "SPECULATIVE", "DECISION", "LAST FALLBACK")
+
+
+def render_list(pilots: Sequence[Json]) -> str:
+    """One line per pilot, as `kubectl get` lays out a list."""
+    rows = [LIST_COLUMNS]
+    for pilot in pilots:
+        status = pilot.get("status") or {}
+        decision = status.get("decision") or {}
+        fallbacks = status.get("fallbacks") or []
+        last = f"{fallbacks[-1]['scope']}: {fallbacks[-1]['reason']}" if fallbacks else None
+        rows.append(
+            (
+                pilot["metadata"].get("namespace", ""),
+                pilot["metadata"]["name"],
+                _cell(status.get("phase")),
+                _cell(status.get("speculativeScopes")),
+                _cell(decision.get("outcome")),
+                _cell(last),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(LIST_COLUMNS))]
+    return "\n".join("   ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows)

@@ -1,0 +1,131 @@
+"""The plugin's command line: kubectl's flag habits, list, version, completion, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+
+import pytest
+import urllib3
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from specpilot import __version__
+from specpilot.plugin.client import Client, PluginError
+from specpilot.plugin.kubectl import _parser, completion_script, main
+from specpilot.plugin.table import render_list
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-n", "team-a", "--context", "prod", "promote", "chat"],
+        ["promote", "chat", "-n", "team-a", "--context", "prod"],
+        ["--context", "prod", "promote", "-n", "team-a", "chat"],
+    ],
+    ids=["before", "after", "both"],
+)
+def test_connection_flags_go_before_or_after_the_command(argv: list[str]) -> None:
+    args = _parser().parse_args(argv)
+    assert (args.command, args.scope, args.namespace, args.context, args.kubeconfig) == (
+        "promote",
+        "chat",
+        "team-a",
+        "prod",
+        None,
+    )
+
+
+def test_a_usage_error_is_one_line_and_exits_1(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["frobnicate"])
+    assert exited.value.code == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert lines[0].startswith("error: argument COMMAND: invalid choice: 'frobnicate'")
+    assert lines[1:] == ["See 'kubectl specpilot --help' for usage."]
+
+
+def test_version_and_completion_need_no_cluster(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["version"], connect_to=lambda **_: pytest.fail("version connected")) == 0
+    assert capsys.readouterr().out == f"kubectl-specpilot: v{__version__}\n"
+    assert main(["completion", "zsh"], connect_to=lambda **_: pytest.fail("completion connected")) == 0
+    assert capsys.readouterr().out.startswith("#compdef kubectl-specpilot\n")
+
+
+@pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+@pytest.mark.parametrize(("typed", "offered"), [("pro", "promote"), ("--kube", "--kubeconfig"), ("comp", "completion")])
+def test_bash_completion_completes_commands_and_flags(typed: str, offered: str) -> None:
+    script = completion_script("bash")
+    probe = (
+        f'{script}\nCOMP_WORDS=(kubectl-specpilot {typed}); COMP_CWORD=1; _kubectl_specpilot; echo "${{COMPREPLY[@]}}"'
+    )
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, timeout=30)
+    assert done.stdout.split() == [offered]
+
+
+def test_list_is_one_line_per_pilot() -> None:
+    pilots = [
+        {
+            "metadata": {"namespace": "team-a", "name": "demo"},
+            "status": {
+                "phase": "Healthy",
+                "speculativeScopes": "1/3",
+                "decision": {"outcome": "AdoptWithinEnvelope"},
+                "fallbacks": [{"scope": "code", "reason": "ThresholdExceeded"}],
+            },
+        },
+        {"metadata": {"namespace": "team-b", "name": "new"}},
+    ]
+    assert render_list(pilots).splitlines() == [
+        "NAMESPACE   NAME   PHASE     SPECULATIVE   DECISION              LAST FALLBACK",
+        "team-a      demo   Healthy   1/3           AdoptWithinEnvelope   code: ThresholdExceeded",
+        "team-b      new    -         -             -                     -",
+    ]
+
+
+def api_client() -> Client:
+    configuration = client.Configuration()
+    configuration.host = "https://127.0.0.1:6443"
+    return Client(client.ApiClient(configuration), "team-a")
+
+
+def refusing(error: Exception) -> object:
+    def call(*args: object, **kwargs: object) -> object:
+        raise error
+
+    return call
+
+
+def test_server_errors_are_one_line() -> None:
+    forbidden = ApiException(status=403, reason="Forbidden")
+    forbidden.body = json.dumps(
+        {
+            "kind": "Status",
+            "message": 'speculationpilots.specpilot.io "demo" is forbidden: User "jane" cannot get resource\n'
+            '"speculationpilots" in API group "specpilot.io" in the namespace "team-a"',
+        }
+    )
+    cases = [
+        (
+            forbidden,
+            'speculationpilot \'demo\': Forbidden: speculationpilots.specpilot.io "demo" is forbidden: User "jane" '
+            'cannot get resource "speculationpilots" in API group "specpilot.io" in the namespace "team-a"',
+        ),
+        (ApiException(status=404, reason="Not Found"), "speculationpilot 'demo' not found in namespace 'team-a'"),
+        (
+            urllib3.exceptions.MaxRetryError(
+                None,  # type: ignore[arg-type]
+                "/apis",
+                urllib3.exceptions.NewConnectionError(None, "Failed to establish a new connection: Connection refused"),  # type: ignore[arg-type]
+            ),
+            "cannot reach the API server at https://127.0.0.1:6443: Failed to establish a new connection: "
+            "Connection refused",
+        ),
+    ]
+    api = api_client()
+    for error, message in cases:
+        with pytest.raises(PluginError) as raised:
+            api._call("speculationpilot 'demo'", refusing(error))
+        assert str(raised.value) == message
+        assert "\n" not in str(raised.value)
