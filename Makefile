@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv binaries tools test test-unit test-cluster lint lint-delivery crd manifests cluster-up cluster-down cluster-reset demo bench clean
+.PHONY: help venv binaries tools test test-unit test-cluster lint lint-delivery crd manifests chart-readme cluster-up cluster-down cluster-reset demo bench clean
 
 help:
 	@echo "make demo         run a pilot on the local cluster with mock vLLM pods"
@@ -60,6 +60,10 @@ crd: venv
 # The kustomize base: the chart's default render, without Helm's own labels (a test holds them equal).
 manifests: venv tools
 	$(PY) e2e/kustomize_base.py
+
+# The chart's README, from values.yaml's comments (a test holds them equal).
+chart-readme: venv tools
+	$(PY) e2e/chart_readme.py
 
 cluster-up: venv
 	@e2e/local/cluster.sh up

@@ -39,6 +39,7 @@ class OperatorConfig:
     peering: str | None  # KopfPeering name; None runs standalone
     priority: int
     log_level: str
+    log_format: str  # "text", or "json": one JSON object per line, for log shippers
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -76,6 +77,12 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         help="peering priority, the highest works (default: random, so that one of equal replicas works)",
     )
     p.add_argument("--log-level", default=environ.get("SPECPILOT_LOG_LEVEL", "INFO"))
+    p.add_argument(
+        "--log-format",
+        choices=("text", "json"),
+        default=environ.get("SPECPILOT_LOG_FORMAT", "text"),
+        help="text, or json: one object per line with the pilot it concerns (env SPECPILOT_LOG_FORMAT)",
+    )
     args = p.parse_args(list(argv))
     if bool(args.namespace) == args.all_namespaces:
         p.error("give --namespace (one or more) or --all-namespaces")
@@ -94,6 +101,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         peering=args.peering,
         priority=args.priority if args.priority is not None else random.randrange(1, 1_000_000),
         log_level=args.log_level.upper(),
+        log_format=args.log_format,
     )
 
 
@@ -136,9 +144,19 @@ async def run(config: OperatorConfig) -> None:
         )
 
 
+def configure_logging(config: OperatorConfig) -> None:
+    """Text lines, or Kopf's JSON formatter: one object per line, with the Kubernetes object a line
+    concerns under `object`."""
+    if config.log_format == "json":
+        kopf.configure(log_format=kopf.LogFormat.JSON, log_refkey="object")
+        logging.getLogger().setLevel(config.log_level)
+    else:
+        logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def main(argv: list[str]) -> int:
     config = parse_args(argv, os.environ)
-    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    configure_logging(config)
     if config.log_level != "DEBUG":
         # Kopf logs every watch handler's success ("Handler ... succeeded"); the operator logs what happened.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
-from tests.helm import CHART, ROOT, by_kind, helm, template
+import yaml
+from tests.helm import CHART, ROOT, VALUES_README, by_kind, chart_readme, helm, template
 
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.router.metrics import RouterMetrics
@@ -121,3 +123,68 @@ def test_dashboard_queries_only_metrics_the_operator_and_router_export() -> None
 def test_bad_values_are_refused_naming_the_value(setting: str, message: str) -> None:
     out = helm("template", "x", str(CHART), "--set", setting, check=False)
     assert out.returncode != 0 and message in out.stderr, out.stderr
+
+
+def test_the_chart_readme_is_current_and_documents_every_value() -> None:
+    expected = chart_readme()
+    assert VALUES_README.read_text() == expected, "values.yaml changed: run `make chart-readme`"
+    rows = [line for line in expected.splitlines() if line.startswith("| `")]
+    assert rows and all(not line.endswith("|  |") for line in rows), [r for r in rows if r.endswith("|  |")]
+
+
+def test_names_digest_log_format_disruption_budget_and_spread() -> None:
+    objects = template(
+        {
+            "fullnameOverride": "ops",
+            "nameOverride": "pilots",
+            "image.digest": "sha256:" + "a" * 64,
+            "logFormat": "json",
+            "podDisruptionBudget.enabled": "true",
+            "revisionHistoryLimit": "3",
+            "topologySpreadConstraints[0].maxSkew": "1",
+            "topologySpreadConstraints[0].topologyKey": "topology.kubernetes.io/zone",
+            "topologySpreadConstraints[0].whenUnsatisfiable": "ScheduleAnyway",
+        }
+    )
+    (deployment,) = by_kind(objects, "Deployment")
+    (budget,) = by_kind(objects, "PodDisruptionBudget")
+    assert deployment["metadata"]["name"] == budget["metadata"]["name"] == "ops"
+    selector = deployment["spec"]["selector"]["matchLabels"]
+    assert selector["app.kubernetes.io/name"] == "pilots"
+    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["image"] == "specpilot/specpilot@sha256:" + "a" * 64
+    assert "--log-format=json" in container["args"]
+    assert f"--router-image={container['image']}" in container["args"]
+    assert deployment["spec"]["revisionHistoryLimit"] == 3
+    (spread,) = pod["topologySpreadConstraints"]
+    assert spread["labelSelector"] == {"matchLabels": selector} and spread["maxSkew"] == 1
+    defaults = template()
+    assert not by_kind(defaults, "PodDisruptionBudget")
+    (plain,) = by_kind(defaults, "Deployment")
+    assert "--log-format=text" in plain["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "topologySpreadConstraints" not in plain["spec"]["template"]["spec"]
+
+
+def test_the_chart_installs_as_a_dependency_of_an_umbrella_chart(tmp_path: Path) -> None:
+    umbrella = tmp_path / "platform"
+    (umbrella / "templates").mkdir(parents=True)
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    (umbrella / "Chart.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v2",
+                "name": "platform",
+                "version": "1.0.0",
+                "dependencies": [{"name": "specpilot", "version": chart["version"], "repository": f"file://{CHART}"}],
+            }
+        )
+    )
+    (umbrella / "values.yaml").write_text(yaml.safe_dump({"global": {"imageRegistry": "registry.example"}}))
+    helm("dependency", "build", str(umbrella))
+    for extra in ([], ["--set", "specpilot.replicaCount=2", "--set", "global.env=prod"]):
+        out = helm("template", "platform", str(umbrella), "--namespace", "platform", *extra)
+        (deployment,) = by_kind([d for d in yaml.safe_load_all(out.stdout) if d], "Deployment")
+        assert deployment["metadata"]["name"] == "platform-specpilot"
+        assert deployment["spec"]["replicas"] == (2 if extra else 1)

@@ -1,0 +1,37 @@
+"""`specpilot operator`'s command line: what it watches and how it logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+
+from specpilot.controller.main import configure_logging, parse_args
+
+
+def test_logs_are_text_unless_json_is_asked_for() -> None:
+    assert parse_args(["--all-namespaces"], {}).log_format == "text"
+    assert parse_args(["--all-namespaces", "--log-format", "json"], {}).log_format == "json"
+    assert parse_args(["--all-namespaces"], {"SPECPILOT_LOG_FORMAT": "json"}).log_format == "json"
+
+
+def test_an_unknown_log_format_is_refused_naming_the_choices(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--log-format", "xml"], {})
+    assert "argument --log-format: invalid choice: 'xml' (choose from" in capsys.readouterr().err
+
+
+def test_json_logs_are_one_object_per_line(capfd: pytest.CaptureFixture[str]) -> None:
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        configure_logging(parse_args(["--all-namespaces", "--log-format", "json"], {}))
+        logging.getLogger("specpilot.operator").info("team-a/demo: ScopePromoted: chat to stage 2")
+        (line,) = [line for line in capfd.readouterr().err.splitlines() if "ScopePromoted" in line]
+        record = json.loads(line)
+        assert record["message"] == "team-a/demo: ScopePromoted: chat to stage 2"
+        assert record["severity"] == "info" and "timestamp" in record
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
