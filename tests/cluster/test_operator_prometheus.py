@@ -108,7 +108,9 @@ def prometheus(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> It
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
-    with running_operator(cluster, tmp_path_factory.mktemp("prometheus-judging") / "operator.log") as running:
+    log = tmp_path_factory.mktemp("prometheus-judging") / "operator.log"
+    # The test's Prometheus listens on loopback, which the operator calls only when allowed to.
+    with running_operator(cluster, log, "--allow-outbound", "127.0.0.1:*") as running:
         yield running
 
 

@@ -16,6 +16,7 @@ from prometheus_client import start_http_server
 
 from specpilot import __version__
 from specpilot.controller.collect import Collector
+from specpilot.controller.core.policy import Policy
 from specpilot.controller.evidence import ConfigMapEvidence
 from specpilot.controller.handlers import register, settings
 from specpilot.controller.kube import Kube
@@ -40,6 +41,7 @@ class OperatorConfig:
     priority: int
     log_level: str
     log_format: str  # "text", or "json": one JSON object per line, for log shippers
+    policy: Policy  # the hosts the operator may call for a pilot, the engine images it may run
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -47,6 +49,10 @@ def _address(text: str) -> tuple[str, int]:
     if not port.isdigit():
         raise ValueError(f"expected HOST:PORT or :PORT, got {text!r}")
     return host or "0.0.0.0", int(port)
+
+
+def _listed(text: str | None) -> list[str]:
+    return [item.strip() for item in (text or "").split(",") if item.strip()]
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfig:
@@ -76,6 +82,22 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         default=None,
         help="peering priority, the highest works (default: random, so that one of equal replicas works)",
     )
+    p.add_argument(
+        "--allow-outbound",
+        action="append",
+        default=_listed(environ.get("SPECPILOT_ALLOW_OUTBOUND")),
+        metavar="HOST[:PORT]",
+        help="a host (glob) the operator may call for pilots' webhooks and Prometheus, besides in-cluster "
+        "Services (repeatable; env SPECPILOT_ALLOW_OUTBOUND, comma-separated)",
+    )
+    p.add_argument(
+        "--allow-image",
+        action="append",
+        default=_listed(environ.get("SPECPILOT_ALLOW_IMAGES")),
+        metavar="IMAGE",
+        help="an engine image (glob) pilots may run; none given: any image (repeatable; env "
+        "SPECPILOT_ALLOW_IMAGES, comma-separated)",
+    )
     p.add_argument("--log-level", default=environ.get("SPECPILOT_LOG_LEVEL", "INFO"))
     p.add_argument(
         "--log-format",
@@ -102,6 +124,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         priority=args.priority if args.priority is not None else random.randrange(1, 1_000_000),
         log_level=args.log_level.upper(),
         log_format=args.log_format,
+        policy=Policy(outbound=tuple(args.allow_outbound), images=tuple(args.allow_image)),
     )
 
 
@@ -129,6 +152,7 @@ async def run(config: OperatorConfig) -> None:
             collector=lambda: Collector.over_http(http),
             metrics=metrics,
             router_image=config.router_image,
+            policy=config.policy,
         )
         registry = kopf.OperatorRegistry()
         register(registry, controller)

@@ -18,18 +18,17 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-from pydantic import ValidationError
 
 from specpilot.analysis.quality import ProbeResult
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import API_VERSION, KIND, PLURAL
 from specpilot.api.reasons import Reason
-from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import SpeculationPilotStatus
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.changes import Apply
 from specpilot.controller.core.measurements import JUDGED_ARMS, Measurements, cadence
 from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, plan, refused, teardown, windows_due
+from specpilot.controller.core.policy import DEFAULT, Policy
 from specpilot.controller.core.progress import probe_due, window_due, window_summary
 from specpilot.controller.core.render import PilotRef
 from specpilot.controller.core.routing import table_hash
@@ -117,6 +116,7 @@ class Controller:
         collector: Callable[[], Collector],
         metrics: OperatorMetrics,
         router_image: str,
+        policy: Policy = DEFAULT,
         clock: Callable[[], datetime] = _now,
     ) -> None:
         self.kube = kube
@@ -126,6 +126,7 @@ class Controller:
         self.new_collector = collector
         self.metrics = metrics
         self.router_image = router_image
+        self.policy = policy
         self.clock = clock
         self.memories: dict[tuple[str, str], PilotMemory] = {}
 
@@ -172,7 +173,7 @@ class Controller:
 
     async def _gather(self, body: Mapping[str, Any], seen: Observation, memory: PilotMemory) -> Snapshot:
         """The tick's snapshot: read once, frozen, before anything is decided."""
-        pilot = read_pilot(body, last_written=memory.status)
+        pilot = read_pilot(body, last_written=memory.status, policy=self.policy)
         spec = pilot.spec if not pilot.deleting else None
         snapshot = Snapshot(
             pilot=pilot,
@@ -265,9 +266,8 @@ class Controller:
         the reconcile at once, so that it is judged on what was just collected."""
         ref = pilot_ref(body)
         memory = self.memory(ref)
-        try:
-            spec = SpeculationPilotSpec.from_wire(body["spec"])
-        except ValidationError:
+        spec = read_pilot(body, policy=self.policy).spec
+        if spec is None:  # nothing is measured, and nothing called, for a spec the operator refuses
             return Collected(INVALID_SPEC_TICK.total_seconds(), window_due=False)
         now = self.clock()
         arms = {arm: seen.ready(arm.value) for arm in JUDGED_ARMS}

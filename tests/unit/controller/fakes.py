@@ -392,5 +392,7 @@ def pilot_doc(*, probes: bool = False, webhooks: Sequence[str] = ()) -> Json:
     if not probes:
         doc["spec"]["quality"].pop("probes", None)
     if webhooks:
-        doc["spec"]["quality"]["webhooks"] = [{"name": name, "url": f"http://127.0.0.1:9/{name}"} for name in webhooks]
+        doc["spec"]["quality"]["webhooks"] = [
+            {"name": name, "url": f"http://checks.team-a.svc:8080/{name}"} for name in webhooks
+        ]
     return doc

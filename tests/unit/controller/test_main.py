@@ -35,3 +35,11 @@ def test_json_logs_are_one_object_per_line(capfd: pytest.CaptureFixture[str]) ->
     finally:
         root.handlers[:] = handlers
         root.setLevel(level)
+
+
+def test_the_policy_comes_from_flags_or_the_environment() -> None:
+    config = parse_args(["--all-namespaces", "--allow-outbound", "*.corp.example", "--allow-image", "reg/vllm/*"], {})
+    assert (config.policy.outbound, config.policy.images) == (("*.corp.example",), ("reg/vllm/*",))
+    env = {"SPECPILOT_ALLOW_OUTBOUND": "a.example, b.example:9090", "SPECPILOT_ALLOW_IMAGES": ""}
+    config = parse_args(["--all-namespaces"], env)
+    assert (config.policy.outbound, config.policy.images) == (("a.example", "b.example:9090"), ())

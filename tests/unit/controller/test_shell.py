@@ -183,6 +183,19 @@ async def test_status_then_events_then_the_evidence_they_describe() -> None:
     assert "chat" in stored.scopes and "code" in stored.scopes
 
 
+async def test_a_pilot_calling_a_host_outside_the_policy_deploys_nothing_and_calls_nothing() -> None:
+    doc = pilot_doc(webhooks=["business"])
+    doc["spec"]["quality"]["webhooks"][0]["url"] = "http://169.254.169.254/latest/meta-data"
+    h = Harness(doc)
+    assert await h.reconcile() == 10.0  # the invalid spec's tick
+    invalid = next(c for c in h.status()["conditions"] if c["type"] == "InvalidSpec")
+    assert invalid["status"] == "True"
+    assert "spec.quality.webhooks[0].url: the operator may not call 169.254.169.254" in invalid["message"]
+    assert h.kube.verbs("apply") == [] and h.kube.verbs("dry-run") == []
+    await h.collect()
+    assert h.quality.asked == [] and h.controller.memory(h.ref).measurements.collected_at is None
+
+
 async def judged_tick(*, interleave: bool) -> Harness:
     """A tick whose windows are due and whose webhook answers only once `interleave` let another
     collection land: one that reads the samples the tick's own collection missed."""

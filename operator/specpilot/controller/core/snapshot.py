@@ -19,6 +19,7 @@ from specpilot.api.status import SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
 from specpilot.controller.core.measurements import Measurements
 from specpilot.controller.core.observe import ChildSummary, PodView
+from specpilot.controller.core.policy import DEFAULT, Policy
 from specpilot.controller.core.render import PilotRef
 from specpilot.controller.core.status import PodTrouble
 
@@ -82,16 +83,21 @@ class Pilot:
     deleting: bool = False
 
 
-def read_pilot(body: Mapping[str, Any], *, last_written: SpeculationPilotStatus | None = None) -> Pilot:
-    """The pilot from its body; `last_written` (this process's last status write) wins over a status
-    that a lagging watch still shows."""
+def read_pilot(
+    body: Mapping[str, Any], *, last_written: SpeculationPilotStatus | None = None, policy: Policy = DEFAULT
+) -> Pilot:
+    """The pilot from its body, judged by the API's rules and the operator's policy; `last_written`
+    (this process's last status write) wins over a status that a lagging watch still shows."""
     meta = body["metadata"]
     ref = PilotRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     problems = tuple(validate(body))
+    spec = None if problems else SpeculationPilotSpec.from_wire(body["spec"])
+    if spec is not None:
+        problems = tuple(policy.problems(spec))
     return Pilot(
         ref=ref,
         generation=int(meta.get("generation") or 0),
-        spec=None if problems else SpeculationPilotSpec.from_wire(body["spec"]),
+        spec=None if problems else spec,
         problems=problems,
         status=last_written or status_of(body),
         deleting=bool(meta.get("deletionTimestamp")),

@@ -1,0 +1,106 @@
+"""The operator's policy on a real apiserver: hosts it may call for a pilot and images it may run,
+and engine pods without a service-account token."""
+
+from __future__ import annotations
+
+import copy
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.operator_process import Operator, children, condition, pilot, running_operator, wait_ready
+
+pytestmark = pytest.mark.cluster
+
+DEMO = yaml.safe_load((ROOT / "manifests" / "examples" / "local-demo.yaml").read_text())
+DEMO["spec"]["analysis"]["warmup"] = "1h"  # about reconciling, not judging
+ALLOWED_IMAGES = "specpilot/specpilot:*"
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    log = tmp_path_factory.mktemp("policy") / "operator.log"
+    with running_operator(cluster, log, "--allow-image", ALLOWED_IMAGES) as running:
+        yield running
+
+
+@pytest.fixture
+def listener() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server on loopback that records every request it gets (none should come)."""
+    seen: list[str] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self._answer()
+
+        def do_POST(self) -> None:
+            self._answer()
+
+        def _answer(self) -> None:
+            seen.append(f"{self.command} {self.path}")
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", seen
+    finally:
+        server.shutdown()
+
+
+def invalid_message(cluster: Cluster, namespace: str) -> str:
+    def invalid() -> str | None:
+        found = condition(pilot(cluster, namespace), "InvalidSpec")
+        return found["message"] if found is not None and found["status"] == "True" else None
+
+    return str(wait_until("InvalidSpec", invalid, timeout=30))
+
+
+def test_urls_outside_the_policy_are_invalid_and_never_called(
+    cluster: Cluster, operator: Operator, namespace: str, listener: tuple[str, list[str]]
+) -> None:
+    url, seen = listener
+    doc = copy.deepcopy(DEMO)
+    doc["spec"]["quality"]["webhooks"] = [{"name": "business", "url": f"{url}/check"}]
+    doc["spec"]["analysis"]["metricsSource"] = {"prometheus": {"url": url}}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    message = invalid_message(cluster, namespace)
+    host = url.removeprefix("http://")
+    assert f"spec.quality.webhooks[0].url: the operator may not call {host}" in message, message
+    assert f"spec.analysis.metricsSource.prometheus.url: the operator may not call {host}" in message, message
+    operator.wait_reconciles(2)
+    assert children(cluster, namespace) == {}
+    assert seen == []
+
+
+def test_an_engine_image_outside_the_policy_is_invalid(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    doc = copy.deepcopy(DEMO)
+    doc["spec"]["engine"]["image"] = "docker.io/someone/miner:latest"
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    message = invalid_message(cluster, namespace)
+    assert "spec.engine.image: image 'docker.io/someone/miner:latest' is not one the operator runs" in message
+    assert ALLOWED_IMAGES in message
+    assert children(cluster, namespace) == {}
+
+
+def test_engine_pods_carry_no_service_account_token(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(DEMO))
+    wait_ready(cluster, operator, namespace)
+    pods = cluster.get_json("pods", "-n", namespace, "-l", "specpilot.io/arm")["items"]
+    assert {p["metadata"]["labels"]["specpilot.io/arm"] for p in pods} >= {"baseline", "speculative"}
+    for pod in pods:
+        assert pod["spec"]["automountServiceAccountToken"] is False
+        assert not any(v.get("projected") for v in pod["spec"].get("volumes", [])), pod["spec"].get("volumes")
+    routers = cluster.get_json("pods", "-n", namespace, "-l", "app.kubernetes.io/component=router")["items"]
+    assert routers and all(p["spec"]["serviceAccountName"] == "demo-router" for p in routers)
