@@ -7,9 +7,12 @@ KUBECONFIG), here. This is the one module besides `specpilot.wire` that the rout
 
 from __future__ import annotations
 
+import random
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 
 from kubernetes import client, config
 
@@ -44,3 +47,29 @@ def load_access() -> KubeAccess:
         return str(value) if value else None
 
     return KubeAccess(server=str(cfg.host).rstrip("/"), ssl=context, token=token)
+
+
+# How long to wait when the API server asks for no Retry-After, and the longest wait it may ask for.
+RETRY_AFTER_DEFAULT = 1.0
+RETRY_AFTER_MAX = 30.0
+
+
+def retry_after(headers: Mapping[str, str], *, now: datetime | None = None) -> float:
+    """Seconds the API server asked a client to wait with its 429 (or 503): `Retry-After` in seconds or
+    as an HTTP date; the default when absent or unreadable, capped at `RETRY_AFTER_MAX`."""
+    value = headers.get("Retry-After", "").strip()
+    seconds = RETRY_AFTER_DEFAULT
+    if value.isdigit():
+        seconds = float(value)
+    elif value:
+        try:
+            seconds = (parsedate_to_datetime(value) - (now or datetime.now(UTC))).total_seconds()
+        except (TypeError, ValueError):
+            seconds = RETRY_AFTER_DEFAULT
+    return min(max(seconds, 0.0), RETRY_AFTER_MAX)
+
+
+def jittered(delay: float, draw: Callable[[], float] = random.random) -> float:
+    """A backoff delay spread over [delay / 2, delay], so that clients that failed together (an API
+    server restart) do not come back together."""
+    return delay * (0.5 + draw() / 2)

@@ -3,20 +3,22 @@
 A thin aiohttp client rather than the `kubernetes` package's synchronous one: every call awaits on
 the event loop Kopf already runs (no worker threads, no blocking), and bodies stay plain JSON (no
 model deserialisation, which dominates that client's CPU cost). Credentials come from
-`specpilot.kubeaccess`, the token refreshed per request.
+`specpilot.kubeaccess`, the token refreshed per request. A call the API server throttles (429) is
+tried again after the wait its Retry-After asks for, a few times, then reported.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
 
-from specpilot.kubeaccess import KubeAccess
+from specpilot.kubeaccess import KubeAccess, retry_after
 from specpilot.wire.names import MANAGER
 
 Json = dict[str, Any]
@@ -32,6 +34,10 @@ RESOURCES: Mapping[tuple[str, str], str] = {
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
 }
+
+
+# Times a call the API server throttled (429) is tried again, after the wait it asks for.
+THROTTLED_RETRIES = 3
 
 
 class ApiError(Exception):
@@ -53,11 +59,17 @@ class Kube:
     """The calls the operator makes; one per method, each raising `ApiError` on refusal."""
 
     def __init__(
-        self, access: KubeAccess, session: aiohttp.ClientSession, *, observe: Callable[[str, float], None]
+        self,
+        access: KubeAccess,
+        session: aiohttp.ClientSession,
+        *,
+        observe: Callable[[str, float], None],
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._access = access
         self._session = session
         self._observe = observe  # (kind, seconds) of each apply, for the operator's metrics
+        self._sleep = sleep
 
     async def _call(
         self, method: str, path: str, *, body: Any = None, content_type: str = "application/json", **params: str
@@ -67,19 +79,24 @@ class Kube:
         if token:
             headers["Authorization"] = token
         data = None if body is None else json.dumps(body, separators=(",", ":"))
-        async with self._session.request(
-            method, self._access.server + path, params=params, data=data, headers=headers, ssl=self._access.ssl
-        ) as resp:
-            text = await resp.text()
-            if resp.status == 404 and method in ("GET", "DELETE"):
-                return None
-            if resp.status >= 300:
-                try:
-                    message = str(json.loads(text).get("message", text))
-                except ValueError:
-                    message = text
-                raise ApiError(resp.status, message[:2000])
-            return json.loads(text) if text else {}
+        for attempt in range(THROTTLED_RETRIES + 1):
+            async with self._session.request(
+                method, self._access.server + path, params=params, data=data, headers=headers, ssl=self._access.ssl
+            ) as resp:
+                text = await resp.text()
+                status, wait = resp.status, retry_after(resp.headers)
+            if status != 429 or attempt == THROTTLED_RETRIES:
+                break
+            await self._sleep(wait)  # throttled (API priority and fairness): as long as the server asks
+        if status == 404 and method in ("GET", "DELETE"):
+            return None
+        if status >= 300:
+            try:
+                message = str(json.loads(text).get("message", text))
+            except ValueError:
+                message = text
+            raise ApiError(status, message[:2000])
+        return json.loads(text) if text else {}
 
     async def apply(self, obj: Json, *, dry_run: bool = False) -> Json:
         """Server-side apply under the operator's field manager, taking over conflicting fields;

@@ -1,8 +1,8 @@
 """The router's view of Kubernetes: list+watch of its routing ConfigMap and its arms' EndpointSlices.
 
 A small aiohttp list+watch (no threads), with credentials from `specpilot.kubeaccess`. Watches
-relist on 410 Gone and reconnect with backoff, so a change reaches the router within milliseconds
-and a lost connection heals on its own.
+relist on 410 Gone, wait as long as a 429 asks, and reconnect with jittered backoff, so a change
+reaches the router within milliseconds and a lost connection heals on its own.
 """
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import asyncio
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
 
-from specpilot.kubeaccess import KubeAccess
+from specpilot.kubeaccess import RETRY_AFTER_DEFAULT, KubeAccess, jittered, retry_after
 from specpilot.router.core.slices import ready_endpoints
 from specpilot.router.core.state import ENDPOINTS, TABLE, RouteSink
 from specpilot.wire.names import SERVICE_NAME_LABEL, Arm, arm_name, routes_name
@@ -27,9 +27,10 @@ log = logging.getLogger("specpilot.router.kube")
 class KubeError(Exception):
     """The API server answered with an error."""
 
-    def __init__(self, code: int, message: str) -> None:
+    def __init__(self, code: int, message: str, *, retry_after: float = RETRY_AFTER_DEFAULT) -> None:
         super().__init__(f"{code}: {message}")
         self.code = code
+        self.retry_after = retry_after  # what a 429 asked for
 
 
 class Reflector:
@@ -47,6 +48,7 @@ class Reflector:
         on_restart: Callable[[str, str], None],
         watch_seconds: int = 240,
         backoff: tuple[float, float] = (0.2, 10.0),
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self._session = session
         self._access = access
@@ -57,6 +59,7 @@ class Reflector:
         self._on_restart = on_restart
         self._watch_seconds = watch_seconds
         self._backoff = backoff
+        self._sleep = sleep
         self._objects: dict[str, dict[str, Any]] = {}
 
     async def run(self) -> None:
@@ -78,14 +81,21 @@ class Reflector:
                     self._on_restart(self.resource, "gone")
                     version = None
                     continue
+                if exc.code == 429:  # throttled: as long as the server asks, without doubling the backoff
+                    log.info("%s: the API server asks to wait %.1f s (429)", self.resource, exc.retry_after)
+                    self._on_restart(self.resource, "throttled")
+                    await self._sleep(exc.retry_after)
+                    continue
                 delay = await self._pause(exc, delay)
             except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
                 delay = await self._pause(exc, delay)  # unreachable, or answers we cannot read
 
     async def _pause(self, exc: Exception, delay: float) -> float:
-        log.warning("%s watch failed (%s); retrying in %.1f s", self.resource, str(exc) or type(exc).__name__, delay)
+        """Wait `delay`, jittered, after a failure; the next delay, doubled up to the backoff's cap."""
+        wait = jittered(delay)
+        log.warning("%s watch failed (%s); retrying in %.1f s", self.resource, str(exc) or type(exc).__name__, wait)
         self._on_restart(self.resource, "error")
-        await asyncio.sleep(delay)
+        await self._sleep(wait)
         return min(delay * 2, self._backoff[1])
 
     def _headers(self) -> dict[str, str]:
@@ -98,7 +108,7 @@ class Reflector:
         ) as resp:
             body = await resp.read()
             if resp.status != 200:
-                raise KubeError(resp.status, body.decode(errors="replace")[:300])
+                raise KubeError(resp.status, body.decode(errors="replace")[:300], retry_after=retry_after(resp.headers))
         doc = json.loads(body)
         self._objects = {_key(item): item for item in doc.get("items") or ()}
         self._on_change(list(self._objects.values()))
@@ -117,7 +127,8 @@ class Reflector:
             self._url, params=params, headers=self._headers(), ssl=self._access.ssl, timeout=timeout
         ) as resp:
             if resp.status != 200:
-                raise KubeError(resp.status, (await resp.read()).decode(errors="replace")[:300])
+                text = (await resp.read()).decode(errors="replace")[:300]
+                raise KubeError(resp.status, text, retry_after=retry_after(resp.headers))
             async for event in _lines(resp.content):
                 version = self._apply(json.loads(event), version)
         return version

@@ -10,6 +10,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from tests.component.router.conftest import Harness
@@ -17,7 +18,7 @@ from tests.component.router.conftest import Harness
 from specpilot.kubeaccess import KubeAccess
 from specpilot.router.core.decide import Endpoint, Fallback
 from specpilot.router.core.state import RouterState
-from specpilot.router.kube import ClusterSource
+from specpilot.router.kube import ClusterSource, Reflector
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
 
@@ -36,6 +37,7 @@ class FakeApi:
         self.watches: Counter[str] = Counter()
         self.failing_lists = 0
         self.garbled_lists = 0
+        self.throttled_lists: list[str] = []  # the Retry-After of each next list answered 429
         self.queries: list[dict[str, str]] = []
         self.tokens: set[str | None] = set()
         self.port = 0
@@ -63,6 +65,10 @@ class FakeApi:
         self.queries.append(dict(request.query))
         if request.query.get("watch") != "1":
             self.lists[resource] += 1
+            if self.throttled_lists:
+                wait = self.throttled_lists.pop(0)
+                status = {"kind": "Status", "code": 429, "message": "too many requests"}
+                return web.json_response(status, status=429, headers={"Retry-After": wait})
             if self.failing_lists:
                 self.failing_lists -= 1
                 return web.json_response({"kind": "Status", "code": 500, "message": "etcd down"}, status=500)
@@ -230,3 +236,36 @@ async def test_an_answer_that_cannot_be_read_is_retried(
     await Harness.wait_for(lambda: api.lists["configmaps"] == 3)
     assert restarts[("configmaps", "error")] == 1
     await Harness.wait_for(lambda: generation(state) == 9)
+
+
+async def test_a_throttled_list_waits_as_asked_and_failures_back_off_with_jitter(api: FakeApi) -> None:
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)  # the test's clock: nothing really waits
+
+    changes: list[int] = []
+    restarts: Counter[tuple[str, str]] = Counter()
+    api.throttled_lists = ["7", "2"]
+    api.failing_lists = 2
+    async with aiohttp.ClientSession() as session:
+        reflector = Reflector(
+            session=session,
+            access=KubeAccess(server=f"http://127.0.0.1:{api.port}", ssl=False, token=lambda: None),
+            path=f"/api/v1/namespaces/{NS}/configmaps",
+            selector={},
+            resource="configmaps",
+            on_change=lambda objects: changes.append(len(objects)),
+            on_restart=lambda resource, reason: restarts.update([(resource, reason)]),
+            backoff=(0.2, 10.0),
+            sleep=sleep,
+        )
+        task = asyncio.create_task(reflector.run())
+        await Harness.wait_for(lambda: changes == [1])
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert waits[:2] == [7.0, 2.0], waits  # as long as the server asked, twice
+    first, second = waits[2:4]
+    assert 0.1 <= first <= 0.2 and 0.2 <= second <= 0.4, waits  # doubling, each spread over its lower half
+    assert restarts == Counter({("configmaps", "throttled"): 2, ("configmaps", "error"): 2})
