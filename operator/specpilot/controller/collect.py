@@ -28,7 +28,7 @@ from specpilot.controller.core.measurements import (
     horizon,
 )
 from specpilot.controller.ports import EngineSource, Pods, SampleReader
-from specpilot.fetch.prometheus import arm_engines
+from specpilot.fetch.prometheus import PrometheusAuth, arm_engines
 from specpilot.fetch.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape
 from specpilot.metrics.ledger import SampleLedger
@@ -79,10 +79,12 @@ class ScrapeEngines:
 
 class PrometheusEngines:
     """The engines' figures from the Prometheus that `analysis.metricsSource` names, for the window
-    ending at each collection (the reconcile closes windows at the last collection)."""
+    ending at each collection (the reconcile closes windows at the last collection); with the
+    operator's credentials for the Prometheus they cover."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, auth: PrometheusAuth | None = None) -> None:
         self._session = session
+        self._auth = auth
 
     async def read(
         self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
@@ -98,6 +100,7 @@ class PrometheusEngines:
             step=timedelta(seconds=cadence(analysis)),
             quantile=analysis.thresholds.itl_quantile,
             end=now,
+            auth=self._auth,
         )
         return Queried(now, figures)
 
@@ -113,8 +116,12 @@ class Collector:
         self._routers: set[str] = set()
 
     @classmethod
-    def over_http(cls, session: aiohttp.ClientSession) -> Collector:
-        return cls(samples=HttpSamples(session), direct=ScrapeEngines(session), prometheus=PrometheusEngines(session))
+    def over_http(cls, session: aiohttp.ClientSession, prometheus_auth: PrometheusAuth | None = None) -> Collector:
+        return cls(
+            samples=HttpSamples(session),
+            direct=ScrapeEngines(session),
+            prometheus=PrometheusEngines(session, prometheus_auth),
+        )
 
     async def collect(
         self,

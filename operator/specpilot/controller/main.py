@@ -24,6 +24,7 @@ from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.quality import HttpQuality
 from specpilot.controller.reconcile import Controller
 from specpilot.controller.routes import ConfigMapRoutes
+from specpilot.fetch.prometheus import PrometheusAuth
 from specpilot.kubeaccess import load_access
 
 DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
@@ -42,6 +43,7 @@ class OperatorConfig:
     log_level: str
     log_format: str  # "text", or "json": one JSON object per line, for log shippers
     policy: Policy  # the hosts the operator may call for a pilot, the engine images it may run
+    prometheus_auth: PrometheusAuth | None  # credentials for the Prometheus under its URL
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -98,6 +100,19 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         help="an engine image (glob) pilots may run; none given: any image (repeatable; env "
         "SPECPILOT_ALLOW_IMAGES, comma-separated)",
     )
+    p.add_argument(
+        "--prometheus-auth-url",
+        default=environ.get("SPECPILOT_PROMETHEUS_AUTH_URL"),
+        help="the Prometheus the credentials below are for: sent only to pilots' Prometheus URLs under it",
+    )
+    p.add_argument(
+        "--prometheus-token-file",
+        default=environ.get("SPECPILOT_PROMETHEUS_TOKEN_FILE"),
+        help="a file holding a bearer token for it (read at each query, so it may rotate)",
+    )
+    p.add_argument(
+        "--prometheus-ca-file", default=environ.get("SPECPILOT_PROMETHEUS_CA_FILE"), help="a CA bundle to verify it"
+    )
     p.add_argument("--log-level", default=environ.get("SPECPILOT_LOG_LEVEL", "INFO"))
     p.add_argument(
         "--log-format",
@@ -106,6 +121,10 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         help="text, or json: one object per line with the pilot it concerns (env SPECPILOT_LOG_FORMAT)",
     )
     args = p.parse_args(list(argv))
+    if (args.prometheus_token_file or args.prometheus_ca_file) and not args.prometheus_auth_url:
+        p.error(
+            "--prometheus-token-file and --prometheus-ca-file need --prometheus-auth-url: the Prometheus they are for"
+        )
     if bool(args.namespace) == args.all_namespaces:
         p.error("give --namespace (one or more) or --all-namespaces")
     for flag in ("liveness", "metrics"):
@@ -125,6 +144,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         log_level=args.log_level.upper(),
         log_format=args.log_format,
         policy=Policy(outbound=tuple(args.allow_outbound), images=tuple(args.allow_image)),
+        prometheus_auth=PrometheusAuth(args.prometheus_auth_url, args.prometheus_token_file, args.prometheus_ca_file)
+        if args.prometheus_auth_url
+        else None,
     )
 
 
@@ -149,7 +171,7 @@ async def run(config: OperatorConfig) -> None:
             routes=ConfigMapRoutes(kube, http),
             evidence=ConfigMapEvidence(kube),
             quality=HttpQuality(http),
-            collector=lambda: Collector.over_http(http),
+            collector=lambda: Collector.over_http(http, config.prometheus_auth),
             metrics=metrics,
             router_image=config.router_image,
             policy=config.policy,

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import ssl
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import TypeVar
+from urllib.parse import SplitResult, urlsplit
 
 import aiohttp
 
@@ -23,28 +27,75 @@ from specpilot.metrics.promql import Answer, QueryFailure, arm_engine, arm_match
 from specpilot.wire.names import Arm
 
 K = TypeVar("K")
+
+
+@dataclass(frozen=True)
+class PrometheusAuth:
+    """Credentials for one Prometheus, sent only to URLs under `url` (a pilot names the URL it
+    queries, so a token must never follow it elsewhere). The files are mounted into the operator's pod
+    (it reads no Secrets) and read at each query, so rotated credentials are picked up."""
+
+    url: str  # e.g. https://prometheus.monitoring.example:9091/
+    token_file: str | None = None
+    ca_file: str | None = None
+
+    def covers(self, url: str) -> bool:
+        """The same scheme, host and port, and a path at or under this one."""
+        mine, theirs = urlsplit(self.url), urlsplit(url)
+        path, under = mine.path.rstrip("/"), theirs.path.rstrip("/")
+        try:
+            same = (mine.scheme, mine.hostname, _port(mine)) == (theirs.scheme, theirs.hostname, _port(theirs))
+        except ValueError:  # a port that is no number: not this Prometheus
+            return False
+        return same and (under == path or under.startswith(f"{path}/"))
+
+    def headers(self) -> dict[str, str]:
+        if self.token_file is None:
+            return {}
+        return {"Authorization": f"Bearer {Path(self.token_file).read_text().strip()}"}
+
+    def ssl(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=self.ca_file) if self.ca_file is not None else None
+
+
 _ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 _SLACK_S = 1.0  # the client waits a little past the server's own query timeout, to hear its error
 
 
-async def query(session: aiohttp.ClientSession, url: str, promql: str, *, at: datetime, timeout_s: float) -> Answer:
+def _port(url: SplitResult) -> int:
+    return url.port or (443 if url.scheme == "https" else 80)
+
+
+async def query(
+    session: aiohttp.ClientSession,
+    url: str,
+    promql: str,
+    *,
+    at: datetime,
+    timeout_s: float,
+    auth: PrometheusAuth | None = None,
+) -> Answer:
     """One instant query at `at` against the server at `url` (its base URL, without /api/v1), POSTed as a
-    form so that long selectors need no long URL."""
+    form so that long selectors need no long URL; with `auth`'s credentials where it covers `url`."""
     endpoint = f"{url.rstrip('/')}/api/v1/query"
     form = {"query": promql, "time": f"{at.timestamp():.3f}", "timeout": f"{timeout_s:g}s"}
+    covered = auth is not None and auth.covers(url)
     try:
+        headers = {"Accept": "application/json", **(auth.headers() if auth is not None and covered else {})}
+        context = auth.ssl() if auth is not None and covered else None
         async with session.post(
             endpoint,
             data=form,
-            headers={"Accept": "application/json"},
+            headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout_s + _SLACK_S),
             allow_redirects=False,
+            ssl=context if context is not None else True,
         ) as response:
             body = await read_body(response)
             status = response.status
     except TooLarge:
         return QueryFailure(f"POST {endpoint}: body over {MAX_BODY_BYTES} bytes")
-    except _ERRORS as exc:
+    except _ERRORS as exc:  # also an unreadable token or CA file (OSError)
         if isinstance(exc, TimeoutError):
             return QueryFailure(f"POST {endpoint}: no answer within {timeout_s + _SLACK_S:g}s")
         return QueryFailure(f"POST {endpoint}: {exc.__class__.__name__}: {exc}")
@@ -59,11 +110,19 @@ async def query(session: aiohttp.ClientSession, url: str, promql: str, *, at: da
 
 
 async def query_all(
-    session: aiohttp.ClientSession, url: str, queries: Mapping[K, str], *, at: datetime, timeout_s: float
+    session: aiohttp.ClientSession,
+    url: str,
+    queries: Mapping[K, str],
+    *,
+    at: datetime,
+    timeout_s: float,
+    auth: PrometheusAuth | None = None,
 ) -> dict[K, Answer]:
     """Every query at `at`, concurrently, by key."""
     keys = list(queries)
-    answers = await asyncio.gather(*(query(session, url, queries[k], at=at, timeout_s=timeout_s) for k in keys))
+    answers = await asyncio.gather(
+        *(query(session, url, queries[k], at=at, timeout_s=timeout_s, auth=auth) for k in keys)
+    )
     return dict(zip(keys, answers, strict=True))
 
 
@@ -77,6 +136,7 @@ async def arm_engines(
     step: timedelta,
     quantile: float,
     end: datetime,
+    auth: PrometheusAuth | None = None,
 ) -> dict[Arm, ArmEngine]:
     """Both judged arms' engine figures over the window ending at `end`, from the source's Prometheus."""
     timeout_s = source.timeout.total_seconds()
@@ -84,7 +144,7 @@ async def arm_engines(
     async def one(arm: Arm) -> ArmEngine:
         matchers = arm_matchers(source, namespace=namespace, pilot=pilot, arm=arm)
         queries = engine_queries(matchers, window=window, step=step, quantile=quantile, pod_label=source.pod_label)
-        answers = await query_all(session, source.url, queries, at=end, timeout_s=timeout_s)
+        answers = await query_all(session, source.url, queries, at=end, timeout_s=timeout_s, auth=auth)
         return arm_engine(
             answers, start=end - window, speculative=arm is Arm.SPECULATIVE, pod_label=source.pod_label, arm=arm.value
         )

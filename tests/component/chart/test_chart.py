@@ -188,3 +188,32 @@ def test_the_chart_installs_as_a_dependency_of_an_umbrella_chart(tmp_path: Path)
         (deployment,) = by_kind([d for d in yaml.safe_load_all(out.stdout) if d], "Deployment")
         assert deployment["metadata"]["name"] == "platform-specpilot"
         assert deployment["spec"]["replicas"] == (2 if extra else 1)
+
+
+def test_policy_and_prometheus_credentials_reach_the_operator() -> None:
+    objects = template(
+        {
+            "policy.outboundHosts": "{prometheus.example:9091,*.corp.example}",
+            "policy.engineImages": "{registry.corp.example/vllm/*}",
+            "prometheusAuth.url": "https://prometheus.example:9091/",
+            "prometheusAuth.secretName": "prometheus-credentials",
+        }
+    )
+    (deployment,) = by_kind(objects, "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    args = pod["containers"][0]["args"]
+    for arg in (
+        "--allow-outbound=prometheus.example:9091",
+        "--allow-outbound=*.corp.example",
+        "--allow-image=registry.corp.example/vllm/*",
+        "--prometheus-auth-url=https://prometheus.example:9091/",
+        "--prometheus-token-file=/etc/specpilot/prometheus/token",
+        "--prometheus-ca-file=/etc/specpilot/prometheus/ca.crt",
+    ):
+        assert arg in args, args
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "prometheus-auth"]
+    assert volume["secret"] == {"secretName": "prometheus-credentials"}
+    mounts = pod["containers"][0]["volumeMounts"]
+    assert {"name": "prometheus-auth", "mountPath": "/etc/specpilot/prometheus", "readOnly": True} in mounts
+    (plain,) = by_kind(template(), "Deployment")
+    assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "allow-" in a or "prom" in a]

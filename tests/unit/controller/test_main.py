@@ -43,3 +43,14 @@ def test_the_policy_comes_from_flags_or_the_environment() -> None:
     env = {"SPECPILOT_ALLOW_OUTBOUND": "a.example, b.example:9090", "SPECPILOT_ALLOW_IMAGES": ""}
     config = parse_args(["--all-namespaces"], env)
     assert (config.policy.outbound, config.policy.images) == (("a.example", "b.example:9090"), ())
+
+
+def test_prometheus_credentials_need_the_prometheus_they_are_for(capsys: pytest.CaptureFixture[str]) -> None:
+    flags = ["--all-namespaces", "--prometheus-token-file", "/etc/specpilot/prometheus/token"]
+    config = parse_args([*flags, "--prometheus-auth-url", "https://prometheus.example/"], {})
+    assert config.prometheus_auth is not None and config.prometheus_auth.covers("https://prometheus.example/api")
+    assert not config.prometheus_auth.covers("https://prometheus.example.attacker.io/")
+    assert parse_args(["--all-namespaces"], {}).prometheus_auth is None
+    with pytest.raises(SystemExit):
+        parse_args(flags, {})
+    assert "need --prometheus-auth-url" in capsys.readouterr().err

@@ -55,6 +55,7 @@ def test_other_hosts_are_refused_naming_the_field_and_the_setting() -> None:
         ("*.corp.example", "http://hooks.eu.corp.example:8080/x", True),
         ("*.corp.example", "http://corp.example.attacker.io/x", False),
         ("127.0.0.1:*", "http://127.0.0.1:59053", True),
+        ("*", "http://checks.team-a.svc:80.evil/x", False),  # no port at all
     ],
 )
 def test_allowed_hosts_match_by_host_or_host_and_port(allowed: str, url: str, ok: bool) -> None:

@@ -48,7 +48,10 @@ class Policy:
     def allows_url(self, url: str) -> bool:
         parts = urlsplit(url)
         host = (parts.hostname or "").lower()
-        port = parts.port or (443 if parts.scheme == "https" else 80)
+        try:
+            port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:  # a port that is no number
+            return False
         return any(fnmatchcase(host, p) or fnmatchcase(f"{host}:{port}", p) for p in (*IN_CLUSTER, *self.outbound))
 
     def _image(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
