@@ -94,13 +94,17 @@ def test_an_engine_image_outside_the_policy_is_invalid(cluster: Cluster, operato
     assert children(cluster, namespace) == {}
 
 
-def test_engine_pods_carry_no_service_account_token(cluster: Cluster, operator: Operator, namespace: str) -> None:
+def test_engine_pods_carry_no_token_no_capabilities_and_the_default_seccomp(
+    cluster: Cluster, operator: Operator, namespace: str
+) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(DEMO))
     wait_ready(cluster, operator, namespace)
     pods = cluster.get_json("pods", "-n", namespace, "-l", "specpilot.io/arm")["items"]
     assert {p["metadata"]["labels"]["specpilot.io/arm"] for p in pods} >= {"baseline", "speculative"}
     for pod in pods:
         assert pod["spec"]["automountServiceAccountToken"] is False
+        assert pod["spec"]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert pod["spec"]["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
         assert not any(v.get("projected") for v in pod["spec"].get("volumes", [])), pod["spec"].get("volumes")
     routers = cluster.get_json("pods", "-n", namespace, "-l", "app.kubernetes.io/component=router")["items"]
     assert routers and all(p["spec"]["serviceAccountName"] == "demo-router" for p in routers)

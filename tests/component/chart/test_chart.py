@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from tests.helm import CHART, ROOT, VALUES_README, by_kind, chart_readme, helm, template
+from tests.unit.controller.specs import load
 
+from specpilot.controller.core.render import render
+from specpilot.controller.core.routing import routing_table
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.router.metrics import RouterMetrics
 
@@ -217,3 +222,56 @@ def test_policy_and_prometheus_credentials_reach_the_operator() -> None:
     assert {"name": "prometheus-auth", "mountPath": "/etc/specpilot/prometheus", "readOnly": True} in mounts
     (plain,) = by_kind(template(), "Deployment")
     assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "allow-" in a or "prom" in a]
+
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    """Whether a label selector (matchLabels, and Exists expressions) selects these labels."""
+    exists = all(e["operator"] == "Exists" and e["key"] in labels for e in selector.get("matchExpressions", []))
+    return exists and all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def test_network_policies_admit_only_what_each_pod_needs() -> None:
+    objects = template(
+        {
+            "watchNamespaces": "{team-a,team-b}",
+            "networkPolicy.enabled": "true",
+            "networkPolicy.prometheusNamespace": "mon",
+        }
+    )
+    policies = by_kind(objects, "NetworkPolicy")
+    assert sorted((p["metadata"]["namespace"], p["metadata"]["name"]) for p in policies) == [
+        ("team-a", "specpilot-engines"),
+        ("team-a", "specpilot-routers"),
+        ("team-b", "specpilot-engines"),
+        ("team-b", "specpilot-routers"),
+    ]
+    engines = next(p for p in policies if p["metadata"]["name"].endswith("engines"))["spec"]
+    routers = next(p for p in policies if p["metadata"]["name"].endswith("routers"))["spec"]
+    # The selectors pick the pods the operator renders: the arms' and the router's.
+    ref, spec = load(ROOT / "manifests/examples/local-demo.yaml")
+    out = render(ref, spec, table=routing_table(ref.name, spec, {}, generation=1, now=NOW), router_image="i")
+    arm_labels = [plan.deployment["spec"]["template"]["metadata"]["labels"] for plan in out.arms]
+    router = next(o for o in out.objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "demo-router")
+    router_labels = router["spec"]["template"]["metadata"]["labels"]
+    assert all(_selects(engines["podSelector"], labels) for labels in arm_labels)
+    assert not _selects(engines["podSelector"], router_labels)
+    assert _selects(routers["podSelector"], router_labels)
+    (to_engines,) = engines["ingress"]
+    assert to_engines["ports"] == [{"port": 8000, "protocol": "TCP"}]
+    router_source, operator_source, prometheus_source = to_engines["from"]
+    assert _selects(router_source["podSelector"], router_labels)
+    assert operator_source["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "specpilot-system"}
+    (operator_pod,) = by_kind(objects, "Deployment")
+    assert _selects(operator_source["podSelector"], operator_pod["spec"]["template"]["metadata"]["labels"])
+    assert prometheus_source == {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mon"}}}
+    clients, admin = routers["ingress"]
+    assert clients == {"ports": [{"port": 8080, "protocol": "TCP"}]}  # from anywhere
+    assert admin["ports"] == [{"port": 9090, "protocol": "TCP"}] and admin["from"] == [
+        operator_source,
+        prometheus_source,
+    ]
+    refused = helm("template", "x", str(CHART), "--set", "networkPolicy.enabled=true", check=False)
+    assert refused.returncode != 0 and "needs the pilots' namespaces" in refused.stderr

@@ -212,14 +212,19 @@ def test_engine_pods_select_their_arm_only() -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
-def test_engine_pods_mount_no_token_and_the_router_keeps_its_own(example: Path) -> None:
+def test_engine_pods_are_hardened_outside_the_config_hash_and_the_router_keeps_its_token(example: Path) -> None:
     ref, spec = load(example)
     out = rendered(ref, spec)
     for plan in out.arms:
         pod = plan.deployment["spec"]["template"]["spec"]
         assert pod["automountServiceAccountToken"] is False
         assert "serviceAccountName" not in pod
-        assert plan.config_hash == content_hash({k: v for k, v in pod.items() if k != "automountServiceAccountToken"})
+        assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        for engine in pod["containers"]:
+            assert engine["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+        bare = {k: v for k, v in pod.items() if k not in ("automountServiceAccountToken", "securityContext")}
+        bare["containers"] = [{k: v for k, v in c.items() if k != "securityContext"} for c in pod["containers"]]
+        assert plan.config_hash == content_hash(bare), "hygiene stays outside the config hash"
     router = next(o for o in out.objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-router"))
     assert router["spec"]["template"]["spec"].get("automountServiceAccountToken", True) is True
     assert router["spec"]["template"]["spec"]["serviceAccountName"] == f"{ref.name}-router"

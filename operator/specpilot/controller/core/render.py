@@ -231,9 +231,7 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
                     "labels": {**pilot_labels(ref.name), **selector, COMPONENT_LABEL: ENGINE_COMPONENT},
                     "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
                 },
-                # The engine calls no Kubernetes API: no token in its pods. Outside the config hash,
-                # which covers what the engine runs.
-                "spec": {**pod, "automountServiceAccountToken": False},
+                "spec": _hardened(pod),
             },
         },
     }
@@ -245,6 +243,27 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
         deployment=deployment,
         service=_service(ref, name, selector, {**labels}, [("http", ENGINE_PORT)]),
     )
+
+
+# What vLLM runs with: its official image runs as root and writes its caches under the home directory,
+# so neither a non-root user nor a read-only root is imposed; it needs no capability and no privilege
+# escalation (GPUs come through the device plugin), and nothing outside the runtime's seccomp profile.
+ENGINE_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def _hardened(pod: Json) -> Json:
+    """The engine pod as deployed: no service-account token (the engine calls no Kubernetes API), no
+    capabilities or privilege escalation, the runtime's seccomp profile. Outside the config hash,
+    which covers what the engine runs."""
+    containers = [
+        {**c, "securityContext": {**ENGINE_SECURITY, **c.get("securityContext", {})}} for c in pod["containers"]
+    ]
+    return {
+        **pod,
+        "containers": containers,
+        "automountServiceAccountToken": False,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, **pod.get("securityContext", {})},
+    }
 
 
 def _service(ref: PilotRef, name: str, selector: Mapping[str, str], labels: Mapping[str, str], ports: Any) -> Json:
