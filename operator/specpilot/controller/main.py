@@ -62,7 +62,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
     p.add_argument(
         "--namespace",
         action="append",
-        default=[n for n in environ.get("SPECPILOT_NAMESPACES", "").split(",") if n],
+        default=_listed(environ.get("SPECPILOT_NAMESPACES")),
         help="namespace to watch (repeatable; env SPECPILOT_NAMESPACES, comma-separated)",
     )
     p.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
