@@ -29,8 +29,9 @@ tools:
 	@e2e/tools.sh helm >/dev/null
 	@e2e/tools.sh actionlint >/dev/null
 
+# The quiet tiers first: the cluster tier's control plane and pods load the machine until it ends.
 test: venv binaries tools
-	$(PY) -m pytest tests $(PYTEST_ARGS)
+	$(PY) -m pytest tests/unit tests/component tests/cluster $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
