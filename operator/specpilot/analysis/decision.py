@@ -6,7 +6,8 @@ A scope is decided, in this order:
 2. **Defer, MemoryPressure**: the scope was flipped back for the speculative arm's KV cache.
 3. **Defer, InsufficientEvidence**: fewer than `MIN_WINDOWS` windows measured both arms.
 4. Each speculative load band against the baseline at the same load (`bands.compare`):
-   - a scope still rolled back for speed or latency is not adopted (**Defer, NoNetGain**);
+   - wins at every band, yet still rolled back for speed or latency: the flip shows a load where it
+     loses (**Defer, NoNetGain**);
    - wins at every band: **AdoptWithinEnvelope** up to the highest load measured, unless the decode
      gain is under `MIN_END_TO_END_GAIN` itself (**Defer, NoNetGain**) or implies less than that end
      to end at the scope's decode share (**Defer, BottleneckElsewhere**);
@@ -273,16 +274,18 @@ def decide_scope(
         )
         return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share))
     wins = [c for c in comparisons if c.wins]
+    figures = _figures(share)
+    extra = " ".join(s for s in (_share_sentence(share), _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])) if s)
     flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
-    if wins and flip is not None:
+    if wins and len(wins) == len(comparisons) and flip is not None:
+        # "Wins at every load" and "flipped back for speed" cannot both stand: the flip is the evidence
+        # of a load where it loses. (Winning below a crossover and losing above it can.)
         sentence = (
             f"{name}: its windows flipped it back to ordinary decoding ({flip.reason.value} on {flip.metric.value}"
             f"{_observed(flip)}) and it stays rolled back, so it is not adopted although time per committed token "
-            f"reads {_ratios(comparisons)} the baseline's."
+            f"reads {_ratios(comparisons)} the baseline's at the loads measured."
         )
         return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share))
-    figures = _figures(share)
-    extra = " ".join(s for s in (_share_sentence(share), _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])) if s)
     if len(wins) == len(comparisons):
         top = max(c.band.load for c in comparisons)
         gain = share.implied_gain if share else None

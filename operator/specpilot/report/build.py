@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -137,13 +138,23 @@ def provisional(
 ) -> tuple[list[ScopeFindings], Decision, bool]:
     """The scopes' findings and the pilot's decision: the one in status when stated, else provisional."""
     fallbacks = status.fallbacks if status is not None else []
+    by_name = {scope.name: scope for scope in status.scopes} if status is not None else {}
     findings = [
-        decide_scope(scope.name, evidence, fallbacks=fallbacks, confidence=spec.analysis.confidence)
+        decide_scope(
+            scope.name,
+            evidence,
+            fallbacks=fallbacks,
+            confidence=spec.analysis.confidence,
+            state=by_name[scope.name].state if scope.name in by_name else None,
+        )
         for scope in spec.scopes
     ]
     stated = status.decision if status is not None else None
     if stated is not None:
-        return findings, stated, True
+        # The decisions as stated: the evidence may have moved within their noise since (they are
+        # restated only when it moves beyond it), and the report says what status says.
+        kept = {name: scope.decision for name, scope in by_name.items() if scope.decision is not None}
+        return [replace(f, decision=kept.get(f.scope, f.decision)) for f in findings], stated, True
     last = max((s.last_end for s in evidence.scopes.values() if s.last_end is not None), default=None)
     at = last or datetime(1970, 1, 1, tzinfo=UTC)
     return findings, decide_pilot(findings, trigger=DecisionTrigger.REQUESTED, now=at), False

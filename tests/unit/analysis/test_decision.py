@@ -121,8 +121,8 @@ def test_a_decode_gain_too_small_at_any_share_is_no_net_gain_not_a_bottleneck_el
     assert "decodes only 1.03x as fast" in findings.decision.reasons[0]
 
 
-def test_a_scope_still_rolled_back_for_speed_is_not_adopted_whatever_its_bands_say() -> None:
-    evidence = pilot({"always": 0.95})
+def test_a_scope_that_wins_everywhere_yet_stays_rolled_back_for_speed_is_not_adopted() -> None:
+    evidence = pilot({"always": 0.95, "low": 0.5})
     flip = FallbackRecord(
         scope="always",
         at=END,
@@ -143,6 +143,10 @@ def test_a_scope_still_rolled_back_for_speed_is_not_adopted_whatever_its_bands_s
     kv = flip.model_copy(update={"reason": FallbackReason.KV_CACHE_PRESSURE, "metric": MetricName.KV_CACHE_USAGE})
     memory = decide_scope("always", evidence, fallbacks=[kv], confidence=0.9, state=ScopeState.ROLLED_BACK)
     assert memory.decision.defer_reason is DeferReason.MEMORY_PRESSURE
+    # Winning below a crossover and flipped back above it agree: the flip is where it loses.
+    low_flip = flip.model_copy(update={"scope": "low", "metric": MetricName.TIME_PER_COMMITTED_TOKEN_RATIO})
+    low = decide_scope("low", evidence, fallbacks=[low_flip], confidence=0.9, state=ScopeState.ROLLED_BACK)
+    assert low.decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
 
 
 def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_interval() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,9 @@ import pytest
 import yaml
 
 from specpilot.analysis.evidence import Evidence
-from specpilot.api.status import DecisionOutcome
+from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.status import DecisionOutcome, ScopeState, ScopeStatus, SpeculationPilotStatus
+from specpilot.controller.core.decide import decide
 from specpilot.loadgen.workload import load_mix
 from specpilot.report.build import build
 from specpilot.report.package import write_package
@@ -18,6 +21,7 @@ from tests.unit.analysis.crossover import analytic_crossover, pilot
 
 ROOT = Path(__file__).resolve().parents[3]
 ALPHAS = {"always": 0.95, "low": 0.5, "never": 0.1}
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
 def manifest() -> dict[str, Any]:
@@ -83,3 +87,20 @@ def test_the_same_evidence_gives_the_same_package_byte_for_byte(tmp_path: Path, 
     for path in first.rglob("*"):
         if path.is_file():
             assert path.read_bytes() == (second / path.relative_to(first)).read_bytes(), path
+
+
+def test_a_stated_decision_is_reported_as_stated_while_the_evidence_moves_within_its_noise() -> None:
+    doc = manifest()
+    spec = SpeculationPilotSpec.from_wire(doc["spec"])
+    settled = [ScopeStatus(name=name, state=ScopeState.SPECULATIVE) for name in ALPHAS]
+    stated = decide(pilot(ALPHAS), spec=spec, scopes=settled, fallbacks=[], annotations={}, previous=None, now=NOW)
+    assert stated.decision is not None
+    doc["status"] = SpeculationPilotStatus(scopes=stated.scopes, decision=stated.decision).to_wire()
+    later = pilot(ALPHAS, per_load=5)  # more windows since: other sentences, the same decisions
+    report = build(doc, later)
+    assert report["decisionStated"] is True
+    for scope in report["scopes"]:
+        expected = next(s.decision for s in stated.scopes if s.name == scope["name"])
+        assert expected is not None and scope["decision"]["reasons"] == expected.reasons
+    fresh = build(manifest(), later)
+    assert [s["decision"]["reasons"] for s in fresh["scopes"]] != [s["decision"]["reasons"] for s in report["scopes"]]
