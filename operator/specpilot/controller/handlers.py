@@ -127,7 +127,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         """Measure the pilot a few times per analysis interval, apart from reconciles."""
         while not stopped:
             try:
-                delay = (await controller.collect(body, _observation(body, indices))).delay
+                delay = await controller.collect(body, _observation(body, indices))
             except Exception:
                 log.exception("%s: measuring failed, retrying", body["metadata"]["name"])
                 delay = RETRY_SECONDS

@@ -18,11 +18,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+from pydantic import ValidationError
 
 from specpilot.analysis.quality import ProbeResult
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import API_VERSION, KIND, PLURAL
 from specpilot.api.reasons import Reason
+from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import SpeculationPilotStatus
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.changes import Apply
@@ -36,7 +38,7 @@ from specpilot.controller.core.snapshot import Applied, Observation, Snapshot, W
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import EvidenceStore, KubeApi, QualityGates, RouteOwner
-from specpilot.wire.names import ROUTER_COMPONENT
+from specpilot.wire.names import ROUTER_COMPONENT, Arm
 
 log = logging.getLogger("specpilot.operator")
 
@@ -76,14 +78,6 @@ class PilotMemory:
     status: SpeculationPilotStatus | None = None  # the last status written, newer than a lagging watch
     measurements: Measurements = field(default_factory=Measurements)
     probe: tuple[ProbeResult, datetime] | None = None  # the latest probe round, and when it began
-
-
-@dataclass(frozen=True)
-class Collected:
-    """One collection's outcome: seconds to the next, and whether a window is due now."""
-
-    delay: float
-    window_due: bool
 
 
 def _now() -> datetime:
@@ -261,14 +255,17 @@ class Controller:
 
     # --- collection --------------------------------------------------------------------------
 
-    async def collect(self, body: Mapping[str, Any], seen: Observation) -> Collected:
-        """One collection of the pilot's measurements (and its probes, when due); a due window wakes
-        the reconcile at once, so that it is judged on what was just collected."""
+    async def collect(self, body: Mapping[str, Any], seen: Observation) -> float:
+        """One collection of the pilot's measurements (and its probes, when due); seconds to the next.
+        A due window wakes the reconcile at once, so that it is judged on what was just collected."""
         ref = pilot_ref(body)
         memory = self.memory(ref)
-        spec = read_pilot(body, policy=self.policy).spec
-        if spec is None:  # nothing is measured, and nothing called, for a spec the operator refuses
-            return Collected(INVALID_SPEC_TICK.total_seconds(), window_due=False)
+        try:
+            spec = SpeculationPilotSpec.from_wire(body["spec"])
+        except ValidationError:
+            return INVALID_SPEC_TICK.total_seconds()
+        if self.policy.problems(spec):  # nothing is called for a pilot outside the operator's policy
+            return INVALID_SPEC_TICK.total_seconds()
         now = self.clock()
         arms = {arm: seen.ready(arm.value) for arm in JUDGED_ARMS}
         memory.measurements = await memory.collector.collect(
@@ -279,19 +276,18 @@ class Controller:
             now=now,
         )
         status = memory.status or status_of(body)
-        due = window_due(status, spec, memory.measurements.collected_at, now)
-        if due:
+        if window_due(status, spec, memory.measurements.collected_at, now):
             memory.wakeup.set(urgent=True)
         probes = spec.quality.probes
         if probes is not None and probe_due(probes, arms, memory.probe[1] if memory.probe else None, now):
             result = await self.quality.probe(
-                baseline=arms[JUDGED_ARMS[0]][0][1],
-                speculative=arms[JUDGED_ARMS[1]][0][1],
+                baseline=arms[Arm.BASELINE][0][1],
+                speculative=arms[Arm.SPECULATIVE][0][1],
                 probes=probes,
                 model=spec.engine.served_model_name or spec.engine.model,
             )
             memory.probe = (result, now)
-        return Collected(cadence(spec.analysis), window_due=due)
+        return cadence(spec.analysis)
 
     # --- teardown ----------------------------------------------------------------------------
 
