@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Annotated, Any, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -215,3 +216,14 @@ Quantity = Annotated[
         }
     ),
 ]
+
+
+def endpoint(url: str) -> tuple[str, str, int] | None:
+    """An http(s) URL's scheme, host (lower case) and port (the scheme's when none is given); None
+    when its port is no number, which names no endpoint."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return None
+    return parts.scheme, (parts.hostname or "").lower(), port

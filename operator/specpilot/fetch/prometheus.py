@@ -16,11 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TypeVar
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import urlsplit
 
 import aiohttp
 
 from specpilot.analysis.window import ArmEngine
+from specpilot.api.common import endpoint
 from specpilot.api.spec import PrometheusSource
 from specpilot.fetch.scrape import MAX_BODY_BYTES, TooLarge, read_body
 from specpilot.metrics.promql import Answer, QueryFailure, arm_engine, arm_matchers, engine_queries, parse_answer
@@ -41,13 +42,9 @@ class PrometheusAuth:
 
     def covers(self, url: str) -> bool:
         """The same scheme, host and port, and a path at or under this one."""
-        mine, theirs = urlsplit(self.url), urlsplit(url)
-        path, under = mine.path.rstrip("/"), theirs.path.rstrip("/")
-        try:
-            same = (mine.scheme, mine.hostname, _port(mine)) == (theirs.scheme, theirs.hostname, _port(theirs))
-        except ValueError:  # a port that is no number: not this Prometheus
-            return False
-        return same and (under == path or under.startswith(f"{path}/"))
+        mine, theirs = endpoint(self.url), endpoint(url)
+        path, under = urlsplit(self.url).path.rstrip("/"), urlsplit(url).path.rstrip("/")
+        return mine is not None and mine == theirs and (under == path or under.startswith(f"{path}/"))
 
     def headers(self) -> dict[str, str]:
         if self.token_file is None:
@@ -60,10 +57,6 @@ class PrometheusAuth:
 
 _ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
 _SLACK_S = 1.0  # the client waits a little past the server's own query timeout, to hear its error
-
-
-def _port(url: SplitResult) -> int:
-    return url.port or (443 if url.scheme == "https" else 80)
 
 
 async def query(

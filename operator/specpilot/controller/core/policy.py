@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from urllib.parse import urlsplit
 
+from specpilot.api.common import endpoint
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.validate import Problem
 
@@ -46,12 +47,10 @@ class Policy:
                 )
 
     def allows_url(self, url: str) -> bool:
-        parts = urlsplit(url)
-        host = (parts.hostname or "").lower()
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:  # a port that is no number
+        found = endpoint(url)
+        if found is None:
             return False
+        _, host, port = found
         return any(fnmatchcase(host, p) or fnmatchcase(f"{host}:{port}", p) for p in (*IN_CLUSTER, *self.outbound))
 
     def _image(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
