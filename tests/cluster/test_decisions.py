@@ -147,8 +147,8 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     assert mid["outcome"] == "AdoptInLowLoadWindows", summary
     assert slow["outcome"] == "Defer" and slow["deferReason"] == "NoNetGain", summary
     assert final["decision"]["outcome"] == "AdoptInLowLoadWindows"
-    assert final["decision"]["crossoverConcurrency"] == mid["crossoverConcurrency"]
-    assert mid["crossoverLow"] <= mid["crossoverConcurrency"] <= mid["crossoverHigh"]
+    assert final["decision"]["crossoverLoad"] == mid["crossoverLoad"]
+    assert mid["crossoverLow"] <= mid["crossoverLoad"] <= mid["crossoverHigh"]
     # the evidence lives beside the pilot, not in its status
     stored = json.loads(cluster.get_json("configmap", "demo-evidence", "-n", namespace)["data"]["evidence.json"])
     assert set(stored["scopes"]) == {"fast", "mid", "slow"}
@@ -177,11 +177,11 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
 
     crossover = direct_crossover(tmp_path)
     print(
-        f"mid: crossover {mid['crossoverConcurrency']:.2f} ({mid['crossoverLow']:.2f} to {mid['crossoverHigh']:.2f}) "
+        f"mid: crossover {mid['crossoverLoad']:.2f} ({mid['crossoverLow']:.2f} to {mid['crossoverHigh']:.2f}) "
         f"from the pilot's windows, {crossover:.2f} from a direct sweep; "
-        f"fast adopted up to {fast['maxConcurrency']:.2f}"
+        f"fast adopted up to {fast['maxLoad']:.2f}"
     )
-    assert mid["crossoverConcurrency"] == pytest.approx(crossover, rel=0.2), (mid, crossover)
+    assert mid["crossoverLoad"] == pytest.approx(crossover, rel=0.2), (mid, crossover)
 
 
 PREFILL_PROFILE = {

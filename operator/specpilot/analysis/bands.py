@@ -1,17 +1,19 @@
-"""Load bands learned from the loads observed, and the crossover load with its uncertainty.
+"""Load bands learned from the loads observed, matched comparisons, and the crossover load.
 
-The store keeps fine fixed bins (`evidence`); a band merges adjacent bins, lowest load first, until
-it holds `MIN_BAND_WINDOWS` windows. So bands follow the loads the pilot actually saw, whatever
-they were, without the SRE guessing them in the spec beforehand, and a sparse tail never stands
-alone on one window.
+The store keeps fine fixed bins of offered load (`evidence`); a band merges adjacent bins of the
+speculative arm, lowest load first, until it holds `MIN_BAND_WINDOWS` windows. So bands follow the
+loads the pilot actually saw, without the SRE guessing them in the spec beforehand, and a sparse tail
+never stands alone on one window.
 
-Each arm's time per committed token is a curve over its own load (the arms may carry different
-loads: weights below 50%, different replica counts). The crossover is the load at which the
-speculative curve rises through the baseline's, both read between band means by linear
-interpolation. Its interval is a parametric bootstrap: each band mean is redrawn from a normal
-with its standard error (the spread of its windows; overlapping windows count once per
-window/interval), the crossing found again, and the interval read from the draws' quantiles.
-Seeded, so the same evidence always gives the same interval.
+Each speculative band is compared with the compared arm's windows in the same bins, and nowhere else:
+no value is read between or beyond the loads the compared arm was measured at. With a control arm the
+pair is binned at one load, so every band is matched; without one, a band whose bins the baseline
+never ran in is unmeasured, and an unmeasured band never wins. The crossover is the load at which the
+difference between the arms turns from speculation's favour, read between adjacent matched bands.
+Its interval is a parametric bootstrap: each band mean is redrawn from a normal with its standard
+error (the spread of its windows; overlapping windows count once per window/interval), the crossing
+found again, and the interval read from the draws' quantiles. Seeded, so the same evidence always
+gives the same interval.
 """
 
 from __future__ import annotations
@@ -33,6 +35,8 @@ DRAWS = 1000
 class Band:
     """Adjacent bins of one arm merged: their load range and the arm's figures there."""
 
+    first: int  # index of the lowest bin
+    last: int  # index of the highest bin
     low: float  # lower edge of the lowest bin
     high: float  # upper edge of the highest bin
     load: float  # mean load of its windows
@@ -97,6 +101,8 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: int 
             continue
         out.append(
             Band(
+                first=group[0],
+                last=group[-1],
                 low=bin_bounds(group[0])[0],
                 high=bin_bounds(group[-1])[1],
                 load=load,
@@ -113,41 +119,37 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: int 
     return out
 
 
-def interpolate(points: Sequence[tuple[float, float]], x: float) -> float:
-    """Piecewise-linear through (load, value) points sorted by load; flat beyond the ends."""
-    if x <= points[0][0]:
-        return points[0][1]
-    for (x0, y0), (x1, y1) in pairwise(points):
-        if x <= x1:
-            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
-    return points[-1][1]
+def matched(band: Band, bins: Mapping[int, BinArm], *, overlap: float = 1.0) -> Band | None:
+    """The compared arm's windows in the band's own bins, as one band; None where it has none."""
+    inside = {index: cell for index, cell in bins.items() if band.first <= index <= band.last}
+    found = bands(inside, overlap=overlap, min_windows=sum(cell.tpct.n for cell in inside.values()) or 1)
+    return found[0] if found else None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
-    """The speculative arm at one of its bands against the baseline at the same load."""
+    """The speculative arm at one of its bands against the compared arm in the same bins."""
 
     band: Band
-    baseline_tpct: float  # interpolated at band.load
-    ratio: float  # speculative / baseline
-    extrapolated: bool = False  # band.load lies outside the loads the baseline was measured at
+    compared: Band | None  # None: the compared arm was never measured at these loads
+
+    @property
+    def ratio(self) -> float | None:
+        """Speculative over compared time per committed token; None where unmeasured."""
+        return self.band.tpct / self.compared.tpct if self.compared is not None and self.compared.tpct else None
+
+    @property
+    def measured(self) -> bool:
+        return self.ratio is not None
 
     @property
     def wins(self) -> bool:
-        return self.ratio < 1.0
+        return self.ratio is not None and self.ratio < 1.0
 
 
-def compare(speculative: Sequence[Band], baseline: Sequence[Band]) -> list[Comparison]:
-    """Each speculative band against the baseline's curve at its load."""
-    if not baseline:
-        return []
-    curve = [(band.load, band.tpct) for band in baseline]
-    out = []
-    for band in speculative:
-        base = interpolate(curve, band.load)
-        outside = not baseline[0].low <= band.load <= baseline[-1].high
-        out.append(Comparison(band=band, baseline_tpct=base, ratio=band.tpct / base, extrapolated=outside))
-    return out
+def compare(speculative: Sequence[Band], compared: Mapping[int, BinArm], *, overlap: float = 1.0) -> list[Comparison]:
+    """Each speculative band against the compared arm's windows in the same bins."""
+    return [Comparison(band=band, compared=matched(band, compared, overlap=overlap)) for band in speculative]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,45 +164,44 @@ class Crossover:
     non_monotone: bool  # speculation wins again above the crossover somewhere
 
 
-def _crossing(spec: Sequence[tuple[float, float]], base: Sequence[tuple[float, float]]) -> float | None:
-    """The first load at which spec - base goes from negative to non-negative, on the spec loads."""
-    diffs = [(x, y - interpolate(base, x)) for x, y in spec]
-    for (x0, d0), (x1, d1) in pairwise(diffs):
+def _crossing(points: Sequence[tuple[float, float]]) -> float | None:
+    """The first load at which the difference (speculative - compared) goes from negative to
+    non-negative, linear between adjacent matched bands."""
+    for (x0, d0), (x1, d1) in pairwise(points):
         if d0 < 0 <= d1:
             return x0 + (x1 - x0) * (-d0) / (d1 - d0) if d1 != d0 else x0
     return None
 
 
 def crossover(
-    speculative: Sequence[Band], baseline: Sequence[Band], *, confidence: float, draws: int = DRAWS, seed: int = 0
+    comparisons: Sequence[Comparison], *, confidence: float, draws: int = DRAWS, seed: int = 0
 ) -> Crossover | None:
-    """Where speculation stops winning, when it wins at some load and loses above it; else None."""
-    if len(speculative) < 2 or not baseline:
+    """Where speculation stops winning, when it wins at some matched load and loses at a higher one."""
+    pairs = [(c.band, c.compared) for c in comparisons if c.compared is not None]
+    if len(pairs) < 2:
         return None
-    spec = [(b.load, b.tpct) for b in speculative]
-    base = [(b.load, b.tpct) for b in baseline]
-    point = _crossing(spec, base)
+    points = [(spec.load, spec.tpct - ref.tpct) for spec, ref in pairs]
+    point = _crossing(points)
     if point is None:
         return None
     rng = random.Random(seed)
     found = []
     for _ in range(draws):
-        spec_draw = [(b.load, rng.gauss(b.tpct, b.tpct_se)) for b in speculative]
-        base_draw = [(b.load, rng.gauss(b.tpct, b.tpct_se)) for b in baseline]
-        x = _crossing(spec_draw, base_draw)
+        drawn = [
+            (spec.load, rng.gauss(spec.tpct, spec.tpct_se) - rng.gauss(ref.tpct, ref.tpct_se)) for spec, ref in pairs
+        ]
+        x = _crossing(drawn)
         if x is not None:
             found.append(x)
     found.sort()
     tail = (1 - confidence) / 2
     low = found[int(tail * (len(found) - 1))] if found else point
     high = found[math.ceil((1 - tail) * (len(found) - 1))] if found else point
-    above = [x for x, y in spec if x > point]
-    non_monotone = any(y < interpolate(base, x) for x, y in spec if x in above)
     return Crossover(
         load=point,
         low=min(low, point),
         high=max(high, point),
         confidence=confidence,
         draws_crossing=len(found) / draws,
-        non_monotone=non_monotone,
+        non_monotone=any(d < 0 for x, d in points if x > point),
     )

@@ -1,21 +1,28 @@
 """A decision per scope and one for the pilot, from the evidence store, with sentences of reasons.
 
-A scope is decided, in this order:
+The speculative arm is compared with the control arm (the baseline's engine at its size and share),
+or, for a pilot without one, with production's baseline; only at the same offered load, never
+beyond the loads the compared arm ran at (`bands.compare`). A scope is decided, in this order:
 
 1. **Defer, QualityRegression**: a quality gate failed in a window, or flipped the scope back.
 2. **Defer, MemoryPressure**: the scope was flipped back for the speculative arm's KV cache.
-3. **Defer, InsufficientEvidence**: fewer than `MIN_WINDOWS` windows measured both arms.
-4. Each speculative load band against the baseline at the same load (`bands.compare`):
-   - wins at every band, yet still rolled back for speed or latency: the flip shows a load where it
-     loses (**Defer, NoNetGain**);
-   - wins at every band: **AdoptWithinEnvelope** up to the highest load measured, unless the decode
-     gain is under `MIN_END_TO_END_GAIN` itself (**Defer, NoNetGain**) or implies less than that end
-     to end at the scope's decode share (**Defer, BottleneckElsewhere**);
+3. **Defer, InsufficientEvidence**: fewer than `MIN_WINDOWS` windows at matched loads.
+4. Each speculative load band against the compared arm in the same bins:
+   - wins at every matched band, yet still rolled back for speed or latency: the flip shows a load
+     where it loses (**Defer, NoNetGain**);
+   - wins at every matched band: adopted, unless the decode gain is under `MIN_END_TO_END_GAIN`
+     itself (**Defer, NoNetGain**), implies less than that end to end at the scope's decode share
+     (**Defer, BottleneckElsewhere**), or its own figures contradict adoption: an observed end-to-end
+     gain below 1, or a TTFT p99 over the limit at a matched band (**Defer, NoNetGain**). Adopted
+     **AdoptWithinEnvelope** when the bands reach production's p95 load, else
+     **AdoptInLowLoadWindows** below the highest load it was measured winning at;
    - wins below a load and loses above it: **AdoptInLowLoadWindows** at the crossover, with its
-     interval at analysis.confidence;
+     interval at analysis.confidence, under the same contradiction checks;
    - otherwise: **Defer, NoNetGain**.
 
-The pilot adopts in low-load windows if any scope does (at the lowest crossover: the engine's
+Every adoption states the share of production's windows whose load lies within it.
+
+The pilot adopts in low-load windows if any scope does (at the lowest limit: the engine's
 speculation cannot differ per scope), adopts within the envelope of its adopting scopes if those
 all win at every load, and defers otherwise, for the reason most of its scopes share.
 
@@ -31,8 +38,16 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from specpilot.analysis.bands import Band, Comparison, Crossover, bands, compare, crossover
-from specpilot.analysis.evidence import BINS_PER_OCTAVE, ArmTotals, Evidence, ScopeEvidence
+from specpilot.analysis.evidence import (
+    BINS_PER_OCTAVE,
+    ArmTotals,
+    Evidence,
+    ScopeEvidence,
+    bin_bounds,
+    production_quantile,
+)
 from specpilot.api.reasons import FallbackReason
+from specpilot.api.spec import Thresholds
 from specpilot.api.status import (
     Decision,
     DecisionOutcome,
@@ -47,13 +62,14 @@ from specpilot.api.status import (
 from specpilot.wire.names import Arm
 
 MIN_WINDOWS = 3
+DEFAULT_TTFT_RATIO = Thresholds().ttft.max_ratio
 MIN_END_TO_END_GAIN = 1.03  # below 3% end to end, speculation is not worth its memory and risk
 SETTLED = frozenset({ScopeState.SPECULATIVE, ScopeState.ROLLED_BACK})
 
 
 @dataclass(frozen=True, kw_only=True)
 class DecodeShare:
-    """Where a scope's request time goes on the baseline, and what the decode gain implies."""
+    """Where a scope's request time goes on the compared arm, and what the decode gain implies."""
 
     ttft: float  # mean time to first token, seconds (queue and prefill, as the router sees them)
     decode: float  # mean decode time (first to last token), seconds
@@ -85,9 +101,9 @@ def _tpct(totals: ArmTotals | None) -> float | None:
     return totals.decode_seconds / totals.committed_tokens if totals and totals.committed_tokens else None
 
 
-def decode_share(scope: ScopeEvidence) -> DecodeShare | None:
-    """The baseline's timing breakdown of the scope's ok requests, and the decode ratio."""
-    base = scope.totals.get(Arm.BASELINE)
+def decode_share(scope: ScopeEvidence, compared: Arm = Arm.BASELINE) -> DecodeShare | None:
+    """The compared arm's timing breakdown of the scope's ok requests, and the decode ratio."""
+    base = scope.totals.get(compared)
     spec = scope.totals.get(Arm.SPECULATIVE)
     if base is None or not base.ok or not base.decoded or not base.streams or base.e2e_seconds <= 0:
         return None
@@ -158,6 +174,7 @@ class ScopeFindings:
     """A scope's bands, comparisons, crossover, timing breakdown and decision."""
 
     scope: str
+    compared: Arm  # the arm the speculative arm was compared with
     bands: Mapping[Arm, tuple[Band, ...]]
     comparisons: tuple[Comparison, ...]
     crossover: Crossover | None
@@ -166,18 +183,39 @@ class ScopeFindings:
 
 
 def _load(value: float) -> str:
-    return f"{value:.1f} concurrent requests per replica"
+    return f"{value:.2f} requests per second per replica"
 
 
-def _coverage_sentence(comparisons: Sequence[Comparison], baseline: Sequence[Band]) -> str | None:
-    """A caveat when the baseline never ran at some of the speculative arm's loads."""
-    outside = [c for c in comparisons if c.extrapolated]
-    if not outside or not baseline:
+def _arm(arm: Arm) -> str:
+    return "the control arm" if arm is Arm.CONTROL else "the production baseline"
+
+
+def _coverage_sentence(comparisons: Sequence[Comparison], compared: Arm) -> str | None:
+    """A caveat when the compared arm never ran at some of the speculative arm's loads."""
+    unmeasured = [c for c in comparisons if not c.measured]
+    if not unmeasured:
         return None
+    loads = ", ".join(f"{c.band.low:.2f} to {c.band.high:.2f}" for c in unmeasured)
     return (
-        f"The baseline ran at {baseline[0].load:.1f} to {baseline[-1].load:.1f} concurrent requests per replica: "
-        f"{len(outside)} of {len(comparisons)} speculative load band(s) compare against its nearest measured band."
+        f"{len(unmeasured)} of {len(comparisons)} speculative load band(s) ({loads}) are unmeasured: "
+        f"{_arm(compared)} never ran there, and nothing is read beyond the loads it ran at."
     )
+
+
+def _production_sentence(production: Mapping[int, int], top: float) -> tuple[str | None, float | None]:
+    """How much of production's observed time lies at or below `top`, and the sentence saying so."""
+    total = sum(production.values())
+    if not total:
+        return None, None
+    # A bin counts as covered when its geometric middle lies at or below the top.
+    covered = sum(n for index, n in production.items() if math.prod(bin_bounds(index)) ** 0.5 <= top) / total
+    p50, p95 = production_quantile(production, 0.5), production_quantile(production, 0.95)
+    high = bin_bounds(max(production))[1]
+    sentence = (
+        f"Production's baseline ran at or below {_load(top)} in {covered:.0%} of its windows "
+        f"(p50 {p50:.2f}, p95 {p95:.2f}, max {high:.2f})."
+    )
+    return sentence, covered
 
 
 def _share_sentence(share: DecodeShare | None) -> str | None:
@@ -185,7 +223,7 @@ def _share_sentence(share: DecodeShare | None) -> str | None:
         return None
     observed = f" (observed {share.observed_gain:.2f}x)" if share.observed_gain else ""
     return (
-        f"Decoding is {share.share:.0%} of its request time on the baseline ({share.decode:.2f} s of "
+        f"Decoding is {share.share:.0%} of its request time on the compared arm ({share.decode:.2f} s of "
         f"{share.e2e:.2f} s): the decode-only gain of {share.decode_gain:.2f}x implies "
         f"{share.implied_gain:.2f}x end to end{observed}."
     )
@@ -195,8 +233,7 @@ def _figures(share: DecodeShare | None) -> tuple[float | None, float | None, flo
     return (share.share, share.decode_gain, share.implied_gain) if share else (None, None, None)
 
 
-def _defer(reason: DeferReason, sentence: str, share: DecodeShare | None) -> ScopeDecision:
-    extra = _share_sentence(share)
+def _defer(reason: DeferReason, sentence: str, share: DecodeShare | None, *extra: str | None) -> ScopeDecision:
     figures = _figures(share)
     return ScopeDecision(
         outcome=DecisionOutcome.DEFER,
@@ -204,7 +241,7 @@ def _defer(reason: DeferReason, sentence: str, share: DecodeShare | None) -> Sco
         decode_share=figures[0],
         decode_gain=figures[1],
         implied_gain=figures[2],
-        reasons=[sentence, *([extra] if extra else [])],
+        reasons=[sentence, *(s for s in (_share_sentence(share), *extra) if s)],
     )
 
 
@@ -225,7 +262,34 @@ def _observed(record: FallbackRecord) -> str:
 
 
 def _ratios(comparisons: Sequence[Comparison]) -> str:
-    return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.1f}" for c in comparisons)
+    return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.2f}" for c in comparisons if c.ratio is not None)
+
+
+def _ttft_over(comparisons: Sequence[Comparison], max_ratio: float) -> Comparison | None:
+    """The first matched band whose TTFT p99 exceeds the compared arm's by more than `max_ratio`."""
+    for c in comparisons:
+        spec, ref = c.band.ttft_p99, c.compared.ttft_p99 if c.compared is not None else None
+        if spec is not None and ref and spec / ref > max_ratio:
+            return c
+    return None
+
+
+def _adoption_blocked(
+    name: str, comparisons: Sequence[Comparison], share: DecodeShare | None, compared: Arm, ttft_ratio: float
+) -> str | None:
+    """Why a scope that decodes faster is still not adopted: its own report would contradict it."""
+    if share is not None and share.observed_gain is not None and share.observed_gain < 1:
+        return (
+            f"{name}: speculation decodes faster ({_ratios(comparisons)}), yet its requests took longer end to "
+            f"end than on {_arm(compared)} (observed gain {share.observed_gain:.2f}x)."
+        )
+    slow = _ttft_over(comparisons, ttft_ratio)
+    if slow is not None and slow.compared is not None and slow.band.ttft_p99 and slow.compared.ttft_p99:
+        return (
+            f"{name}: its time to first token p99 runs {slow.band.ttft_p99 / slow.compared.ttft_p99:.2f}x "
+            f"{_arm(compared)}'s at {_load(slow.band.load)}, above the {ttft_ratio:.2f}x limit."
+        )
+    return None
 
 
 def decide_scope(
@@ -235,19 +299,48 @@ def decide_scope(
     fallbacks: Sequence[FallbackRecord],
     confidence: float,
     state: ScopeState | None = None,
+    ttft_ratio: float = DEFAULT_TTFT_RATIO,
 ) -> ScopeFindings:
     """The scope's findings and decision from everything recorded for it; `state` is where the scope
-    is now (a scope rolled back for speed or latency is not adopted, whatever its bands say)."""
+    is now (a scope rolled back for speed or latency is not adopted, whatever its bands say), and
+    `ttft_ratio` the TTFT limit an adopted scope's matched bands must meet."""
     scope = evidence.scopes.get(name, ScopeEvidence())
+    compared = evidence.compared
     arm_bands = {arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap)) for arm in Arm}
-    comparisons = tuple(compare(arm_bands[Arm.SPECULATIVE], arm_bands[Arm.BASELINE]))
-    cross = crossover(arm_bands[Arm.SPECULATIVE], arm_bands[Arm.BASELINE], confidence=confidence)
-    share = decode_share(scope)
+    comparisons = tuple(compare(arm_bands[Arm.SPECULATIVE], scope.bins.get(compared, {}), overlap=evidence.overlap))
+    measured = [c for c in comparisons if c.measured]
+    cross = crossover(comparisons, confidence=confidence)
+    share = decode_share(scope, compared)
     reasons = {record.reason for record in fallbacks if record.scope == name}
+    coverage = _coverage_sentence(comparisons, compared)
 
     def findings(decision: ScopeDecision) -> ScopeFindings:
         return ScopeFindings(
-            scope=name, bands=arm_bands, comparisons=comparisons, crossover=cross, share=share, decision=decision
+            scope=name,
+            compared=compared,
+            bands=arm_bands,
+            comparisons=comparisons,
+            crossover=cross,
+            share=share,
+            decision=decision,
+        )
+
+    def adopt(outcome: DecisionOutcome, sentence: str, top: float, crossing: Crossover | None) -> ScopeFindings:
+        production, covered = _production_sentence(evidence.production, top)
+        figures = _figures(share)
+        return findings(
+            ScopeDecision(
+                outcome=outcome,
+                max_load=top,
+                crossover_load=crossing.load if crossing else None,
+                crossover_low=crossing.low if crossing else None,
+                crossover_high=crossing.high if crossing else None,
+                production_covered=covered,
+                reasons=[sentence, *(s for s in (production, _share_sentence(share), coverage) if s)],
+                decode_share=figures[0],
+                decode_gain=figures[1],
+                implied_gain=figures[2],
+            )
         )
 
     quality = reasons & {FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED}
@@ -266,84 +359,79 @@ def decide_scope(
         )
         sentence = f"{name}: the speculative arm ran out of KV cache and the scope was flipped back{detail}."
         return findings(_defer(DeferReason.MEMORY_PRESSURE, sentence, share))
-    measured = sum(band.windows for band in arm_bands[Arm.SPECULATIVE])
-    if measured < MIN_WINDOWS or not arm_bands[Arm.BASELINE]:
+    windows = sum(c.band.windows for c in measured)
+    if windows < MIN_WINDOWS:
         sentence = (
-            f"{name}: {measured} window(s) measured speculation against the baseline; at least {MIN_WINDOWS} "
-            "are needed to state a decision."
+            f"{name}: {windows} window(s) measured speculation against {_arm(compared)} at the same load; "
+            f"at least {MIN_WINDOWS} are needed to state a decision."
         )
-        return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share))
-    wins = [c for c in comparisons if c.wins]
-    figures = _figures(share)
-    extra = " ".join(s for s in (_share_sentence(share), _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])) if s)
+        return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share, coverage))
+    wins = [c for c in measured if c.wins]
     flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
-    if wins and len(wins) == len(comparisons) and flip is not None:
+    if wins and len(wins) == len(measured) and flip is not None:
         # "Wins at every load" and "flipped back for speed" cannot both stand: the flip is the evidence
         # of a load where it loses. (Winning below a crossover and losing above it can.)
         sentence = (
             f"{name}: its windows flipped it back to ordinary decoding ({flip.reason.value} on {flip.metric.value}"
             f"{_observed(flip)}) and it stays rolled back, so it is not adopted although time per committed token "
-            f"reads {_ratios(comparisons)} the baseline's at the loads measured."
+            f"reads {_ratios(measured)} {_arm(compared)}'s at the loads measured."
         )
-        return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share))
-    if len(wins) == len(comparisons):
-        top = max(c.band.load for c in comparisons)
+        return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))
+    if len(wins) == len(measured):
+        top = max(c.band.load for c in measured)
         gain = share.implied_gain if share else None
         decode_gain = share.decode_gain if share else None
         if decode_gain is not None and decode_gain < MIN_END_TO_END_GAIN:
             sentence = (
-                f"{name}: speculation decodes only {decode_gain:.2f}x as fast ({_ratios(comparisons)}): less than "
+                f"{name}: speculation decodes only {decode_gain:.2f}x as fast ({_ratios(measured)}): less than "
                 f"the {MIN_END_TO_END_GAIN:.2f}x end to end it would need even if decoding were all of request time."
             )
-            return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share))
+            return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))
         if share is not None and gain is not None and gain < MIN_END_TO_END_GAIN:
             sentence = (
-                f"{name}: speculation decodes faster at every load measured ({_ratios(comparisons)}), but decoding "
+                f"{name}: speculation decodes faster at every load measured ({_ratios(measured)}), but decoding "
                 f"is only {share.share:.0%} of request time, so it gains {gain:.2f}x end to end: the bottleneck "
                 "is elsewhere."
             )
-            return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share))
+            return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share, coverage))
+        blocked = _adoption_blocked(name, measured, share, compared, ttft_ratio)
+        if blocked is not None:
+            return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
+        p95 = production_quantile(evidence.production, 0.95)
+        band_top = max(c.band.high for c in measured)
+        if p95 is not None and band_top < p95:
+            sentence = (
+                f"{name}: speculation wins at every load measured against {_arm(compared)}, but only up to "
+                f"{_load(top)}, below production's p95 of {p95:.2f}: adopt it below that load; production's "
+                f"own load was not measured (time per committed token {_ratios(measured)})."
+            )
+            return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top, None)
         sentence = (
             f"{name}: speculation wins at every load measured, up to {_load(top)}: time per committed token "
-            f"{_ratios(comparisons)} the baseline's, with the quality gates green."
+            f"{_ratios(measured)} {_arm(compared)}'s at the same load, with the quality and latency gates green."
         )
-        decision = ScopeDecision(
-            outcome=DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
-            max_concurrency=top,
-            reasons=[sentence, *([extra] if extra else [])],
-            decode_share=figures[0],
-            decode_gain=figures[1],
-            implied_gain=figures[2],
-        )
-        return findings(decision)
+        return adopt(DecisionOutcome.ADOPT_WITHIN_ENVELOPE, sentence, top, None)
     if wins and cross is not None:
         below = max((c.band.load for c in wins if c.band.load < cross.load), default=wins[0].band.load)
+        blocked = _adoption_blocked(
+            name, [c for c in measured if c.band.load < cross.load], share, compared, ttft_ratio
+        )
+        if blocked is not None:
+            return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
         caveat = (
             " Speculation wins again at some load above it, so the curve is not monotone." if cross.non_monotone else ""
         )
         sentence = (
             f"{name}: speculation wins below {_load(cross.load)} ({cross.confidence:.0%} interval "
-            f"{cross.low:.1f} to {cross.high:.1f}) and ordinary decoding wins above it: time per committed token "
-            f"{_ratios(comparisons)} the baseline's.{caveat}"
+            f"{cross.low:.2f} to {cross.high:.2f}) and ordinary decoding wins above it: time per committed token "
+            f"{_ratios(measured)} {_arm(compared)}'s at the same load.{caveat}"
         )
-        decision = ScopeDecision(
-            outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
-            max_concurrency=below,
-            crossover_concurrency=cross.load,
-            crossover_low=cross.low,
-            crossover_high=cross.high,
-            reasons=[sentence, *([extra] if extra else [])],
-            decode_share=figures[0],
-            decode_gain=figures[1],
-            implied_gain=figures[2],
-        )
-        return findings(decision)
+        return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, below, cross)
     sentence = (
         f"{name}: speculation is not faster at the loads measured: time per committed token "
-        f"{_ratios(comparisons)} the baseline's."
+        f"{_ratios(measured)} {_arm(compared)}'s at the same load."
     )
-    coverage = _coverage_sentence(comparisons, arm_bands[Arm.BASELINE])
-    return findings(_defer(DeferReason.NO_NET_GAIN, f"{sentence} {coverage}" if coverage else sentence, share))
+    return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))
 
 
 def revisions(
@@ -375,12 +463,12 @@ def _outcome_moved(who: str, old: Decision | ScopeDecision, new: Decision | Scop
 
 def _figures_moved(name: str, old: ScopeDecision, new: ScopeDecision) -> list[str]:
     out = []
-    top, was = new.max_concurrency, old.max_concurrency
+    top, was = new.max_load, old.max_load
     if top is not None and was is not None and abs(math.log2(top / was)) >= 1 / BINS_PER_OCTAVE:
-        out.append(f"{name}: envelope {was:.1f} -> {top:.1f} concurrent requests per replica")
-    cross, low, high = new.crossover_concurrency, old.crossover_low, old.crossover_high
+        out.append(f"{name}: envelope {was:.2f} -> {top:.2f} requests per second per replica")
+    cross, low, high = new.crossover_load, old.crossover_low, old.crossover_high
     if cross is not None and low is not None and high is not None and not low <= cross <= high:
-        out.append(f"{name}: crossover {old.crossover_concurrency:.1f} -> {cross:.1f}, outside {low:.1f} to {high:.1f}")
+        out.append(f"{name}: crossover {old.crossover_load:.2f} -> {cross:.2f}, outside {low:.2f} to {high:.2f}")
     return out
 
 
@@ -395,6 +483,11 @@ def decision_due(
     return None
 
 
+def _low_load_limit(decision: ScopeDecision) -> float:
+    """Where a scope adopted in low-load windows stops: its crossover, or the top of what it won at."""
+    return decision.crossover_load or decision.max_load or 0.0
+
+
 def decide_pilot(
     findings: Sequence[ScopeFindings], *, trigger: DecisionTrigger, now: datetime, previous: Decision | None = None
 ) -> Decision:
@@ -406,15 +499,15 @@ def decide_pilot(
     scope_reasons = [d.reasons[0] for d in decisions.values() if d.reasons]
     envelope = None
     if within:
-        tops = [decisions[name].max_concurrency for name in within]
-        envelope = Envelope(scopes=within, max_concurrency=min(t for t in tops if t is not None) if tops else None)
+        tops = [decisions[name].max_load for name in within]
+        envelope = Envelope(scopes=within, max_load=min(t for t in tops if t is not None) if tops else None)
     if low:
-        first = min(low, key=lambda name: decisions[name].crossover_concurrency or math.inf)
+        first = min(low, key=lambda name: _low_load_limit(decisions[name]))
         chosen = decisions[first]
-        assert chosen.crossover_concurrency is not None
+        limit = _low_load_limit(chosen)
+        what = f"the crossover of {first}" if chosen.crossover_load is not None else f"the highest load {first} won at"
         lead = (
-            f"Adopt speculation for {', '.join(low)} in low-load windows: below {_load(chosen.crossover_concurrency)} "
-            f"(the crossover of {first})"
+            f"Adopt speculation for {', '.join(low)} in low-load windows: below {_load(limit)} ({what})"
             + (f", and for {', '.join(within)} at every load measured" if within else "")
             + (f"; defer {', '.join(deferred)}" if deferred else "")
             + "."
@@ -424,7 +517,7 @@ def decide_pilot(
             decided_at=now,
             stated_because=trigger,
             envelope=envelope,
-            crossover_concurrency=chosen.crossover_concurrency,
+            crossover_load=limit,
             crossover_low=chosen.crossover_low,
             crossover_high=chosen.crossover_high,
             reasons=[lead, *scope_reasons][:32],
@@ -433,7 +526,7 @@ def decide_pilot(
         assert envelope is not None
         lead = (
             f"Adopt speculation for {', '.join(within)} within the envelope measured, up to "
-            f"{_load(envelope.max_concurrency or 0)}" + (f"; defer {', '.join(deferred)}" if deferred else "") + "."
+            f"{_load(envelope.max_load or 0)}" + (f"; defer {', '.join(deferred)}" if deferred else "") + "."
         )
         decision = Decision(
             outcome=DecisionOutcome.ADOPT_WITHIN_ENVELOPE,

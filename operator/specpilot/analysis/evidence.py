@@ -1,11 +1,16 @@
 """The pilot's evidence: bounded rolling aggregates of every judged window, by scope, arm and load.
 
-Each window that carried traffic adds its figures to the scope's aggregates: per arm, into the
-load bin of that arm's own load (`ArmLoad.load`: concurrent requests per replica), and
-into running totals (timing breakdown, on-time completions, request lengths, acceptance). Bins are
-fixed and fine (a quarter of an octave of load each), so the store stays bounded however long the
-pilot runs and an aggregate never has to be re-binned; the load bands a decision reads are learned
-from them (`decision.bands`). The store lives in a ConfigMap beside the pilot, never in status.
+Each window that carried traffic adds its figures to the scope's aggregates: per arm, into the bin
+of its offered load (requests per second per replica, over every scope the arm served), and into
+running totals (timing breakdown, on-time completions, request lengths, acceptance). The compared
+pair (the speculative arm and the control arm, which takes the same share at the same size) is
+binned at one load, the pair's mean, so that each window adds to both arms at the same load; without
+a control arm each arm is binned at its own. A window within which the scope's weight changed is
+kept out of the bins, since its requests ran at two loads. Bins are fixed and fine (a quarter of an
+octave of load each), so the store stays bounded however long the pilot runs; the load bands a
+decision reads are learned from them (`decision.bands`). Production's baseline is watched: the
+windows' loads it ran at are kept as a histogram over the same bins. The store lives in a ConfigMap
+beside the pilot, never in status.
 
 Pure: the shell passes the window, its load and its verdict, and writes back what this returns.
 """
@@ -28,10 +33,9 @@ from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 
 BINS_PER_OCTAVE = 4
-BIN_RANGE = (-24, 40)  # loads from 1/64 to 1024 concurrent requests per replica
+BIN_RANGE = (-40, 48)  # offered loads from 1/1024 to 4096 requests per second per replica
 KV_POINTS = 720  # KV-cache usage points kept per arm (newest), for the report's plot
 MAX_POSITIONS = 16
-JUDGED_ARMS = (Arm.BASELINE, Arm.SPECULATIVE)
 
 
 class Moments(ApiModel):
@@ -65,9 +69,9 @@ class BinArm(ApiModel):
     """One arm's windows whose load fell in one bin."""
 
     load: Moments = Moments()
-    """The arm's load (`ArmLoad.load`): concurrent requests per replica."""
+    """The load the window is binned at (`ArmLoad.offered_per_replica`): requests per second per replica."""
     in_flight: Moments = Moments()
-    """The router's requests in flight per replica."""
+    """The router's requests in flight per replica: concurrency, an outcome of the load (a diagnostic)."""
     tpct: Moments = Moments()
     """The scope's time per committed token on the arm, seconds."""
     ttft_p99: Moments = Moments()
@@ -130,6 +134,8 @@ class ScopeEvidence(ApiModel):
     verdicts: dict[Verdict, int] = {}
     quality_failed: Annotated[int, Field(ge=0)] = 0
     """Windows with a failing probe or webhook check."""
+    unsettled: Annotated[int, Field(ge=0)] = 0
+    """Windows kept out of the load bins: the scope's weight changed within them."""
     last_end: datetime | None = None
     """End of the newest window recorded: an older or equal one is not counted again."""
     arrival_rate: Moments = Moments()
@@ -154,6 +160,10 @@ class Evidence(ApiModel):
     """One pilot's evidence store."""
 
     version: Literal[1] = 1
+    compared: Arm = Arm.BASELINE
+    """The arm the speculative arm is compared with: control, or production's baseline without one."""
+    production: dict[int, Annotated[int, Field(ge=0)]] = {}
+    """Windows per load bin at which production's baseline ran (offered load per replica, every scope)."""
     overlap: float = 1.0
     """analysis.window / analysis.interval: how many windows each request is counted in."""
     scopes: dict[str, ScopeEvidence] = {}
@@ -170,21 +180,19 @@ class Evidence(ApiModel):
 
 @dataclass(frozen=True, kw_only=True)
 class ArmLoad:
-    """One arm's load over a window, over every scope it served."""
+    """One arm's load over a window, over every scope it served.
 
-    in_flight_per_replica: float | None  # the router's requests in flight, by Little's law
+    The load is the offered load per replica: requests per second, counted as they finish (in a
+    window long against its requests that is their arrival rate). It is what an SRE reads off a
+    production dashboard, and it is the same for two arms that take the same share at the same size
+    whatever their speed: a faster arm holds fewer requests in flight for it, so concurrency is an
+    outcome of the arm, not an axis to compare arms on, and it is kept as a diagnostic."""
+
+    offered_per_replica: float | None  # requests finished per second, per replica
+    in_flight_per_replica: float | None = None  # the router's requests in flight, by Little's law
     running_per_replica: float | None = None  # the engines' num_requests_running, mean
     waiting_per_replica: float | None = None  # the engines' num_requests_waiting, mean
     batch_seen: float | None = None  # the engines' batch as their tokens saw it (`ArmEngine.batch_seen`)
-
-    @property
-    def load(self) -> float | None:
-        """What a window's load is binned by: the batch the tokens saw, where the engines report
-        it, else the router's requests in flight per replica. A speculative round's cost depends
-        on the batch it runs in, so under a fluctuating load (random routing, bursts) the mean in
-        flight understates the load the tokens met, and a crossover in it reads low against a
-        closed-loop sweep at a fixed concurrency."""
-        return self.batch_seen if self.batch_seen is not None else self.in_flight_per_replica
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,10 +240,21 @@ def _add_totals(totals: ArmTotals, requests: ArmRequests, load: ArmLoad) -> ArmT
         decoded=totals.decoded + len(requests.decode_seconds),
         decode_seconds=totals.decode_seconds + sum(requests.decode_seconds),
         committed_tokens=totals.committed_tokens + sum(requests.committed_tokens),
-        load=totals.load.add(load.in_flight_per_replica),
+        load=totals.load.add(load.offered_per_replica),
         running=totals.running.add(load.running_per_replica),
         waiting=totals.waiting.add(load.waiting_per_replica),
     )
+
+
+def matched_load(load: WindowLoad, compared: Arm) -> dict[Arm, float | None]:
+    """The load each arm's window is binned at: the compared pair at their mean offered load when the
+    comparison is with the control arm (the same share at the same size), every arm at its own else."""
+    own = {arm: arm_load.offered_per_replica for arm, arm_load in load.arms.items()}
+    pair = [own.get(arm) for arm in (Arm.SPECULATIVE, compared)]
+    if compared is Arm.CONTROL and all(value is not None for value in pair):
+        mean = sum(value for value in pair if value is not None) / 2
+        own.update({Arm.SPECULATIVE: mean, Arm.CONTROL: mean})
+    return own
 
 
 def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float | None) -> BinArm:
@@ -263,22 +282,26 @@ def record_window(
     *,
     verdict: Verdict,
     quality_failed: bool,
+    settled: bool = True,
 ) -> Evidence:
     """The evidence with one more window of one scope; unchanged for a window without traffic, or
-    one at or before the newest the scope already holds (a restarted operator judging it again)."""
+    one at or before the newest the scope already holds (a restarted operator judging it again).
+    A window that is not `settled` (the scope's weight changed within it) adds to the totals only."""
     scope = evidence.scopes.get(window.scope, ScopeEvidence())
-    arms = {Arm.BASELINE: window.baseline, Arm.SPECULATIVE: window.speculative}
+    compared = evidence.compared
+    arms = {compared: window.baseline, Arm.SPECULATIVE: window.speculative}
     if not any(requests.routed for requests in arms.values()):
         return evidence
     if scope.last_end is not None and window.end <= scope.last_end:
         return evidence
-    bins = {arm: dict(scope.bins.get(arm, {})) for arm in JUDGED_ARMS}
+    bins = {arm: dict(scope.bins.get(arm, {})) for arm in arms}
     totals = dict(scope.totals)
+    loads = matched_load(load, compared)
     for arm, requests in arms.items():
-        arm_load = load.arms.get(arm, ArmLoad(in_flight_per_replica=None))
+        arm_load = load.arms.get(arm, ArmLoad(offered_per_replica=None))
         totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
-        value = arm_load.load
-        if requests.routed and value is not None and value > 0:
+        value = loads.get(arm)
+        if settled and requests.routed and value is not None and value > 0:
             index = load_bin(value)
             cell = bins[arm].get(index, BinArm())
             bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica)
@@ -294,6 +317,7 @@ def record_window(
         windows=scope.windows + 1,
         verdicts=verdicts,
         quality_failed=scope.quality_failed + int(quality_failed),
+        unsettled=scope.unsettled + int(not settled),
         last_end=window.end,
         arrival_rate=scope.arrival_rate.add(load.arrival_rate),
         bins={arm: cells for arm, cells in bins.items() if cells},
@@ -304,10 +328,38 @@ def record_window(
         output_tokens=scope.output_tokens.add(load.output_tokens),
     )
     kv = {
-        Arm.BASELINE: _kv(evidence.kv_usage.get(Arm.BASELINE, []), window.baseline_engine.kv_usage),
+        **evidence.kv_usage,
+        compared: _kv(evidence.kv_usage.get(compared, []), window.baseline_engine.kv_usage),
         Arm.SPECULATIVE: _kv(evidence.kv_usage.get(Arm.SPECULATIVE, []), window.speculative_engine.kv_usage),
     }
-    return evidence.model_copy(update={"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": kv})
+    update = {"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": kv}
+    return evidence.model_copy(update=update)
+
+
+def watch_production(evidence: Evidence, load: WindowLoad) -> Evidence:
+    """The evidence with the load production's baseline ran at over one more window (every scope)."""
+    production = load.arms.get(Arm.BASELINE)
+    value = production.offered_per_replica if production is not None else None
+    if value is None or value <= 0:
+        return evidence
+    index = load_bin(value)
+    return evidence.model_copy(
+        update={"production": {**evidence.production, index: evidence.production.get(index, 0) + 1}}
+    )
+
+
+def production_quantile(production: Mapping[int, int], q: float) -> float | None:
+    """Production's offered load per replica at quantile `q` of its windows: the upper edge of the bin
+    that holds it (conservative for an envelope)."""
+    total = sum(production.values())
+    if not total:
+        return None
+    seen = 0
+    for index in sorted(production):
+        seen += production[index]
+        if seen >= q * total:
+            return bin_bounds(index)[1]
+    return bin_bounds(max(production))[1]
 
 
 def with_arms(

@@ -72,7 +72,9 @@ class ArmEngine:
 
 @dataclass(frozen=True, kw_only=True)
 class ScopeWindow:
-    """Everything the judge needs about one scope's window, speculative arm against baseline."""
+    """Everything the judge needs about one scope's window, speculative arm against the arm it is
+    compared with: `baseline` and `baseline_engine` are the control arm's when the pilot runs one
+    (the baseline's engine at the speculative arm's size and share), else production's baseline's."""
 
     scope: str
     start: datetime

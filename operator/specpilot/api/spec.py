@@ -1,7 +1,8 @@
 """SpeculationPilot spec: what an SRE asks for.
 
-One frozen engine shared by every arm; a baseline arm (ordinary decoding), a speculative arm (the same
-engine plus one speculation config) and an optional alternative arm on the same GPU budget; traffic
+One frozen engine shared by every arm; a baseline arm (production's ordinary decoding), a speculative arm
+(the same engine plus one speculation config), a control arm (the baseline's engine at the speculative
+arm's size, taking the same share) and an optional alternative arm on the same GPU budget; traffic
 scopes piloted in stages; the analysis, quality and rollback policy that judges them.
 
 Field docstrings become the CRD's descriptions, so they are written for `kubectl explain`.
@@ -324,6 +325,16 @@ class Speculative(ApiModel):
     """The speculation config."""
 
 
+class Control(ApiModel):
+    """The control arm: a fresh deployment of exactly the baseline's engine, with the speculative arm's
+    replicas and GPUs, to which the router sends exactly the speculative arm's share of every scope. The
+    speculative arm is judged against it, at the same load; the production baseline is only watched."""
+
+    enabled: Annotated[bool, Field(strict=True)] = True
+    """false saves the control arm's GPUs: the speculative arm is then compared with the production
+    baseline, only at loads both have been measured at, and status says the pilot runs without a control."""
+
+
 class Alternative(ApiModel):
     """An optional third arm that spends the speculative arm's GPU budget another way, e.g. more replicas
     with a smaller tensor parallel size, or different batching."""
@@ -387,7 +398,8 @@ class Stage(ApiModel):
     """One step of a scope's rollout."""
 
     weight: Annotated[int, Field(strict=True, gt=0, le=100)]
-    """Percent of the scope's requests routed to the speculative arm, in (0, 100]."""
+    """Percent of the scope's requests routed to the speculative arm, in (0, 100]. The control arm takes
+    the same share again, so with it at most 50."""
     min_requests: Annotated[int, Field(strict=True, ge=1, le=10_000_000)] = 200
     """Requests the scope must complete at this weight before promotion; at least analysis.minSamples."""
     min_duration: Annotated[Duration, duration_within("5s", "168h")] = Duration("10m")
@@ -528,6 +540,13 @@ class PrometheusArms(ApiModel):
     """Labels of the baseline arm's series, e.g. {namespace: team-a, specpilot_io_arm: baseline}."""
     speculative: ArmLabelSet
     """Labels of the speculative arm's series."""
+    control: ArmLabelSet | None = None
+    """Labels of the control arm's series; required unless control.enabled is false."""
+
+    def of(self, arm: str) -> ArmLabelSet | None:
+        """The labels of an arm by its name (baseline, speculative or control)."""
+        found: ArmLabelSet | None = getattr(self, arm, None)
+        return found
 
 
 class PrometheusSource(ApiModel):
@@ -721,7 +740,27 @@ ALTERNATIVE_DIFFERS = Rule(
     field_path=".alternative",
 )
 
+CONTROL_SHARE_FITS = Rule(
+    cel="(has(self.control) && !self.control.enabled) || self.scopes.all(s, s.stages.all(st, st.weight <= 50))",
+    message=(
+        "the control arm takes the speculative arm's share again, so a stage's weight must be at most 50 "
+        "(or set control.enabled: false)"
+    ),
+    field_path=".scopes",
+)
+CONTROL_LABELS_GIVEN = Rule(
+    cel=(
+        "(has(self.control) && !self.control.enabled) || !has(self.analysis.metricsSource)"
+        " || !has(self.analysis.metricsSource.prometheus.arms)"
+        " || has(self.analysis.metricsSource.prometheus.arms.control)"
+    ),
+    message="must pick out the control arm's series too (or set control.enabled: false)",
+    field_path=".analysis.metricsSource.prometheus.arms",
+)
+
 SPEC_RULES = (
+    CONTROL_SHARE_FITS,
+    CONTROL_LABELS_GIVEN,
     ALTERNATIVE_GPU_BUDGET,
     ALTERNATIVE_DIFFERS,
     DRAFT_TENSOR_PARALLEL,
@@ -744,6 +783,8 @@ class SpeculationPilotSpec(ApiModel):
     """The arm with ordinary decoding."""
     speculative: Speculative
     """The arm with speculative decoding."""
+    control: Control = Control()
+    """The arm the speculative arm is compared with: the baseline's engine at the speculative arm's size."""
     alternative: Alternative | None = None
     """An optional third arm on the same GPU budget."""
     router: Router = Router()

@@ -109,9 +109,11 @@ class ArmsStatus(ApiModel):
     """The arms' deployments."""
 
     baseline: ArmStatus = ArmStatus()
-    """The baseline arm."""
+    """The production baseline: serves what the pilot does not take; watched, not compared."""
     speculative: ArmStatus = ArmStatus()
     """The speculative arm."""
+    control: ArmStatus | None = None
+    """The control arm the speculative arm is compared with; absent when the pilot runs without one."""
     alternative: ArmStatus | None = None
     """The alternative arm, when the spec has one."""
 
@@ -184,14 +186,18 @@ class ScopeDecision(ApiModel):
     """AdoptWithinEnvelope, AdoptInLowLoadWindows or Defer."""
     defer_reason: DeferReason | None = None
     """For Defer: NoNetGain, QualityRegression, MemoryPressure, BottleneckElsewhere or InsufficientEvidence."""
-    max_concurrency: float | None = None
-    """Highest load at which speculation was measured winning, in concurrent requests per replica."""
-    crossover_concurrency: float | None = None
-    """For AdoptInLowLoadWindows: the load above which ordinary decoding wins."""
+    max_load: float | None = None
+    """Highest load at which speculation was measured winning against the compared arm at the same load,
+    as offered load: requests per second per replica, over every scope the arms serve."""
+    crossover_load: float | None = None
+    """For AdoptInLowLoadWindows: the offered load above which ordinary decoding wins, when it was measured."""
     crossover_low: float | None = None
     """Lower end of the crossover's interval at analysis.confidence."""
     crossover_high: float | None = None
     """Upper end of the crossover's interval at analysis.confidence."""
+    production_covered: float | None = None
+    """For an adoption: the share of production's windows whose baseline load per replica lay at or
+    below the loads it is adopted for."""
     decode_share: float | None = None
     """Share of the baseline's request time spent decoding."""
     decode_gain: float | None = None
@@ -292,8 +298,8 @@ class Envelope(ApiModel):
 
     scopes: Annotated[list[ScopeName], Field(max_length=16)] = []
     """Scopes inside the envelope."""
-    max_concurrency: float | None = None
-    """Highest load measured within it, in concurrent requests per target replica."""
+    max_load: float | None = None
+    """Highest load measured within it, as offered load: requests per second per replica."""
 
 
 class Decision(ApiModel):
@@ -309,9 +315,10 @@ class Decision(ApiModel):
     """EveryScopeSettled, or Requested through the specpilot.io/decide annotation."""
     defer_reason: DeferReason | None = None
     """For Defer: the reason that applies to the most scopes."""
-    crossover_concurrency: float | None = None
-    """Load above which speculation stops paying, in concurrent requests per target replica, for
-    AdoptInLowLoadWindows (the lowest crossover of its scopes)."""
+    crossover_load: float | None = None
+    """Offered load (requests per second per replica) above which speculation stops paying, for
+    AdoptInLowLoadWindows (the lowest of its scopes' crossovers, or of their envelopes where production
+    runs above what was measured)."""
     crossover_low: float | None = None
     """Lower end of that crossover's interval at analysis.confidence."""
     crossover_high: float | None = None

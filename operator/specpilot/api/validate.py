@@ -22,6 +22,8 @@ from specpilot.api.spec import (
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
     ARM_LABELS_DIFFER,
+    CONTROL_LABELS_GIVEN,
+    CONTROL_SHARE_FITS,
     DEADLINE_WITHIN_TIMEOUT,
     DEFAULT_SCOPE_EXISTS,
     DRAFT_MODEL_FORBIDDEN,
@@ -140,6 +142,8 @@ def _scope_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     if any(scope.deadline is not None and scope.deadline > timeout for scope in scopes):
         yield _problem("spec.scopes", DEADLINE_WITHIN_TIMEOUT)
     stages = [stage for scope in scopes for stage in scope.stages]
+    if spec.control.enabled and any(stage.weight > 50 for stage in stages):
+        yield _problem("spec.scopes", CONTROL_SHARE_FITS)
     if any(stage.min_duration < interval for stage in stages):
         yield _problem("spec.scopes", STAGE_SPANS_INTERVAL)
     if any(stage.min_requests < spec.analysis.min_samples for stage in stages):
@@ -178,3 +182,5 @@ def _analysis_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     arms = source.prometheus.arms if source is not None else None
     if arms is not None and arms.baseline == arms.speculative:
         yield _problem("spec.analysis.metricsSource.prometheus.arms.speculative", ARM_LABELS_DIFFER)
+    if arms is not None and spec.control.enabled and arms.control is None:
+        yield _problem("spec.analysis.metricsSource.prometheus.arms", CONTROL_LABELS_GIVEN)

@@ -19,7 +19,6 @@ import aiohttp
 
 from specpilot.api.spec import Analysis
 from specpilot.controller.core.measurements import (
-    JUDGED_ARMS,
     EngineReadings,
     Measurements,
     Queried,
@@ -32,7 +31,7 @@ from specpilot.fetch.prometheus import PrometheusAuth, arm_engines
 from specpilot.fetch.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape
 from specpilot.metrics.ledger import SampleLedger
-from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, Arm
+from specpilot.wire.names import ENGINE_PORT, MEASURED_ARMS, ROUTER_ADMIN_PORT, Arm
 from specpilot.wire.samples import SamplesPage
 
 SAMPLES_PAGE = 10_000
@@ -55,14 +54,14 @@ class ScrapeEngines:
 
     def __init__(self, session: aiohttp.ClientSession) -> None:
         self._session = session
-        self._scrapes: dict[Arm, deque[Scrape]] = {arm: deque() for arm in JUDGED_ARMS}
+        self._scrapes: dict[Arm, deque[Scrape]] = {arm: deque() for arm in MEASURED_ARMS}
 
     async def read(
         self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
     ) -> EngineReadings:
         targets = [
             (arm, ScrapeTarget(pod=name, url=f"http://{ip}:{ENGINE_PORT}/metrics"))
-            for arm in JUDGED_ARMS
+            for arm in MEASURED_ARMS
             for name, ip in arms.get(arm, [])
         ]
         results = await scrape_all(

@@ -28,7 +28,7 @@ from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import SpeculationPilotStatus
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.changes import Apply
-from specpilot.controller.core.measurements import JUDGED_ARMS, Measurements, cadence
+from specpilot.controller.core.measurements import Measurements, cadence
 from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, plan, refused, teardown, windows_due
 from specpilot.controller.core.policy import DEFAULT, Policy
 from specpilot.controller.core.progress import probe_due, window_due, window_summary
@@ -38,7 +38,7 @@ from specpilot.controller.core.snapshot import Applied, Observation, Snapshot, W
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import EvidenceStore, KubeApi, QualityGates, RouteOwner
-from specpilot.wire.names import ROUTER_COMPONENT, Arm
+from specpilot.wire.names import MEASURED_ARMS, ROUTER_COMPONENT, Arm
 
 log = logging.getLogger("specpilot.operator")
 
@@ -267,7 +267,7 @@ class Controller:
         if self.policy.problems(spec):  # nothing is called for a pilot outside the operator's policy
             return INVALID_SPEC_TICK.total_seconds()
         now = self.clock()
-        arms = {arm: seen.ready(arm.value) for arm in JUDGED_ARMS}
+        arms = {arm: seen.ready(arm.value) for arm in MEASURED_ARMS}
         memory.measurements = await memory.collector.collect(
             arms=arms,
             routers=seen.ready(ROUTER_COMPONENT),

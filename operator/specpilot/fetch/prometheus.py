@@ -24,8 +24,16 @@ from specpilot.analysis.window import ArmEngine
 from specpilot.api.common import endpoint
 from specpilot.api.spec import PrometheusSource
 from specpilot.fetch.scrape import MAX_BODY_BYTES, TooLarge, read_body
-from specpilot.metrics.promql import Answer, QueryFailure, arm_engine, arm_matchers, engine_queries, parse_answer
-from specpilot.wire.names import Arm
+from specpilot.metrics.promql import (
+    Answer,
+    Matcher,
+    QueryFailure,
+    arm_engine,
+    arm_matchers,
+    engine_queries,
+    parse_answer,
+)
+from specpilot.wire.names import MEASURED_ARMS, Arm
 
 K = TypeVar("K")
 
@@ -131,16 +139,18 @@ async def arm_engines(
     end: datetime,
     auth: PrometheusAuth | None = None,
 ) -> dict[Arm, ArmEngine]:
-    """Both judged arms' engine figures over the window ending at `end`, from the source's Prometheus."""
+    """The measured arms' engine figures over the window ending at `end`, from the source's Prometheus
+    (an arm the source's labels do not name is left out)."""
     timeout_s = source.timeout.total_seconds()
+    matched = {arm: arm_matchers(source, namespace=namespace, pilot=pilot, arm=arm) for arm in MEASURED_ARMS}
 
-    async def one(arm: Arm) -> ArmEngine:
-        matchers = arm_matchers(source, namespace=namespace, pilot=pilot, arm=arm)
+    async def one(arm: Arm, matchers: tuple[Matcher, ...]) -> ArmEngine:
         queries = engine_queries(matchers, window=window, step=step, quantile=quantile, pod_label=source.pod_label)
         answers = await query_all(session, source.url, queries, at=end, timeout_s=timeout_s, auth=auth)
         return arm_engine(
             answers, start=end - window, speculative=arm is Arm.SPECULATIVE, pod_label=source.pod_label, arm=arm.value
         )
 
-    baseline, speculative = await asyncio.gather(one(Arm.BASELINE), one(Arm.SPECULATIVE))
-    return {Arm.BASELINE: baseline, Arm.SPECULATIVE: speculative}
+    arms = [(arm, matchers) for arm, matchers in matched.items() if matchers is not None]
+    found = await asyncio.gather(*(one(arm, matchers) for arm, matchers in arms))
+    return {arm: engine for (arm, _), engine in zip(arms, found, strict=True)}

@@ -1,5 +1,8 @@
 """What loaded the arms during a window: `WindowLoad`, from the router's samples and the engines.
 
+The offered load per arm replica is the requests that finished in the window (every outcome), per
+second and per replica: in a window long against its requests, the arm's arrival rate.
+
 The router's in-flight requests per arm replica come from its per-request samples by Little's law:
 the requests that finished in the window, each held in flight for its end-to-end time, over the
 window's length, is the mean number in flight (every outcome counts: a timeout holds a slot as long
@@ -40,6 +43,7 @@ def window_load(
     since, until = start.timestamp(), end.timestamp()
     seconds = until - since
     held: dict[Arm, float] = {}
+    finished: dict[Arm, int] = {}
     scope_requests = 0
     prompts: list[int] = []
     outputs: list[int] = []
@@ -47,6 +51,7 @@ def window_load(
         if not since <= finished_at(sample) < until:
             continue
         held[sample.arm] = held.get(sample.arm, 0.0) + sample.e2e
+        finished[sample.arm] = finished.get(sample.arm, 0) + 1
         if sample.scope != scope:
             continue
         scope_requests += 1
@@ -59,6 +64,7 @@ def window_load(
     for arm, count in replicas.items():
         engine = engines.get(arm, ArmEngine())
         arms[arm] = ArmLoad(
+            offered_per_replica=_per_replica(finished.get(arm, 0) / seconds, count) if seconds > 0 else None,
             in_flight_per_replica=_per_replica(held.get(arm, 0.0) / seconds, count) if seconds > 0 else None,
             running_per_replica=_per_replica(engine.running, count),
             waiting_per_replica=_per_replica(engine.waiting, count),

@@ -51,11 +51,14 @@ class Matcher:
         return f'{self.name}{"=~" if self.regex else "="}"{_quoted(self.value)}"'
 
 
-def arm_matchers(source: PrometheusSource, *, namespace: str, pilot: str, arm: Arm) -> tuple[Matcher, ...]:
-    """The matchers that pick out one arm's engine series: the source's common labels, then the arm's."""
+def arm_matchers(source: PrometheusSource, *, namespace: str, pilot: str, arm: Arm) -> tuple[Matcher, ...] | None:
+    """The matchers that pick out one arm's engine series: the source's common labels, then the arm's;
+    None for an arm the source's labels do not name."""
     common = tuple(Matcher(name, value) for name, value in sorted(source.labels.items()))
     if source.arms is not None:
-        labels = source.arms.baseline if arm is Arm.BASELINE else source.arms.speculative
+        labels = source.arms.of(arm.value)
+        if labels is None:
+            return None
         return common + tuple(Matcher(name, value) for name, value in sorted(labels.items()))
     # A Deployment's pods are `<deployment>-<pod-template-hash>-<suffix>`; anchored, as PromQL anchors
     # every regex, so one pilot's arm never matches another pilot whose name extends it.

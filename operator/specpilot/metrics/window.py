@@ -24,14 +24,16 @@ def scope_window(
     end: datetime,
     baseline_engine: ArmEngine,
     speculative_engine: ArmEngine,
+    compared: Arm = Arm.BASELINE,
 ) -> ScopeWindow:
-    """The scope's window [start, end): both arms' requests and engines, and the gaps in the samples."""
+    """The scope's window [start, end): the speculative arm's and the `compared` arm's requests and
+    engines (the control arm, or production's baseline without one), and the gaps in the samples."""
     samples = ledger.samples(start, end)
     return ScopeWindow(
         scope=scope,
         start=start,
         end=end,
-        baseline=arm_requests(samples, scope=scope, arm=Arm.BASELINE, start=start, end=end),
+        baseline=arm_requests(samples, scope=scope, arm=compared, start=start, end=end),
         speculative=arm_requests(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end),
         baseline_engine=baseline_engine,
         speculative_engine=speculative_engine,

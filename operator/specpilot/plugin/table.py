@@ -19,8 +19,8 @@ def _row(scope: Json) -> tuple[str, ...]:
     outcome = decision.get("outcome")
     if outcome and decision.get("deferReason"):
         outcome = f"{outcome}({decision['deferReason']})"
-    if outcome and decision.get("crossoverConcurrency") is not None:
-        outcome = f"{outcome}(<{decision['crossoverConcurrency']:.1f})"
+    if outcome and decision.get("crossoverLoad") is not None:
+        outcome = f"{outcome}(<{decision['crossoverLoad']:.1f})"
     stage = scope.get("stage")
     return (
         scope["name"],

@@ -126,7 +126,7 @@ def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None
     return {
         "recommendation": True,
         "derivedFrom": findings.scope,
-        "crossoverConcurrency": _round(decision.crossover_concurrency, 3),
+        "crossoverLoad": _round(decision.crossover_load, 3),
         "crossoverLow": _round(decision.crossover_low, 3),
         "lastSpeculativeBatchSize": batch,
         "speculativeConfig": config,
@@ -193,7 +193,7 @@ def _scope_json(
             {
                 "load": _round(c.band.load, 3),
                 "speculativeSeconds": _round(c.band.tpct),
-                "baselineSeconds": _round(c.baseline_tpct),
+                "comparedSeconds": _round(c.compared.tpct) if c.compared is not None else None,
                 "ratio": _round(c.ratio, 4),
                 "speculationWins": c.wins,
             }

@@ -30,13 +30,13 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     for scope in report["scopes"]:
         d = scope["decision"]
         interval = (
-            f"{d['crossoverConcurrency']:.1f} ({d['crossoverLow']:.1f} to {d['crossoverHigh']:.1f})"
-            if d.get("crossoverConcurrency") is not None
+            f"{d['crossoverLoad']:.1f} ({d['crossoverLow']:.1f} to {d['crossoverHigh']:.1f})"
+            if d.get("crossoverLoad") is not None
             else ""
         )
         lines.append(
             f"| {scope['name']} | {scope['state'] or ''} | {d['outcome']} | {d.get('deferReason', '')} | {interval} | "
-            f"{_f(d.get('maxConcurrency'), '.1f')} |"
+            f"{_f(d.get('maxLoad'), '.1f')} |"
         )
     lines += [
         "",
@@ -125,7 +125,7 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
         ]
         for item in report["schedules"]:
             lines += [
-                f"From {item['derivedFrom']} (crossover {item['crossoverConcurrency']:.1f}, interval from "
+                f"From {item['derivedFrom']} (crossover {item['crossoverLoad']:.1f}, interval from "
                 f"{item['crossoverLow']:.1f}; batch size {item['lastSpeculativeBatchSize']} is the last to speculate):",
                 "",
                 "```json",

@@ -31,11 +31,21 @@ ROUTER_ADMIN_PORT = 9090  # /metrics, /samples, /routes, /healthz, /readyz
 
 
 class Arm(StrEnum):
-    """A deployment of the shared frozen engine; only the speculative arm adds a draft model."""
+    """A deployment of the shared frozen engine; only the speculative arm adds a draft model.
+
+    The baseline is production's own deployment: it serves whatever the pilot does not take, and is
+    watched, not compared. The control arm runs exactly the baseline's engine at the speculative arm's
+    size and takes exactly its share of every scope, so the two are compared at the same load.
+    """
 
     BASELINE = "baseline"
     SPECULATIVE = "speculative"
+    CONTROL = "control"
     ALTERNATIVE = "alternative"
+
+
+# Arms whose engines and requests the operator measures: the compared pair, and production watched.
+MEASURED_ARMS = (Arm.BASELINE, Arm.SPECULATIVE, Arm.CONTROL)
 
 
 def arm_name(pilot: str, arm: Arm) -> str:

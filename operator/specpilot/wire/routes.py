@@ -28,7 +28,7 @@ Rules both sides rely on:
   sends every scope to the baseline arm until a fresh table arrives; so does a missing or
   invalid table (the router keeps the last valid one's scope names, matches and deadlines).
 - Arms are the Services `arm_name(pilot, arm)` (``<pilot>-baseline``, ``<pilot>-speculative``,
-  ``<pilot>-alternative``); the router finds their ready pods through EndpointSlices labelled
+  ``<pilot>-control``, ``<pilot>-alternative``); the router finds their ready pods through EndpointSlices labelled
   `SERVICE_NAME_LABEL`.
 - Unknown fields are ignored, so a newer operator does not knock an older router into fallback.
 """
@@ -72,11 +72,12 @@ class ArmWeights(_Model):
 
     baseline: int = Field(default=0, ge=0, le=100)
     speculative: int = Field(default=0, ge=0, le=100)
+    control: int = Field(default=0, ge=0, le=100)
     alternative: int = Field(default=0, ge=0, le=100)
 
     @model_validator(mode="after")
     def _sum_to_100(self) -> Self:
-        total = self.baseline + self.speculative + self.alternative
+        total = self.baseline + self.speculative + self.control + self.alternative
         if total != 100:
             raise ValueError(f"weights must sum to 100, got {total}")
         return self

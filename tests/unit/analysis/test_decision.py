@@ -61,11 +61,11 @@ def test_three_profiles_get_the_three_decisions() -> None:
     evidence = pilot({"always": 0.95, "low": 0.5, "never": 0.1})
     always, low, never = (decide(evidence, name).decision for name in ("always", "low", "never"))
     assert always.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
-    assert always.max_concurrency == pytest.approx(10.5)  # the top band: windows at 10 and 11
+    assert always.max_load == pytest.approx(10.5)  # the top band: windows at 10 and 11
     assert low.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
-    assert low.crossover_concurrency == pytest.approx(analytic_crossover(0.5), rel=0.15)
+    assert low.crossover_load == pytest.approx(analytic_crossover(0.5), rel=0.15)
     assert low.crossover_low is not None and low.crossover_high is not None
-    assert low.crossover_low <= low.crossover_concurrency <= low.crossover_high
+    assert low.crossover_low <= low.crossover_load <= low.crossover_high
     assert low.crossover_high - low.crossover_low < 3
     assert never.outcome is DecisionOutcome.DEFER and never.defer_reason is DeferReason.NO_NET_GAIN
     assert "wins at every load measured, up to 10.5" in always.reasons[0]
@@ -156,16 +156,16 @@ def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_
     before = {f.scope: f.decision for f in findings}
     assert revisions(decision, decision, before=before, after=before) == []
     always, low = before["always"], before["low"]
-    assert always.max_concurrency is not None and low.crossover_concurrency is not None
+    assert always.max_load is not None and low.crossover_load is not None
     assert low.crossover_low is not None and low.crossover_high is not None
     nudged = {
-        "always": always.model_copy(update={"max_concurrency": always.max_concurrency * 1.1}),  # within a bin
-        "low": low.model_copy(update={"crossover_concurrency": low.crossover_high}),  # inside its interval
+        "always": always.model_copy(update={"max_load": always.max_load * 1.1}),  # within a bin
+        "low": low.model_copy(update={"crossover_load": low.crossover_high}),  # inside its interval
     }
     assert revisions(decision, decision, before=before, after=nudged) == []
     moved = {
-        "always": always.model_copy(update={"max_concurrency": always.max_concurrency * 1.25}),
-        "low": low.model_copy(update={"crossover_concurrency": low.crossover_high + 0.5}),
+        "always": always.model_copy(update={"max_load": always.max_load * 1.25}),
+        "low": low.model_copy(update={"crossover_load": low.crossover_high + 0.5}),
     }
     said = revisions(decision, decision, before=before, after=moved)
     assert len(said) == 2 and said[0].startswith("always: envelope 10.5 -> 13.1")
@@ -298,7 +298,7 @@ def test_pilot_decision_combines_the_scopes() -> None:
     findings = [decide(evidence, name) for name in ("always", "low", "never")]
     decision = decide_pilot(findings, trigger=DecisionTrigger.SETTLED, now=NOW)
     assert decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
-    assert decision.crossover_concurrency == findings[1].decision.crossover_concurrency
+    assert decision.crossover_load == findings[1].decision.crossover_load
     assert decision.envelope is not None and decision.envelope.scopes == ["always"]
     assert "defer never" in decision.reasons[0]
     within = decide_pilot(findings[:1], trigger=DecisionTrigger.REQUESTED, now=NOW)

@@ -19,7 +19,7 @@ def test_one_row_per_scope_with_state_weight_window_and_decision() -> None:
                     "stage": 1,
                     "weight": 50,
                     "lastWindow": {"ratio": 0.612, "verdict": "Pass", "reason": ""},
-                    "decision": {"outcome": "AdoptInLowLoadWindows", "crossoverConcurrency": 6.34},
+                    "decision": {"outcome": "AdoptInLowLoadWindows", "crossoverLoad": 6.34},
                 },
                 {
                     "name": "code",

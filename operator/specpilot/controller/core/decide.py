@@ -11,7 +11,15 @@ from datetime import datetime
 from functools import lru_cache
 
 from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due, revisions
-from specpilot.analysis.evidence import Evidence, WindowLoad, dump, load, record_window, with_arms
+from specpilot.analysis.evidence import (
+    Evidence,
+    WindowLoad,
+    dump,
+    load,
+    record_window,
+    watch_production,
+    with_arms,
+)
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
@@ -29,13 +37,14 @@ class Decided:
     events: list[Event]
 
 
-def fresh_for(evidence: Evidence | None, config_hashes: Mapping[Arm, str]) -> Evidence:
-    """The store to keep adding to: a new one when the engine or the draft changed since it began,
-    since its windows no longer compare like with like."""
-    if evidence is None:
-        return Evidence(config_hashes=dict(config_hashes))
+def fresh_for(evidence: Evidence | None, config_hashes: Mapping[Arm, str], compared: Arm) -> Evidence:
+    """The store to keep adding to: a new one when the engine or the draft changed since it began, or
+    the arm speculation is compared with, since its windows no longer compare like with like."""
+    fresh = Evidence(config_hashes=dict(config_hashes), compared=compared)
+    if evidence is None or evidence.compared is not compared:
+        return fresh
     if any(evidence.config_hashes.get(arm) not in (None, digest) for arm, digest in config_hashes.items()):
-        return Evidence(config_hashes=dict(config_hashes))
+        return fresh
     return evidence.model_copy(update={"config_hashes": dict(config_hashes)})
 
 
@@ -58,9 +67,19 @@ def record(
         if item is None or status.last_window is None or status.last_window.end != item.window.end:
             continue  # not judged this time (a manual action took the scope instead)
         quality_failed = any(check.verdict is Verdict.FAIL for check in item.quality)
+        started = status.stage_started_at
         out = record_window(
-            out, item.window, loads[status.name], verdict=status.last_window.verdict, quality_failed=quality_failed
+            out,
+            item.window,
+            loads[status.name],
+            verdict=status.last_window.verdict,
+            quality_failed=quality_failed,
+            settled=started is None or started <= item.window.start,
         )
+    # Every scope's window of a tick ends at the same collection, and production's load (every scope's
+    # requests) is the same in each: watched once per tick.
+    if loads:
+        out = watch_production(out, next(iter(loads.values())))
     return out
 
 
@@ -74,17 +93,23 @@ def findings(
     of milliseconds, and reconciles outnumber the windows that change the evidence)."""
     records = tuple(record.model_dump_json() for record in fallbacks)
     scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
-    return list(_findings(dump(evidence), records, spec.analysis.confidence, scopes))
+    ttft = spec.analysis.thresholds.ttft.max_ratio
+    return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes))
 
 
 @lru_cache(maxsize=128)
 def _findings(
-    evidence: str, fallbacks: tuple[str, ...], confidence: float, scopes: tuple[tuple[str, ScopeState | None], ...]
+    evidence: str,
+    fallbacks: tuple[str, ...],
+    confidence: float,
+    ttft_ratio: float,
+    scopes: tuple[tuple[str, ScopeState | None], ...],
 ) -> tuple[ScopeFindings, ...]:
     store = load(evidence)
     records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
     return tuple(
-        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state) for name, state in scopes
+        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state, ttft_ratio=ttft_ratio)
+        for name, state in scopes
     )
 
 

@@ -15,15 +15,19 @@ from typing import Protocol
 
 from specpilot.analysis.evidence import WindowLoad
 from specpilot.analysis.window import ArmEngine, ScopeWindow
-from specpilot.api.spec import Analysis
+from specpilot.api.spec import Analysis, SpeculationPilotSpec
 from specpilot.metrics.engine import Scrape, engine_window
 from specpilot.metrics.ledger import LedgerView
 from specpilot.metrics.load import kv_blocks, window_load
 from specpilot.metrics.samples import arm_requests, kv_load
 from specpilot.metrics.window import scope_window
-from specpilot.wire.names import Arm
+from specpilot.wire.names import MEASURED_ARMS, Arm
 
-JUDGED_ARMS = (Arm.BASELINE, Arm.SPECULATIVE)
+
+def compared_arm(spec: SpeculationPilotSpec) -> Arm:
+    """The arm the speculative arm is judged against: the control arm, or production's baseline
+    when the pilot runs without one."""
+    return Arm.CONTROL if spec.control.enabled else Arm.BASELINE
 
 
 def cadence(analysis: Analysis) -> float:
@@ -38,10 +42,10 @@ def horizon(analysis: Analysis) -> timedelta:
 
 
 class EngineReadings(Protocol):
-    """The judged arms' engine figures as one metric source gave them."""
+    """The measured arms' engine figures as one metric source gave them."""
 
     def engines(self, *, start: datetime, end: datetime, analysis: Analysis) -> dict[Arm, ArmEngine]:
-        """Both arms' figures over [start, end]."""
+        """Each measured arm's figures over [start, end]."""
         ...
 
     def kv_blocks(self) -> dict[Arm, int]:
@@ -51,7 +55,7 @@ class EngineReadings(Protocol):
 
 @dataclass(frozen=True)
 class Scraped:
-    """Direct scrapes of each judged arm's pods, within the horizon, oldest first."""
+    """Direct scrapes of each measured arm's pods, within the horizon, oldest first."""
 
     scrapes: Mapping[Arm, tuple[Scrape, ...]] = field(default_factory=dict)
 
@@ -65,11 +69,11 @@ class Scraped:
                 quantile=analysis.thresholds.itl_quantile,
                 speculative=arm is Arm.SPECULATIVE,
             )
-            for arm in JUDGED_ARMS
+            for arm in MEASURED_ARMS
         }
 
     def kv_blocks(self) -> dict[Arm, int]:
-        found = {arm: kv_blocks(list(self.scrapes.get(arm, ()))) for arm in JUDGED_ARMS}
+        found = {arm: kv_blocks(list(self.scrapes.get(arm, ()))) for arm in MEASURED_ARMS}
         return {arm: blocks for arm, blocks in found.items() if blocks is not None}
 
 
@@ -83,8 +87,9 @@ class Queried:
     def engines(self, *, start: datetime, end: datetime, analysis: Analysis) -> dict[Arm, ArmEngine]:
         if end != self.at:
             missing = ArmEngine(inconclusive="no Prometheus query at the window's end")
-            return dict.fromkeys(JUDGED_ARMS, missing)
-        return {arm: self.figures[arm] for arm in JUDGED_ARMS}
+            return dict.fromkeys(MEASURED_ARMS, missing)
+        unnamed = ArmEngine(inconclusive="the source's labels do not name this arm")
+        return {arm: self.figures.get(arm, unnamed) for arm in MEASURED_ARMS}
 
     def kv_blocks(self) -> dict[Arm, int]:
         return {}
@@ -98,8 +103,9 @@ class Measurements:
     samples: LedgerView = field(default_factory=LedgerView.empty)
     readings: EngineReadings = field(default_factory=Scraped)
 
-    def window(self, scope: str, *, analysis: Analysis, end: datetime) -> ScopeWindow:
-        """The scope's window ending at `end`, as long as analysis.window."""
+    def window(self, scope: str, *, analysis: Analysis, end: datetime, compared: Arm) -> ScopeWindow:
+        """The scope's window ending at `end`, as long as analysis.window: the speculative arm against
+        the `compared` arm."""
         start = end - analysis.window
         engines = self.readings.engines(start=start, end=end, analysis=analysis)
         return scope_window(
@@ -107,7 +113,8 @@ class Measurements:
             scope=scope,
             start=start,
             end=end,
-            baseline_engine=engines[Arm.BASELINE],
+            compared=compared,
+            baseline_engine=engines[compared],
             speculative_engine=engines[Arm.SPECULATIVE],
         )
 
@@ -125,10 +132,10 @@ class Measurements:
         samples = self.samples.samples(start, end)
         return {scope: kv_load(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end) for scope in scopes}
 
-    def load(self, window: ScopeWindow, *, replicas: Mapping[Arm, int]) -> WindowLoad:
+    def load(self, window: ScopeWindow, *, replicas: Mapping[Arm, int], analysis: Analysis) -> WindowLoad:
         """What loaded the arms during the scope's window (every scope's requests), for the evidence."""
         samples = self.samples.samples(window.start, window.end)
-        engines = {Arm.BASELINE: window.baseline_engine, Arm.SPECULATIVE: window.speculative_engine}
+        engines = self.readings.engines(start=window.start, end=window.end, analysis=analysis)
         return window_load(
             samples, scope=window.scope, start=window.start, end=window.end, replicas=replicas, engines=engines
         )

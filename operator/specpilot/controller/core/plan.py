@@ -23,6 +23,7 @@ from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStat
 from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
 from specpilot.controller.core.decide import Decided, decide, fresh_for, record
+from specpilot.controller.core.measurements import compared_arm
 from specpilot.controller.core.progress import MANUAL, Measured, Progress, advance_scopes, due, manual_actions, warm
 from specpilot.controller.core.render import (
     ArmPlan,
@@ -215,7 +216,9 @@ def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[Sc
     if end is None or spec.suspend or not warm(snapshot.pilot.status, spec.analysis, snapshot.now):
         return {}
     return {
-        scope.name: snapshot.measurements.window(scope.name, analysis=spec.analysis, end=end)
+        scope.name: snapshot.measurements.window(
+            scope.name, analysis=spec.analysis, end=end, compared=compared_arm(spec)
+        )
         for scope in scopes
         if due(scope, spec.analysis, end)
     }
@@ -265,10 +268,13 @@ def _evidence(
     """The evidence store with this tick's judged windows, each with the load its arms ran at."""
     replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
     return record(
-        fresh_for(snapshot.evidence, {plan.arm: plan.config_hash for plan in arms}),
+        fresh_for(snapshot.evidence, {plan.arm: plan.config_hash for plan in arms}, compared_arm(spec)),
         spec=spec,
         measured=measured,
-        loads={name: snapshot.measurements.load(item.window, replicas=replicas) for name, item in measured.items()},
+        loads={
+            name: snapshot.measurements.load(item.window, replicas=replicas, analysis=spec.analysis)
+            for name, item in measured.items()
+        },
         scopes=progress.scopes,
         kv_blocks=snapshot.measurements.kv_blocks(),
         gpus={plan.arm: plan.gpus for plan in arms},
@@ -333,7 +339,7 @@ def teardown(ref: PilotRef, seen: Observation, now: datetime) -> Teardown:
         generation=(flip or table).generation if table is not None else None,
         routers=tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT)),
         first=(
-            *(Child(*deployments, arm_name(ref.name, arm)) for arm in (Arm.SPECULATIVE, Arm.ALTERNATIVE)),
+            *(Child(*deployments, arm_name(ref.name, arm)) for arm in (Arm.SPECULATIVE, Arm.CONTROL, Arm.ALTERNATIVE)),
             Child(*deployments, router_name(ref.name)),
         ),
         draining=seen.count(ROUTER_COMPONENT) > 0,

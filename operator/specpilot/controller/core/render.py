@@ -198,6 +198,8 @@ def _arm_pod(spec: SpeculationPilotSpec, arm: Arm) -> tuple[Json, int]:
 def arm_replicas(spec: SpeculationPilotSpec, arm: Arm) -> int:
     if arm is Arm.SPECULATIVE:
         return spec.speculative.replicas
+    if arm is Arm.CONTROL:
+        return spec.speculative.replicas if spec.control.enabled else 0
     if arm is Arm.ALTERNATIVE:
         return spec.alternative.replicas if spec.alternative is not None else 0
     return spec.baseline.replicas
@@ -205,7 +207,8 @@ def arm_replicas(spec: SpeculationPilotSpec, arm: Arm) -> int:
 
 def arms_of(spec: SpeculationPilotSpec) -> tuple[Arm, ...]:
     """The arms the spec asks for, baseline first."""
-    return (Arm.BASELINE, Arm.SPECULATIVE, *((Arm.ALTERNATIVE,) if spec.alternative is not None else ()))
+    control = (Arm.CONTROL,) if spec.control.enabled else ()
+    return (Arm.BASELINE, Arm.SPECULATIVE, *control, *((Arm.ALTERNATIVE,) if spec.alternative is not None else ()))
 
 
 def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
@@ -214,8 +217,9 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
     replicas = arm_replicas(spec, arm)
     name, selector = arm_name(ref.name, arm), arm_selector(ref.name, arm)
     labels = {ARM_LABEL: arm.value, COMPONENT_LABEL: ENGINE_COMPONENT}
-    # Speculative and alternative arms take no spare GPUs to roll: the router sends their share to the
-    # baseline while a replica restarts. The baseline keeps serving through a surge replica.
+    # Speculative, control and alternative arms take no spare GPUs to roll: the router sends their share
+    # to the baseline while a replica restarts. The baseline keeps serving through a surge replica. The
+    # control arm's pod is the baseline's own, so the two share a config hash.
     surge = {"maxSurge": 1, "maxUnavailable": 0} if arm is Arm.BASELINE else {"maxSurge": 0, "maxUnavailable": 1}
     deployment = {
         "apiVersion": "apps/v1",

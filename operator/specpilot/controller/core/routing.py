@@ -14,8 +14,9 @@ from specpilot.controller.core.render import content_hash
 from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, PathMatch, RoutingTable, ScopeMatch, ScopeRoute
 
 
-def scope_route(scope: Scope, *, weight: int, request_timeout: timedelta) -> ScopeRoute:
-    """One scope's entry: its match as the API states it, its deadline, and its speculative weight."""
+def scope_route(scope: Scope, *, weight: int, request_timeout: timedelta, control: bool) -> ScopeRoute:
+    """One scope's entry: its match as the API states it, its deadline, its speculative weight and, with a
+    control arm, the same weight again for the control (so a flip back moves both to the baseline)."""
     match = ScopeMatch(
         headers=tuple(HeaderMatch(name=h.name, type=h.type.value, value=h.value) for h in scope.match.headers),
         paths=tuple(PathMatch(type=p.type.value, value=p.value) for p in scope.match.paths),
@@ -23,7 +24,9 @@ def scope_route(scope: Scope, *, weight: int, request_timeout: timedelta) -> Sco
     deadline = (scope.deadline or request_timeout).total_seconds()
     return ScopeRoute(
         name=scope.name,
-        weights=ArmWeights(baseline=100 - weight, speculative=weight),
+        weights=ArmWeights(
+            baseline=100 - weight * (2 if control else 1), speculative=weight, control=weight if control else 0
+        ),
         deadline_seconds=deadline,
         match=match,
     )
@@ -39,7 +42,12 @@ def routing_table(
         updated_at=now,
         default_scope=spec.router.default_scope,
         scopes=tuple(
-            scope_route(scope, weight=weights.get(scope.name, 0), request_timeout=spec.router.request_timeout)
+            scope_route(
+                scope,
+                weight=weights.get(scope.name, 0),
+                request_timeout=spec.router.request_timeout,
+                control=spec.control.enabled,
+            )
             for scope in spec.scopes
         ),
     )

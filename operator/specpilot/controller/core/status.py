@@ -330,7 +330,10 @@ def reconciled_status(
         phase=health.phase(suspended=spec.suspend),
         conditions=conditions,
         arms=ArmsStatus(
-            baseline=by_arm[Arm.BASELINE], speculative=by_arm[Arm.SPECULATIVE], alternative=by_arm.get(Arm.ALTERNATIVE)
+            baseline=by_arm[Arm.BASELINE],
+            speculative=by_arm[Arm.SPECULATIVE],
+            control=by_arm.get(Arm.CONTROL),
+            alternative=by_arm.get(Arm.ALTERNATIVE),
         ),
         router=RouterStatus(
             replicas=spec.router.replicas, ready_replicas=router_state.ready if router_state is not None else 0

@@ -16,8 +16,9 @@ from specpilot.wire.names import Arm
 from specpilot.wire.routes import ORDINARY, ArmWeights, RoutingTable
 
 # Arms in the order their shares are laid out on [0, 1): growing the speculative weight only
-# widens the speculative interval, so a conversation pinned by affinity stays on its arm.
-ARM_ORDER = (Arm.SPECULATIVE, Arm.ALTERNATIVE, Arm.BASELINE)
+# widens the speculative interval, so a conversation pinned by affinity to it stays there (one on
+# the control arm may move to the baseline, which runs the same engine).
+ARM_ORDER = (Arm.SPECULATIVE, Arm.CONTROL, Arm.ALTERNATIVE, Arm.BASELINE)
 
 
 class Fallback(StrEnum):
@@ -27,10 +28,15 @@ class Fallback(StrEnum):
     TABLE_INVALID = "table_invalid"
     TABLE_STALE = "table_stale"
     SPECULATIVE_UNAVAILABLE = "speculative_unavailable"
+    CONTROL_UNAVAILABLE = "control_unavailable"
     ALTERNATIVE_UNAVAILABLE = "alternative_unavailable"
 
 
-UNAVAILABLE = {Arm.SPECULATIVE: Fallback.SPECULATIVE_UNAVAILABLE, Arm.ALTERNATIVE: Fallback.ALTERNATIVE_UNAVAILABLE}
+UNAVAILABLE = {
+    Arm.SPECULATIVE: Fallback.SPECULATIVE_UNAVAILABLE,
+    Arm.CONTROL: Fallback.CONTROL_UNAVAILABLE,
+    Arm.ALTERNATIVE: Fallback.ALTERNATIVE_UNAVAILABLE,
+}
 
 
 @dataclass(frozen=True, slots=True)
