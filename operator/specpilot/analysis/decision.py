@@ -36,6 +36,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from statistics import NormalDist
 
 from specpilot.analysis.bands import Band, Comparison, Crossover, bands, compare, crossover
 from specpilot.analysis.evidence import (
@@ -146,9 +147,9 @@ def _on_time_per_gpu_hour(band: Band, gpus_per_replica: float) -> float | None:
 def cost_view(evidence: Evidence, arm_bands: Mapping[Arm, Sequence[Band]], replicas: Mapping[Arm, int]) -> CostView:
     """GPUs, KV blocks and the best on-time completions per GPU-hour, per arm, for one scope."""
     out = []
-    for arm in (Arm.BASELINE, Arm.SPECULATIVE, Arm.ALTERNATIVE):
+    for arm in (Arm.BASELINE, Arm.SPECULATIVE, Arm.CONTROL, Arm.ALTERNATIVE):
         gpus = evidence.gpus.get(arm)
-        if gpus is None and arm is Arm.ALTERNATIVE:
+        if gpus is None and arm in (Arm.CONTROL, Arm.ALTERNATIVE):
             continue
         per_replica = gpus / replicas[arm] if gpus and replicas.get(arm) else 1.0
         best: tuple[float, float] | None = None
@@ -265,25 +266,47 @@ def _ratios(comparisons: Sequence[Comparison]) -> str:
     return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.2f}" for c in comparisons if c.ratio is not None)
 
 
-def _ttft_over(comparisons: Sequence[Comparison], max_ratio: float) -> Comparison | None:
-    """The first matched band whose TTFT p99 exceeds the compared arm's by more than `max_ratio`."""
+def _ttft_over(comparisons: Sequence[Comparison], max_ratio: float, confidence: float) -> Comparison | None:
+    """The first matched band whose TTFT p99 exceeds `max_ratio` times the compared arm's, beyond the
+    spread of its windows at `confidence` (one-sided)."""
+    z = NormalDist().inv_cdf(confidence)
     for c in comparisons:
-        spec, ref = c.band.ttft_p99, c.compared.ttft_p99 if c.compared is not None else None
-        if spec is not None and ref and spec / ref > max_ratio:
+        spec, ref = c.band, c.compared
+        if ref is None or spec.ttft_p99 is None or not ref.ttft_p99:
+            continue
+        spread = math.hypot(spec.ttft_p99_se or 0.0, max_ratio * (ref.ttft_p99_se or 0.0))
+        if spec.ttft_p99 - max_ratio * ref.ttft_p99 > z * spread:
             return c
     return None
 
 
+def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
+    """The compared arm's mean end-to-end time over the speculative arm's, over matched bands (each
+    weighted by its windows): what users saw, at the loads compared."""
+    pairs = [(c.band, c.compared) for c in comparisons if c.compared is not None]
+    spec = sum(band.e2e * band.windows for band, ref in pairs if band.e2e and ref.e2e)
+    ref = sum(ref.e2e * band.windows for band, ref in pairs if band.e2e and ref.e2e)
+    return ref / spec if spec > 0 and ref > 0 else None
+
+
 def _adoption_blocked(
-    name: str, comparisons: Sequence[Comparison], share: DecodeShare | None, compared: Arm, ttft_ratio: float
+    name: str,
+    comparisons: Sequence[Comparison],
+    share: DecodeShare | None,
+    compared: Arm,
+    *,
+    ttft_ratio: float,
+    confidence: float,
 ) -> str | None:
-    """Why a scope that decodes faster is still not adopted: its own report would contradict it."""
-    if share is not None and share.observed_gain is not None and share.observed_gain < 1:
+    """Why a scope that decodes faster at `comparisons` is still not adopted: its own figures there
+    would contradict it."""
+    gain = observed_gain(comparisons)
+    if gain is not None and gain < 1:
         return (
             f"{name}: speculation decodes faster ({_ratios(comparisons)}), yet its requests took longer end to "
-            f"end than on {_arm(compared)} (observed gain {share.observed_gain:.2f}x)."
+            f"end than on {_arm(compared)} at the same loads (observed gain {gain:.2f}x)."
         )
-    slow = _ttft_over(comparisons, ttft_ratio)
+    slow = _ttft_over(comparisons, ttft_ratio, confidence)
     if slow is not None and slow.compared is not None and slow.band.ttft_p99 and slow.compared.ttft_p99:
         return (
             f"{name}: its time to first token p99 runs {slow.band.ttft_p99 / slow.compared.ttft_p99:.2f}x "
@@ -325,7 +348,9 @@ def decide_scope(
             decision=decision,
         )
 
-    def adopt(outcome: DecisionOutcome, sentence: str, top: float, crossing: Crossover | None) -> ScopeFindings:
+    def adopt(
+        outcome: DecisionOutcome, sentence: str, top: float, crossing: Crossover | None, over: Sequence[Comparison]
+    ) -> ScopeFindings:
         production, covered = _production_sentence(evidence.production, top)
         figures = _figures(share)
         return findings(
@@ -335,6 +360,7 @@ def decide_scope(
                 crossover_load=crossing.load if crossing else None,
                 crossover_low=crossing.low if crossing else None,
                 crossover_high=crossing.high if crossing else None,
+                observed_gain=observed_gain(over),
                 production_covered=covered,
                 reasons=[sentence, *(s for s in (production, _share_sentence(share), coverage) if s)],
                 decode_share=figures[0],
@@ -394,7 +420,7 @@ def decide_scope(
                 "is elsewhere."
             )
             return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share, coverage))
-        blocked = _adoption_blocked(name, measured, share, compared, ttft_ratio)
+        blocked = _adoption_blocked(name, measured, share, compared, ttft_ratio=ttft_ratio, confidence=confidence)
         if blocked is not None:
             return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
         p95 = production_quantile(evidence.production, 0.95)
@@ -405,17 +431,16 @@ def decide_scope(
                 f"{_load(top)}, below production's p95 of {p95:.2f}: adopt it below that load; production's "
                 f"own load was not measured (time per committed token {_ratios(measured)})."
             )
-            return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top, None)
+            return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top, None, measured)
         sentence = (
             f"{name}: speculation wins at every load measured, up to {_load(top)}: time per committed token "
             f"{_ratios(measured)} {_arm(compared)}'s at the same load, with the quality and latency gates green."
         )
-        return adopt(DecisionOutcome.ADOPT_WITHIN_ENVELOPE, sentence, top, None)
+        return adopt(DecisionOutcome.ADOPT_WITHIN_ENVELOPE, sentence, top, None, measured)
     if wins and cross is not None:
         below = max((c.band.load for c in wins if c.band.load < cross.load), default=wins[0].band.load)
-        blocked = _adoption_blocked(
-            name, [c for c in measured if c.band.load < cross.load], share, compared, ttft_ratio
-        )
+        below_cross = [c for c in measured if c.band.load < cross.load]
+        blocked = _adoption_blocked(name, below_cross, share, compared, ttft_ratio=ttft_ratio, confidence=confidence)
         if blocked is not None:
             return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
         caveat = (
@@ -426,7 +451,7 @@ def decide_scope(
             f"{cross.low:.2f} to {cross.high:.2f}) and ordinary decoding wins above it: time per committed token "
             f"{_ratios(measured)} {_arm(compared)}'s at the same load.{caveat}"
         )
-        return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, below, cross)
+        return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, below, cross, below_cross)
     sentence = (
         f"{name}: speculation is not faster at the loads measured: time per committed token "
         f"{_ratios(measured)} {_arm(compared)}'s at the same load."

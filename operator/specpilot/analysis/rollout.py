@@ -253,10 +253,12 @@ def _cooled(status: ScopeStatus, policy: Policy, now: datetime) -> bool:
 
 
 def _gate_met(status: ScopeStatus, event: Judged, policy: Policy, now: datetime) -> bool:
+    """Enough requests at this stage, and its minDuration spent since its new load settled: a window
+    after the weight changed, once no window still holds requests from before."""
     stage = _stage(policy.scope, status.stage)
-    started = status.stage_started_at or now
+    settled = (status.stage_started_at or now) + policy.analysis.window
     enough = status.stage_requests + event.requests >= stage.min_requests
-    return enough and now - started >= stage.min_duration
+    return enough and now - settled >= stage.min_duration
 
 
 def _stage(scope: Scope, index: int | None) -> Stage:

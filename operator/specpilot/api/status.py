@@ -195,6 +195,9 @@ class ScopeDecision(ApiModel):
     """Lower end of the crossover's interval at analysis.confidence."""
     crossover_high: float | None = None
     """Upper end of the crossover's interval at analysis.confidence."""
+    observed_gain: float | None = None
+    """For an adoption: the compared arm's mean end-to-end time over the speculative arm's, in the windows
+    at the loads it is adopted for."""
     production_covered: float | None = None
     """For an adoption: the share of production's windows whose baseline load per replica lay at or
     below the loads it is adopted for."""

@@ -3,6 +3,10 @@ JSON-ready data (report.json, which `markdown` and `plots` draw from), the repla
 where speculation wins only below a load, a dynamic speculation schedule. Pure and deterministic:
 the same pilot and evidence give the same package byte for byte, so a report after an operator
 restart equals the one before.
+
+Loads are offered loads: requests per second per replica, over every scope an arm serves. The
+speculative arm is set against the compared arm (the control arm, or production's baseline for a
+pilot without one); production's baseline is otherwise only watched, and reported as such.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from typing import Any
 
 from specpilot.analysis.bands import Band
 from specpilot.analysis.decision import ScopeFindings, cost_view, decide_pilot, decide_scope
-from specpilot.analysis.evidence import Evidence, Lengths, ScopeEvidence
+from specpilot.analysis.evidence import Evidence, Lengths, ScopeEvidence, production_quantile
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -30,6 +34,7 @@ from specpilot.wire.names import Arm
 
 Json = dict[str, Any]
 QUALITY_REASONS = frozenset({FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED})
+COMPARED_NAMES = {Arm.CONTROL: "the control arm", Arm.BASELINE: "the production baseline"}
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:
@@ -109,14 +114,24 @@ def _seconds(duration: timedelta) -> float:
     return duration.total_seconds()
 
 
+def _batch_below(findings: ScopeFindings, load: float) -> Band | None:
+    """The speculative band of the most requests in flight at or below `load`: the batch it ran at."""
+    below = [b for b in findings.bands.get(Arm.SPECULATIVE, ()) if b.load <= load and b.in_flight is not None]
+    return max(below, key=lambda b: b.in_flight or 0.0, default=None)
+
+
 def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None:
     """A recommended `num_speculative_tokens_per_batch_size` where speculation wins only below a load:
-    the draft's k up to the lower end of the crossover interval (loads are the engines' batch as
-    their tokens saw it), 0 above it."""
+    the draft's k up to the batch the speculative arm ran at below the lower end of the crossover
+    interval (its requests in flight per replica there, the router's: at least the engines' batch),
+    0 above it. None where no band lies that low."""
     decision = findings.decision
     if decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS or decision.crossover_low is None:
         return None
-    batch = max(1, math.floor(decision.crossover_low))
+    band = _batch_below(findings, decision.crossover_low)
+    if band is None or band.in_flight is None:
+        return None
+    batch = max(1, math.floor(band.in_flight))
     k = spec.speculative.draft.num_speculative_tokens
     config: Json = {"method": spec.speculative.draft.method.value}
     if spec.speculative.draft.model is not None:
@@ -128,6 +143,8 @@ def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None
         "derivedFrom": findings.scope,
         "crossoverLoad": _round(decision.crossover_load, 3),
         "crossoverLow": _round(decision.crossover_low, 3),
+        "batchMeasuredAtLoad": _round(band.load, 3),
+        "inFlightPerReplica": _round(band.in_flight, 3),
         "lastSpeculativeBatchSize": batch,
         "speculativeConfig": config,
     }
@@ -146,6 +163,7 @@ def provisional(
             fallbacks=fallbacks,
             confidence=spec.analysis.confidence,
             state=by_name[scope.name].state if scope.name in by_name else None,
+            ttft_ratio=spec.analysis.thresholds.ttft.max_ratio,
         )
         for scope in spec.scopes
     ]
@@ -175,8 +193,7 @@ def _scope_json(
     peak = findings.comparisons[-1] if findings.comparisons else None
     scope_spec = next(s for s in spec.scopes if s.name == findings.scope)
     cross = findings.crossover
-    base_totals = found.totals.get(Arm.BASELINE)
-    spec_totals = found.totals.get(Arm.SPECULATIVE)
+    arms = (findings.compared, Arm.SPECULATIVE)
     return {
         "name": findings.scope,
         "state": status.state.value if status is not None else None,
@@ -186,15 +203,14 @@ def _scope_json(
         "windows": found.windows,
         "verdicts": {verdict.value: count for verdict, count in sorted(found.verdicts.items())},
         "decision": findings.decision.to_wire(),
-        "bands": {
-            arm.value: [_band(b) for b in findings.bands.get(arm, ())] for arm in (Arm.BASELINE, Arm.SPECULATIVE)
-        },
+        "bands": {arm.value: [_band(b) for b in findings.bands.get(arm, ())] for arm in arms},
         "comparisons": [
             {
                 "load": _round(c.band.load, 3),
                 "speculativeSeconds": _round(c.band.tpct),
                 "comparedSeconds": _round(c.compared.tpct) if c.compared is not None else None,
                 "ratio": _round(c.ratio, 4),
+                "measured": c.measured,
                 "speculationWins": c.wins,
             }
             for c in findings.comparisons
@@ -231,11 +247,11 @@ def _scope_json(
                 "onTime": totals.on_time,
                 "committedTokens": totals.committed_tokens,
                 "decodeSeconds": _round(totals.decode_seconds, 3),
-                "inFlightPerReplicaMean": _round(totals.load.mean, 3),
+                "offeredPerReplicaMean": _round(totals.load.mean, 3),
                 "runningPerReplicaMean": _round(totals.running.mean, 3),
                 "waitingPerReplicaMean": _round(totals.waiting.mean, 3),
             }
-            for arm, totals in ((Arm.BASELINE, base_totals), (Arm.SPECULATIVE, spec_totals))
+            for arm, totals in ((arm, found.totals.get(arm)) for arm in arms)
         },
         "quality": {
             "windowsWithFailingChecks": found.quality_failed,
@@ -273,6 +289,39 @@ def _scope_json(
     }
 
 
+def _role(arm: Arm, compared: Arm) -> str | None:
+    """What an arm is to the comparison: production's baseline is compared only without a control."""
+    if arm is Arm.BASELINE:
+        return "production, compared" if compared is Arm.BASELINE else "production, watched"
+    return "compared" if arm is compared else None
+
+
+def _production(evidence: Evidence, findings: Sequence[ScopeFindings]) -> Json:
+    """Production's offered load per replica (upper edges of its load bins), and the share of its windows
+    each scope's decision covers."""
+    quantiles = (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
+    return {
+        "windows": sum(evidence.production.values()),
+        "offeredPerReplica": {key: _round(production_quantile(evidence.production, q), 3) for key, q in quantiles},
+        "productionCovered": {f.scope: _round(f.decision.production_covered, 4) for f in findings},
+    }
+
+
+def _comparison_cost(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | None:
+    """The price of comparing at matched load: the control arm's GPUs over the time the evidence covers
+    (the most windows of a scope, one per analysis.interval); None without a control arm."""
+    if evidence.compared is not Arm.CONTROL:
+        return None
+    gpus = evidence.gpus.get(Arm.CONTROL)
+    windows = max((scope.windows for scope in evidence.scopes.values()), default=0)
+    hours = windows * _seconds(spec.analysis.interval) / 3600
+    return {
+        "gpus": gpus,
+        "hoursCovered": _round(hours, 3),
+        "gpuHours": _round(gpus * hours, 3) if gpus is not None else None,
+    }
+
+
 def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
     """Every number of the package, from the pilot object as the API server holds it."""
     spec = SpeculationPilotSpec.from_wire(pilot["spec"])
@@ -282,6 +331,7 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
     replicas = {
         Arm.BASELINE: spec.baseline.replicas,
         Arm.SPECULATIVE: spec.speculative.replicas,
+        **({Arm.CONTROL: spec.speculative.replicas} if spec.control.enabled else {}),
         **({Arm.ALTERNATIVE: spec.alternative.replicas} if spec.alternative else {}),
     }
     replicas.update(evidence.replicas)
@@ -308,9 +358,13 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         "evidenceAsOf": last.isoformat() if last is not None else None,
         "decisionStated": stated,
         "decision": decision.to_wire(),
+        "compared": {"arm": evidence.compared.value, "name": COMPARED_NAMES[evidence.compared]},
+        "production": _production(evidence, findings),
+        "comparisonCost": _comparison_cost(spec, evidence),
         "scopes": scopes,
         "arms": {
             arm.value: {
+                "role": _role(arm, evidence.compared),
                 "replicas": replicas.get(arm),
                 "gpus": evidence.gpus.get(arm),
                 "kvBlocksPerReplica": evidence.kv_blocks.get(arm),
@@ -326,6 +380,7 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
             "engine": spec.engine.to_wire(),
             "baseline": spec.baseline.to_wire(),
             "speculative": spec.speculative.to_wire(),
+            "control": spec.control.to_wire(),
             **({"alternative": spec.alternative.to_wire()} if spec.alternative else {}),
         },
         "envelope": {

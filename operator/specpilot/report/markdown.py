@@ -13,6 +13,114 @@ def _f(value: Any, spec: str = ".2f", unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
+def _label(report: Json, arm: str) -> str:
+    """An arm's name with what it is to the comparison (production's baseline: watched or compared)."""
+    role = report["arms"].get(arm, {}).get("role")
+    return f"{arm} ({role})" if role else arm
+
+
+def _loads(report: Json) -> list[str]:
+    """What a load is, and which arm speculation is set against at it."""
+    compared = report["compared"]
+    if compared["arm"] == "control":
+        against = (
+            "the control arm: the baseline's engine at the speculative arm's size, taking exactly its share of "
+            "every scope, so the two run at the same offered load"
+        )
+    else:
+        against = (
+            "the production baseline (the pilot runs without a control arm), only at the offered loads both ran "
+            "at: a speculative band where it never ran is unmeasured, and never a win"
+        )
+    return [
+        "Loads are offered load: requests per second per engine replica, over every scope an arm serves. "
+        f"Speculation is compared with {against}. Requests in flight per replica (concurrency) follow from an "
+        "arm's speed, so they are kept as a diagnostic, not as a load to compare at.",
+        "",
+    ]
+
+
+def _production(report: Json) -> list[str]:
+    """Production's load, watched, and how much of it each scope's decision covers."""
+    production, compared = report["production"], report["compared"]
+    role = "compared (no control arm)" if compared["arm"] == "baseline" else "watched, not compared"
+    lines = ["## Production", ""]
+    if production["windows"]:
+        load = production["offeredPerReplica"]
+        lines.append(
+            f"Production's baseline is {role}. Over {production['windows']} window(s) it ran at an offered load of "
+            f"p50 {_f(load['p50'])}, p95 {_f(load['p95'])}, max {_f(load['max'])} requests per second per replica "
+            "(upper edges of its load bins)."
+        )
+    else:
+        lines.append(f"Production's baseline is {role}; its load has not been watched yet.")
+    lines += ["", "| scope | outcome | adopted up to | production windows covered |", "|---|---|---|---|"]
+    for scope in report["scopes"]:
+        d = scope["decision"]
+        covered = report["production"]["productionCovered"].get(scope["name"])
+        lines.append(f"| {scope['name']} | {d['outcome']} | {_f(d.get('maxLoad'))} | {_f(covered, '.0%')} |")
+    return [*lines, ""]
+
+
+def _bands(report: Json, scope: Json) -> list[str]:
+    """The speculative arm's load bands against the compared arm's windows in the same bins."""
+    compared = report["compared"]["arm"]
+    lines = [
+        f"### {scope['name']}",
+        "",
+        f"| offered load | windows | in flight (speculative) | speculative ms/token | {compared} ms/token | ratio | wins |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for c in scope["comparisons"]:
+        band = _band_at(scope, c["load"])
+        measured = c["measured"]
+        lines.append(
+            f"| {c['load']:.2f} | {band['windows']} | {_f(band['inFlightPerReplica'], '.1f')} | "
+            f"{c['speculativeSeconds'] * 1000:.2f} | "
+            f"{c['comparedSeconds'] * 1000:.2f} | {c['ratio']:.2f} | {'yes' if c['speculationWins'] else 'no'} |"
+            if measured
+            else f"| {c['load']:.2f} | {band['windows']} | {_f(band['inFlightPerReplica'], '.1f')} | "
+            f"{c['speculativeSeconds'] * 1000:.2f} | unmeasured | n/a | no |"
+        )
+    peak = scope["peak"]
+    if peak is not None:
+        ratio = f"ratio {peak['ratio']:.2f}" if peak["ratio"] is not None else f"unmeasured against {compared}"
+        lines += [
+            "",
+            f"Peak (offered load {peak['load']:.2f}): {ratio}, speculative TTFT p99 "
+            f"{_f(peak['speculativeTtftP99Seconds'], '.3f')} s, on time {_f(peak['speculativeOnTimeShare'], '.0%')}.",
+        ]
+    return [*lines, ""]
+
+
+def _cost(report: Json) -> list[str]:
+    """GPUs, KV blocks and throughput per arm, and the price of the comparison itself."""
+    lines = ["## Cost", "", "| scope | arm | GPUs | KV blocks / replica | on-time completions / GPU-hour (at load) |"]
+    lines += ["|---|---|---|---|---|"]
+    for scope in report["scopes"]:
+        for arm, c in scope["cost"]["arms"].items():
+            lines.append(
+                f"| {scope['name']} | {_label(report, arm)} | {_f(c['gpus'], 'd')} | "
+                f"{_f(c['kvBlocksPerReplica'], 'd')} | "
+                f"{_f(c['onTimeCompletionsPerGpuHour'], '.0f')} ({_f(c['atLoad'])}) |"
+            )
+    kv = next((s["cost"]["kvCost"] for s in report["scopes"] if s["cost"]["kvCost"] is not None), None)
+    lines += ["", f"The draft costs {_f(kv, '.0%')} of the baseline's KV-cache blocks (vllm:cache_config_info).", ""]
+    price = report["comparisonCost"]
+    if price is None:
+        lines.append(
+            "The pilot runs without a control arm: no GPUs are spent on the comparison, and speculation is "
+            "compared with the production baseline only at the loads both ran at."
+        )
+    else:
+        lines.append(
+            f"The control arm holds {_f(price['gpus'], 'd')} GPU(s); over the {_f(price['hoursCovered'])} h the "
+            f"evidence covers that is {_f(price['gpuHours'])} GPU-hours: the price of comparing speculation with "
+            "ordinary decoding at matched load."
+        )
+    return [*lines, ""]
+
+
 def markdown(report: Json, plots: Sequence[str]) -> str:
     """report.md: the summary and the decision first, then the evidence by scope and load."""
     pilot, decision = report["pilot"], report["decision"]
@@ -30,21 +138,22 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     for scope in report["scopes"]:
         d = scope["decision"]
         interval = (
-            f"{d['crossoverLoad']:.1f} ({d['crossoverLow']:.1f} to {d['crossoverHigh']:.1f})"
+            f"{d['crossoverLoad']:.2f} ({d['crossoverLow']:.2f} to {d['crossoverHigh']:.2f})"
             if d.get("crossoverLoad") is not None
             else ""
         )
         lines.append(
             f"| {scope['name']} | {scope['state'] or ''} | {d['outcome']} | {d.get('deferReason', '')} | {interval} | "
-            f"{_f(d.get('maxLoad'), '.1f')} |"
+            f"{_f(d.get('maxLoad'))} |"
         )
+    lines += ["", *_loads(report), *_production(report)]
+    compared = report["compared"]["name"]
     lines += [
+        "## Decode share and end-to-end gain",
         "",
-        "Loads are concurrent requests per arm replica: the batch the engines' tokens ran in (num_requests_running "
-        "weighted by itself), or the router's requests in flight where the engines do not report it.",
+        f"Each scope's requests on {compared}, and speculation's decode ratio against it over every window.",
         "",
     ]
-    lines += ["## Decode share and end-to-end gain", ""]
     lines += [
         "| scope | TTFT s | decode s | e2e s | decode share | decode-only gain | implied e2e gain | observed e2e gain |"
     ]
@@ -63,36 +172,8 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     ]
     lines += ["## By load band", ""]
     for scope in report["scopes"]:
-        lines += [
-            f"### {scope['name']}",
-            "",
-            "| load | windows | speculative ms/token | baseline ms/token | ratio | wins |",
-        ]
-        lines += ["|---|---|---|---|---|---|"]
-        for c in scope["comparisons"]:
-            lines.append(
-                f"| {c['load']:.1f} | {_band_windows(scope, c['load'])} | {c['speculativeSeconds'] * 1000:.2f} | "
-                f"{c['baselineSeconds'] * 1000:.2f} | {c['ratio']:.2f} | {'yes' if c['speculationWins'] else 'no'} |"
-            )
-        peak = scope["peak"]
-        if peak is not None:
-            lines += [
-                "",
-                f"Peak (load {peak['load']:.1f}): ratio {peak['ratio']:.2f}, speculative TTFT p99 "
-                f"{_f(peak['speculativeTtftP99Seconds'], '.3f')} s, "
-                f"on time {_f(peak['speculativeOnTimeShare'], '.0%')}.",
-            ]
-        lines.append("")
-    lines += ["## Cost", "", "| scope | arm | GPUs | KV blocks / replica | on-time completions / GPU-hour (at load) |"]
-    lines += ["|---|---|---|---|---|"]
-    for scope in report["scopes"]:
-        for arm, c in scope["cost"]["arms"].items():
-            lines.append(
-                f"| {scope['name']} | {arm} | {_f(c['gpus'], 'd')} | {_f(c['kvBlocksPerReplica'], 'd')} | "
-                f"{_f(c['onTimeCompletionsPerGpuHour'], '.0f')} ({_f(c['atLoad'], '.1f')}) |"
-            )
-    kv = next((s["cost"]["kvCost"] for s in report["scopes"] if s["cost"]["kvCost"] is not None), None)
-    lines += ["", f"The draft costs {_f(kv, '.0%')} of the baseline's KV-cache blocks (vllm:cache_config_info).", ""]
+        lines += _bands(report, scope)
+    lines += _cost(report)
     lines += ["## Quality by scope", ""]
     for scope in report["scopes"]:
         q = scope["quality"]
@@ -113,7 +194,8 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     lines += ["", "## Frozen configurations", ""]
     for arm, values in report["arms"].items():
         lines.append(
-            f"- {arm}: {values['replicas']} replica(s), {values['gpus']} GPU(s), config hash `{values['configHash']}`"
+            f"- {_label(report, arm)}: {values['replicas']} replica(s), {values['gpus']} GPU(s), "
+            f"config hash `{values['configHash']}`"
         )
     lines += ["", "The full engine and arm specs are in report.json (`configurations`) and replay/pilot.yaml.", ""]
     if report["schedules"]:
@@ -125,8 +207,10 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
         ]
         for item in report["schedules"]:
             lines += [
-                f"From {item['derivedFrom']} (crossover {item['crossoverLoad']:.1f}, interval from "
-                f"{item['crossoverLow']:.1f}; batch size {item['lastSpeculativeBatchSize']} is the last to speculate):",
+                f"From {item['derivedFrom']} (crossover at {item['crossoverLoad']:.2f} requests per second per "
+                f"replica, interval from {item['crossoverLow']:.2f}; at {item['batchMeasuredAtLoad']:.2f} the "
+                f"speculative arm held {item['inFlightPerReplica']:.1f} requests in flight per replica, so batch "
+                f"size {item['lastSpeculativeBatchSize']} is the last to speculate):",
                 "",
                 "```json",
                 _json_line(item["speculativeConfig"]),
@@ -150,11 +234,9 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _band_windows(scope: Json, load: float) -> int:
-    for band in scope["bands"]["speculative"]:
-        if band["load"] == load:
-            return int(band["windows"])
-    return 0
+def _band_at(scope: Json, load: float) -> Json:
+    """The speculative band a comparison was made at."""
+    return next(band for band in scope["bands"]["speculative"] if band["load"] == load)
 
 
 def _json_line(value: Any) -> str:

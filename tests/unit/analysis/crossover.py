@@ -1,12 +1,13 @@
 """Evidence built to order from the mock's cost model: windows across loads for scopes of known
-acceptance, and where speculation stops paying, worked out by hand."""
+acceptance, and where speculation stops paying, worked out by hand. The speculative and control arms
+take the same share at the same size, so each window puts both at the same offered load."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
 
-from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, record_window, with_arms
+from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, record_window, watch_production, with_arms
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.status import Verdict
 from specpilot.wire.names import Arm
@@ -44,13 +45,15 @@ def pilot(
     per_load: int = 4,
     fixed: float = 0.1,
     quality_failed: frozenset[str] = frozenset(),
+    production: float | None = None,
 ) -> Evidence:
-    """Windows at each load in turn, every scope on both arms at the same load."""
+    """Windows at each load in turn, every scope on both compared arms at the same load; production's
+    baseline at `production` requests per second per replica throughout (unwatched when None)."""
     evidence = with_arms(
-        Evidence(),
+        Evidence(compared=Arm.CONTROL),
         overlap=3.0,
         kv_blocks={Arm.BASELINE: 1000, Arm.SPECULATIVE: 800},
-        gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1},
+        gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1},
     )
     seed = 0
     for step, value in enumerate(x for x in loads for _ in range(per_load)):
@@ -68,12 +71,14 @@ def pilot(
                 baseline_engine=engine(),
                 speculative_engine=replace(engine(), per_position_acceptance=(alpha, alpha**2, alpha**3)),
             )
-            loads_ = {a: ArmLoad(in_flight_per_replica=value, running_per_replica=value) for a in Arm}
+            loads_ = {
+                a: ArmLoad(offered_per_replica=value, in_flight_per_replica=value, running_per_replica=value)
+                for a in (Arm.SPECULATIVE, Arm.CONTROL)
+            }
+            loads_[Arm.BASELINE] = ArmLoad(offered_per_replica=production)
+            window_load = WindowLoad(arms=loads_, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150))
             evidence = record_window(
-                evidence,
-                w,
-                WindowLoad(arms=loads_, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150)),
-                verdict=Verdict.PASS,
-                quality_failed=scope in quality_failed,
+                evidence, w, window_load, verdict=Verdict.PASS, quality_failed=scope in quality_failed
             )
+        evidence = watch_production(evidence, window_load)
     return evidence

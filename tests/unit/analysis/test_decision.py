@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.analysis.bands import bands, compare, crossover, interpolate
+from specpilot.analysis.bands import bands, compare, crossover
 from specpilot.analysis.decision import (
     MIN_END_TO_END_GAIN,
     MIN_WINDOWS,
@@ -68,7 +68,9 @@ def test_three_profiles_get_the_three_decisions() -> None:
     assert low.crossover_low <= low.crossover_load <= low.crossover_high
     assert low.crossover_high - low.crossover_low < 3
     assert never.outcome is DecisionOutcome.DEFER and never.defer_reason is DeferReason.NO_NET_GAIN
-    assert "wins at every load measured, up to 10.5" in always.reasons[0]
+    assert "wins at every load measured, up to 10.50" in always.reasons[0]
+    assert always.observed_gain is not None and always.observed_gain > 1
+    assert low.observed_gain is not None and low.observed_gain > 1  # below its crossover
     assert "wins below" in low.reasons[0] and "90% interval" in low.reasons[0]
     assert "not faster" in never.reasons[0]
 
@@ -168,7 +170,7 @@ def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_
         "low": low.model_copy(update={"crossover_load": low.crossover_high + 0.5}),
     }
     said = revisions(decision, decision, before=before, after=moved)
-    assert len(said) == 2 and said[0].startswith("always: envelope 10.5 -> 13.1")
+    assert len(said) == 2 and said[0].startswith("always: envelope 10.50 -> 13.12")
     assert said[1].startswith("low: crossover") and "outside" in said[1]
     deferred = {"always": always, "low": low.model_copy(update={"outcome": DecisionOutcome.DEFER})}
     assert revisions(decision, decision, before=before, after=deferred) == ["low: AdoptInLowLoadWindows -> Defer"]
@@ -263,28 +265,24 @@ def test_bands_merge_adjacent_bins_until_they_hold_enough_windows(windows: dict[
     assert [band.windows for band in bands(bins)] == expected
 
 
-def test_interpolation_is_flat_beyond_the_ends() -> None:
-    points = [(1.0, 10.0), (3.0, 30.0)]
-    assert interpolate(points, 0) == 10 and interpolate(points, 2) == 20 and interpolate(points, 9) == 30
-
-
 def test_no_crossover_where_speculation_never_wins_or_always_wins() -> None:
     for alpha in (0.1, 0.95):
         evidence = pilot({"s": alpha})
         scope = evidence.scopes["s"]
-        spec, base = (bands(scope.bins[a], overlap=3) for a in (Arm.SPECULATIVE, Arm.BASELINE))
-        assert crossover(spec, base, confidence=0.9) is None
-        assert len({c.wins for c in compare(spec, base)}) == 1
+        comparisons = compare(bands(scope.bins[Arm.SPECULATIVE], overlap=3), scope.bins[Arm.CONTROL], overlap=3)
+        assert all(c.measured for c in comparisons)
+        assert crossover(comparisons, confidence=0.9) is None
+        assert len({c.wins for c in comparisons}) == 1
 
 
 def test_cost_view_kv_blocks_and_on_time_completions_per_gpu_hour() -> None:
     evidence = pilot({"a": 0.95})
     findings = decide(evidence, "a")
-    view = cost_view(evidence, findings.bands, {Arm.BASELINE: 1, Arm.SPECULATIVE: 1})
+    view = cost_view(evidence, findings.bands, {Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1})
     assert view.kv_cost == pytest.approx(0.2)
     costs = {c.arm: c for c in view.arms}
-    assert set(costs) == {Arm.BASELINE, Arm.SPECULATIVE}
-    spec, base = costs[Arm.SPECULATIVE], costs[Arm.BASELINE]
+    assert set(costs) == {Arm.BASELINE, Arm.SPECULATIVE, Arm.CONTROL}
+    spec, base = costs[Arm.SPECULATIVE], costs[Arm.CONTROL]
     assert spec.on_time_per_gpu_hour is not None and base.on_time_per_gpu_hour is not None
     assert spec.on_time_per_gpu_hour > base.on_time_per_gpu_hour  # faster requests at the same load
     assert spec.kv_blocks == 800 and spec.gpus == 1
@@ -321,14 +319,76 @@ def test_a_decision_is_due_when_every_scope_settled_or_on_request() -> None:
     assert math.isfinite(analytic_crossover(0.5))
 
 
-def test_a_baseline_that_never_ran_at_the_speculative_loads_is_said() -> None:
+def test_nothing_is_read_beyond_the_loads_the_compared_arm_ran_at() -> None:
     evidence = pilot({"s": 0.95}, loads=(1, 2, 3))
     scope = evidence.scopes["s"]
-    moved = {index + 8: cell for index, cell in scope.bins[Arm.BASELINE].items()}  # the baseline at 4x the load
+    moved = {index + 8: cell for index, cell in scope.bins[Arm.CONTROL].items()}  # the control at 4x the load
     shifted = evidence.model_copy(
-        update={"scopes": {"s": scope.model_copy(update={"bins": {**scope.bins, Arm.BASELINE: moved}})}}
+        update={"scopes": {"s": scope.model_copy(update={"bins": {**scope.bins, Arm.CONTROL: moved}})}}
     )
     findings = decide(shifted, "s")
-    assert all(c.extrapolated for c in findings.comparisons)
-    assert "compare against its nearest measured band" in " ".join(findings.decision.reasons)
-    assert not any(c.extrapolated for c in decide(evidence, "s").comparisons)
+    assert findings.comparisons and not any(c.measured or c.wins for c in findings.comparisons)
+    assert findings.decision.outcome is DecisionOutcome.DEFER
+    assert findings.decision.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
+    assert "unmeasured" in " ".join(findings.decision.reasons)
+    assert all(c.measured for c in decide(evidence, "s").comparisons)
+    # half the control's windows moved: only the bands it still covers are compared, and win
+    half = {i: c for i, c in scope.bins[Arm.CONTROL].items() if i < load_bin(2)} | {
+        i + 8: c for i, c in scope.bins[Arm.CONTROL].items() if i >= load_bin(2)
+    }
+    partly = evidence.model_copy(
+        update={"scopes": {"s": scope.model_copy(update={"bins": {**scope.bins, Arm.CONTROL: half}})}}
+    )
+    found = decide(partly, "s")
+    assert [c.measured for c in found.comparisons] == [True, False, False]
+    assert found.decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    assert found.decision.max_load == pytest.approx(found.comparisons[0].band.load)
+
+
+def _scaled(evidence: Evidence, scope: str, arm_: Arm, **factors: float) -> Evidence:
+    """The evidence with one arm's bin figures of one scope multiplied (`e2e=2.0`: twice as long)."""
+    found = evidence.scopes[scope]
+    cells = {
+        index: cell.model_copy(
+            update={
+                name: Moments(n=m.n, sum=m.sum * factor, sum_sq=m.sum_sq * factor * factor)
+                for name, factor in factors.items()
+                for m in (getattr(cell, name),)
+            }
+        )
+        for index, cell in found.bins[arm_].items()
+    }
+    updated = found.model_copy(update={"bins": {**found.bins, arm_: cells}})
+    return evidence.model_copy(update={"scopes": {**evidence.scopes, scope: updated}})
+
+
+def test_an_envelope_below_productions_load_is_adopted_only_below_it_and_says_so() -> None:
+    busy = decide(pilot({"s": 0.95}, production=20.0), "s").decision
+    assert busy.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert busy.crossover_load is None and busy.max_load == pytest.approx(10.5)
+    assert "below production's p95" in busy.reasons[0]
+    assert busy.production_covered == 0.0
+    quiet = decide(pilot({"s": 0.95}, production=5.0), "s").decision
+    assert quiet.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    assert quiet.production_covered == 1.0
+    assert "in 100% of its windows" in " ".join(quiet.reasons)
+    pilot_decision = decide_pilot(
+        [decide(pilot({"s": 0.95}, production=20.0), "s")], trigger=DecisionTrigger.SETTLED, now=NOW
+    )
+    assert pilot_decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert pilot_decision.crossover_load == pytest.approx(10.5)
+    assert "the highest load s won at" in pilot_decision.reasons[0]
+
+
+def test_an_adoption_its_own_figures_contradict_is_deferred() -> None:
+    evidence = pilot({"s": 0.95})
+    assert decide(evidence, "s").decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    slower = decide(_scaled(evidence, "s", Arm.SPECULATIVE, e2e=2.5), "s").decision
+    assert slower.outcome is DecisionOutcome.DEFER and slower.defer_reason is DeferReason.NO_NET_GAIN
+    assert "took longer end to end" in slower.reasons[0]
+    late = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft_p99=2.0), "s").decision
+    assert late.outcome is DecisionOutcome.DEFER and "time to first token p99" in late.reasons[0]
+    # within the limit's noise: adopted
+    assert decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft_p99=1.1), "s").decision.outcome is (
+        DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    )

@@ -24,11 +24,12 @@ F = FallbackReason
 SCOPE = Scope(
     name="code",
     stages=[
-        Stage(weight=10, min_requests=100, min_duration="5m"),
-        Stage(weight=50, min_requests=100, min_duration="5m"),
+        Stage(weight=10, min_requests=100, min_duration="4m"),
+        Stage(weight=50, min_requests=100, min_duration="4m"),
     ],
 )
-POLICY = Policy(scope=SCOPE, analysis=Analysis(), rollback=Rollback(cooldown="10m"))
+# A stage's minDuration counts once its new load settled: a one-minute window after it began.
+POLICY = Policy(scope=SCOPE, analysis=Analysis(window="1m"), rollback=Rollback(cooldown="10m"))
 AUTOMATIC = replace(POLICY, rollback=Rollback(cooldown="10m", reentry=Reentry.AUTOMATIC))
 SUSPENDED = replace(POLICY, suspend=True)
 SUSPENDED_AUTOMATIC = replace(AUTOMATIC, suspend=True)
@@ -255,6 +256,12 @@ def test_start_resets_the_stage_and_the_judge() -> None:
     assert status.stage == 0 and status.weight == 10 and status.stage_started_at == T0 + 3 * MIN
     assert (status.failed_checks, status.stage_requests, status.passed_windows, status.judge) == (0, 0, 0, {})
     assert status.last_transition_time == T0 + 3 * MIN
+
+
+def test_a_stages_duration_counts_from_when_its_load_settled() -> None:
+    longer = replace(POLICY, analysis=Analysis(window="3m"))  # the first window wholly inside ends at 3
+    assert advance(READY, passed(5), policy=longer, warm=True, now=T0 + 5 * MIN).status.stage == 0
+    assert advance(READY, passed(7), policy=longer, warm=True, now=T0 + 7 * MIN).status.stage == 1
 
 
 def test_promotion_resets_the_stage_counters_and_keeps_the_judge_state() -> None:

@@ -17,6 +17,8 @@ from specpilot.api.spec import (
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
     ARM_LABELS_DIFFER,
+    CONTROL_LABELS_GIVEN,
+    CONTROL_SHARE_FITS,
     DEADLINE_WITHIN_TIMEOUT,
     DEFAULT_SCOPE_EXISTS,
     DRAFT_MODEL_FORBIDDEN,
@@ -199,9 +201,21 @@ RULES = [
     ("name", {**_pilot(), "metadata": {"name": "Pilot"}}, "metadata.name", NAME_RULE.message),
     (
         "prometheus-arms-identical",
-        _prometheus(arms={"baseline": {"arm": "a"}, "speculative": {"arm": "a"}}),
+        _prometheus(arms={"baseline": {"arm": "a"}, "speculative": {"arm": "a"}, "control": {"arm": "c"}}),
         "spec.analysis.metricsSource.prometheus.arms.speculative",
         ARM_LABELS_DIFFER.message,
+    ),
+    (
+        "prometheus-arms-without-control",
+        _prometheus(arms={"baseline": {"arm": "b"}, "speculative": {"arm": "s"}}),
+        "spec.analysis.metricsSource.prometheus.arms",
+        CONTROL_LABELS_GIVEN.message,
+    ),
+    (
+        "control-share-over-half",
+        _pilot(scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 60}]}]),
+        "spec.scopes",
+        CONTROL_SHARE_FITS.message,
     ),
     (
         "prometheus-reserved-label",
@@ -297,7 +311,15 @@ def test_budget_counts_tensor_parallel_ranks() -> None:
 def test_prometheus_source_is_deployable(url: str) -> None:
     assert validate(_prometheus(url=url, labels={"cluster": "prod"}, timeout="30s")) == []
     arms = {"baseline": {"specpilot_io_arm": "baseline"}, "speculative": {"specpilot_io_arm": "speculative"}}
-    assert validate(_prometheus(url=url, arms=arms)) == []
+    assert validate(_prometheus(url=url, arms={**arms, "control": {"specpilot_io_arm": "control"}})) == []
+    without = _prometheus(url=url, arms=arms)
+    without["spec"]["control"] = {"enabled": False}
+    assert validate(without) == []
+
+
+def test_without_a_control_arm_a_stage_may_take_every_request() -> None:
+    body = _pilot(scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 100}]}], control={"enabled": False})
+    assert validate(body) == []
 
 
 def test_regular_expressions_in_exact_matches_are_not_compiled() -> None:

@@ -35,7 +35,16 @@ from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import Pods
 from specpilot.controller.reconcile import Controller
 from specpilot.fetch.scrape import ReadFailure
-from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, EVIDENCE_KEY, PILOT_LABEL, ROUTER_COMPONENT, Arm
+from specpilot.router.core.decide import pick_arm
+from specpilot.wire.names import (
+    ARM_LABEL,
+    COMPONENT_LABEL,
+    EVIDENCE_KEY,
+    MEASURED_ARMS,
+    PILOT_LABEL,
+    ROUTER_COMPONENT,
+    Arm,
+)
 from specpilot.wire.routes import RoutingTable
 from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage
 
@@ -193,9 +202,7 @@ class FakeEngines:
     """Engine figures per arm as the test sets them, for the window ending at each collection."""
 
     def __init__(self) -> None:
-        self.figures = {
-            arm: ArmEngine(acceptance_length=2.0, inter_token_latency=0.02) for arm in (Arm.BASELINE, Arm.SPECULATIVE)
-        }
+        self.figures = {arm: ArmEngine(acceptance_length=2.0, inter_token_latency=0.02) for arm in MEASURED_ARMS}
 
     async def read(
         self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
@@ -223,8 +230,13 @@ class Traffic:
     """Requests per scope and second, and how long each arm takes per committed token."""
 
     rate: float = 6.0
-    seconds_per_token: dict[Arm, float] = field(default_factory=lambda: {Arm.BASELINE: 0.02, Arm.SPECULATIVE: 0.01})
+    seconds_per_token: dict[Arm, float] = field(
+        default_factory=lambda: {Arm.BASELINE: 0.02, Arm.CONTROL: 0.02, Arm.SPECULATIVE: 0.01}
+    )
     tokens: int = 100
+
+
+GOLDEN = (5**0.5 - 1) / 2  # successive multiples cover [0, 1) evenly
 
 
 class Harness:
@@ -327,9 +339,7 @@ class Harness:
         for route in table.scopes if table is not None else ():
             count = round(self.traffic.rate * seconds)
             for index in range(count):
-                weight = route.weights.speculative  # spread evenly: `weight` of every 100 requests
-                speculative = (index + 1) * weight // 100 > index * weight // 100
-                arm = Arm.SPECULATIVE if speculative else Arm.BASELINE
+                arm = pick_arm(route.weights, (index * GOLDEN) % 1)  # the router's split, spread evenly in time
                 decode = self.traffic.seconds_per_token[arm] * (self.traffic.tokens - 1)
                 e2e = 0.05 + decode
                 finished = end - seconds + (index + 1) * seconds / count

@@ -33,12 +33,18 @@ def window(scope: str, end=END) -> ScopeWindow:  # type: ignore[no-untyped-def]
     )
 
 
-def test_fresh_for_starts_over_when_an_arm_changed() -> None:
-    kept = fresh_for(Evidence(config_hashes={Arm.BASELINE: "a"}), {Arm.BASELINE: "a"})
+def test_fresh_for_starts_over_when_an_arm_or_the_compared_arm_changed() -> None:
+    control = Arm.CONTROL
+    kept = fresh_for(Evidence(config_hashes={Arm.BASELINE: "a"}, compared=control), {Arm.BASELINE: "a"}, control)
     assert kept.config_hashes == {Arm.BASELINE: "a"}
-    assert fresh_for(None, {Arm.BASELINE: "a"}) == Evidence(config_hashes={Arm.BASELINE: "a"})
-    changed = Evidence(config_hashes={Arm.BASELINE: "a"}, overlap=2.0)
-    assert fresh_for(changed, {Arm.BASELINE: "b"}) == Evidence(config_hashes={Arm.BASELINE: "b"})
+    fresh = Evidence(config_hashes={Arm.BASELINE: "a"}, compared=control)
+    assert fresh_for(None, {Arm.BASELINE: "a"}, control) == fresh
+    changed = Evidence(config_hashes={Arm.BASELINE: "a"}, overlap=2.0, compared=control)
+    assert fresh_for(changed, {Arm.BASELINE: "b"}, control) == Evidence(
+        config_hashes={Arm.BASELINE: "b"}, compared=control
+    )
+    # the control arm switched off: windows against it no longer compare like with like
+    assert fresh_for(changed, {Arm.BASELINE: "a"}, Arm.BASELINE) == Evidence(config_hashes={Arm.BASELINE: "a"})
 
 
 def test_only_windows_judged_this_time_are_recorded() -> None:
@@ -53,7 +59,7 @@ def test_only_windows_judged_this_time_are_recorded() -> None:
             last_window=WindowSummary(end=END - timedelta(minutes=1), verdict=Verdict.PASS),
         ),
     ]
-    load_ = WindowLoad(arms={a: ArmLoad(in_flight_per_replica=2.0) for a in Arm}, arrival_rate=2.0)
+    load_ = WindowLoad(arms={a: ArmLoad(offered_per_replica=2.0) for a in Arm}, arrival_rate=2.0)
     evidence = record(
         Evidence(),
         spec=SPEC,

@@ -53,8 +53,8 @@ async def test_a_new_pilot_applies_every_object_dry_run_first_with_the_table_for
     kinds = [step.obj["kind"] for step in first.applies]
     assert kinds == [
         *("ServiceAccount", "Role", "RoleBinding", "ConfigMap"),  # the router's access, then the table
-        *["Service"] * 3,
-        *["Deployment"] * 3,  # the arms, before the router that sends them traffic
+        *["Service"] * 4,  # baseline, speculative, control, alternative
+        *["Deployment"] * 4,  # the arms, before the router that sends them traffic
         *("Service", "Deployment"),
     ]
     tables = [step for step in first.applies if step.table is not None]
@@ -193,10 +193,15 @@ async def test_a_pilot_being_deleted_is_left_to_its_teardown() -> None:
 async def test_teardown_flips_first_then_arms_and_router_then_the_rest_once_the_router_is_gone() -> None:
     h = await warm()
     steps = teardown(h.ref, h.observe(), h.clock.now)
-    assert steps.flip is not None and all(route.weights.speculative == 0 for route in steps.flip.scopes)
+    assert steps.flip is not None and all(route.weights.baseline == 100 for route in steps.flip.scopes)
     assert steps.generation == steps.flip.generation
     assert [e.reason.value for e in steps.events] == ["Teardown"]
-    assert [child.name for child in steps.first] == ["demo-speculative", "demo-alternative", "demo-router"]
+    assert [child.name for child in steps.first] == [
+        "demo-speculative",
+        "demo-control",
+        "demo-alternative",
+        "demo-router",
+    ]
     assert steps.draining
     assert [child.name for child in steps.last][:1] == ["demo-baseline"]
     assert {child.kind for child in steps.last} == {"Deployment", "Service", "ConfigMap", "RoleBinding", "Role",

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specpilot.api.spec import GPU_RESOURCE, SpeculationPilotSpec
+from specpilot.api.spec import GPU_RESOURCE, Control, SpeculationPilotSpec
 from specpilot.controller.core.render import (
     ArmPlan,
     PilotRef,
@@ -27,7 +27,7 @@ from specpilot.controller.core.render import (
 from specpilot.controller.core.routing import routing_table
 from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
 from specpilot.wire.routerconfig import RouterConfig
-from specpilot.wire.routes import parse_routes
+from specpilot.wire.routes import ArmWeights, parse_routes
 from tests.unit.controller.specs import ROOT, load, with_spec
 
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
@@ -197,7 +197,7 @@ def test_routes_configmap_carries_the_table() -> None:
     assert [scope.name for scope in table.scopes] == [scope.name for scope in spec.scopes]
     assert table.default_scope == "chat"
     code = table.scopes[0]
-    assert (code.weights.baseline, code.weights.speculative) == (75, 25)
+    assert (code.weights.baseline, code.weights.speculative, code.weights.control) == (50, 25, 25)
     assert code.deadline_seconds == 120.0
     assert code.match.headers[0].type == "RegularExpression"
     assert all(scope.weights.speculative == 0 for scope in table.scopes[1:])
@@ -206,9 +206,24 @@ def test_routes_configmap_carries_the_table() -> None:
 def test_engine_pods_select_their_arm_only() -> None:
     ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
     selectors = {plan.arm: plan.deployment["spec"]["selector"]["matchLabels"] for plan in rendered(ref, spec).arms}
-    assert {sel[ARM_LABEL] for sel in selectors.values()} == {"baseline", "speculative", "alternative"}
+    assert {sel[ARM_LABEL] for sel in selectors.values()} == {"baseline", "speculative", "control", "alternative"}
     for plan in rendered(ref, spec).arms:
         assert plan.service["spec"]["selector"] == selectors[plan.arm]
+
+
+def test_the_control_arm_runs_the_baselines_engine_at_the_speculative_arms_size_and_share() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    arms = {plan.arm: plan for plan in rendered(ref, spec).arms}
+    control, baseline, speculative = arms[Arm.CONTROL], arms[Arm.BASELINE], arms[Arm.SPECULATIVE]
+    assert control.config_hash == baseline.config_hash != speculative.config_hash
+    assert (control.replicas, control.gpus) == (speculative.replicas, speculative.gpus)
+    table = routing_table(ref.name, spec, {"code": 20}, generation=1, now=NOW)
+    code = table.scope("code")
+    assert code is not None and code.weights == ArmWeights(baseline=60, speculative=20, control=20)
+    without = spec.model_copy(update={"control": Control(enabled=False)})
+    assert Arm.CONTROL not in {plan.arm for plan in rendered(ref, without).arms}
+    code = routing_table(ref.name, without, {"code": 20}, generation=1, now=NOW).scope("code")
+    assert code is not None and code.weights == ArmWeights(baseline=80, speculative=20)
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)

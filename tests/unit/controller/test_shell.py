@@ -239,10 +239,10 @@ async def test_teardown_flips_waits_for_the_routers_then_removes_the_arms_router
     assert h.routes.awaited[-1][1] == h.table().generation  # type: ignore[union-attr]
     assert "Teardown" in h.reasons()
     deleted = [name for _, name in h.kube.verbs("delete")]
-    assert deleted == ["demo-speculative", "demo-alternative", "demo-router"]
+    assert deleted == ["demo-speculative", "demo-control", "demo-alternative", "demo-router"]
 
     assert await h.delete() is True
     deleted = [name for _, name in h.kube.verbs("delete")]
-    assert deleted[3:7] == ["demo-speculative", "demo-alternative", "demo-router", "demo-baseline"]
+    assert deleted[4:9] == ["demo-speculative", "demo-control", "demo-alternative", "demo-router", "demo-baseline"]
     assert not h.children()
     assert h.controller.memories == {}

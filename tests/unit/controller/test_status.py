@@ -28,7 +28,7 @@ T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 DEMO = ROOT / "manifests/examples/local-demo.yaml"
 READY = DeploymentState(generation=1, observed_generation=1, replicas=1, current=1, updated=1, ready=1, available=1)
 STARTING = DeploymentState(generation=1, observed_generation=1, replicas=1, current=1, updated=1)
-NAMES = ("demo-baseline", "demo-speculative", "demo-alternative", "demo-router")
+NAMES = ("demo-baseline", "demo-speculative", "demo-control", "demo-alternative", "demo-router")
 
 
 def plan_for(

@@ -18,7 +18,7 @@ START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 END = START + timedelta(seconds=10)
 
 
-def test_in_flight_per_replica_is_the_time_held_over_the_window() -> None:
+def test_offered_load_counts_what_finished_and_in_flight_the_time_held_over_the_window() -> None:
     t0 = START.timestamp()
     samples = [
         # speculative: 4 requests of 5 s each finish inside: 20 s held over 10 s on 2 replicas = 1 per replica
@@ -38,7 +38,9 @@ def test_in_flight_per_replica_is_the_time_held_over_the_window() -> None:
     assert base.in_flight_per_replica == pytest.approx(1.0)
     assert spec.running_per_replica == pytest.approx(1.5) and spec.waiting_per_replica == pytest.approx(0.5)
     assert base.running_per_replica is None
-    assert spec.load == 2.5 and base.load == base.in_flight_per_replica  # the engines' batch, where reported
+    assert spec.batch_seen == 2.5 and base.batch_seen is None  # the engines' batch, where reported
+    # offered load: every outcome finished in the window, per second and replica (4 on 2, 2 on 1, in 10 s)
+    assert spec.offered_per_replica == pytest.approx(0.2) and base.offered_per_replica == pytest.approx(0.2)
     assert load.arrival_rate == pytest.approx(0.5)  # five code requests finished in 10 s
     assert load.prompt_tokens == (100, 101, 102, 103)
     assert load.output_tokens == (11,) * 5

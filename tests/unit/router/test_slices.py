@@ -54,6 +54,7 @@ def test_only_ready_endpoints_of_the_pilots_arms_count() -> None:
     assert ready_endpoints("p1", slices) == {
         Arm.BASELINE: (Endpoint("198.18.0.1", 8000), Endpoint("198.18.0.2", 8000)),
         Arm.SPECULATIVE: (),
+        Arm.CONTROL: (),
         Arm.ALTERNATIVE: (),
     }
 

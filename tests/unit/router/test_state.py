@@ -150,13 +150,13 @@ def test_describe_shows_the_effective_table(state: RouterState) -> None:
     assert shown["generation"] == 2
     assert shown["scopes"] == {
         "code": {
-            "weights": {"baseline": 100, "speculative": 0, "alternative": 0},
-            "configured": {"baseline": 50, "speculative": 50, "alternative": 0},
+            "weights": {"baseline": 100, "speculative": 0, "control": 0, "alternative": 0},
+            "configured": {"baseline": 50, "speculative": 50, "control": 0, "alternative": 0},
             "deadlineSeconds": None,
             "fallbacks": ["speculative_unavailable"],
         }
     }
-    assert shown["endpoints"] == {"baseline": ["10.0.0.1:8000"], "speculative": [], "alternative": []}
+    assert shown["endpoints"] == {"baseline": ["10.0.0.1:8000"], "speculative": [], "control": [], "alternative": []}
 
 
 def test_every_change_is_published(clock: Clock) -> None:
