@@ -33,7 +33,7 @@ pytestmark = pytest.mark.cluster
 DEMO = yaml.safe_load((ROOT / "manifests" / "examples" / "local-demo.yaml").read_text())
 # These tests are about reconciling, not judging: the scopes wait for a warm-up they never reach.
 DEMO["spec"]["analysis"]["warmup"] = "1h"
-ARMS = ("baseline", "speculative", "alternative")
+ARMS = ("baseline", "speculative", "control", "alternative")
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +90,8 @@ def test_applied_pilot_gets_arms_router_and_a_ready_status(
     assert condition(body, "ArmsReady")["status"] == "True"  # type: ignore[index]
     assert condition(body, "InvalidSpec")["status"] == "False"  # type: ignore[index]
     hashes = {arm: status["arms"][arm]["configHash"] for arm in ARMS}
-    assert len(set(hashes.values())) == 3, "the three arms are rendered differently"
+    assert len(set(hashes.values())) == 3, "the three engines are rendered differently"
+    assert hashes["control"] == hashes["baseline"], "the control arm runs exactly the baseline's engine"
     for arm in ARMS:
         assert (status["arms"][arm]["readyReplicas"], status["arms"][arm]["gpus"]) == (1, 1)
         deployment = cluster.get_json("deployment", f"demo-{arm}", "-n", namespace)

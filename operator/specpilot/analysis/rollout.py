@@ -93,6 +93,7 @@ class Policy:
     analysis: Analysis
     rollback: Rollback
     suspend: bool = False
+    paused: bool = False  # production's baseline is saturated: no promotion until it recovers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -253,8 +254,11 @@ def _cooled(status: ScopeStatus, policy: Policy, now: datetime) -> bool:
 
 
 def _gate_met(status: ScopeStatus, event: Judged, policy: Policy, now: datetime) -> bool:
-    """Enough requests at this stage, and its minDuration spent since its new load settled: a window
-    after the weight changed, once no window still holds requests from before."""
+    """Enough requests at this stage, and its minDuration spent since its new load settled (a window
+    after the weight changed, once no window still holds requests from before); never while promotion
+    is paused."""
+    if policy.paused:
+        return False
     stage = _stage(policy.scope, status.stage)
     settled = (status.stage_started_at or now) + policy.analysis.window
     enough = status.stage_requests + event.requests >= stage.min_requests

@@ -84,6 +84,15 @@ class Reason(StrEnum):
     """The pilot's decision was stated (every scope settled, or specpilot.io/decide asked)."""
     DECISION_REVISED = "DecisionRevised"
     """The evidence moved a stated decision: an outcome, or an envelope or crossover beyond its interval."""
+    CONTROL_ARM = "ControlArm"
+    """The speculative arm is compared with the control arm, at the same share and size."""
+    NO_CONTROL_ARM = "NoControlArm"
+    """spec.control.enabled is false: the speculative arm is compared with the production baseline, only
+    at loads both ran at."""
+    PRODUCTION_SATURATED = "ProductionSaturated"
+    """Production's baseline queues requests or fills its KV cache: promotion pauses until it recovers."""
+    PRODUCTION_HEADROOM = "ProductionHeadroom"
+    """Production's baseline has headroom: promotion may proceed."""
 
 
 class FallbackReason(StrEnum):

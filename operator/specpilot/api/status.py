@@ -47,6 +47,8 @@ class ConditionType(StrEnum):
     DEGRADED = "Degraded"
     SUSPENDED = "Suspended"
     INVALID_SPEC = "InvalidSpec"
+    CONTROLLED = "Controlled"
+    PRODUCTION_SATURATED = "ProductionSaturated"
 
 
 class ConditionStatus(StrEnum):

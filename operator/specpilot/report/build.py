@@ -296,6 +296,12 @@ def _role(arm: Arm, compared: Arm) -> str | None:
     return "compared" if arm is compared else None
 
 
+def arm_label(report: Json, arm: str) -> str:
+    """An arm's name in the report, with what it is to the comparison where that is not its name."""
+    role = report["arms"].get(arm, {}).get("role")
+    return f"{arm} ({role})" if role else arm
+
+
 def _production(evidence: Evidence, findings: Sequence[ScopeFindings]) -> Json:
     """Production's offered load per replica (upper edges of its load bins), and the share of its windows
     each scope's decision covers."""

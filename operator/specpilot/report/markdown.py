@@ -6,17 +6,13 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from specpilot.report.build import arm_label
+
 Json = dict[str, Any]
 
 
 def _f(value: Any, spec: str = ".2f", unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
-
-
-def _label(report: Json, arm: str) -> str:
-    """An arm's name with what it is to the comparison (production's baseline: watched or compared)."""
-    role = report["arms"].get(arm, {}).get("role")
-    return f"{arm} ({role})" if role else arm
 
 
 def _loads(report: Json) -> list[str]:
@@ -43,7 +39,11 @@ def _loads(report: Json) -> list[str]:
 def _production(report: Json) -> list[str]:
     """Production's load, watched, and how much of it each scope's decision covers."""
     production, compared = report["production"], report["compared"]
-    role = "compared (no control arm)" if compared["arm"] == "baseline" else "watched, not compared"
+    role = (
+        "the compared arm: the pilot runs without a control arm"
+        if compared["arm"] == "baseline"
+        else f"watched, not compared: speculation is compared with {compared['name']}"
+    )
     lines = ["## Production", ""]
     if production["windows"]:
         load = production["offeredPerReplica"]
@@ -57,7 +57,7 @@ def _production(report: Json) -> list[str]:
     lines += ["", "| scope | outcome | adopted up to | production windows covered |", "|---|---|---|---|"]
     for scope in report["scopes"]:
         d = scope["decision"]
-        covered = report["production"]["productionCovered"].get(scope["name"])
+        covered = production["productionCovered"].get(scope["name"])
         lines.append(f"| {scope['name']} | {d['outcome']} | {_f(d.get('maxLoad'))} | {_f(covered, '.0%')} |")
     return [*lines, ""]
 
@@ -68,19 +68,17 @@ def _bands(report: Json, scope: Json) -> list[str]:
     lines = [
         f"### {scope['name']}",
         "",
-        f"| offered load | windows | in flight (speculative) | speculative ms/token | {compared} ms/token | ratio | wins |",
+        "| offered load | windows | in flight (speculative) | speculative ms/token | "
+        f"{compared} ms/token | ratio | wins |",
         "|---|---|---|---|---|---|---|",
     ]
     for c in scope["comparisons"]:
         band = _band_at(scope, c["load"])
-        measured = c["measured"]
+        against = f"{c['comparedSeconds'] * 1000:.2f}" if c["measured"] else "unmeasured"
         lines.append(
             f"| {c['load']:.2f} | {band['windows']} | {_f(band['inFlightPerReplica'], '.1f')} | "
-            f"{c['speculativeSeconds'] * 1000:.2f} | "
-            f"{c['comparedSeconds'] * 1000:.2f} | {c['ratio']:.2f} | {'yes' if c['speculationWins'] else 'no'} |"
-            if measured
-            else f"| {c['load']:.2f} | {band['windows']} | {_f(band['inFlightPerReplica'], '.1f')} | "
-            f"{c['speculativeSeconds'] * 1000:.2f} | unmeasured | n/a | no |"
+            f"{c['speculativeSeconds'] * 1000:.2f} | {against} | {_f(c['ratio'])} | "
+            f"{'yes' if c['speculationWins'] else 'no'} |"
         )
     peak = scope["peak"]
     if peak is not None:
@@ -100,7 +98,7 @@ def _cost(report: Json) -> list[str]:
     for scope in report["scopes"]:
         for arm, c in scope["cost"]["arms"].items():
             lines.append(
-                f"| {scope['name']} | {_label(report, arm)} | {_f(c['gpus'], 'd')} | "
+                f"| {scope['name']} | {arm_label(report, arm)} | {_f(c['gpus'], 'd')} | "
                 f"{_f(c['kvBlocksPerReplica'], 'd')} | "
                 f"{_f(c['onTimeCompletionsPerGpuHour'], '.0f')} ({_f(c['atLoad'])}) |"
             )
@@ -194,7 +192,7 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     lines += ["", "## Frozen configurations", ""]
     for arm, values in report["arms"].items():
         lines.append(
-            f"- {_label(report, arm)}: {values['replicas']} replica(s), {values['gpus']} GPU(s), "
+            f"- {arm_label(report, arm)}: {values['replicas']} replica(s), {values['gpus']} GPU(s), "
             f"config hash `{values['configHash']}`"
         )
     lines += ["", "The full engine and arm specs are in report.json (`configurations`) and replay/pilot.yaml.", ""]

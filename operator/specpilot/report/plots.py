@@ -10,6 +10,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from specpilot.report.build import arm_label
+
 try:  # optional: only the report draws
     import matplotlib
 
@@ -20,7 +22,9 @@ except ImportError:  # pragma: no cover - depends on the installation
     pyplot = None  # type: ignore[assignment]
 
 Json = dict[str, Any]
-COLORS = {"baseline": "#4c72b0", "speculative": "#dd8452", "alternative": "#55a868"}
+COLORS = {"baseline": "#8172b3", "speculative": "#dd8452", "control": "#4c72b0", "alternative": "#55a868"}
+PRODUCTION_LINES = (("p50", ":"), ("p95", "-."), ("max", "-"))
+LOAD_AXIS = "offered load: requests per second per replica"
 PLOTS = ("load.png", "acceptance.png", "kv_cache.png", "decode_share.png")
 
 
@@ -41,33 +45,54 @@ def _save(fig: Any, path: Path) -> None:
     fig.savefig(path, metadata={"Software": None})
 
 
+def _production(report: Json, ax: Any) -> None:
+    """Production's offered load per replica (p50, p95, max) as vertical lines: watched, not a band."""
+    load = report["production"]["offeredPerReplica"]
+    for key, style in PRODUCTION_LINES:
+        if load[key] is not None:
+            ax.axvline(load[key], color=COLORS["baseline"], linestyle=style, linewidth=1, label=f"production {key}")
+
+
+def _unmeasured(report: Json, scope: Json, ax: Any) -> None:
+    """Ring the speculative bands the compared arm never ran at."""
+    points = [(c["load"], c["speculativeSeconds"] * 1000) for c in scope["comparisons"] if not c["measured"]]
+    if points:
+        label = f"unmeasured against {report['compared']['arm']}"
+        ax.scatter(*zip(*points, strict=True), s=110, facecolors="none", edgecolors="black", label=label, zorder=3)
+
+
 def load_plot(report: Json, plt: Any) -> Any:
-    """Per scope: time per committed token and TTFT p99 against load, per arm, crossover marked."""
+    """Per scope: time per committed token and TTFT p99 against offered load, the speculative and the
+    compared arm on the same axis, unmeasured bands ringed, crossover and production's load marked."""
     scopes = report["scopes"]
-    fig, axes = plt.subplots(len(scopes), 2, figsize=(10, 3.0 * len(scopes)), squeeze=False)
+    fig, axes = plt.subplots(len(scopes), 2, figsize=(12, 3.2 * len(scopes)), squeeze=False)
     for row, scope in enumerate(scopes):
         tpct_ax, ttft_ax = axes[row]
         for arm, bands in scope["bands"].items():
             if not bands:
                 continue
+            label = arm_label(report, arm)
             loads = [b["load"] for b in bands]
             tpct = [b["timePerCommittedTokenSeconds"] * 1000 for b in bands]
             err = [b["timePerCommittedTokenStandardError"] * 1000 for b in bands]
-            tpct_ax.errorbar(loads, tpct, yerr=err, marker="o", capsize=3, color=COLORS[arm], label=arm)
+            tpct_ax.errorbar(loads, tpct, yerr=err, marker="o", capsize=3, color=COLORS[arm], label=label)
             ttft = [(b["load"], b["ttftP99Seconds"] * 1000) for b in bands if b["ttftP99Seconds"] is not None]
             if ttft:
-                ttft_ax.plot(*zip(*ttft, strict=True), marker="o", color=COLORS[arm], label=arm)
+                ttft_ax.plot(*zip(*ttft, strict=True), marker="o", color=COLORS[arm], label=label)
+        _unmeasured(report, scope, tpct_ax)
         cross = scope["crossover"]
         decision = scope["decision"]
         for ax in (tpct_ax, ttft_ax):
             if cross is not None and decision["outcome"] == "AdoptInLowLoadWindows":
                 ax.axvspan(cross["low"], cross["high"], color="grey", alpha=0.15)
                 ax.axvline(cross["load"], color="black", linestyle="--", linewidth=1)
-            ax.set_xlabel("load: concurrent requests per replica")
+            _production(report, ax)
+            ax.set_xlabel(LOAD_AXIS)
+            ax.set_xlim(left=0)
         if cross is not None and decision["outcome"] == "AdoptInLowLoadWindows":
             tpct_ax.annotate(
-                f"crossover {cross['load']:.1f}\n"
-                f"({cross['confidence']:.0%}: {cross['low']:.1f} to {cross['high']:.1f})",
+                f"crossover {cross['load']:.2f}\n"
+                f"({cross['confidence']:.0%}: {cross['low']:.2f} to {cross['high']:.2f})",
                 xy=(cross["load"], 0.95),
                 xycoords=("data", "axes fraction"),
                 ha="left",
@@ -85,7 +110,8 @@ def load_plot(report: Json, plt: Any) -> Any:
         ttft_ax.set_ylabel("ms")
         tpct_ax.set_ylim(bottom=0)
         ttft_ax.set_ylim(bottom=0)
-        tpct_ax.legend(loc="lower right")
+        handles, labels = tpct_ax.get_legend_handles_labels()
+        ttft_ax.legend(handles, labels, loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
     return fig
 
 
@@ -119,7 +145,9 @@ def kv_plot(report: Json, plt: Any) -> Any:
     for arm, points in report["kvUsage"].items():
         if points:
             times = [datetime.fromisoformat(at) for at, _ in points]
-            ax.plot(times, [usage for _, usage in points], color=COLORS[arm], label=arm, linewidth=1.2)
+            ax.plot(
+                times, [usage for _, usage in points], color=COLORS[arm], label=arm_label(report, arm), linewidth=1.2
+            )
     ax.axhline(report["kvUsageLimit"], color="red", linestyle=":", linewidth=1, label="kvCacheUsage.max")
     for index, record in enumerate(report["fallbacks"]):
         at = datetime.fromisoformat(record["at"].replace("Z", "+00:00"))
@@ -168,8 +196,9 @@ def share_plot(report: Json, plt: Any) -> Any:
         )
     ax.axhline(1.0, color="grey", linewidth=0.8)
     ax.set_xlim(0, 1.05)
-    ax.set_xlabel("decode share of request time (baseline)")
-    ax.set_ylabel("gain (baseline / speculative)")
+    compared = report["compared"]["arm"]
+    ax.set_xlabel(f"decode share of request time ({compared})")
+    ax.set_ylabel(f"gain ({compared} / speculative)")
     ax.set_title(
         "Implied end-to-end gain (dots) against the decode-only gain (x, at share 1)\n"
         "lines: the gain each scope's decode ratio implies at any decode share"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad
+from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, load_bin
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
@@ -142,3 +142,36 @@ def test_a_stated_decision_is_kept_while_the_evidence_says_the_same_and_revised_
         "chat": DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
         "code": DecisionOutcome.DEFER,
     }
+
+
+def test_a_window_the_weight_changed_within_stays_out_of_the_load_bins_and_production_is_watched() -> None:
+    name = NAMES[0]
+    measured = {name: Measured(window(name), 30)}
+    summary = WindowSummary(end=END, verdict=Verdict.PASS)
+    promoted = ScopeStatus(
+        name=name, state=ScopeState.PILOTING, last_window=summary, stage_started_at=END - timedelta(seconds=10)
+    )
+    loads = {a: ArmLoad(offered_per_replica=2.0) for a in Arm} | {Arm.BASELINE: ArmLoad(offered_per_replica=6.0)}
+    load_ = WindowLoad(arms=loads, arrival_rate=2.0)
+
+    def recorded(status: ScopeStatus) -> Evidence:
+        return record(
+            fresh_for(None, {}, Arm.CONTROL),
+            spec=SPEC,
+            measured=measured,
+            loads={name: load_},
+            scopes=[status],
+            kv_blocks={},
+            gpus={},
+            replicas={},
+        )
+
+    straddled = recorded(promoted).scopes[name]
+    assert straddled.windows == 1 and straddled.unsettled == 1 and straddled.bins == {}
+    assert straddled.totals[Arm.SPECULATIVE].routed == 30  # the totals still count its requests
+    settled = recorded(promoted.model_copy(update={"stage_started_at": END - timedelta(minutes=5)}))
+    assert settled.scopes[name].unsettled == 0
+    assert set(settled.scopes[name].bins) == {Arm.SPECULATIVE, Arm.CONTROL}
+    # the compared pair shares one bin, at their mean load; production's 6 per replica is watched
+    assert {tuple(cells) for cells in settled.scopes[name].bins.values()} == {(load_bin(2.0),)}
+    assert settled.production == {load_bin(6.0): 1}

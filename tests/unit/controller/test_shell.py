@@ -7,6 +7,7 @@ Each scenario drives the real `Controller` (gather, plan, apply, land) against t
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import datetime
 
 from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION
@@ -246,3 +247,40 @@ async def test_teardown_flips_waits_for_the_routers_then_removes_the_arms_router
     assert deleted[4:9] == ["demo-speculative", "demo-control", "demo-alternative", "demo-router", "demo-baseline"]
     assert not h.children()
     assert h.controller.memories == {}
+
+
+async def test_promotion_pauses_while_production_is_saturated_and_the_status_says_so() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    conditions = {c["type"]: c for c in h.status()["conditions"]}
+    assert conditions["Controlled"]["status"] == "True" and conditions["Controlled"]["reason"] == "ControlArm"
+    queued = h.engines.figures[Arm.BASELINE]
+    h.engines.figures[Arm.BASELINE] = replace(queued, waiting=3.0)  # three requests queued on its one replica
+    for _ in range(8):
+        await h.step(INTERVAL)
+    saturated = {c["type"]: c for c in h.status()["conditions"]}["ProductionSaturated"]
+    assert saturated["status"] == "True" and "3.0 requests waiting per replica" in saturated["message"]
+    assert "ProductionSaturated" in h.reasons()
+    assert h.scope("chat")["stage"] == 0 and weights(h)["chat"] == 25, "no promotion while production queues"
+    assert h.scope("chat")["lastWindow"]["verdict"] == "Pass"
+
+    h.engines.figures[Arm.BASELINE] = queued
+    for _ in range(4):
+        await h.step(INTERVAL)
+    assert {c["type"]: c["status"] for c in h.status()["conditions"]}["ProductionSaturated"] == "False"
+    assert "ProductionHeadroom" in h.reasons()
+    assert h.scope("chat")["stage"] == 1 and weights(h)["chat"] == 50
+
+
+async def test_without_a_control_arm_status_says_so_and_the_baseline_is_compared() -> None:
+    doc = pilot_doc()
+    doc["spec"]["control"] = {"enabled": False}
+    h = Harness(doc)
+    await warm(h)
+    for _ in range(6):
+        await h.step(INTERVAL)
+    conditions = {c["type"]: c for c in h.status()["conditions"]}
+    assert conditions["Controlled"]["status"] == "False" and conditions["Controlled"]["reason"] == "NoControlArm"
+    assert "demo-control" not in {name for _, name in h.children()}
+    assert h.scope("chat")["stage"] == 1, "judged against the production baseline, and promoted"
+    assert h.stored_evidence is not None and h.stored_evidence.compared is Arm.BASELINE

@@ -10,25 +10,29 @@ from typing import Any
 import pytest
 import yaml
 
-from specpilot.analysis.evidence import Evidence
+from specpilot.analysis.evidence import Evidence, production_quantile
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import DecisionOutcome, ScopeState, ScopeStatus, SpeculationPilotStatus
 from specpilot.controller.core.decide import decide
 from specpilot.loadgen.workload import load_mix
 from specpilot.report.build import build
+from specpilot.report.markdown import markdown
 from specpilot.report.package import write_package
-from tests.unit.analysis.crossover import analytic_crossover, pilot
+from tests.unit.analysis.crossover import analytic_crossover
+from tests.unit.report.evidence import INTERVAL, LOADS, pilot
 
 ROOT = Path(__file__).resolve().parents[3]
 ALPHAS = {"always": 0.95, "low": 0.5, "never": 0.1}
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def manifest() -> dict[str, Any]:
+def manifest(*, control: bool = True) -> dict[str, Any]:
     doc = yaml.safe_load((ROOT / "manifests/demo/pilot.yaml").read_text())
     doc["metadata"]["namespace"] = "team-a"
     stages = [{"weight": 50, "minRequests": 10, "minDuration": "10s"}]
     doc["spec"]["scopes"] = [{"name": name, "stages": stages} for name in ALPHAS]
+    if not control:
+        doc["spec"]["control"] = {"enabled": False}
     return doc
 
 
@@ -41,6 +45,7 @@ def test_report_numbers_and_a_provisional_decision(evidence: Evidence) -> None:
     report = build(manifest(), evidence)
     assert report["decisionStated"] is False
     assert report["decision"]["outcome"] == DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert report["compared"] == {"arm": "control", "name": "the control arm"}
     low = next(s for s in report["scopes"] if s["name"] == "low")
     assert low["crossover"]["load"] == pytest.approx(analytic_crossover(0.5), rel=0.15)
     assert low["timing"]["decodeShare"] > 0.5
@@ -48,9 +53,81 @@ def test_report_numbers_and_a_provisional_decision(evidence: Evidence) -> None:
     assert len(low["acceptance"]["perPosition"]) == 3
     (schedule,) = report["schedules"]
     assert schedule["recommendation"] is True and schedule["derivedFrom"] == "low"
+    assert schedule["batchMeasuredAtLoad"] <= schedule["crossoverLow"]
     per_batch = schedule["speculativeConfig"]["num_speculative_tokens_per_batch_size"]
     assert per_batch[0] == [1, 4] and per_batch[1][1] == 0
-    assert per_batch[1][0] == int(low["crossover"]["low"]) + 1
+    assert per_batch[1][0] == int(schedule["inFlightPerReplica"]) + 1
+
+
+def test_speculation_is_set_against_the_control_arm_at_the_same_offered_load(evidence: Evidence) -> None:
+    report = build(manifest(), evidence)
+    low = next(s for s in report["scopes"] if s["name"] == "low")
+    assert set(low["bands"]) == {"control", "speculative"}
+    assert [b["load"] for b in low["bands"]["control"]] == [b["load"] for b in low["bands"]["speculative"]]
+    assert min(c["load"] for c in low["comparisons"]) == min(LOADS)  # requests per second, not concurrency
+    for comparison in low["comparisons"]:
+        assert set(comparison) == {
+            "load",
+            "speculativeSeconds",
+            "comparedSeconds",
+            "ratio",
+            "measured",
+            "speculationWins",
+        }
+        assert comparison["measured"] is True
+        assert comparison["ratio"] == pytest.approx(
+            comparison["speculativeSeconds"] / comparison["comparedSeconds"], rel=1e-3
+        )
+        assert comparison["speculationWins"] is (comparison["ratio"] < 1)
+    assert set(low["progress"]) == {"control", "speculative"}
+    assert low["progress"]["control"]["offeredPerReplicaMean"] == pytest.approx(sum(LOADS) / len(LOADS), rel=0.01)
+    assert report["arms"]["control"]["role"] == "compared"
+    assert report["arms"]["baseline"]["role"] == "production, watched"
+    assert report["arms"]["control"]["replicas"] == 1
+
+
+def test_production_is_watched_and_the_comparison_priced(evidence: Evidence) -> None:
+    report = build(manifest(), evidence)
+    production = report["production"]
+    assert production["windows"] == 4 * len(LOADS)
+    assert production["offeredPerReplica"] == {
+        key: pytest.approx(production_quantile(evidence.production, q), abs=1e-3)
+        for key, q in (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
+    }
+    assert production["offeredPerReplica"]["max"] >= max(LOADS) / 2
+    decisions = {s["name"]: s["decision"] for s in report["scopes"]}
+    assert production["productionCovered"] == {
+        name: decision.get("productionCovered") for name, decision in decisions.items()
+    }
+    assert production["productionCovered"]["low"] == pytest.approx(1.0)  # production runs below the crossover
+    hours = 4 * len(LOADS) * INTERVAL.total_seconds() / 3600
+    assert report["comparisonCost"] == {
+        "gpus": 1,
+        "hoursCovered": pytest.approx(hours, abs=1e-3),
+        "gpuHours": pytest.approx(hours, abs=1e-3),
+    }
+    md = markdown(report, [])
+    assert "## Production" in md and "watched, not compared" in md
+    assert "the price of comparing speculation with ordinary decoding at matched load" in md
+    assert "requests per second per replica" in md and "concurrent" not in md
+
+
+def test_without_a_control_arm_speculation_is_compared_with_production_only_where_both_ran() -> None:
+    report = build(manifest(control=False), pilot(ALPHAS, control=False))
+    assert report["compared"] == {"arm": "baseline", "name": "the production baseline"}
+    assert "control" not in report["arms"] and report["comparisonCost"] is None
+    assert report["arms"]["baseline"]["role"] == "production, compared"
+    always = next(s for s in report["scopes"] if s["name"] == "always")
+    assert set(always["bands"]) == {"baseline", "speculative"}
+    unmeasured = [c for c in always["comparisons"] if not c["measured"]]
+    assert unmeasured and all(c["load"] > max(LOADS) / 2 for c in unmeasured)  # above where production ran
+    for comparison in unmeasured:
+        assert comparison["comparedSeconds"] is None and comparison["ratio"] is None
+        assert comparison["speculationWins"] is False
+    assert always["decision"]["maxLoad"] <= max(LOADS) / 2
+    md = markdown(report, [])
+    assert "compared with the production baseline" in md and "| unmeasured |" in md
+    assert "The pilot runs without a control arm" in md
 
 
 def test_the_package_is_written_and_reads_back(tmp_path: Path, evidence: Evidence) -> None:
@@ -70,6 +147,7 @@ def test_the_package_is_written_and_reads_back(tmp_path: Path, evidence: Evidenc
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     md = (folder / "report.md").read_text()
     assert md.startswith("# Speculation pilot team-a/demo: AdoptInLowLoadWindows")
+    assert "| offered load | windows | in flight (speculative) | speculative ms/token | control ms/token |" in md
     assert "Recommended dynamic speculation schedule" in md and "not something the pilot ran" in md
     mix = load_mix(str(folder / "replay/workload.yaml"))
     assert [scope.name for scope in mix] == list(ALPHAS)

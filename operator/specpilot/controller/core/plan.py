@@ -24,7 +24,16 @@ from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
 from specpilot.controller.core.decide import Decided, decide, fresh_for, record
 from specpilot.controller.core.measurements import compared_arm
-from specpilot.controller.core.progress import MANUAL, Measured, Progress, advance_scopes, due, manual_actions, warm
+from specpilot.controller.core.progress import (
+    MANUAL,
+    Measured,
+    Progress,
+    advance_scopes,
+    due,
+    manual_actions,
+    production_saturation,
+    warm,
+)
 from specpilot.controller.core.render import (
     ArmPlan,
     PilotRef,
@@ -130,6 +139,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     measured = _measured(snapshot, spec, scopes, _windows(snapshot, spec, scopes))
     names = [scope.name for scope in scopes]
     manual = manual_actions(seen.annotations, names)
+    saturated = _saturation(snapshot, spec)
     progress = advance_scopes(
         scopes,
         spec,
@@ -140,6 +150,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         now=now,
         # every scope: a flipped one's requests in flight hold the cache until they drain
         kv_loads=snapshot.measurements.kv_loads(names, analysis=spec.analysis, end=_end(snapshot)) if measured else {},
+        paused=saturated is not None,
     )
     evidence = _evidence(snapshot, spec, arms, measured, progress)
     decided = decide(
@@ -179,6 +190,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         scope_events=[*scope_events, *progress.events, *restored, *decided.events],
         fallbacks=progress.fallbacks,
         decision=decided.decision,
+        saturated=saturated,
         now=now,
     )
     routers = tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT))
@@ -202,6 +214,17 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
 
 def _arms(ref: PilotRef, spec: SpeculationPilotSpec) -> tuple[ArmPlan, ...]:
     return tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
+
+
+def _saturation(snapshot: Snapshot, spec: SpeculationPilotSpec) -> str | None:
+    """Why production's baseline is saturated over the last window, once the arms are warm; None
+    when it is not, or nothing was collected yet."""
+    end = snapshot.measurements.collected_at
+    if end is None or not warm(snapshot.pilot.status, spec.analysis, snapshot.now):
+        return None
+    engines = snapshot.measurements.readings.engines(start=end - spec.analysis.window, end=end, analysis=spec.analysis)
+    replicas = len(snapshot.seen.ready(Arm.BASELINE.value)) or spec.baseline.replicas
+    return production_saturation(engines[Arm.BASELINE], replicas=replicas, analysis=spec.analysis)
 
 
 def _end(snapshot: Snapshot) -> datetime:

@@ -137,6 +137,20 @@ def manual_actions(annotations: Mapping[str, str], scopes: Sequence[str]) -> dic
     return asked
 
 
+def production_saturation(engine: ArmEngine, *, replicas: int, analysis: Analysis) -> str | None:
+    """Why production's baseline is saturated over a window, or None: one request or more waiting per
+    replica on average, or KV-cache usage above thresholds.kvCacheUsage.max at every scrape."""
+    waiting = (engine.waiting or 0.0) / max(1, replicas)
+    if waiting >= 1.0:
+        return f"production's baseline had {waiting:.1f} requests waiting per replica over the last window"
+    usage = [value for _, value in engine.kv_usage]
+    limit = analysis.thresholds.kv_cache_usage.max
+    if usage and min(usage) > limit:
+        lowest = min(usage)
+        return f"production's baseline KV-cache usage stayed above {limit:g} over the last window (lowest {lowest:.2f})"
+    return None
+
+
 def advance_scopes(
     scopes: Sequence[ScopeStatus],
     spec: SpeculationPilotSpec,
@@ -147,12 +161,13 @@ def advance_scopes(
     warm: bool,
     now: datetime,
     kv_loads: Mapping[str, float] | None = None,
+    paused: bool = False,
 ) -> Progress:
     """Each scope moved by its manual action, else its judged window, else time passing.
 
     `kv_loads` is the KV cache each scope's requests held on the speculative arm over the last
     windows (token-seconds), flipped scopes included while their requests drain: sustained KV
-    pressure is put on the heaviest."""
+    pressure is put on the heaviest. `paused`: production is saturated, so no scope is promoted."""
     by_name = {scope.name: scope for scope in spec.scopes}
     verdicts = _judge(scopes, spec, measured=measured, manual=manual, fallbacks=fallbacks)
     loads = kv_loads or {}
@@ -167,7 +182,11 @@ def advance_scopes(
     flipped: list[str] = []
     for status in scopes:
         policy = rollout.Policy(
-            scope=by_name[status.name], analysis=spec.analysis, rollback=spec.rollback, suspend=spec.suspend
+            scope=by_name[status.name],
+            analysis=spec.analysis,
+            rollback=spec.rollback,
+            suspend=spec.suspend,
+            paused=paused,
         )
         event: rollout.Input
         if status.name in manual:

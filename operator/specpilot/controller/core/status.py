@@ -308,15 +308,17 @@ def reconciled_status(
     scope_events: Sequence[Event] = (),
     fallbacks: Sequence[FallbackRecord] | None = None,
     decision: Decision | None = None,
+    saturated: str | None = None,
     now: datetime,
 ) -> StatusPlan:
-    """Status after applying a valid spec, and the Events it implies."""
+    """Status after applying a valid spec, and the Events it implies; `saturated` says why production's
+    baseline is saturated, when it is."""
     arm_health, router = _health(arms, spec.router.replicas, router_deployment, observed)
     restart = next((e for e in scope_events if e.reason in (Reason.ENGINE_CHANGED, Reason.DRAFT_CHANGED)), None)
     health = _Pilot(arm_health, router, settled=all(scope.state in SETTLED for scope in scopes))
     conditions = _set_all(
         previous.conditions if previous is not None else [],
-        _updates(health, spec=spec, scopes=scopes, restart=restart),
+        _updates(health, spec=spec, scopes=scopes, restart=restart, saturated=saturated),
         generation=generation,
         now=now,
     )
@@ -388,7 +390,12 @@ class _Pilot:
 
 
 def _updates(
-    health: _Pilot, *, spec: SpeculationPilotSpec, scopes: Sequence[ScopeStatus], restart: Event | None
+    health: _Pilot,
+    *,
+    spec: SpeculationPilotSpec,
+    scopes: Sequence[ScopeStatus],
+    restart: Event | None,
+    saturated: str | None = None,
 ) -> list[tuple[ConditionType, bool, Reason, str]]:
     """Every condition a valid spec sets, as (type, holds, reason, message)."""
     arms_message = "; ".join(h.message for h in health.arms)
@@ -431,7 +438,27 @@ def _updates(
             Reason.PILOT_SUSPENDED if spec.suspend else Reason.NOT_SUSPENDED,
             "spec.suspend is set: stages do not advance" if spec.suspend else "spec.suspend is not set",
         ),
+        _controlled(spec),
+        (
+            ConditionType.PRODUCTION_SATURATED,
+            saturated is not None,
+            Reason.PRODUCTION_SATURATED if saturated else Reason.PRODUCTION_HEADROOM,
+            f"{saturated}: no scope is promoted until it recovers"
+            if saturated
+            else "production's baseline has headroom",
+        ),
     ]
+
+
+def _controlled(spec: SpeculationPilotSpec) -> tuple[ConditionType, bool, Reason, str]:
+    if spec.control.enabled:
+        message = "the speculative arm is compared with the control arm, which takes the same share at the same size"
+        return ConditionType.CONTROLLED, True, Reason.CONTROL_ARM, message
+    message = (
+        "spec.control.enabled is false: the pilot runs without a control arm, and the speculative arm is compared "
+        "with the production baseline only at loads both ran at"
+    )
+    return ConditionType.CONTROLLED, False, Reason.NO_CONTROL_ARM, message
 
 
 def invalid_status(
@@ -458,6 +485,7 @@ _WATCHED: tuple[tuple[ConditionType, EventType | None, EventType | None], ...] =
     (ConditionType.DEGRADED, EventType.WARNING, None),
     (ConditionType.READY, EventType.NORMAL, EventType.NORMAL),  # unready for a bad reason: Degraded warns
     (ConditionType.SUSPENDED, EventType.NORMAL, EventType.NORMAL),
+    (ConditionType.PRODUCTION_SATURATED, EventType.WARNING, EventType.NORMAL),
 )
 
 
