@@ -16,9 +16,13 @@ beyond the loads the compared arm ran at (`bands.compare`). A scope is decided, 
      gain below 1, or a TTFT p99 over the limit at a matched band (**Defer, NoNetGain**). Adopted
      **AdoptWithinEnvelope** when the bands reach production's p95 load, else
      **AdoptInLowLoadWindows** below the highest load it was measured winning at;
-   - wins below a load and loses above it: **AdoptInLowLoadWindows** at the crossover, with its
-     interval at analysis.confidence, under the same contradiction checks;
+   - wins from the lowest band up to a load, and not above it: **AdoptInLowLoadWindows** below it
+     (at the crossover, with its interval at analysis.confidence, where the arms' curves cross),
+     under the same contradiction checks;
    - otherwise: **Defer, NoNetGain**.
+
+A band is a win only when speculation is faster by `MIN_END_TO_END_GAIN` or more, beyond the spread
+of both arms' windows at analysis.confidence: two identical arms are never adopted on noise.
 
 Every adoption states the share of production's windows whose load lies within it.
 
@@ -36,6 +40,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from itertools import takewhile
 from statistics import NormalDist
 
 from specpilot.analysis.bands import Band, Comparison, Crossover, bands, compare, crossover
@@ -280,6 +285,15 @@ def _ttft_over(comparisons: Sequence[Comparison], max_ratio: float, confidence: 
     return None
 
 
+def _clear_win(comparison: Comparison, confidence: float) -> bool:
+    """Speculation is faster at a matched band by at least `MIN_END_TO_END_GAIN`, beyond the spread of
+    the two arms' windows at `confidence` (one-sided): two identical arms never win by chance alone."""
+    spec, ref = comparison.band, comparison.compared
+    if ref is None or comparison.ratio is None or comparison.ratio > 1 / MIN_END_TO_END_GAIN:
+        return False
+    return ref.tpct - spec.tpct > NormalDist().inv_cdf(confidence) * math.hypot(spec.tpct_se, ref.tpct_se)
+
+
 def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
     """The compared arm's mean end-to-end time over the speculative arm's, over matched bands (each
     weighted by its windows): what users saw, at the loads compared."""
@@ -392,7 +406,7 @@ def decide_scope(
             f"at least {MIN_WINDOWS} are needed to state a decision."
         )
         return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share, coverage))
-    wins = [c for c in measured if c.wins]
+    wins = [c for c in measured if _clear_win(c, confidence)]
     flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
     if wins and len(wins) == len(measured) and flip is not None:
         # "Wins at every load" and "flipped back for speed" cannot both stand: the flip is the evidence
@@ -437,23 +451,29 @@ def decide_scope(
             f"{_ratios(measured)} {_arm(compared)}'s at the same load, with the quality and latency gates green."
         )
         return adopt(DecisionOutcome.ADOPT_WITHIN_ENVELOPE, sentence, top, None, measured)
-    if wins and cross is not None:
-        below = max((c.band.load for c in wins if c.band.load < cross.load), default=wins[0].band.load)
-        below_cross = [c for c in measured if c.band.load < cross.load]
-        blocked = _adoption_blocked(name, below_cross, share, compared, ttft_ratio=ttft_ratio, confidence=confidence)
+    prefix = list(takewhile(lambda c: c in wins, measured))  # the wins from the lowest load up
+    if prefix:
+        below = prefix[-1].band.load
+        crossing = cross if cross is not None and cross.load >= below else None
+        blocked = _adoption_blocked(name, prefix, share, compared, ttft_ratio=ttft_ratio, confidence=confidence)
         if blocked is not None:
             return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
-        caveat = (
-            " Speculation wins again at some load above it, so the curve is not monotone." if cross.non_monotone else ""
-        )
-        sentence = (
-            f"{name}: speculation wins below {_load(cross.load)} ({cross.confidence:.0%} interval "
-            f"{cross.low:.2f} to {cross.high:.2f}) and ordinary decoding wins above it: time per committed token "
-            f"{_ratios(measured)} {_arm(compared)}'s at the same load.{caveat}"
-        )
-        return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, below, cross, below_cross)
+        if crossing is not None:
+            caveat = " Speculation wins again at some load above it, so the curve is not monotone."
+            sentence = (
+                f"{name}: speculation wins below {_load(crossing.load)} ({crossing.confidence:.0%} interval "
+                f"{crossing.low:.2f} to {crossing.high:.2f}) and ordinary decoding wins above it: time per committed "
+                f"token {_ratios(measured)} {_arm(compared)}'s at the same load."
+                + (caveat if crossing.non_monotone else "")
+            )
+        else:
+            sentence = (
+                f"{name}: speculation wins up to {_load(below)} and is not measurably faster above it: time per "
+                f"committed token {_ratios(measured)} {_arm(compared)}'s at the same load."
+            )
+        return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, below, crossing, prefix)
     sentence = (
-        f"{name}: speculation is not faster at the loads measured: time per committed token "
+        f"{name}: speculation is not measurably faster at the loads measured: time per committed token "
         f"{_ratios(measured)} {_arm(compared)}'s at the same load."
     )
     return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))

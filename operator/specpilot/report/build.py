@@ -19,7 +19,7 @@ from typing import Any
 
 from specpilot.analysis.bands import Band
 from specpilot.analysis.decision import ScopeFindings, cost_view, decide_pilot, decide_scope
-from specpilot.analysis.evidence import Evidence, Lengths, ScopeEvidence, production_quantile
+from specpilot.analysis.evidence import ArmTotals, Evidence, Lengths, ScopeEvidence, production_quantile
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -54,6 +54,22 @@ def _band(band: Band) -> Json:
         "e2eMeanSeconds": _round(band.e2e),
         "routed": band.routed,
         "onTime": band.on_time,
+    }
+
+
+def _progress(totals: ArmTotals | None) -> Json | None:
+    """An arm's running sums over the scope's windows; loads are offered, running and waiting diagnostics."""
+    if totals is None:
+        return None
+    return {
+        "routed": totals.routed,
+        "ok": totals.ok,
+        "onTime": totals.on_time,
+        "committedTokens": totals.committed_tokens,
+        "decodeSeconds": _round(totals.decode_seconds, 3),
+        "offeredPerReplicaMean": _round(totals.load.mean, 3),
+        "runningPerReplicaMean": _round(totals.running.mean, 3),
+        "waitingPerReplicaMean": _round(totals.waiting.mean, 3),
     }
 
 
@@ -238,21 +254,7 @@ def _scope_json(
             "impliedEndToEndGain": _round(share.implied_gain, 4),
             "observedEndToEndGain": _round(share.observed_gain, 4),
         },
-        "progress": {
-            arm.value: None
-            if totals is None
-            else {
-                "routed": totals.routed,
-                "ok": totals.ok,
-                "onTime": totals.on_time,
-                "committedTokens": totals.committed_tokens,
-                "decodeSeconds": _round(totals.decode_seconds, 3),
-                "offeredPerReplicaMean": _round(totals.load.mean, 3),
-                "runningPerReplicaMean": _round(totals.running.mean, 3),
-                "waitingPerReplicaMean": _round(totals.waiting.mean, 3),
-            }
-            for arm, totals in ((arm, found.totals.get(arm)) for arm in arms)
-        },
+        "progress": {arm.value: _progress(found.totals.get(arm)) for arm in arms},
         "quality": {
             "windowsWithFailingChecks": found.quality_failed,
             "fallbacks": [f.to_wire() for f in fallbacks if f.scope == findings.scope and f.reason in QUALITY_REASONS],

@@ -46,21 +46,24 @@ def pilot(
     fixed: float = 0.1,
     quality_failed: frozenset[str] = frozenset(),
     production: float | None = None,
+    identical: bool = False,
+    seed: int = 0,
 ) -> Evidence:
     """Windows at each load in turn, every scope on both compared arms at the same load; production's
-    baseline at `production` requests per second per replica throughout (unwatched when None)."""
+    baseline at `production` requests per second per replica throughout (unwatched when None). With
+    `identical`, the speculative arm decodes exactly as the control does (an A/A pilot)."""
     evidence = with_arms(
         Evidence(compared=Arm.CONTROL),
         overlap=3.0,
         kv_blocks={Arm.BASELINE: 1000, Arm.SPECULATIVE: 800},
         gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1},
     )
-    seed = 0
     for step, value in enumerate(x for x in loads for _ in range(per_load)):
         end = END + timedelta(seconds=5 * step)
         for scope, alpha in alphas.items():
             seed += 2
-            spec = arm(40, seed=seed, per_token=speculative(value, alpha), ttft=fixed)
+            per_token = ordinary(value) if identical else speculative(value, alpha)
+            spec = arm(40, seed=seed, per_token=per_token, ttft=fixed)
             base = arm(40, seed=seed + 1, per_token=ordinary(value), ttft=fixed)
             w = ScopeWindow(
                 scope=scope,

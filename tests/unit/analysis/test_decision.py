@@ -72,7 +72,7 @@ def test_three_profiles_get_the_three_decisions() -> None:
     assert always.observed_gain is not None and always.observed_gain > 1
     assert low.observed_gain is not None and low.observed_gain > 1  # below its crossover
     assert "wins below" in low.reasons[0] and "90% interval" in low.reasons[0]
-    assert "not faster" in never.reasons[0]
+    assert "not measurably faster" in never.reasons[0]
 
 
 def test_the_crossover_interval_narrows_with_more_windows_and_is_reproducible() -> None:
@@ -120,7 +120,8 @@ def test_a_decode_gain_too_small_at_any_share_is_no_net_gain_not_a_bottleneck_el
     assert findings.share is not None and findings.share.share > 0.95
     assert findings.share.decode_gain is not None and findings.share.decode_gain < MIN_END_TO_END_GAIN
     assert findings.decision.defer_reason is DeferReason.NO_NET_GAIN
-    assert "decodes only 1.03x as fast" in findings.decision.reasons[0]
+    # a 1-4% lead is under the 3% a win needs at some bands and within the windows' spread at others
+    assert "not measurably faster" in findings.decision.reasons[0]
 
 
 def test_a_scope_that_wins_everywhere_yet_stays_rolled_back_for_speed_is_not_adopted() -> None:
@@ -392,3 +393,9 @@ def test_an_adoption_its_own_figures_contradict_is_deferred() -> None:
     assert decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft_p99=1.1), "s").decision.outcome is (
         DecisionOutcome.ADOPT_WITHIN_ENVELOPE
     )
+
+
+def test_two_identical_arms_are_never_adopted() -> None:
+    outcomes = [decide(pilot({"same": 0.7}, identical=True, seed=1000 * run), "same").decision for run in range(20)]
+    assert all(d.outcome is DecisionOutcome.DEFER for d in outcomes), [d.reasons[0] for d in outcomes]
+    assert {d.defer_reason for d in outcomes} == {DeferReason.NO_NET_GAIN}
