@@ -1,4 +1,5 @@
-"""Judge benchmark: how often identical arms flip, and how fast real slowdowns do, on simulated windows.
+"""Judge benchmark: how often identical arms flip or are adopted, and how fast real slowdowns flip, on
+simulated windows.
 
 Run on demand, not a test:
 
@@ -9,7 +10,9 @@ Traces: per-request decode seconds and committed tokens drawn from the mock's co
 (`specpilot.mockvllm.costmodel`: memory-bound steps T + s*(B - 1), rounds of k draft steps at cost
 ratio c plus one verification, acceptance per draft position alpha), with a load that drifts over the
 pilot and is shared by both arms, multiplicative jitter, rare stalls (preemptions), TTFT that grows
-with load, and rare errors, timeouts and rejections on both arms. Two acceptance models:
+with load, and rare errors, timeouts and rejections on both arms. The two arms are the speculative arm
+and the control arm (the baseline's engine at the speculative arm's size, taking exactly its share of
+the scope), so both run at the same offered load. Two acceptance models:
 
 - `varied`: each request's acceptance drawn from Beta(mean 0.7, concentration 15), as prompts of one
   task group differ (the harder case: it makes the per-window ratio four times noisier);
@@ -18,6 +21,17 @@ with load, and rare errors, timeouts and rejections on both arms. Two acceptance
 Each interval adds 40 requests per arm; a window is 5 intervals (200 requests per arm), so consecutive
 windows share 80% of their requests. Identical arms (A/A) draw both arms from one model; a slowdown
 multiplies the speculative arm's decode seconds (and so its end-to-end times) by 1 + slowdown.
+
+An A/A pilot also keeps the pilot's evidence store, compared with the control arm, as the operator
+does: every window the rollout judges is recorded (`evidence.record_window`, with its verdict; a window
+that began before the stage did adds to the totals only), at an offered load per replica shared by both
+arms and by production's baseline: the load path's sequences in flight per replica over the window's
+mean end-to-end time (Little's law). At the end the scope's decision is stated once
+(`decision.decide_scope` at confidence 0.95, in the state the rollout reached: RolledBack if it flipped,
+else Speculative, with its fallback record). On identical arms either is a false positive: a flip
+takes speculation away for nothing, and an adoption (AdoptWithinEnvelope or AdoptInLowLoadWindows)
+recommends it for a gain that is not there. The target: at most 1% of A/A pilots flip or state an
+adoption, met when the upper end of the share's 95% Wilson interval is at or below 1%.
 
 Judged side by side on the same traces:
 
@@ -30,10 +44,11 @@ Judged side by side on the same traces:
 - `static 1.0`, `static 1.1`: Flagger's rule: a window fails when the observed ratio is above the
   threshold, and failureLimit failed checks (Flagger's counter, not reset by a passing window) roll back.
 
-Tables: A/A (share of pilots with any flip over 200 windows); power with the slowdown there from the
-first window (windows to the first flip, and the chance of a flip within failureLimit + 1 windows);
-and power when the slowdown appears at window 101, once the scope has long been speculative, which is
-what the anytime-valid spending costs in delay.
+Tables: A/A (share of pilots with any flip over 200 windows; for the judge, the share that flip,
+that state an adoption, and that do either, against the target, and the decisions stated); power with
+the slowdown there from the first window (windows to the first flip, and the chance of a flip within
+failureLimit + 1 windows); and power when the slowdown appears at window 101, once the scope has long
+been speculative, which is what the anytime-valid spending costs in delay.
 """
 
 from __future__ import annotations
@@ -41,6 +56,7 @@ from __future__ import annotations
 import argparse
 import math
 import time
+from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -49,13 +65,16 @@ from statistics import NormalDist
 
 import numpy as np
 
+from specpilot.analysis.decision import decide_scope
+from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, record_window, watch_production, with_arms
 from specpilot.analysis.judge import judge_window, summarize
 from specpilot.analysis.rollout import Judged, Policy, Tick, advance
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import Analysis, Quality, Rollback, Scope
-from specpilot.api.status import ScopeState, ScopeStatus, Verdict
+from specpilot.api.status import DecisionOutcome, FallbackRecord, ScopeState, ScopeStatus, Verdict
 from specpilot.mockvllm.costmodel import CostParams
+from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 
 PER_INTERVAL = 40  # requests per arm per interval
@@ -69,6 +88,8 @@ T0 = datetime(2026, 1, 1, tzinfo=UTC)
 INTERVAL = ANALYSIS.interval
 WINDOW = ANALYSIS.window
 FAILURES = {RequestOutcome.UPSTREAM_ERROR: 0.002, RequestOutcome.TIMEOUT: 0.002, RequestOutcome.REJECTED: 0.001}
+ADOPTIONS = frozenset({DecisionOutcome.ADOPT_WITHIN_ENVELOPE, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS})
+TARGET = 0.01  # at most this share of A/A pilots may flip or state an adoption
 
 
 @dataclass(frozen=True)
@@ -82,20 +103,24 @@ class Job:
     windows: int
     seed: int
     stop_at_flip: bool
+    decide: bool = False  # keep the evidence store and state the scope's decision at the end
 
 
 @dataclass
 class Flips:
-    """First flipped window per pilot and method (NEVER when none), and failing windows seen."""
+    """First flipped window per pilot and method (NEVER when none), failing windows seen, and the
+    judge's decision per pilot ("Outcome" or "Defer/Reason"; in pilot order, as `first["judge"]`)."""
 
     first: dict[str, list[int]] = field(default_factory=dict)
     failing_windows: dict[str, list[int]] = field(default_factory=dict)
+    decisions: list[str] = field(default_factory=list)
 
     def add(self, other: Flips) -> None:
         for key, values in other.first.items():
             self.first.setdefault(key, []).extend(values)
         for key, values in other.failing_windows.items():
             self.failing_windows.setdefault(key, []).extend(values)
+        self.decisions.extend(other.decisions)
 
 
 # --- traces ---------------------------------------------------------------------------------------
@@ -127,8 +152,9 @@ def _arm(rng: np.random.Generator, load: np.ndarray, model: str) -> dict[str, np
     return {"decode": decode, "committed": committed, "ttft": ttft, **{o.value: n for o, n in failures.items()}}
 
 
-def traces(job: Job) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Speculative and baseline arms, shape (pilots, intervals, requests): one shared load path each."""
+def traces(job: Job) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], np.ndarray]:
+    """Speculative and control arms, shape (pilots, intervals, requests), and their shared load path,
+    shape (pilots, intervals): sequences in flight per replica."""
     rng = np.random.default_rng(job.seed)
     intervals = job.windows + SPAN - 1
     drift = np.zeros((job.pilots, intervals))
@@ -137,15 +163,24 @@ def traces(job: Job) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
         x = 0.8 * x + 0.6 * rng.standard_normal(job.pilots)
         drift[:, i] = x
     load = np.maximum(1, np.round(8 * np.exp(0.4 * drift)))
-    spec, base = _arm(rng, load, job.model), _arm(rng, load, job.model)
+    spec, control = _arm(rng, load, job.model), _arm(rng, load, job.model)
     # From the first window every interval is slow; a later onset starts with the newest interval of
     # window `onset`, so the windows after it carry more and more of the slowdown, as in production.
     factor = np.ones(intervals)
     factor[0 if job.onset == 1 else job.onset + SPAN - 2 :] = 1 + job.slowdown
     spec["decode"] = spec["decode"] * factor[None, :, None]
-    for arm in (spec, base):
+    for arm in (spec, control):
         arm["e2e"] = arm["ttft"] + arm["decode"] + 0.005
-    return spec, base
+    return spec, control, load
+
+
+def offered_load(spec: dict[str, np.ndarray], control: dict[str, np.ndarray], load: np.ndarray) -> np.ndarray:
+    """Offered load per replica for each pilot and window (pilots, windows), the same for both arms and
+    production: the window's mean sequences in flight per replica over the mean end-to-end time of both
+    arms' requests (Little's law), in requests per second per replica."""
+    in_flight = _window_sums(load[..., None]) / SPAN
+    e2e = (_window_sums(spec["e2e"]) + _window_sums(control["e2e"])) / (2 * SPAN * PER_INTERVAL)
+    return np.asarray(in_flight / e2e)
 
 
 # --- the judge, through the rollout --------------------------------------------------------------
@@ -169,13 +204,42 @@ def _engine(end: datetime) -> ArmEngine:
     return ArmEngine(kv_usage=((end - WINDOW, 0.4), (end, 0.4)), acceptance_length=2.8)
 
 
-def judge_pilot(spec: dict[str, np.ndarray], base: dict[str, np.ndarray], p: int, job: Job) -> dict[str, int]:
-    """First flip (1-based window) of the judge through the rollout, and of its tpct check alone."""
+def _window_load(offered: float, in_flight: float) -> WindowLoad:
+    """Both compared arms and production's baseline at the same offered load per replica."""
+    arm = ArmLoad(offered_per_replica=offered, in_flight_per_replica=in_flight, running_per_replica=in_flight)
+    return WindowLoad(
+        arms={Arm.SPECULATIVE: arm, Arm.CONTROL: arm, Arm.BASELINE: arm},
+        arrival_rate=2 * SPAN * PER_INTERVAL / WINDOW.total_seconds(),
+    )
+
+
+def _fresh_evidence() -> Evidence:
+    return with_arms(
+        Evidence(compared=Arm.CONTROL),
+        overlap=WINDOW / INTERVAL,
+        kv_blocks={},
+        gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1},
+    )
+
+
+def judge_pilot(
+    spec: dict[str, np.ndarray],
+    control: dict[str, np.ndarray],
+    p: int,
+    job: Job,
+    loads: tuple[np.ndarray, np.ndarray] | None = None,
+) -> tuple[dict[str, int], str | None]:
+    """First flip (1-based window) of the judge through the rollout, and of its tpct check alone; with
+    `loads` (offered load and sequences in flight per replica, per pilot and window), every window the
+    rollout judges is recorded into an evidence store compared with the control arm, and the scope's
+    decision is stated at the end."""
     quality = Quality()
     status = advance(ScopeStatus(name="bench"), Tick(), policy=POLICY, warm=True, now=T0).status
     judge_state: dict[str, float] = {}
     first = {"judge": NEVER, "judge, tpct only": NEVER}
     failing = {"judge": 0, "judge, tpct only": 0}
+    evidence = _fresh_evidence() if loads is not None else None
+    fallbacks: list[FallbackRecord] = []
     run = 0
     for t in range(job.windows):
         end = T0 + INTERVAL * (t + 1)
@@ -183,7 +247,7 @@ def judge_pilot(spec: dict[str, np.ndarray], base: dict[str, np.ndarray], p: int
             scope="bench",
             start=end - WINDOW,
             end=end,
-            baseline=_requests(base, p, t),
+            baseline=_requests(control, p, t),
             speculative=_requests(spec, p, t),
             baseline_engine=_engine(end),
             speculative_engine=_engine(end),
@@ -205,21 +269,51 @@ def judge_pilot(spec: dict[str, np.ndarray], base: dict[str, np.ndarray], p: int
                 start=window.start,
                 requests=PER_INTERVAL + sum(int(spec[o.value][p, t + SPAN - 1]) for o in FAILURES),
             )
-            status = advance(status, judged, policy=POLICY, warm=True, now=end).status
+            step = advance(status, judged, policy=POLICY, warm=True, now=end)
+            status = step.status
+            if step.record is not None:
+                fallbacks.append(step.record)
             if status.state is ScopeState.ROLLED_BACK:
                 first["judge"] = t + 1
+            if evidence is not None and loads is not None:
+                # As the operator records it: a window that began before its stage adds to the totals only.
+                load = _window_load(float(loads[0][p, t]), float(loads[1][p, t]))
+                started = status.stage_started_at
+                evidence = record_window(
+                    evidence,
+                    window,
+                    load,
+                    verdict=verdict.verdict,
+                    quality_failed=False,
+                    settled=started is None or started <= window.start,
+                )
+                evidence = watch_production(evidence, load)
         if job.stop_at_flip and all(v != NEVER for v in first.values()):
             break
-    return {**first, **{f"failing:{k}": v for k, v in failing.items()}}
+    counts = {**first, **{f"failing:{k}": v for k, v in failing.items()}}
+    if evidence is None:
+        return counts, None
+    flipped = first["judge"] != NEVER
+    decision = decide_scope(
+        "bench",
+        evidence,
+        fallbacks=fallbacks,
+        confidence=ANALYSIS.confidence,
+        state=ScopeState.ROLLED_BACK if flipped else ScopeState.SPECULATIVE,
+        ttft_ratio=ANALYSIS.thresholds.ttft.max_ratio,
+    ).decision
+    outcome = decision.outcome.value
+    return counts, outcome if decision.defer_reason is None else f"{outcome}/{decision.defer_reason.value}"
 
 
 # --- the same statistic and Flagger's rule, vectorised --------------------------------------------
 
 
 def _window_sums(x: np.ndarray) -> np.ndarray:
+    """Sums of x (pilots, intervals, requests) over each window's intervals: (pilots, windows)."""
     per_interval = x.sum(-1)
     cumulative = np.concatenate([np.zeros((x.shape[0], 1)), np.cumsum(per_interval, axis=1)], axis=1)
-    return cumulative[:, SPAN:] - cumulative[:, :-SPAN]
+    return np.asarray(cumulative[:, SPAN:] - cumulative[:, :-SPAN])
 
 
 def _log_ratio(arm: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
@@ -240,8 +334,8 @@ def _first(fails: np.ndarray, *, consecutive: bool) -> np.ndarray:
     return first
 
 
-def vectorised(spec: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    (ls, vs), (lb, vb) = _log_ratio(spec), _log_ratio(base)
+def vectorised(spec: dict[str, np.ndarray], control: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    (ls, vs), (lb, vb) = _log_ratio(spec), _log_ratio(control)
     log_ratio, se = ls - lb, np.sqrt(vs + vb)
     limit = math.log(ANALYSIS.thresholds.max_time_per_committed_token_ratio)
     naive = (log_ratio - limit) / se > NormalDist().inv_cdf(ANALYSIS.confidence)
@@ -254,15 +348,19 @@ def vectorised(spec: dict[str, np.ndarray], base: dict[str, np.ndarray]) -> dict
 
 
 def run_job(job: Job) -> Flips:
-    spec, base = traces(job)
+    spec, control, load = traces(job)
     flips = Flips()
-    for key, values in vectorised(spec, base).items():
+    for key, values in vectorised(spec, control).items():
         target = flips.failing_windows if key.startswith("failing:") else flips.first
         target[key.removeprefix("failing:")] = values.tolist()
+    loads = (offered_load(spec, control, load), _window_sums(load[..., None]) / SPAN) if job.decide else None
     for p in range(job.pilots):
-        for key, value in judge_pilot(spec, base, p, job).items():
+        counts, decision = judge_pilot(spec, control, p, job, loads)
+        for key, value in counts.items():
             target = flips.failing_windows if key.startswith("failing:") else flips.first
             target.setdefault(key.removeprefix("failing:"), []).append(value)
+        if decision is not None:
+            flips.decisions.append(decision)
     return flips
 
 
@@ -285,11 +383,16 @@ def _run(pool: ProcessPoolExecutor, jobs: list[Job]) -> Flips:
     return total
 
 
-def _wilson(hits: int, n: int) -> str:
+def _wilson_bounds(hits: int, n: int) -> tuple[float, float]:
     z = 1.96
     centre = (hits + z * z / 2) / (n + z * z)
     half = z * math.sqrt(hits * (n - hits) / n + z * z / 4) / (n + z * z)
-    return f"[{max(0.0, centre - half):.2%}, {min(1.0, centre + half):.2%}]"
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _wilson(hits: int, n: int) -> str:
+    low, high = _wilson_bounds(hits, n)
+    return f"[{low:.2%}, {high:.2%}]"
 
 
 def aa_table(flips: Flips, *, model: str, windows: int) -> None:
@@ -302,6 +405,36 @@ def aa_table(flips: Flips, *, model: str, windows: int) -> None:
         hits = int((first != NEVER).sum())
         failing = float(np.mean(flips.failing_windows[method]))
         print(f"| {method:18} | {hits / n:>14.2%} | {_wilson(hits, n):17} | {failing:>25.2f} |")
+    if flips.decisions:
+        _false_positives(flips)
+
+
+def _false_positives(flips: Flips) -> None:
+    """The judge's pilots that flip, that state an adoption, and that do either, against the target."""
+    flipped = np.array(flips.first["judge"]) != NEVER
+    adopted = np.array([d.split("/")[0] in ADOPTIONS for d in flips.decisions])
+    n = len(flipped)
+    print(f"\nA/A against the control arm, judge through the rollout then decide_scope: {n} pilots")
+    print(f"| {'pilots that':28} | pilots | share  | 95% interval      |")
+    print(f"|{'-' * 30}|--------|--------|-------------------|")
+    for what, hits in (
+        ("flip (RolledBack)", flipped),
+        ("state an adoption", adopted),
+        ("flip or state an adoption", flipped | adopted),
+    ):
+        k = int(hits.sum())
+        print(f"| {what:28} | {k:>6} | {k / n:>6.2%} | {_wilson(k, n):17} |")
+    k = int((flipped | adopted).sum())
+    share, high = k / n, _wilson_bounds(k, n)[1]
+    if high <= TARGET:
+        met = f"met (upper 95% bound {high:.2%})"
+    elif share <= TARGET:
+        met = f"not shown: {share:.2%} observed, but the upper 95% bound is {high:.2%} with {n} pilots"
+    else:
+        met = f"not met ({share:.2%} observed, 95% interval {_wilson(k, n)})"
+    print(f"Target: at most {TARGET:.0%} of A/A pilots flip or state an adoption: {met}")
+    stated = Counter(flips.decisions)
+    print("Decisions stated: " + ", ".join(f"{d} {c / n:.1%}" for d, c in stated.most_common()))
 
 
 def power_table(results: dict[float, Flips], *, model: str, onset: int) -> None:
@@ -347,7 +480,7 @@ def main() -> None:
     )
     with ProcessPoolExecutor(args.workers) as pool:
         for model in args.models.split(","):
-            aa = _run(pool, list(_jobs(Job(model, 0.0, 1, args.pilots, args.windows, args.seed, False))))
+            aa = _run(pool, list(_jobs(Job(model, 0.0, 1, args.pilots, args.windows, args.seed, False, decide=True))))
             aa_table(aa, model=model, windows=args.windows)
             power = {
                 s: _run(pool, list(_jobs(Job(model, s, 1, args.pilots, 60, args.seed + 1, True))))

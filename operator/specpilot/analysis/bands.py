@@ -23,10 +23,12 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from statistics import NormalDist
 
 from specpilot.analysis.evidence import BinArm, Moments, bin_bounds
 
 MIN_BAND_WINDOWS = 3
+MIN_GAIN = 1.03  # a band is a win only when speculation is at least 3% faster there
 MIN_RELATIVE_SE = 0.01  # no band mean is known better than 1%: the windows overlap and drift
 DRAWS = 1000
 
@@ -140,6 +142,7 @@ class Comparison:
 
     band: Band
     compared: Band | None  # None: the compared arm was never measured at these loads
+    confidence: float = 0.95  # of a win: one-sided, against the spread of both arms' windows
 
     @property
     def ratio(self) -> float | None:
@@ -152,12 +155,22 @@ class Comparison:
 
     @property
     def wins(self) -> bool:
-        return self.ratio is not None and self.ratio < 1.0
+        """Speculation is faster here by `MIN_GAIN` or more, beyond the spread of both arms' windows at
+        `confidence`: two identical arms never win by chance alone."""
+        spec, ref = self.band, self.compared
+        if ref is None or self.ratio is None or self.ratio > 1 / MIN_GAIN:
+            return False
+        return ref.tpct - spec.tpct > NormalDist().inv_cdf(self.confidence) * math.hypot(spec.tpct_se, ref.tpct_se)
 
 
-def compare(speculative: Sequence[Band], compared: Mapping[int, BinArm], *, overlap: float = 1.0) -> list[Comparison]:
+def compare(
+    speculative: Sequence[Band], compared: Mapping[int, BinArm], *, overlap: float = 1.0, confidence: float = 0.95
+) -> list[Comparison]:
     """Each speculative band against the compared arm's windows in the same bins."""
-    return [Comparison(band=band, compared=matched(band, compared, overlap=overlap)) for band in speculative]
+    return [
+        Comparison(band=band, compared=matched(band, compared, overlap=overlap), confidence=confidence)
+        for band in speculative
+    ]
 
 
 @dataclass(frozen=True, kw_only=True)

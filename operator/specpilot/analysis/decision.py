@@ -21,8 +21,8 @@ beyond the loads the compared arm ran at (`bands.compare`). A scope is decided, 
      under the same contradiction checks;
    - otherwise: **Defer, NoNetGain**.
 
-A band is a win only when speculation is faster by `MIN_END_TO_END_GAIN` or more, beyond the spread
-of both arms' windows at analysis.confidence: two identical arms are never adopted on noise.
+A band is a win only when speculation is faster by `bands.MIN_GAIN` or more, beyond the spread of
+both arms' windows at analysis.confidence: two identical arms are never adopted on noise.
 
 Every adoption states the share of production's windows whose load lies within it.
 
@@ -43,7 +43,7 @@ from datetime import datetime
 from itertools import takewhile
 from statistics import NormalDist
 
-from specpilot.analysis.bands import Band, Comparison, Crossover, bands, compare, crossover
+from specpilot.analysis.bands import MIN_GAIN, Band, Comparison, Crossover, bands, compare, crossover
 from specpilot.analysis.evidence import (
     BINS_PER_OCTAVE,
     ArmTotals,
@@ -69,7 +69,7 @@ from specpilot.wire.names import Arm
 
 MIN_WINDOWS = 3
 DEFAULT_TTFT_RATIO = Thresholds().ttft.max_ratio
-MIN_END_TO_END_GAIN = 1.03  # below 3% end to end, speculation is not worth its memory and risk
+MIN_END_TO_END_GAIN = MIN_GAIN  # below 3% end to end, speculation is not worth its memory and risk
 SETTLED = frozenset({ScopeState.SPECULATIVE, ScopeState.ROLLED_BACK})
 
 
@@ -285,15 +285,6 @@ def _ttft_over(comparisons: Sequence[Comparison], max_ratio: float, confidence: 
     return None
 
 
-def _clear_win(comparison: Comparison, confidence: float) -> bool:
-    """Speculation is faster at a matched band by at least `MIN_END_TO_END_GAIN`, beyond the spread of
-    the two arms' windows at `confidence` (one-sided): two identical arms never win by chance alone."""
-    spec, ref = comparison.band, comparison.compared
-    if ref is None or comparison.ratio is None or comparison.ratio > 1 / MIN_END_TO_END_GAIN:
-        return False
-    return ref.tpct - spec.tpct > NormalDist().inv_cdf(confidence) * math.hypot(spec.tpct_se, ref.tpct_se)
-
-
 def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
     """The compared arm's mean end-to-end time over the speculative arm's, over matched bands (each
     weighted by its windows): what users saw, at the loads compared."""
@@ -344,7 +335,11 @@ def decide_scope(
     scope = evidence.scopes.get(name, ScopeEvidence())
     compared = evidence.compared
     arm_bands = {arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap)) for arm in Arm}
-    comparisons = tuple(compare(arm_bands[Arm.SPECULATIVE], scope.bins.get(compared, {}), overlap=evidence.overlap))
+    comparisons = tuple(
+        compare(
+            arm_bands[Arm.SPECULATIVE], scope.bins.get(compared, {}), overlap=evidence.overlap, confidence=confidence
+        )
+    )
     measured = [c for c in comparisons if c.measured]
     cross = crossover(comparisons, confidence=confidence)
     share = decode_share(scope, compared)
@@ -406,7 +401,7 @@ def decide_scope(
             f"at least {MIN_WINDOWS} are needed to state a decision."
         )
         return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share, coverage))
-    wins = [c for c in measured if _clear_win(c, confidence)]
+    wins = [c for c in measured if c.wins]
     flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
     if wins and len(wins) == len(measured) and flip is not None:
         # "Wins at every load" and "flipped back for speed" cannot both stand: the flip is the evidence

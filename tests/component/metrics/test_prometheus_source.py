@@ -255,12 +255,18 @@ async def collect_both(
             if elapsed >= seconds - closes * interval and due and previous is not None:
                 last_close = elapsed
                 windows = {
-                    name: {sc: measurements.window(sc, analysis=sources[name], end=now) for sc in SCOPES}
+                    name: {
+                        sc: measurements.window(sc, analysis=sources[name], end=now, compared=Arm.BASELINE)
+                        for sc in SCOPES
+                    }
                     for name, measurements in zip(collectors, measured, strict=True)
                 }
                 # The noise of the scrape times, measured: direct scraping against itself, one cycle earlier.
                 direct = measured[list(collectors).index("direct")]
-                windows["earlier"] = {sc: direct.window(sc, analysis=sources["direct"], end=previous) for sc in SCOPES}
+                windows["earlier"] = {
+                    sc: direct.window(sc, analysis=sources["direct"], end=previous, compared=Arm.BASELINE)
+                    for sc in SCOPES
+                }
                 closed.append(windows)
             previous = now
             if collected is not None:

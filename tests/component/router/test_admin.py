@@ -80,7 +80,7 @@ async def test_health_readiness_and_effective_routes(make_router: HarnessFactory
     async with h.client.get(f"{h.admin}/routes") as resp:
         routes = await resp.json()
     assert routes["generation"] == 1 and routes["tableFallback"] is None
-    assert routes["scopes"]["code"]["weights"] == {"baseline": 100, "speculative": 0, "alternative": 0}
+    assert routes["scopes"]["code"]["weights"] == {"baseline": 100, "speculative": 0, "control": 0, "alternative": 0}
     assert routes["scopes"]["code"]["fallbacks"] == ["speculative_unavailable"]
     assert routes["endpoints"]["speculative"] == []
 

@@ -180,7 +180,7 @@ async def test_the_first_list_fills_the_state_with_selectors_and_credentials(
     selectors = {q.get("fieldSelector") or q.get("labelSelector") for q in api.queries}
     assert selectors == {
         "metadata.name=p1-routes",
-        "kubernetes.io/service-name in (p1-baseline,p1-speculative,p1-alternative)",
+        "kubernetes.io/service-name in (p1-baseline,p1-speculative,p1-control,p1-alternative)",
     }
     watch = next(q for q in api.queries if q.get("watch") == "1")
     assert watch["resourceVersion"] and watch["allowWatchBookmarks"] == "true"

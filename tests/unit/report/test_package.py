@@ -78,7 +78,8 @@ def test_speculation_is_set_against_the_control_arm_at_the_same_offered_load(evi
         assert comparison["ratio"] == pytest.approx(
             comparison["speculativeSeconds"] / comparison["comparedSeconds"], rel=1e-3
         )
-        assert comparison["speculationWins"] is (comparison["ratio"] < 1)
+        if comparison["speculationWins"]:  # a win is at least 3% faster, beyond the windows' spread
+            assert comparison["ratio"] <= 1 / 1.03
     assert set(low["progress"]) == {"control", "speculative"}
     assert low["progress"]["control"]["offeredPerReplicaMean"] == pytest.approx(sum(LOADS) / len(LOADS), rel=0.01)
     assert report["arms"]["control"]["role"] == "compared"
@@ -97,9 +98,10 @@ def test_production_is_watched_and_the_comparison_priced(evidence: Evidence) -> 
     assert production["offeredPerReplica"]["max"] >= max(LOADS) / 2
     decisions = {s["name"]: s["decision"] for s in report["scopes"]}
     assert production["productionCovered"] == {
-        name: decision.get("productionCovered") for name, decision in decisions.items()
+        name: pytest.approx(decision.get("productionCovered"), abs=1e-4) for name, decision in decisions.items()
     }
-    assert production["productionCovered"]["low"] == pytest.approx(1.0)  # production runs below the crossover
+    assert production["productionCovered"]["never"] is None  # deferred: covers nothing
+    assert 0.5 < production["productionCovered"]["low"] <= 1  # production runs at half the pilot's loads
     hours = 4 * len(LOADS) * INTERVAL.total_seconds() / 3600
     assert report["comparisonCost"] == {
         "gpus": 1,
