@@ -29,6 +29,7 @@ from specpilot.analysis.evidence import BinArm, Moments, bin_bounds
 
 MIN_BAND_WINDOWS = 3
 MIN_GAIN = 1.03  # a band is a win only when speculation is at least 3% faster there
+MIN_INDEPENDENT = MIN_BAND_WINDOWS  # and only on as many windows' worth of requests no two windows share
 MIN_RELATIVE_SE = 0.01  # no band mean is known better than 1%: the windows overlap and drift
 DRAWS = 1000
 
@@ -44,6 +45,7 @@ class Band:
     load: float  # mean load of its windows
     in_flight: float | None  # mean router requests in flight per replica
     windows: int
+    independent: float  # windows / overlap: how many windows' worth of distinct requests it holds
     tpct: float  # mean time per committed token, seconds
     tpct_se: float  # its standard error
     ttft_p99: float | None  # mean over its windows of each window's p99 time to first token, seconds
@@ -83,15 +85,17 @@ def _spread(moments: Moments, overlap: float) -> float | None:
     return None if sd is None else sd / math.sqrt(max(1.0, moments.n / max(1.0, overlap)))
 
 
-def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: int = MIN_BAND_WINDOWS) -> list[Band]:
-    """The arm's bands, lowest load first; a window short tail joins the band below it."""
+def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: float = MIN_BAND_WINDOWS) -> list[Band]:
+    """The arm's bands, lowest load first, each holding `min_windows` windows' worth of distinct requests
+    (so `min_windows` x overlap windows); a short tail joins the band below it."""
+    target = min_windows * max(1.0, overlap)
     groups: list[list[int]] = []
     current: list[int] = []
     for index in sorted(bins):
         if bins[index].tpct.n == 0:
             continue
         current.append(index)
-        if sum(bins[i].tpct.n for i in current) >= min_windows:
+        if sum(bins[i].tpct.n for i in current) >= target - 1e-9:
             groups.append(current)
             current = []
     if current:
@@ -117,6 +121,7 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: int 
                 load=load,
                 in_flight=cell.in_flight.mean,
                 windows=cell.tpct.n,
+                independent=cell.tpct.n / max(1.0, overlap),
                 tpct=tpct,
                 tpct_se=_se(cell.tpct, overlap, pooled),
                 ttft_p99=cell.ttft_p99.mean,
@@ -132,7 +137,7 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: int 
 def matched(band: Band, bins: Mapping[int, BinArm], *, overlap: float = 1.0) -> Band | None:
     """The compared arm's windows in the band's own bins, as one band; None where it has none."""
     inside = {index: cell for index, cell in bins.items() if band.first <= index <= band.last}
-    found = bands(inside, overlap=overlap, min_windows=sum(cell.tpct.n for cell in inside.values()) or 1)
+    found = bands(inside, overlap=overlap, min_windows=math.inf)  # one band of every bin inside
     return found[0] if found else None
 
 
@@ -155,10 +160,13 @@ class Comparison:
 
     @property
     def wins(self) -> bool:
-        """Speculation is faster here by `MIN_GAIN` or more, beyond the spread of both arms' windows at
-        `confidence`: two identical arms never win by chance alone."""
+        """Speculation is faster here by `MIN_GAIN` or more, on `MIN_INDEPENDENT` windows' worth of
+        requests or more, beyond the spread of both arms' windows at `confidence`: two identical arms
+        never win by chance alone (overlapping windows share requests, so a few of them understate it)."""
         spec, ref = self.band, self.compared
         if ref is None or self.ratio is None or self.ratio > 1 / MIN_GAIN:
+            return False
+        if min(spec.independent, ref.independent) < MIN_INDEPENDENT:
             return False
         return ref.tpct - spec.tpct > NormalDist().inv_cdf(self.confidence) * math.hypot(spec.tpct_se, ref.tpct_se)
 

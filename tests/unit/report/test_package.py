@@ -64,7 +64,8 @@ def test_speculation_is_set_against_the_control_arm_at_the_same_offered_load(evi
     low = next(s for s in report["scopes"] if s["name"] == "low")
     assert set(low["bands"]) == {"control", "speculative"}
     assert [b["load"] for b in low["bands"]["control"]] == [b["load"] for b in low["bands"]["speculative"]]
-    assert min(c["load"] for c in low["comparisons"]) == min(LOADS)  # requests per second, not concurrency
+    lowest = min(c["load"] for c in low["comparisons"])  # requests per second, not concurrency
+    assert min(LOADS) <= lowest < 1 and lowest == low["bands"]["speculative"][0]["load"]
     for comparison in low["comparisons"]:
         assert set(comparison) == {
             "load",
