@@ -174,9 +174,12 @@ class Comparison:
 def compare(
     speculative: Sequence[Band], compared: Mapping[int, BinArm], *, overlap: float = 1.0, confidence: float = 0.95
 ) -> list[Comparison]:
-    """Each speculative band against the compared arm's windows in the same bins."""
+    """Each speculative band against the compared arm's windows in the same bins; every band's win is
+    tested at `confidence` shared among the bands (Bonferroni), so that a pilot of many bands is no more
+    likely to find a win by chance than one of a single band."""
+    each = 1 - (1 - confidence) / max(1, len(speculative))
     return [
-        Comparison(band=band, compared=matched(band, compared, overlap=overlap), confidence=confidence)
+        Comparison(band=band, compared=matched(band, compared, overlap=overlap), confidence=each)
         for band in speculative
     ]
 
