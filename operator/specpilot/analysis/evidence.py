@@ -286,7 +286,9 @@ def record_window(
 ) -> Evidence:
     """The evidence with one more window of one scope; unchanged for a window without traffic, or
     one at or before the newest the scope already holds (a restarted operator judging it again).
-    A window that is not `settled` (the scope's weight changed within it) adds to the totals only."""
+    A window that is not `settled` (the scope's weight changed within it) adds to the totals only; an
+    inconclusive one (too few requests, gaps in the samples, another scope's KV pressure) only to the
+    counts: what it measured is not evidence either way."""
     scope = evidence.scopes.get(window.scope, ScopeEvidence())
     compared = evidence.compared
     arms = {compared: window.baseline, Arm.SPECULATIVE: window.speculative}
@@ -297,7 +299,8 @@ def record_window(
     bins = {arm: dict(scope.bins.get(arm, {})) for arm in arms}
     totals = dict(scope.totals)
     loads = matched_load(load, compared)
-    for arm, requests in arms.items():
+    counted = verdict is not Verdict.INCONCLUSIVE
+    for arm, requests in arms.items() if counted else ():
         arm_load = load.arms.get(arm, ArmLoad(offered_per_replica=None))
         totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
         value = loads.get(arm)
