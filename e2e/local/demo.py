@@ -93,9 +93,9 @@ def summary() -> None:
     for scope in final.get("scopes", []):
         print(scope_line(scope))
         print(f"         last window: {(scope.get('lastWindow') or {}).get('reason', '')[:160]}")
-    events = json.loads(
-        kubectl("get", "events", "--field-selector", "involvedObject.kind=SpeculationPilot", "-o", "json")
-    )["items"]
+    uid = json.loads(kubectl("get", "speculationpilot", PILOT, "-o", "json"))["metadata"]["uid"]
+    selector = f"involvedObject.kind=SpeculationPilot,involvedObject.uid={uid}"  # this run's pilot only
+    events = json.loads(kubectl("get", "events", "--field-selector", selector, "-o", "json"))["items"]
     print("\n  path (Events, oldest first):")
     for event in sorted(events, key=lambda e: e.get("firstTimestamp") or e["metadata"]["creationTimestamp"]):
         if event["reason"].startswith("Scope") or event["reason"] in ("RoutesTaken", "PilotReady"):
@@ -108,6 +108,14 @@ def summary() -> None:
         )
 
 
+EVIDENCE_SECONDS = 150
+
+
+def _waiting_for_evidence(found: dict[str, Any]) -> bool:
+    scopes = [scope.get("decision") or {} for scope in found.get("scopes", [])]
+    return any(d.get("deferReason") == "InsufficientEvidence" for d in scopes)
+
+
 def decisions() -> Path | None:
     """The decisions the operator states once every scope has settled, and the handover package."""
     say("Decisions (stated by the operator once every scope settled), and the handover package")
@@ -118,6 +126,10 @@ def decisions() -> Path | None:
         kubectl("annotate", f"speculationpilot/{PILOT}", "specpilot.io/decide=demo", "--overwrite")
         while not status().get("decision") and time.monotonic() < deadline + 30:
             time.sleep(1)
+    # A decision stated on too little evidence is revised as windows come in (DecisionRevised): the load
+    # keeps running until no scope waits for evidence any more.
+    while _waiting_for_evidence(status()) and time.monotonic() < deadline + EVIDENCE_SECONDS:
+        time.sleep(5)
     final = status()
     decision = final.get("decision") or {}
     print(f"  pilot: {decision.get('outcome', 'no decision stated')}")

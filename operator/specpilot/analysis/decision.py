@@ -6,14 +6,15 @@ beyond the loads the compared arm ran at (`bands.compare`). A scope is decided, 
 
 1. **Defer, QualityRegression**: a quality gate failed in a window, or flipped the scope back.
 2. **Defer, MemoryPressure**: the scope was flipped back for the speculative arm's KV cache.
-3. **Defer, InsufficientEvidence**: fewer than `MIN_WINDOWS` windows at matched loads.
-4. Each speculative load band against the compared arm in the same bins:
-   - wins at every matched band, yet still rolled back for speed or latency: the flip shows a load
-     where it loses (**Defer, NoNetGain**);
+3. **Defer, NoNetGain**: the scope stays rolled back for speed or latency and wins nowhere, or
+   "everywhere": the flip shows a load where it loses.
+4. **Defer, InsufficientEvidence**: fewer than `bands.MIN_INDEPENDENT` windows' worth of distinct
+   requests at matched loads.
+5. Each speculative load band against the compared arm in the same bins:
    - wins at every matched band: adopted, unless the decode gain is under `MIN_END_TO_END_GAIN`
      itself (**Defer, NoNetGain**), implies less than that end to end at the scope's decode share
      (**Defer, BottleneckElsewhere**), or its own figures contradict adoption: an observed end-to-end
-     gain below 1, or a TTFT p99 over the limit at a matched band (**Defer, NoNetGain**). Adopted
+     gain below 1, or a TTFT p99 over the limit across its matched bands (**Defer, NoNetGain**). Adopted
      **AdoptWithinEnvelope** when the bands reach production's p95 load, else
      **AdoptInLowLoadWindows** below the highest load it was measured winning at;
    - wins from the lowest band up to a load, and not above it: **AdoptInLowLoadWindows** below it
@@ -43,7 +44,16 @@ from datetime import datetime
 from itertools import takewhile
 from statistics import NormalDist
 
-from specpilot.analysis.bands import MIN_GAIN, Band, Comparison, Crossover, bands, compare, crossover
+from specpilot.analysis.bands import (
+    MIN_GAIN,
+    MIN_INDEPENDENT,
+    Band,
+    Comparison,
+    Crossover,
+    bands,
+    compare,
+    crossover,
+)
 from specpilot.analysis.evidence import (
     BINS_PER_OCTAVE,
     ArmTotals,
@@ -67,7 +77,6 @@ from specpilot.api.status import (
 )
 from specpilot.wire.names import Arm
 
-MIN_WINDOWS = 3
 DEFAULT_TTFT_RATIO = Thresholds().ttft.max_ratio
 MIN_END_TO_END_GAIN = MIN_GAIN  # below 3% end to end, speculation is not worth its memory and risk
 SETTLED = frozenset({ScopeState.SPECULATIVE, ScopeState.ROLLED_BACK})
@@ -394,24 +403,26 @@ def decide_scope(
         )
         sentence = f"{name}: the speculative arm ran out of KV cache and the scope was flipped back{detail}."
         return findings(_defer(DeferReason.MEMORY_PRESSURE, sentence, share))
-    windows = sum(c.band.windows for c in measured)
-    if windows < MIN_WINDOWS:
-        sentence = (
-            f"{name}: {windows} window(s) measured speculation against {_arm(compared)} at the same load; "
-            f"at least {MIN_WINDOWS} are needed to state a decision."
-        )
-        return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share, coverage))
     wins = [c for c in measured if c.wins]
     flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
-    if wins and len(wins) == len(measured) and flip is not None:
-        # "Wins at every load" and "flipped back for speed" cannot both stand: the flip is the evidence
-        # of a load where it loses. (Winning below a crossover and losing above it can.)
+    if flip is not None and (not wins or len(wins) == len(measured)):
+        # The flip is evidence of a load where speculation loses: with no win measured, or "wins at every
+        # load" beside it, the scope is not adopted. (Winning below a crossover and losing above it can.)
+        ratios = f" although time per committed token reads {_ratios(measured)} {_arm(compared)}'s" if wins else ""
         sentence = (
             f"{name}: its windows flipped it back to ordinary decoding ({flip.reason.value} on {flip.metric.value}"
-            f"{_observed(flip)}) and it stays rolled back, so it is not adopted although time per committed token "
-            f"reads {_ratios(measured)} {_arm(compared)}'s at the loads measured."
+            f"{_observed(flip)}) and it stays rolled back, so it is not adopted{ratios}."
         )
         return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))
+    independent = sum(c.band.independent for c in measured)
+    if independent < MIN_INDEPENDENT:
+        windows = sum(c.band.windows for c in measured)
+        sentence = (
+            f"{name}: {windows} window(s) measured speculation against {_arm(compared)} at the same load, "
+            f"{independent:.1f} windows' worth of distinct requests; at least {MIN_INDEPENDENT:g} are needed to "
+            "state a decision."
+        )
+        return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share, coverage))
     if len(wins) == len(measured):
         top = max(c.band.load for c in measured)
         gain = share.implied_gain if share else None

@@ -11,7 +11,6 @@ import pytest
 from specpilot.analysis.bands import bands, compare, crossover
 from specpilot.analysis.decision import (
     MIN_END_TO_END_GAIN,
-    MIN_WINDOWS,
     cost_view,
     decide_pilot,
     decide_scope,
@@ -101,7 +100,7 @@ def test_quality_memory_and_evidence_defer_before_speed() -> None:
     memory = decide(evidence, "kv", (kv,)).decision
     assert memory.defer_reason is DeferReason.MEMORY_PRESSURE
     assert "800 KV blocks per replica against the baseline's 1000" in memory.reasons[0]
-    short = pilot({"s": 0.95}, loads=(2,), per_load=MIN_WINDOWS - 1)
+    short = pilot({"s": 0.95}, loads=(2,), per_load=2)  # two windows' worth, overlapping
     assert decide(short, "s").decision.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
     assert decide(short, "missing").decision.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
 
@@ -152,6 +151,14 @@ def test_a_scope_that_wins_everywhere_yet_stays_rolled_back_for_speed_is_not_ado
     low_flip = flip.model_copy(update={"scope": "low", "metric": MetricName.TIME_PER_COMMITTED_TOKEN_RATIO})
     low = decide_scope("low", evidence, fallbacks=[low_flip], confidence=0.9, state=ScopeState.ROLLED_BACK)
     assert low.decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    # Flipped for speed after two windows and never winning: the flip is the evidence, not too little of it.
+    short = pilot({"never": 0.1}, loads=(2,), per_load=2)
+    never_flip = flip.model_copy(update={"scope": "never", "metric": MetricName.TIME_PER_COMMITTED_TOKEN_RATIO})
+    never = decide_scope("never", short, fallbacks=[never_flip], confidence=0.9, state=ScopeState.ROLLED_BACK)
+    assert never.decision.defer_reason is DeferReason.NO_NET_GAIN and "flipped it back" in never.decision.reasons[0]
+    assert decide_scope("never", short, fallbacks=[], confidence=0.9).decision.defer_reason is (
+        DeferReason.INSUFFICIENT_EVIDENCE
+    )
 
 
 def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_interval() -> None:

@@ -175,3 +175,10 @@ def test_a_window_the_weight_changed_within_stays_out_of_the_load_bins_and_produ
     # the compared pair shares one bin, at their mean load; production's 6 per replica is watched
     assert {tuple(cells) for cells in settled.scopes[name].bins.values()} == {(load_bin(2.0),)}
     assert settled.production == {load_bin(6.0): 1}
+    # an inconclusive window is counted, and nothing it measured is kept
+    inconclusive = promoted.model_copy(
+        update={"stage_started_at": None, "last_window": WindowSummary(end=END, verdict=Verdict.INCONCLUSIVE)}
+    )
+    held = recorded(inconclusive).scopes[name]
+    assert held.windows == 1 and held.verdicts == {Verdict.INCONCLUSIVE: 1}
+    assert held.bins == {} and held.totals == {}
