@@ -49,7 +49,6 @@ class Band:
     tpct: float  # mean time per committed token, seconds
     tpct_se: float  # its standard error
     ttft_p99: float | None  # mean over its windows of each window's p99 time to first token, seconds
-    ttft_p99_se: float | None  # its standard error
     e2e: float | None  # mean end-to-end time of ok requests, seconds
     routed: int
     on_time: int
@@ -77,12 +76,6 @@ def _se(tpct: Moments, overlap: float, pooled_cv: float | None) -> float:
     if sd is None:
         sd = (pooled_cv or 0.1) * mean
     return max(sd / math.sqrt(effective), MIN_RELATIVE_SE * mean)
-
-
-def _spread(moments: Moments, overlap: float) -> float | None:
-    """Standard error of a mean over overlapping windows; None below two windows."""
-    sd = moments.sd
-    return None if sd is None else sd / math.sqrt(max(1.0, moments.n / max(1.0, overlap)))
 
 
 def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: float = MIN_BAND_WINDOWS) -> list[Band]:
@@ -125,7 +118,6 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: floa
                 tpct=tpct,
                 tpct_se=_se(cell.tpct, overlap, pooled),
                 ttft_p99=cell.ttft_p99.mean,
-                ttft_p99_se=_spread(cell.ttft_p99, overlap),
                 e2e=cell.e2e.mean,
                 routed=cell.routed,
                 on_time=cell.on_time,

@@ -42,7 +42,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import takewhile
-from statistics import NormalDist
 
 from specpilot.analysis.bands import (
     MIN_GAIN,
@@ -280,18 +279,17 @@ def _ratios(comparisons: Sequence[Comparison]) -> str:
     return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.2f}" for c in comparisons if c.ratio is not None)
 
 
-def _ttft_over(comparisons: Sequence[Comparison], max_ratio: float, confidence: float) -> Comparison | None:
-    """The first matched band whose TTFT p99 exceeds `max_ratio` times the compared arm's, beyond the
-    spread of its windows at `confidence` (one-sided)."""
-    z = NormalDist().inv_cdf(confidence)
-    for c in comparisons:
-        spec, ref = c.band, c.compared
-        if ref is None or spec.ttft_p99 is None or not ref.ttft_p99:
-            continue
-        spread = math.hypot(spec.ttft_p99_se or 0.0, max_ratio * (ref.ttft_p99_se or 0.0))
-        if spec.ttft_p99 - max_ratio * ref.ttft_p99 > z * spread:
-            return c
-    return None
+def ttft_ratio(comparisons: Sequence[Comparison]) -> float | None:
+    """The speculative arm's TTFT p99 over the compared arm's across matched bands (each band's mean
+    of its windows' p99, weighted by its windows): the tail the report shows."""
+    pairs = [
+        (c.band.windows, c.band.ttft_p99, c.compared.ttft_p99)
+        for c in comparisons
+        if c.compared is not None and c.band.ttft_p99 is not None and c.compared.ttft_p99
+    ]
+    spec = sum(n * value for n, value, _ in pairs if value is not None)
+    ref = sum(n * value for n, _, value in pairs if value is not None)
+    return spec / ref if pairs and ref > 0 else None
 
 
 def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
@@ -309,8 +307,7 @@ def _adoption_blocked(
     share: DecodeShare | None,
     compared: Arm,
     *,
-    ttft_ratio: float,
-    confidence: float,
+    max_ttft: float,
 ) -> str | None:
     """Why a scope that decodes faster at `comparisons` is still not adopted: its own figures there
     would contradict it."""
@@ -320,11 +317,11 @@ def _adoption_blocked(
             f"{name}: speculation decodes faster ({_ratios(comparisons)}), yet its requests took longer end to "
             f"end than on {_arm(compared)} at the same loads (observed gain {gain:.2f}x)."
         )
-    slow = _ttft_over(comparisons, ttft_ratio, confidence)
-    if slow is not None and slow.compared is not None and slow.band.ttft_p99 and slow.compared.ttft_p99:
+    tail = ttft_ratio(comparisons)
+    if tail is not None and tail > max_ttft:
         return (
-            f"{name}: its time to first token p99 runs {slow.band.ttft_p99 / slow.compared.ttft_p99:.2f}x "
-            f"{_arm(compared)}'s at {_load(slow.band.load)}, above the {ttft_ratio:.2f}x limit."
+            f"{name}: its time to first token p99 runs {tail:.2f}x {_arm(compared)}'s at the loads it wins at, "
+            f"above the {max_ttft:.2f}x limit."
         )
     return None
 
@@ -440,7 +437,7 @@ def decide_scope(
                 "is elsewhere."
             )
             return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share, coverage))
-        blocked = _adoption_blocked(name, measured, share, compared, ttft_ratio=ttft_ratio, confidence=confidence)
+        blocked = _adoption_blocked(name, measured, share, compared, max_ttft=ttft_ratio)
         if blocked is not None:
             return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
         p95 = production_quantile(evidence.production, 0.95)
@@ -461,7 +458,7 @@ def decide_scope(
     if prefix:
         below = prefix[-1].band.load
         crossing = cross if cross is not None and cross.load >= below else None
-        blocked = _adoption_blocked(name, prefix, share, compared, ttft_ratio=ttft_ratio, confidence=confidence)
+        blocked = _adoption_blocked(name, prefix, share, compared, max_ttft=ttft_ratio)
         if blocked is not None:
             return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
         if crossing is not None:

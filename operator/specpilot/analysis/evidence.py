@@ -135,7 +135,10 @@ class ScopeEvidence(ApiModel):
     quality_failed: Annotated[int, Field(ge=0)] = 0
     """Windows with a failing probe or webhook check."""
     unsettled: Annotated[int, Field(ge=0)] = 0
-    """Windows kept out of the load bins: the scope's weight changed within them."""
+    """Windows kept out of the load bins: the scope's weight, or the speculative arm's mix, changed within them."""
+    mix_changed_at: datetime | None = None
+    """When another scope last left the speculative arm: what was measured before describes an arm that
+    ran another mix of requests, so the scope's bins and totals start again from there."""
     last_end: datetime | None = None
     """End of the newest window recorded: an older or equal one is not counted again."""
     arrival_rate: Moments = Moments()
@@ -337,6 +340,17 @@ def record_window(
     }
     update = {"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": kv}
     return evidence.model_copy(update=update)
+
+
+def mix_changed(evidence: Evidence, scopes: Sequence[str], *, at: datetime) -> Evidence:
+    """The evidence with `scopes` started again at `at`: another scope left the speculative arm, which
+    from then on runs without its requests (their counts are kept)."""
+    updated = {
+        name: found.model_copy(update={"bins": {}, "totals": {}, "mix_changed_at": at})
+        for name, found in evidence.scopes.items()
+        if name in scopes
+    }
+    return evidence.model_copy(update={"scopes": {**evidence.scopes, **updated}})
 
 
 def watch_production(evidence: Evidence, load: WindowLoad) -> Evidence:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, load_bin
 from specpilot.analysis.window import ScopeWindow
@@ -182,3 +182,36 @@ def test_a_window_the_weight_changed_within_stays_out_of_the_load_bins_and_produ
     held = recorded(inconclusive).scopes[name]
     assert held.windows == 1 and held.verdicts == {Verdict.INCONCLUSIVE: 1}
     assert held.bins == {} and held.totals == {}
+
+
+def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() -> None:
+    chat, code = NAMES[0], NAMES[1]
+    load_ = WindowLoad(arms={a: ArmLoad(offered_per_replica=2.0) for a in Arm}, arrival_rate=2.0)
+    summary = WindowSummary(end=END, verdict=Verdict.PASS)
+    scopes = [ScopeStatus(name=name, state=ScopeState.PILOTING, last_window=summary) for name in (chat, code)]
+
+    def recorded(evidence: Evidence, end: datetime, flipped: tuple[str, ...] = ()) -> Evidence:
+        measured = {name: Measured(window(name, end), 30) for name in (chat, code)}
+        judged = [s.model_copy(update={"last_window": WindowSummary(end=end, verdict=Verdict.PASS)}) for s in scopes]
+        return record(
+            evidence,
+            spec=SPEC,
+            measured=measured,
+            loads=dict.fromkeys(measured, load_),
+            scopes=judged,
+            kv_blocks={},
+            gpus={},
+            replicas={},
+            flipped=flipped,
+        )
+
+    before = recorded(fresh_for(None, {}, Arm.CONTROL), END)
+    assert before.scopes[chat].bins
+    after = recorded(before, END + timedelta(seconds=10), flipped=(code,))
+    assert after.scopes[chat].bins == {} and after.scopes[chat].totals == {}
+    assert after.scopes[chat].mix_changed_at == END + timedelta(seconds=10) and after.scopes[chat].windows == 2
+    assert after.scopes[code].bins, "the flipped scope keeps what it measured"
+    straddling = recorded(after, END + timedelta(seconds=20))  # began before the flip: totals only
+    assert straddling.scopes[chat].bins == {} and straddling.scopes[chat].unsettled == 1
+    clear = recorded(straddling, END + timedelta(seconds=50))  # wholly after it
+    assert clear.scopes[chat].bins

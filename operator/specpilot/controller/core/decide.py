@@ -13,9 +13,11 @@ from functools import lru_cache
 from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due, revisions
 from specpilot.analysis.evidence import (
     Evidence,
+    ScopeEvidence,
     WindowLoad,
     dump,
     load,
+    mix_changed,
     record_window,
     watch_production,
     with_arms,
@@ -58,8 +60,10 @@ def record(
     kv_blocks: Mapping[Arm, int],
     gpus: Mapping[Arm, int],
     replicas: Mapping[Arm, int],
+    flipped: Sequence[str] = (),
 ) -> Evidence:
-    """The store with this reconcile's judged windows (their verdicts from the scopes' last windows)."""
+    """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
+    after a flip of `flipped`, the other scopes' windows start again (`mix_changed`)."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -67,19 +71,22 @@ def record(
         if item is None or status.last_window is None or status.last_window.end != item.window.end:
             continue  # not judged this time (a manual action took the scope instead)
         quality_failed = any(check.verdict is Verdict.FAIL for check in item.quality)
-        started = status.stage_started_at
+        changes = (status.stage_started_at, out.scopes.get(status.name, ScopeEvidence()).mix_changed_at)
         out = record_window(
             out,
             item.window,
             loads[status.name],
             verdict=status.last_window.verdict,
             quality_failed=quality_failed,
-            settled=started is None or started <= item.window.start,
+            settled=all(at is None or at <= item.window.start for at in changes),
         )
     # Every scope's window of a tick ends at the same collection, and production's load (every scope's
     # requests) is the same in each: watched once per tick.
     if loads:
         out = watch_production(out, next(iter(loads.values())))
+    if flipped and measured:
+        at = max(item.window.end for item in measured.values())
+        out = mix_changed(out, [status.name for status in scopes if status.name not in flipped], at=at)
     return out
 
 

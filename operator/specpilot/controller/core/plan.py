@@ -302,6 +302,7 @@ def _evidence(
         kv_blocks=snapshot.measurements.kv_blocks(),
         gpus={plan.arm: plan.gpus for plan in arms},
         replicas=replicas,
+        flipped=progress.flipped,
     )
 
 
