@@ -109,6 +109,7 @@ def summary() -> None:
 
 
 EVIDENCE_SECONDS = 150
+SETTLED_SECONDS = 30
 
 
 def _waiting_for_evidence(found: dict[str, Any]) -> bool:
@@ -119,6 +120,12 @@ def _waiting_for_evidence(found: dict[str, Any]) -> bool:
 def decisions() -> Path | None:
     """The decisions the operator states once every scope has settled, and the handover package."""
     say("Decisions (stated by the operator once every scope settled), and the handover package")
+    # Production's own load moves once the flipped scopes' share is back on it: a few more windows let
+    # the decision hold it against the load production runs at now (a move is a DecisionRevised).
+    print(
+        f"  the load keeps running {SETTLED_SECONDS} s, so that the evidence covers production's load after the flips"
+    )
+    time.sleep(SETTLED_SECONDS)
     deadline = time.monotonic() + 30
     while not status().get("decision") and time.monotonic() < deadline:
         time.sleep(1)
@@ -175,7 +182,7 @@ def main() -> int:
         pods = json.loads(kubectl("get", "pods", "-l", "app.kubernetes.io/component=router", "-o", "json"))["items"]
         load = start_load(pods[0]["status"]["podIP"])
 
-        say("The operator judges each scope every 5 s on the last 15 s (state, stage, weight, ratio, verdict)")
+        say("The operator judges each scope every 5 s on the last 20 s (state, stage, weight, ratio, verdict)")
         started, scopes = time.monotonic(), {}
         while time.monotonic() - started < TIMEOUT:
             time.sleep(5)

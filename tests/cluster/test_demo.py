@@ -2,16 +2,25 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 from tests.cluster.conftest import ROOT, Cluster
 
 
-def test_demo_adopts_chat_and_flips_code_back_for_speed_and_longform_for_kv_pressure(cluster: Cluster) -> None:
+def test_demo_adopts_chat_and_flips_code_back_for_speed_and_longform_for_kv_pressure(
+    cluster: Cluster, tmp_path: Path
+) -> None:
     namespace = f"demo-{uuid.uuid4().hex[:6]}"
-    env = {**cluster.env(), "SPECPILOT_DEMO_NAMESPACE": namespace, "SPECPILOT_DEMO_TIMEOUT": "240"}
+    env = {
+        **cluster.env(),
+        "SPECPILOT_DEMO_NAMESPACE": namespace,
+        "SPECPILOT_DEMO_TIMEOUT": "240",
+        "SPECPILOT_DEMO_REPORT": str(tmp_path / "report"),
+    }
     try:
         out = subprocess.run(
             [sys.executable, str(ROOT / "e2e/local/demo.py")],
@@ -29,6 +38,22 @@ def test_demo_adopts_chat_and_flips_code_back_for_speed_and_longform_for_kv_pres
         assert "longform  RolledBack" in summary, summary
         assert "longform: KvCachePressure on kvCacheUsage" in summary, summary
         assert "RoutesTaken" in summary, summary
+        # The decisions, under the default latency limits, at matched load, backed by their own report.
+        report = json.loads((tmp_path / "report" / "report.json").read_text())
+        scopes = {scope["name"]: scope for scope in report["scopes"]}
+        chat, code, longform = (scopes[name]["decision"] for name in ("chat", "code", "longform"))
+        assert chat["outcome"] in ("AdoptWithinEnvelope", "AdoptInLowLoadWindows"), summary
+        assert (code["outcome"], code["deferReason"]) == ("Defer", "NoNetGain"), summary
+        assert (longform["outcome"], longform["deferReason"]) == ("Defer", "MemoryPressure"), summary
+        assert report["compared"]["arm"] == "control"
+        assert chat["observedGain"] > 1, chat
+        for band in scopes["chat"]["comparisons"]:
+            assert band["measured"] and band["speculationWins"], band
+        bands = scopes["chat"]["bands"]
+        assert [b["load"] for b in bands["control"]] == [b["load"] for b in bands["speculative"]]  # matched
+        spec_ttft = sum(b["ttftP99Seconds"] * b["windows"] for b in bands["speculative"])
+        control_ttft = sum(b["ttftP99Seconds"] * b["windows"] for b in bands["control"])
+        assert spec_ttft <= 1.2 * control_ttft, bands  # the default TTFT limit
         remaining = cluster.get_json("deployments", "-n", namespace, "-l", "specpilot.io/pilot")["items"]
         assert remaining == [], "the demo deletes the pilot and everything it made"
     finally:
