@@ -5,7 +5,11 @@ drives both at once with the same closed-loop load at each concurrency level, an
 per committed token (from /metrics, as the operator computes it) and TTFT p99 (from the client)
 per arm. Speculation should win at low concurrency and lose once verification hits the compute
 roof, as documented for vLLM. The last line is the crossover: the concurrency at which the
-measured ratio rises through 1, interpolated linearly between the levels on either side.
+measured ratio rises through 1, interpolated linearly between the levels on either side; and the
+same crossover as offered load, the axis a pilot decides on: each arm's throughput at each level is
+the offered load it carries there (requests per second, one replica per arm), and the crossover is
+where the two arms' time per committed token, each read at the same offered load, cross (only within
+the loads both arms were measured at).
 
     .venv/bin/python bench/mockvllm_concurrency.py [--levels 1,2,4,8,16,32,64] [--level-seconds 20]
         [--profile JSON] [--draft-tokens K] [--scope NAME] [--json PATH]
@@ -71,6 +75,27 @@ def crossover(rows: list[tuple[int, float]]) -> float | None:
     for (c0, r0), (c1, r1) in itertools.pairwise(rows):
         if r0 < 1 <= r1:
             return c0 + (c1 - c0) * (1 - r0) / (r1 - r0)
+    return None
+
+
+def _at(points: list[tuple[float, float]], x: float) -> float | None:
+    """Piecewise-linear through (load, value) points sorted by load; None outside them."""
+    for (x0, y0), (x1, y1) in itertools.pairwise(points):
+        if x0 <= x <= x1:
+            return y0 if x1 == x0 else y0 + (y1 - y0) * (x - x0) / (x1 - x0)
+    return None
+
+
+def offered_crossover(ordinary: list[tuple[float, float]], speculative: list[tuple[float, float]]) -> float | None:
+    """The first offered load at which the speculative arm's time per committed token rises through the
+    ordinary arm's, each arm's (throughput, tpct) read at the same load, within both arms' loads."""
+    ordinary, speculative = sorted(ordinary), sorted(speculative)
+    low, high = max(ordinary[0][0], speculative[0][0]), min(ordinary[-1][0], speculative[-1][0])
+    grid = [low + (high - low) * i / 200 for i in range(201)] if high > low else []
+    diffs = [(x, s - o) for x in grid if (s := _at(speculative, x)) is not None and (o := _at(ordinary, x)) is not None]
+    for (x0, d0), (x1, d1) in itertools.pairwise(diffs):
+        if d0 < 0 <= d1:
+            return x0 + (x1 - x0) * (-d0) / (d1 - d0) if d1 != d0 else x0
     return None
 
 
@@ -164,6 +189,7 @@ async def measure(url: str, target: Target, concurrency: int, seconds: float) ->
         "acceptance_length": 1 + delta["vllm:spec_decode_num_accepted_tokens_total"] / drafts if drafts else 1.0,
         "requests": len(outcomes),
         "failed": sum(o.status is not Status.OK for o in outcomes),
+        "throughput_rps": len(outcomes) / (seconds * target.time_scale),
     }
 
 
@@ -203,15 +229,23 @@ async def main(levels: list[int], seconds: float, time_scale: float) -> dict[str
         print(HEADER)
         print("-" * len(HEADER))
         ratios = []
+        curves: dict[str, list[tuple[float, float]]] = {"ordinary": [], "speculative": []}
         for concurrency in levels:
             ordinary, speculative = await asyncio.gather(
                 *(measure(u, t, concurrency, seconds) for u, t in zip(urls, targets, strict=True))
             )
             print(row(concurrency, ordinary, speculative), flush=True)
             ratios.append((concurrency, speculative["tpct_s"] / ordinary["tpct_s"]))
+            for name, measured in (("ordinary", ordinary), ("speculative", speculative)):
+                curves[name].append((measured["throughput_rps"], measured["tpct_s"]))
         found = crossover(ratios)
+        offered = offered_crossover(curves["ordinary"], curves["speculative"])
         print(f"scope {SCOPE} (acceptance {ALPHA:g}): crossover " + (f"{found:.2f}" if found else "none measured"))
-        return {"scope": SCOPE, "ratios": ratios, "crossover": found}
+        print(
+            "  as offered load: "
+            + (f"{offered:.2f} requests per second per replica" if offered else "none within both arms' loads")
+        )
+        return {"scope": SCOPE, "ratios": ratios, "crossover": found, "curves": curves, "offered_crossover": offered}
     finally:
         for server in servers:
             server.terminate()
