@@ -62,6 +62,9 @@ def decisions_pilot() -> dict[str, Any]:
     spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
     stage = [{"weight": 50, "minRequests": 5, "minDuration": "10s"}]
     spec["scopes"] = [{"name": name, "deadline": "1m", "stages": stage} for name in ("fast", "mid", "slow")]
+    # Production takes back what a flip returns to it: three replicas keep its load per replica within
+    # what the pilot measures, as a service a pilot carves one replica from would.
+    spec["baseline"] = {"replicas": 3}
     analysis = spec["analysis"]
     analysis.update({"minSamples": 5, "failureLimit": 3})
     # This pilot is judged on time per committed token: a speculative step commits several tokens, so
@@ -91,13 +94,14 @@ def drive(cluster: Cluster, router: str, tmp: Path) -> None:
 
 
 def direct_crossover(tmp: Path) -> float:
-    """The crossover of mid that a closed-loop sweep of the two arms measures, in requests per replica."""
+    """The crossover of mid that a sweep of the two arms measures, as offered load: requests per second
+    per replica, each arm's time per committed token read at the same throughput."""
     out = tmp / "sweep.json"
     argv = [sys.executable, str(ROOT / "bench/mockvllm_concurrency.py"), "--profile", json.dumps(PROFILE)]
     argv += ["--scope", "mid", "--draft-tokens", str(DRAFT_TOKENS), "--levels", "2,3,4,5", "--level-seconds", "15"]
     argv += ["--time-scale", "1", "--input-tokens", "100", "--output-tokens", "50", "--json", str(out)]
     subprocess.run(argv, check=True, capture_output=True, timeout=300)
-    found = json.loads(out.read_text())["crossover"]
+    found = json.loads(out.read_text())["offered_crossover"]
     assert found is not None, out.read_text()
     return float(found)
 
@@ -143,11 +147,17 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     decisions = {name: s["decision"] for name, s in final["scopes"].items()}
     fast, mid, slow = decisions["fast"], decisions["mid"], decisions["slow"]
     summary = before["report.md"].decode()  # what the assertions below say when they fail
-    assert fast["outcome"] == "AdoptWithinEnvelope", summary
+    # fast wins wherever it was measured; within the envelope only if that reaches production's p95
+    assert fast["outcome"] in ("AdoptWithinEnvelope", "AdoptInLowLoadWindows"), summary
+    body = json.loads(before["report.json"])
+    p95 = body["production"]["offeredPerReplica"]["p95"]
+    fast_bands = body["scopes"][[s["name"] for s in body["scopes"]].index("fast")]["bands"]["speculative"]
+    reaches = p95 is None or max(band["loadHigh"] for band in fast_bands) >= p95
+    assert (fast["outcome"] == "AdoptWithinEnvelope") is reaches, summary
     assert mid["outcome"] == "AdoptInLowLoadWindows", summary
     assert slow["outcome"] == "Defer" and slow["deferReason"] == "NoNetGain", summary
     assert final["decision"]["outcome"] == "AdoptInLowLoadWindows"
-    assert final["decision"]["crossoverLoad"] == mid["crossoverLoad"]
+    assert final["decision"]["crossoverLoad"] <= mid["crossoverLoad"]
     assert mid["crossoverLow"] <= mid["crossoverLoad"] <= mid["crossoverHigh"]
     # the evidence lives beside the pilot, not in its status
     stored = json.loads(cluster.get_json("configmap", "demo-evidence", "-n", namespace)["data"]["evidence.json"])
@@ -155,10 +165,10 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     assert "evidence" not in json.dumps(pilot(cluster, namespace)["status"])
 
     assert set(before) >= {"report.md", "report.json", "plots/load.png", "replay/workload.yaml", "replay/pilot.yaml"}
-    body = json.loads(before["report.json"])
     assert body["decisionStated"] is True and body["decision"] == final["decision"]
-    (schedule,) = body["schedules"]
-    assert schedule["derivedFrom"] == "mid" and schedule["speculativeConfig"]["num_speculative_tokens"] == DRAFT_TOKENS
+    for schedule in body["schedules"]:  # a schedule needs a band below the crossover's interval
+        assert schedule["derivedFrom"] == "mid"
+        assert schedule["speculativeConfig"]["num_speculative_tokens"] == DRAFT_TOKENS
 
     operator.kill()
     operator.start()
@@ -178,7 +188,7 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     crossover = direct_crossover(tmp_path)
     print(
         f"mid: crossover {mid['crossoverLoad']:.2f} ({mid['crossoverLow']:.2f} to {mid['crossoverHigh']:.2f}) "
-        f"from the pilot's windows, {crossover:.2f} from a direct sweep; "
+        f"requests per second per replica from the pilot's windows, {crossover:.2f} from a direct sweep; "
         f"fast adopted up to {fast['maxLoad']:.2f}"
     )
     assert mid["crossoverLoad"] == pytest.approx(crossover, rel=0.2), (mid, crossover)

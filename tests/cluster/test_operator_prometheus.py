@@ -128,7 +128,7 @@ class DirectBeside:
                 if p["metadata"]["labels"].get(key) == value and p["status"].get("podIP")
             ]
 
-        self.arms = {arm: ready((ARM_LABEL, arm.value)) for arm in (Arm.BASELINE, Arm.SPECULATIVE)}
+        self.arms = {arm: ready((ARM_LABEL, arm.value)) for arm in (Arm.BASELINE, Arm.SPECULATIVE, Arm.CONTROL)}
         self.routers = ready((COMPONENT_LABEL, ROUTER_COMPONENT))
         self.namespace, self.analysis = namespace, analysis
         self.measurements = Measurements()  # the last collection's, replaced whole by the next
@@ -150,7 +150,7 @@ class DirectBeside:
                 await asyncio.sleep(1)
 
     def acceptance_length(self, end: datetime) -> float | None:
-        window = self.measurements.window("chat", analysis=self.analysis, end=end)
+        window = self.measurements.window("chat", analysis=self.analysis, end=end, compared=Arm.CONTROL)
         assert window.speculative_engine.inconclusive is None, window.speculative_engine.inconclusive
         return window.speculative_engine.acceptance_length
 

@@ -60,10 +60,12 @@ def record(
     kv_blocks: Mapping[Arm, int],
     gpus: Mapping[Arm, int],
     replicas: Mapping[Arm, int],
-    flipped: Sequence[str] = (),
+    crowded_out: Sequence[str] = (),
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
-    after a flip of `flipped`, the other scopes' windows start again (`mix_changed`)."""
+    after `crowded_out` were flipped back for the speculative arm's KV cache, the other scopes'
+    windows start again (`mix_changed`): what they measured while it queued behind another scope's
+    cache does not describe the arm without it."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -84,9 +86,9 @@ def record(
     # requests) is the same in each: watched once per tick.
     if loads:
         out = watch_production(out, next(iter(loads.values())))
-    if flipped and measured:
+    if crowded_out and measured:
         at = max(item.window.end for item in measured.values())
-        out = mix_changed(out, [status.name for status in scopes if status.name not in flipped], at=at)
+        out = mix_changed(out, [status.name for status in scopes if status.name not in crowded_out], at=at)
     return out
 
 
