@@ -106,7 +106,23 @@ class Operator:
 @contextmanager
 def running_operator(cluster: Cluster, log: Path, *extra: str) -> Iterator[Operator]:
     cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
-    cluster.kubectl("wait", "--for=condition=Established", "crd/speculationpilots.specpilot.io", "--timeout=30s")
+    # Right after an apply that changes it, a CRD may briefly show no conditions at all, which `kubectl
+    # wait` reports as an error rather than waiting on: ask again until it is Established.
+    wait_until(
+        "the SpeculationPilot CRD established",
+        lambda: (
+            cluster.kubectl(
+                "wait",
+                "--for=condition=Established",
+                "crd/speculationpilots.specpilot.io",
+                "--timeout=10s",
+                check=False,
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+        every=1,
+    )
     operator = Operator(cluster, log, *extra)
     operator.start()
     try:
