@@ -195,13 +195,15 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     found = mid.get("crossoverLoad")
     print(
         f"mid: {mid['outcome']}, crossover {found if found is None else f'{found:.2f}'} requests per second per "
-        f"replica from the pilot's windows, {crossover:.2f} from a direct sweep; fast adopted up to {fast['maxLoad']:.2f}"
+        f"replica from the pilot's windows, {crossover:.2f} from a direct sweep; "
+        f"fast adopted up to {fast['maxLoad']:.2f}"
     )
     if found is not None:
         assert found == pytest.approx(crossover, rel=0.2), (mid, crossover)
-    else:  # every band mid was measured at lies at or above the sweep's crossover, where it loses
-        mid_bands = body["scopes"][[s["name"] for s in body["scopes"]].index("mid")]["comparisons"]
-        assert all(not band["speculationWins"] for band in mid_bands), mid_bands
+    # where the sweep says ordinary decoding wins, so do the pilot's matched bands
+    mid_bands = body["scopes"][[s["name"] for s in body["scopes"]].index("mid")]["comparisons"]
+    above = [band for band in mid_bands if band["load"] > crossover * 1.2]
+    assert all(band["ratio"] > 1 for band in above), (mid_bands, crossover)
 
 
 PREFILL_PROFILE = {
