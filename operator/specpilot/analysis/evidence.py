@@ -137,8 +137,8 @@ class ScopeEvidence(ApiModel):
     unsettled: Annotated[int, Field(ge=0)] = 0
     """Windows kept out of the load bins: the scope's weight, or the speculative arm's mix, changed within them."""
     mix_changed_at: datetime | None = None
-    """When another scope last left the speculative arm for its KV cache: what was measured before, while
-    requests queued behind that scope's cache, does not describe the arm without it, so the scope's bins
+    """When another scope last left the speculative arm: what was measured before, beside that scope's
+    requests (its cache, its slower rounds), does not describe the arm without it, so the scope's bins
     and totals start again from there."""
     last_end: datetime | None = None
     """End of the newest window recorded: an older or equal one is not counted again."""
@@ -344,8 +344,8 @@ def record_window(
 
 
 def mix_changed(evidence: Evidence, scopes: Sequence[str], *, at: datetime) -> Evidence:
-    """The evidence with `scopes` started again at `at`: another scope left the speculative arm for its
-    KV cache, which from then on runs without that scope's requests (their counts are kept)."""
+    """The evidence with `scopes` started again at `at`: another scope left the speculative arm, which
+    from then on runs without its requests (their counts are kept)."""
     updated = {
         name: found.model_copy(update={"bins": {}, "totals": {}, "mix_changed_at": at})
         for name, found in evidence.scopes.items()

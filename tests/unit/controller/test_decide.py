@@ -184,7 +184,7 @@ def test_a_window_the_weight_changed_within_stays_out_of_the_load_bins_and_produ
     assert held.bins == {} and held.totals == {}
 
 
-def test_when_another_scope_leaves_the_speculative_arm_for_its_kv_cache_the_others_start_again() -> None:
+def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() -> None:
     chat, code = NAMES[0], NAMES[1]
     load_ = WindowLoad(arms={a: ArmLoad(offered_per_replica=2.0) for a in Arm}, arrival_rate=2.0)
     summary = WindowSummary(end=END, verdict=Verdict.PASS)
@@ -202,7 +202,7 @@ def test_when_another_scope_leaves_the_speculative_arm_for_its_kv_cache_the_othe
             kv_blocks={},
             gpus={},
             replicas={},
-            crowded_out=flipped,
+            flipped=flipped,
         )
 
     before = recorded(fresh_for(None, {}, Arm.CONTROL), END)

@@ -60,12 +60,11 @@ def record(
     kv_blocks: Mapping[Arm, int],
     gpus: Mapping[Arm, int],
     replicas: Mapping[Arm, int],
-    crowded_out: Sequence[str] = (),
+    flipped: Sequence[str] = (),
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
-    after `crowded_out` were flipped back for the speculative arm's KV cache, the other scopes'
-    windows start again (`mix_changed`): what they measured while it queued behind another scope's
-    cache does not describe the arm without it."""
+    after `flipped` left the speculative arm, the other scopes' windows start again (`mix_changed`):
+    what they measured beside it (its cache, its slower requests) does not describe the arm without it."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -86,9 +85,9 @@ def record(
     # requests) is the same in each: watched once per tick.
     if loads:
         out = watch_production(out, next(iter(loads.values())))
-    if crowded_out and measured:
+    if flipped and measured:
         at = max(item.window.end for item in measured.values())
-        out = mix_changed(out, [status.name for status in scopes if status.name not in crowded_out], at=at)
+        out = mix_changed(out, [status.name for status in scopes if status.name not in flipped], at=at)
     return out
 
 

@@ -17,7 +17,7 @@ from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.quality import probe_check, webhook_check
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
-from specpilot.api.reasons import FallbackReason, Reason
+from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStatus, Verdict
 from specpilot.api.validate import Problem
@@ -302,11 +302,7 @@ def _evidence(
         kv_blocks=snapshot.measurements.kv_blocks(),
         gpus={plan.arm: plan.gpus for plan in arms},
         replicas=replicas,
-        crowded_out=[
-            record.scope
-            for record in progress.fallbacks
-            if record.scope in progress.flipped and record.reason is FallbackReason.KV_CACHE_PRESSURE
-        ],
+        flipped=progress.flipped,
     )
 
 
