@@ -1,9 +1,9 @@
 """Load bands learned from the loads observed, matched comparisons, and the crossover load.
 
 The store keeps fine fixed bins of offered load (`evidence`); a band merges adjacent bins of the
-speculative arm, lowest load first, until it holds `MIN_BAND_WINDOWS` windows. So bands follow the
-loads the pilot actually saw, without the SRE guessing them in the spec beforehand, and a sparse tail
-never stands alone on one window.
+speculative arm, lowest load first, until it holds `MIN_BAND_WINDOWS` windows' worth of distinct
+requests (overlapping windows share theirs). So bands follow the loads the pilot actually saw,
+without the SRE guessing them in the spec beforehand, and a sparse tail never stands alone.
 
 Each speculative band is compared with the compared arm's windows in the same bins, and nowhere else:
 no value is read between or beyond the loads the compared arm was measured at. With a control arm the
