@@ -164,7 +164,9 @@ def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
     assert (scopes["chat"]["stage"], scopes["chat"]["weight"]) == (1, 50)
     assert scopes["chat"]["lastWindow"]["ratio"] < 1
     causes = {r["scope"]: (r["reason"], r["metric"]) for r in status["fallbacks"]}
-    assert causes["longform"] == ("KvCachePressure", "kvCacheUsage"), causes
+    # longform fills the speculative arm's cache; promoted before it does, the queue that builds may trip
+    # its TTFT limit first (seen on two shared cores)
+    assert causes["longform"] in {("KvCachePressure", "kvCacheUsage"), ("ThresholdExceeded", "ttftRatio")}, causes
     # code drafts badly and loads the speculative arm's small KV cache too: whichever of its net
     # slowdown and the KV-cache pressure the operator judges first flips it (on two shared cores,
     # which comes first varies from run to run).
