@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import takewhile
@@ -200,8 +200,12 @@ def _load(value: float) -> str:
     return f"{value:.2f} requests per second per replica"
 
 
+# What the arm speculation is compared with is called, in decisions and reports.
+COMPARED_NAMES = {Arm.CONTROL: "the control arm", Arm.BASELINE: "the production baseline"}
+
+
 def _arm(arm: Arm) -> str:
-    return "the control arm" if arm is Arm.CONTROL else "the production baseline"
+    return COMPARED_NAMES[arm]
 
 
 def _coverage_sentence(comparisons: Sequence[Comparison], compared: Arm) -> str | None:
@@ -223,8 +227,7 @@ def _production_sentence(production: Mapping[int, int], top: float) -> tuple[str
         return None, None
     # A bin counts as covered when its geometric middle lies at or below the top.
     covered = sum(n for index, n in production.items() if math.prod(bin_bounds(index)) ** 0.5 <= top) / total
-    p50, p95 = production_quantile(production, 0.5), production_quantile(production, 0.95)
-    high = bin_bounds(max(production))[1]
+    p50, p95, high = (production_quantile(production, q) for q in (0.5, 0.95, 1.0))
     sentence = (
         f"Production's baseline ran at or below {_load(top)} in {covered:.0%} of its windows "
         f"(p50 {p50:.2f}, p95 {p95:.2f}, max {high:.2f})."
@@ -279,26 +282,31 @@ def _ratios(comparisons: Sequence[Comparison]) -> str:
     return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.2f}" for c in comparisons if c.ratio is not None)
 
 
+def _pooled(comparisons: Sequence[Comparison], figure: Callable[[Band], float | None]) -> tuple[float, float] | None:
+    """A band figure summed over the matched bands where both arms have it, each band weighted by its
+    windows: (speculative, compared); None where no band has it on both."""
+    pairs = [
+        (c.band.windows, spec, ref)
+        for c in comparisons
+        if c.compared is not None and (spec := figure(c.band)) and (ref := figure(c.compared))
+    ]
+    if not pairs:
+        return None
+    return sum(n * spec for n, spec, _ in pairs), sum(n * ref for n, _, ref in pairs)
+
+
 def ttft_ratio(comparisons: Sequence[Comparison]) -> float | None:
     """The speculative arm's TTFT p99 over the compared arm's across matched bands (each band's mean
     of its windows' p99, weighted by its windows): the tail the report shows."""
-    pairs = [
-        (c.band.windows, c.band.ttft_p99, c.compared.ttft_p99)
-        for c in comparisons
-        if c.compared is not None and c.band.ttft_p99 is not None and c.compared.ttft_p99
-    ]
-    spec = sum(n * value for n, value, _ in pairs if value is not None)
-    ref = sum(n * value for n, _, value in pairs if value is not None)
-    return spec / ref if pairs and ref > 0 else None
+    pooled = _pooled(comparisons, lambda band: band.ttft_p99)
+    return pooled[0] / pooled[1] if pooled is not None else None
 
 
 def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
     """The compared arm's mean end-to-end time over the speculative arm's, over matched bands (each
     weighted by its windows): what users saw, at the loads compared."""
-    pairs = [(c.band, c.compared) for c in comparisons if c.compared is not None]
-    spec = sum(band.e2e * band.windows for band, ref in pairs if band.e2e and ref.e2e)
-    ref = sum(ref.e2e * band.windows for band, ref in pairs if band.e2e and ref.e2e)
-    return ref / spec if spec > 0 and ref > 0 else None
+    pooled = _pooled(comparisons, lambda band: band.e2e)
+    return pooled[1] / pooled[0] if pooled is not None else None
 
 
 def _adoption_blocked(

@@ -18,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specpilot.analysis.bands import Band
-from specpilot.analysis.decision import ScopeFindings, cost_view, decide_pilot, decide_scope
+from specpilot.analysis.decision import COMPARED_NAMES, ScopeFindings, cost_view, decide_pilot, decide_scope
 from specpilot.analysis.evidence import ArmTotals, Evidence, Lengths, ScopeEvidence, production_quantile
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
@@ -34,7 +34,6 @@ from specpilot.wire.names import Arm
 
 Json = dict[str, Any]
 QUALITY_REASONS = frozenset({FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED})
-COMPARED_NAMES = {Arm.CONTROL: "the control arm", Arm.BASELINE: "the production baseline"}
 
 
 def _round(value: float | None, digits: int = 6) -> float | None:
