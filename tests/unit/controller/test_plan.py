@@ -206,3 +206,24 @@ async def test_teardown_flips_first_then_arms_and_router_then_the_rest_once_the_
     assert [child.name for child in steps.last][:1] == ["demo-baseline"]
     assert {child.kind for child in steps.last} == {"Deployment", "Service", "ConfigMap", "RoleBinding", "Role",
                                                     "ServiceAccount"}  # fmt: skip
+
+
+async def test_a_tick_works_out_the_engines_figures_once_for_every_scope_window_load_and_production() -> None:
+    h = await warm()
+    taken = await collected(h)
+    measurements = taken.measurements
+    readings = measurements.readings
+    calls: list[tuple[object, ...]] = []
+
+    class Counted:
+        def engines(self, **span: object) -> object:
+            calls.append(tuple(span.values()))
+            return readings.engines(**span)  # type: ignore[arg-type]
+
+        def kv_blocks(self) -> dict[Arm, int]:
+            return readings.kv_blocks()
+
+    counted = replace(measurements, readings=Counted())  # type: ignore[arg-type]
+    judged = plan(replace(taken, measurements=counted))
+    assert dict(judged.judged) == {"chat": Verdict.PASS, "code": Verdict.PASS}
+    assert len(calls) == 1, calls

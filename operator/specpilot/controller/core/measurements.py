@@ -102,12 +102,23 @@ class Measurements:
     collected_at: datetime | None = None
     samples: LedgerView = field(default_factory=LedgerView.empty)
     readings: EngineReadings = field(default_factory=Scraped)
+    # Every scope's window of a tick spans the same time: the engines' figures over it, worked out once.
+    _engines: dict[tuple[datetime, datetime, float, float], dict[Arm, ArmEngine]] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
+
+    def engines(self, *, start: datetime, end: datetime, analysis: Analysis) -> dict[Arm, ArmEngine]:
+        """Each measured arm's engine figures over [start, end] (the same object for the same span)."""
+        key = (start, end, cadence(analysis), analysis.thresholds.itl_quantile)
+        if key not in self._engines:
+            self._engines[key] = self.readings.engines(start=start, end=end, analysis=analysis)
+        return self._engines[key]
 
     def window(self, scope: str, *, analysis: Analysis, end: datetime, compared: Arm) -> ScopeWindow:
         """The scope's window ending at `end`, as long as analysis.window: the speculative arm against
         the `compared` arm."""
         start = end - analysis.window
-        engines = self.readings.engines(start=start, end=end, analysis=analysis)
+        engines = self.engines(start=start, end=end, analysis=analysis)
         return scope_window(
             self.samples,
             scope=scope,
@@ -135,7 +146,7 @@ class Measurements:
     def load(self, window: ScopeWindow, *, replicas: Mapping[Arm, int], analysis: Analysis) -> WindowLoad:
         """What loaded the arms during the scope's window (every scope's requests), for the evidence."""
         samples = self.samples.samples(window.start, window.end)
-        engines = self.readings.engines(start=window.start, end=window.end, analysis=analysis)
+        engines = self.engines(start=window.start, end=window.end, analysis=analysis)
         return window_load(
             samples, scope=window.scope, start=window.start, end=window.end, replicas=replicas, engines=engines
         )

@@ -222,7 +222,7 @@ def _saturation(snapshot: Snapshot, spec: SpeculationPilotSpec) -> str | None:
     end = snapshot.measurements.collected_at
     if end is None or not warm(snapshot.pilot.status, spec.analysis, snapshot.now):
         return None
-    engines = snapshot.measurements.readings.engines(start=end - spec.analysis.window, end=end, analysis=spec.analysis)
+    engines = snapshot.measurements.engines(start=end - spec.analysis.window, end=end, analysis=spec.analysis)
     replicas = len(snapshot.seen.ready(Arm.BASELINE.value)) or spec.baseline.replicas
     return production_saturation(engines[Arm.BASELINE], replicas=replicas, analysis=spec.analysis)
 
