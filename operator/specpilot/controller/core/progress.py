@@ -143,10 +143,9 @@ def production_saturation(engine: ArmEngine, *, replicas: int, analysis: Analysi
     waiting = (engine.waiting or 0.0) / max(1, replicas)
     if waiting >= 1.0:
         return f"production's baseline had {waiting:.1f} requests waiting per replica over the last window"
-    usage = [value for _, value in engine.kv_usage]
+    lowest = min((value for _, value in engine.kv_usage), default=None)
     limit = analysis.thresholds.kv_cache_usage.max
-    if usage and min(usage) > limit:
-        lowest = min(usage)
+    if lowest is not None and lowest > limit:
         return f"production's baseline KV-cache usage stayed above {limit:g} over the last window (lowest {lowest:.2f})"
     return None
 
