@@ -247,9 +247,9 @@ def judge_pilot(
             scope="bench",
             start=end - WINDOW,
             end=end,
-            baseline=_requests(control, p, t),
+            compared=_requests(control, p, t),
             speculative=_requests(spec, p, t),
-            baseline_engine=_engine(end),
+            compared_engine=_engine(end),
             speculative_engine=_engine(end),
         )
         # The tpct-only count keeps judging after the scope flipped: the spending goes on alike.

@@ -295,7 +295,7 @@ def record_window(
     counts: what it measured is not evidence either way."""
     scope = evidence.scopes.get(window.scope, ScopeEvidence())
     compared = evidence.compared
-    arms = {compared: window.baseline, Arm.SPECULATIVE: window.speculative}
+    arms = {compared: window.compared, Arm.SPECULATIVE: window.speculative}
     if not any(requests.routed for requests in arms.values()):
         return evidence
     if scope.last_end is not None and window.end <= scope.last_end:
@@ -336,7 +336,7 @@ def record_window(
     )
     kv = {
         **evidence.kv_usage,
-        compared: _kv(evidence.kv_usage.get(compared, []), window.baseline_engine.kv_usage),
+        compared: _kv(evidence.kv_usage.get(compared, []), window.compared_engine.kv_usage),
         Arm.SPECULATIVE: _kv(evidence.kv_usage.get(Arm.SPECULATIVE, []), window.speculative_engine.kv_usage),
     }
     update = {"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": kv}

@@ -72,7 +72,7 @@ def judge_window(
     extra: Sequence[Check] = (),
     pressure_flip: PressureFlip | None = None,
 ) -> WindowVerdict:
-    """Judge one window of one scope, speculative arm against baseline.
+    """Judge one window of one scope, speculative arm against the arm it is compared with.
 
     `extra` holds the quality gates' checks (`quality.probe_check`, `quality.webhook_check`); a gate
     that `quality` configures but `extra` lacks makes the window inconclusive, since a gate that was
@@ -204,12 +204,13 @@ def _ratio_checks(
 ) -> tuple[tuple[Check, ...], dict[str, float]]:
     policy = RatioPolicy.of(analysis)
     thresholds = analysis.thresholds
-    spec, base = window.speculative, window.baseline
+    spec, base, named = window.speculative, window.compared, window.compared_arm
     spent = _spent(state)
     checks: tuple[Check, ...] = (
         time_per_token_check(
             spec,
             base,
+            compared_arm=named,
             max_ratio=thresholds.max_time_per_committed_token_ratio,
             policy=policy,
             look=spent[MetricName.TIME_PER_COMMITTED_TOKEN_RATIO] + 1,
@@ -218,6 +219,7 @@ def _ratio_checks(
             MetricName.TTFT_RATIO,
             spec.ttft_seconds,
             base.ttft_seconds,
+            compared_arm=named,
             limit=thresholds.ttft,
             policy=policy,
             look=spent[MetricName.TTFT_RATIO] + 1,
@@ -226,6 +228,7 @@ def _ratio_checks(
             MetricName.END_TO_END_RATIO,
             spec.e2e_seconds,
             base.e2e_seconds,
+            compared_arm=named,
             limit=thresholds.end_to_end,
             policy=policy,
             look=spent[MetricName.END_TO_END_RATIO] + 1,
@@ -235,7 +238,8 @@ def _ratio_checks(
         checks += (
             inter_token_latency_check(
                 window.speculative_engine,
-                window.baseline_engine,
+                window.compared_engine,
+                compared_arm=named,
                 limit=thresholds.inter_token_latency,
                 routed=spec.routed,
                 min_samples=analysis.min_samples,
@@ -297,7 +301,7 @@ def summarize(window: ScopeWindow, verdict: WindowVerdict) -> WindowSummary:
     """The window as status shows it: the speculative arm's figures, the ratio, the verdict and why."""
     spec = window.speculative
     tpct = spec.time_per_committed_token
-    base_tpct = window.baseline.time_per_committed_token
+    base_tpct = window.compared.time_per_committed_token
     ratio = tpct / base_tpct if tpct is not None and base_tpct else None
     return WindowSummary(
         end=window.end,

@@ -1,5 +1,6 @@
-"""Ratio checks, speculative arm against baseline on the same scope's requests: time per committed
-token, and the TTFT and end-to-end quantiles.
+"""Ratio checks, speculative arm against the arm it is compared with (the control arm, or production's
+baseline without one) on the same scope's requests: time per committed token, and the TTFT and
+end-to-end quantiles. `compared` names that arm in every reason and evidence line.
 
 Each is a one-sided test of "the ratio is within its threshold" at the level `stats.spent_alpha` gives
 look `look` of the scope's pilot, from 1 - confidence per check: the levels of all looks there will
@@ -28,6 +29,7 @@ from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import Analysis, QuantileRatio
 from specpilot.api.status import Verdict
+from specpilot.wire.names import Arm
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,20 +52,26 @@ class RatioPolicy:
 
 
 def time_per_token_check(
-    speculative: ArmRequests, baseline: ArmRequests, *, max_ratio: float, policy: RatioPolicy, look: int
+    speculative: ArmRequests,
+    compared: ArmRequests,
+    *,
+    compared_arm: Arm,
+    max_ratio: float,
+    policy: RatioPolicy,
+    look: int,
 ) -> Check:
-    """Accumulated decode time over accumulated committed tokens, speculative / baseline.
+    """Accumulated decode time over accumulated committed tokens, speculative / compared.
 
     Log ratio of two ratio estimators, standard error by the delta method from the per-request
     residuals, a one-sided z-test of log(max_ratio)."""
     metric = MetricName.TIME_PER_COMMITTED_TOKEN_RATIO
-    arms = {"speculative": speculative, "baseline": baseline}
+    arms = {Arm.SPECULATIVE.value: speculative, compared_arm.value: compared}
     for name, arm in arms.items():
         problem = _unusable(arm.decode_seconds, policy.min_samples, name) or _unpaired(arm, name)
         if problem:
             return inconclusive(metric, f"time per committed token: {problem}")
     spec = log_ratio_of_sums(speculative.decode_seconds, speculative.committed_tokens)
-    base = log_ratio_of_sums(baseline.decode_seconds, baseline.committed_tokens)
+    base = log_ratio_of_sums(compared.decode_seconds, compared.committed_tokens)
     if spec is None or base is None:
         return inconclusive(metric, "time per committed token: an arm recorded no decode time")
     log_ratio = spec.value - base.value
@@ -88,27 +96,28 @@ def time_per_token_check(
 def quantile_check(
     metric: MetricName,
     speculative: Sequence[float],
-    baseline: Sequence[float],
+    compared: Sequence[float],
     *,
+    compared_arm: Arm,
     limit: QuantileRatio,
     policy: RatioPolicy,
     look: int,
 ) -> Check:
-    """The speculative arm's q-quantile against max_ratio x the baseline's.
+    """The speculative arm's q-quantile against max_ratio x the compared arm's.
 
-    A precedence test: count the speculative values above max_ratio x the baseline's nearest-rank
+    A precedence test: count the speculative values above max_ratio x the compared arm's nearest-rank
     q-quantile; with a ratio at the threshold that count is beta-binomial whatever the latency
     distribution, and a tail of them shows the ratio above it. A window of 200 requests holds two
     values above its p99, so p99 checks flip on clear tail regressions, not on noise."""
     label = f"{_LABEL[metric]} p{limit.quantile * 100:g}"
-    for name, values in (("speculative", speculative), ("baseline", baseline)):
+    for name, values in ((Arm.SPECULATIVE.value, speculative), (compared_arm.value, compared)):
         problem = _unusable(values, policy.min_samples, name)
         if problem:
             return inconclusive(metric, f"{label}: {problem}")
-    spec, base = sorted(speculative), sorted(baseline)
+    spec, base = sorted(speculative), sorted(compared)
     base_q, spec_q = nearest_rank(base, limit.quantile), nearest_rank(spec, limit.quantile)
     if base_q <= 0:
-        return inconclusive(metric, f"{label}: the baseline's quantile is zero")
+        return inconclusive(metric, f"{label}: the {compared_arm} arm's quantile is zero")
     cut = limit.max_ratio * base_q
     above = len(spec) - bisect_right(spec, cut)
     rank = max(1, math.ceil(limit.quantile * len(base)))
@@ -116,7 +125,7 @@ def quantile_check(
     alpha = policy.alpha(look)
     ratio = spec_q / base_q
     evidence = (
-        f"{above} of {len(spec)} speculative above {limit.max_ratio:g} x baseline {label} ({cut:.4g}s); "
+        f"{above} of {len(spec)} speculative above {limit.max_ratio:g} x {compared_arm} {label} ({cut:.4g}s); "
         f"p={p_value:.2g} (level {alpha:.2g} at look {look}); {len(spec)}/{len(base)} requests"
     )
     if p_value < alpha:
@@ -149,9 +158,15 @@ def _unpaired(arm: ArmRequests, name: str) -> str | None:
 
 
 def inter_token_latency_check(
-    speculative: ArmEngine, baseline: ArmEngine, *, limit: QuantileRatio, routed: int, min_samples: int
+    speculative: ArmEngine,
+    compared: ArmEngine,
+    *,
+    compared_arm: Arm,
+    limit: QuantileRatio,
+    routed: int,
+    min_samples: int,
 ) -> Check:
-    """The engines' gap between streamed chunks at the limit's quantile, speculative over baseline.
+    """The engines' gap between streamed chunks at the limit's quantile, speculative over compared.
 
     Arm-wide (vLLM's histogram cannot tell scopes apart) and a point comparison: there are no
     per-request values to test, only bucket deltas. A speculative step delivers several tokens at
@@ -165,15 +180,15 @@ def inter_token_latency_check(
             metric,
             f"{label}: {routed} requests of the scope on the speculative arm, fewer than minSamples {min_samples}",
         )
-    for name, engine in (("speculative", speculative), ("baseline", baseline)):
+    for name, engine in ((Arm.SPECULATIVE.value, speculative), (compared_arm.value, compared)):
         if engine.inconclusive:
             return inconclusive(metric, f"{label}: {name} engines: {engine.inconclusive}")
         if engine.inter_token_latency is None or not math.isfinite(engine.inter_token_latency):
             return inconclusive(metric, f"{label}: no {name} engine steps in the window")
-    spec, base = speculative.inter_token_latency, baseline.inter_token_latency
+    spec, base = speculative.inter_token_latency, compared.inter_token_latency
     assert spec is not None and base is not None
     if base <= 0:
-        return inconclusive(metric, f"{label}: the baseline's quantile is zero")
+        return inconclusive(metric, f"{label}: the {compared_arm} arm's quantile is zero")
     ratio = spec / base
     above = ratio > limit.max_ratio
     return Check(
@@ -181,7 +196,7 @@ def inter_token_latency_check(
         verdict=Verdict.FAIL if above else Verdict.PASS,
         observed=ratio,
         threshold=limit.max_ratio,
-        evidence=f"speculative {spec * 1000:.1f} ms, baseline {base * 1000:.1f} ms (histogram quantiles)",
+        evidence=f"speculative {spec * 1000:.1f} ms, {compared_arm} {base * 1000:.1f} ms (histogram quantiles)",
         reason=f"{label} ratio {ratio:.3f} is {'above' if above else 'within'} {limit.max_ratio:g}",
         hard=False,
     )

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 
 
@@ -73,16 +74,17 @@ class ArmEngine:
 @dataclass(frozen=True, kw_only=True)
 class ScopeWindow:
     """Everything the judge needs about one scope's window, speculative arm against the arm it is
-    compared with: `baseline` and `baseline_engine` are the control arm's when the pilot runs one
-    (the baseline's engine at the speculative arm's size and share), else production's baseline's."""
+    compared with (`compared_arm`): the control arm when the pilot runs one (the baseline's engine at
+    the speculative arm's size and share), else production's baseline."""
 
     scope: str
     start: datetime
     end: datetime
-    baseline: ArmRequests
+    compared: ArmRequests
     speculative: ArmRequests
-    baseline_engine: ArmEngine
+    compared_engine: ArmEngine
     speculative_engine: ArmEngine
+    compared_arm: Arm = Arm.CONTROL
     # Why the sources could not see the whole window (dropped samples, a router restart, a failed
     # scrape): the window is inconclusive, never a pass.
     gaps: tuple[str, ...] = ()

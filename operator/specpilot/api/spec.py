@@ -638,7 +638,7 @@ class Webhook(ApiModel):
     name: Name
     """Webhook name, unique within the pilot."""
     url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+([/?#]\S*)?$", max_length=2048)]
-    """http or https URL that receives the scope, window and arms as JSON."""
+    """http or https URL that receives the scope, window and both compared arms as JSON."""
     critical: Annotated[bool, Field(strict=True)] = False
     """A failing critical webhook flips the scope back at once; others count as a failed check."""
     timeout: Annotated[Duration, duration_within("1s", "5m")] = Duration("10s")

@@ -22,9 +22,9 @@ def scope_window(
     scope: str,
     start: datetime,
     end: datetime,
-    baseline_engine: ArmEngine,
+    compared: Arm,
+    compared_engine: ArmEngine,
     speculative_engine: ArmEngine,
-    compared: Arm = Arm.BASELINE,
 ) -> ScopeWindow:
     """The scope's window [start, end): the speculative arm's and the `compared` arm's requests and
     engines (the control arm, or production's baseline without one), and the gaps in the samples."""
@@ -33,9 +33,10 @@ def scope_window(
         scope=scope,
         start=start,
         end=end,
-        baseline=arm_requests(samples, scope=scope, arm=compared, start=start, end=end),
+        compared=arm_requests(samples, scope=scope, arm=compared, start=start, end=end),
         speculative=arm_requests(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end),
-        baseline_engine=baseline_engine,
+        compared_engine=compared_engine,
         speculative_engine=speculative_engine,
+        compared_arm=compared,
         gaps=ledger.gaps(start, end),
     )

@@ -425,7 +425,7 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
     prom = reasons["prometheus"]
     assert prom is not None and f"{restarted}: restarted within the window" in prom, prom
     assert pilot.arms[Arm.SPECULATIVE][0].name not in prom  # the pod that kept running is not blamed
-    baseline = {name: windows[name]["chat"].baseline_engine.inconclusive or "" for name in ("direct", "prometheus")}
+    baseline = {name: windows[name]["chat"].compared_engine.inconclusive or "" for name in ("direct", "prometheus")}
     assert f"{garbage.name} at " in baseline["direct"], baseline
     assert f"{garbage.name}: no successful scrape at the window's end" in baseline["prometheus"], baseline
     assert pilot.arms[Arm.BASELINE][0].name not in baseline["prometheus"]

@@ -50,7 +50,7 @@ def engine(usage: float = 0.4, *, acceptance: float | None = 2.5, scrapes: int =
 
 def window(
     speculative: ArmRequests | None = None,
-    baseline: ArmRequests | None = None,
+    compared: ArmRequests | None = None,
     *,
     speculative_engine: ArmEngine | None = None,
     gaps: tuple[str, ...] = (),
@@ -63,9 +63,9 @@ def window(
         scope="code",
         start=START + shift,
         end=end,
-        baseline=baseline or arm(seed=2),
+        compared=compared or arm(seed=2),
         speculative=speculative or arm(seed=3),
-        baseline_engine=engine(),
+        compared_engine=engine(),
         speculative_engine=replace(spec_engine, kv_usage=tuple((at + shift, u) for at, u in spec_engine.kv_usage)),
         gaps=gaps,
     )

@@ -69,9 +69,9 @@ def pilot(
                 scope=scope,
                 start=end - timedelta(seconds=15),
                 end=end,
-                baseline=base,
+                compared=base,
                 speculative=spec,
-                baseline_engine=engine(),
+                compared_engine=engine(),
                 speculative_engine=replace(engine(), per_position_acceptance=(alpha, alpha**2, alpha**3)),
             )
             loads_ = {

@@ -208,9 +208,9 @@ def test_decode_share_from_a_prefill_dominated_scope() -> None:
         scope="p",
         start=END - timedelta(seconds=15),
         end=END,
-        baseline=replace(base, outcomes={"ok": 10}),  # type: ignore[dict-item]
+        compared=replace(base, outcomes={"ok": 10}),  # type: ignore[dict-item]
         speculative=replace(spec, outcomes={"ok": 10}),
-        baseline_engine=engine(),
+        compared_engine=engine(),
         speculative_engine=engine(),  # type: ignore[dict-item]
     )
     evidence = record_window(
@@ -231,14 +231,14 @@ def test_a_window_counts_once_and_one_without_traffic_not_at_all() -> None:
         scope="a",
         start=END - timedelta(seconds=15),
         end=END,
-        baseline=arm(5),
+        compared=arm(5),
         speculative=arm(5),
-        baseline_engine=engine(),
+        compared_engine=engine(),
         speculative_engine=engine(),
     )
     same = record_window(evidence, w, WindowLoad(arms={}, arrival_rate=1), verdict=Verdict.PASS, quality_failed=False)
     assert same.scopes["a"] == scope
-    empty = replace(w, end=END + timedelta(minutes=1), baseline=ArmRequests(), speculative=ArmRequests())
+    empty = replace(w, end=END + timedelta(minutes=1), compared=ArmRequests(), speculative=ArmRequests())
     assert (
         record_window(
             evidence, empty, WindowLoad(arms={}, arrival_rate=0), verdict=Verdict.INCONCLUSIVE, quality_failed=False

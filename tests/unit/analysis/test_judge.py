@@ -15,6 +15,7 @@ from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import Analysis, Probes, Quality, Thresholds, Webhook
 from specpilot.api.status import Verdict
+from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.analysis.conftest import END, arm, engine, window
 
@@ -66,10 +67,10 @@ CASES = {
     "too-few-speculative-requests": Case(
         window(speculative=arm(30, seed=3)), Verdict.INCONCLUSIVE, reason="fewer than minSamples 50"
     ),
-    "too-few-baseline-requests": Case(
-        window(baseline=arm(10, seed=2)), Verdict.INCONCLUSIVE, reason="the baseline arm has 10 usable requests"
+    "too-few-control-requests": Case(
+        window(compared=arm(10, seed=2)), Verdict.INCONCLUSIVE, reason="the control arm has 10 usable requests"
     ),
-    "no-traffic": Case(window(speculative=arm(0), baseline=arm(0)), Verdict.INCONCLUSIVE, reason="sent no request"),
+    "no-traffic": Case(window(speculative=arm(0), compared=arm(0)), Verdict.INCONCLUSIVE, reason="sent no request"),
     # A crashed engine's cut requests are failures whatever its metrics say: they still flip.
     "a-restart-does-not-excuse-the-requests-it-cut": Case(
         window(
@@ -306,7 +307,14 @@ def test_reason_fits_status() -> None:
     assert len(judge(window(gaps=gaps)).reason) <= 1024
 
 
-def test_summary_shows_the_speculative_arm_against_baseline() -> None:
+def test_reasons_name_the_arm_the_window_compares_with() -> None:
+    """Without a control arm the speculative arm is judged against production's baseline, by name."""
+    w = replace(window(compared=arm(10, seed=2)), compared_arm=Arm.BASELINE)
+    assert "the baseline arm has 10 usable requests" in judge(w).reason
+    assert "x control TTFT p99" in check(judge(window()), M.TTFT_RATIO).evidence
+
+
+def test_summary_shows_the_speculative_arm_against_the_compared_arm() -> None:
     w = window(speculative=arm(seed=3, per_token=0.006))
     verdict = judge(w)
     summary = summarize(w, verdict)
@@ -318,6 +326,6 @@ def test_summary_shows_the_speculative_arm_against_baseline() -> None:
 
 
 def test_summary_of_an_empty_window_has_no_figures() -> None:
-    w = window(speculative=arm(0), baseline=arm(0))
+    w = window(speculative=arm(0), compared=arm(0))
     summary = summarize(w, judge(w))
     assert (summary.ratio, summary.ms_per_committed_token, summary.ttft_p99, summary.samples) == (None, None, None, 0)

@@ -26,9 +26,9 @@ def window(scope: str, end=END) -> ScopeWindow:  # type: ignore[no-untyped-def]
         scope=scope,
         start=end - timedelta(seconds=30),
         end=end,
-        baseline=arm(30, seed=1, per_token=0.02),
+        compared=arm(30, seed=1, per_token=0.02),
         speculative=arm(30, seed=2, per_token=0.01),
-        baseline_engine=engine(),
+        compared_engine=engine(),
         speculative_engine=engine(),
     )
 

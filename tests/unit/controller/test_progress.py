@@ -119,9 +119,9 @@ def slow_window(end: datetime) -> ScopeWindow:
         scope="code",
         start=end - timedelta(seconds=30),
         end=end,
-        baseline=arm(0.02),
+        compared=arm(0.02),
         speculative=arm(0.04),
-        baseline_engine=engine,
+        compared_engine=engine,
         speculative_engine=engine,
     )
 
@@ -156,6 +156,7 @@ def test_window_summary_for_webhooks_names_scope_span_and_arms() -> None:
     summary = window_summary("demo", "team-a", slow_window(T0))
     assert summary["scope"] == "code" and summary["window"]["end"] == T0.isoformat()
     assert summary["arms"]["speculative"]["requests"] == 200
+    assert summary["compared"] == "control" and set(summary["arms"]) == {"speculative", "control"}
     assert summary["arms"]["speculative"]["timePerCommittedTokenSeconds"] == pytest.approx(0.04)
 
 
@@ -212,7 +213,7 @@ def test_kv_pressure_while_a_flipped_scopes_requests_drain_flips_no_other_scope(
     assert judged(0.0).weight == 0, "once chat's requests have drained, the pressure is code's"
 
 
-SLOW = replace(analysis_window(), speculative=slow_window(T0).speculative, baseline=slow_window(T0).baseline)
+SLOW = replace(analysis_window(), speculative=slow_window(T0).speculative, compared=slow_window(T0).compared)
 
 
 def kv_flip(scope: str, at: datetime) -> FallbackRecord:
@@ -259,7 +260,7 @@ def test_timeouts_sent_before_another_scopes_kv_flip_do_not_flip_a_later_window(
     flipped_at = SLOW.start - timedelta(seconds=60)  # long before the window: no hold, no queue
     sent_before, sent_after = flipped_at.timestamp() - 5, flipped_at.timestamp() + 5
     timing_out = replace(
-        SLOW.baseline,  # as fast as baseline
+        SLOW.compared,  # as fast as the control arm
         outcomes={RequestOutcome.OK: 200, RequestOutcome.TIMEOUT: 40},
         answerable_starts=(sent_before,) * 40 + (sent_after,) * 200,
         timeout_starts=(sent_before,) * 40,

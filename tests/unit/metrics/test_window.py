@@ -51,12 +51,14 @@ def test_a_scope_window_takes_both_arms_from_the_ledger_and_its_gaps() -> None:
         scope="code",
         start=T0,
         end=T0 + timedelta(seconds=10),
-        baseline_engine=ArmEngine(),
+        compared=Arm.BASELINE,
+        compared_engine=ArmEngine(),
         speculative_engine=engine,
     )
     assert (got.scope, got.start, got.end) == ("code", T0, T0 + timedelta(seconds=10))
     assert got.speculative.outcomes == {RequestOutcome.OK: 1} and got.speculative_engine is engine
-    assert got.baseline.outcomes == {RequestOutcome.OK: 1, RequestOutcome.TIMEOUT: 1}
+    assert got.compared_arm is Arm.BASELINE
+    assert got.compared.outcomes == {RequestOutcome.OK: 1, RequestOutcome.TIMEOUT: 1}
     assert got.gaps == (
         "router r-0: 2 samples that finished before 2026-11-29T12:00:02+00:00 were pushed out of its buffer unread",
     )

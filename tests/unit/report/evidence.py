@@ -52,9 +52,9 @@ def pilot(alphas: dict[str, float], *, per_load: int = 4, control: bool = True) 
                 scope=scope,
                 start=end - 3 * INTERVAL,
                 end=end,
-                baseline=base,
+                compared=base,
                 speculative=spec,
-                baseline_engine=engine(),
+                compared_engine=engine(),
                 speculative_engine=replace(engine(), per_position_acceptance=(alpha, alpha**2, alpha**3)),
             )
             arms = {Arm.SPECULATIVE: _load(spec, value), compared: _load(base, value if control else production)}

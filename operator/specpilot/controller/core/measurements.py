@@ -125,7 +125,7 @@ class Measurements:
             start=start,
             end=end,
             compared=compared,
-            baseline_engine=engines[compared],
+            compared_engine=engines[compared],
             speculative_engine=engines[Arm.SPECULATIVE],
         )
 

@@ -63,7 +63,8 @@ class Progress:
 
 
 def window_summary(pilot: str, namespace: str, window: ScopeWindow) -> dict[str, Any]:
-    """What a webhook receives about a window: the scope, its span, and both arms' figures."""
+    """What a webhook receives about a window: the scope, its span, and both compared arms' figures,
+    each under its own name; `compared` names the arm the speculative arm is judged against."""
 
     def arm(requests: ArmRequests, engine: ArmEngine) -> dict[str, Any]:
         return {
@@ -83,9 +84,10 @@ def window_summary(pilot: str, namespace: str, window: ScopeWindow) -> dict[str,
         "namespace": namespace,
         "scope": window.scope,
         "window": {"start": window.start.isoformat(), "end": window.end.isoformat()},
+        "compared": window.compared_arm.value,
         "arms": {
-            "baseline": arm(window.baseline, window.baseline_engine),
-            "speculative": arm(window.speculative, window.speculative_engine),
+            window.compared_arm.value: arm(window.compared, window.compared_engine),
+            Arm.SPECULATIVE.value: arm(window.speculative, window.speculative_engine),
         },
     }
 
