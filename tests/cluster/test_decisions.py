@@ -8,6 +8,10 @@ fast (0.95) still wins at every load the pilot reaches, mid (0.5) crosses over n
 second per replica of offered load, slow (0.1) never wins. The speculative and control arms take the
 same share at the same size, so they are compared at the same offered load. Load rises in phases;
 slow only sees the first, low one.
+
+Beside it: a prefill-dominated scope's decode share; a large win streamed in long chunks, adopted
+under the default limits; and a pilot without a control arm, which claims nothing above the loads
+where both arms were measured.
 """
 
 from __future__ import annotations
@@ -256,3 +260,106 @@ def test_a_prefill_dominated_scope_reports_its_decode_share_and_implied_gain(
     assert timing["impliedEndToEndGain"] == pytest.approx(1.18, rel=0.05), timing
     assert timing["impliedEndToEndGain"] == pytest.approx(timing["observedEndToEndGain"], rel=0.05), timing
     assert "implies" in " ".join(rag["decision"]["reasons"])
+
+
+# Eight draft tokens at a quarter of a target step each: a speculative step takes 3 steps and streams 7.4
+# committed tokens at acceptance 0.95, so each token comes 2.5x sooner while chunks come 3x further apart.
+CADENCE_PROFILE = {
+    "cost": {
+        "step_time_s": 0.02,
+        "per_seq_s": 0.0,
+        "per_token_s": 0.0,
+        "prefill_per_token_s": 0.00002,
+        "draft_cost_ratio": 0.25,
+    },
+    "acceptance": {"default": 0.95},
+}
+
+
+def test_a_large_win_streamed_in_long_chunks_is_adopted_under_the_default_limits(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    """Chunk gaps over 2x the control arm's do not flip a scope whose tokens come sooner: stream cadence
+    is reported, and judged only where the spec opts in."""
+    doc = decisions_pilot()
+    spec = doc["spec"]
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(CADENCE_PROFILE)}]
+    spec["speculative"]["draft"]["numSpeculativeTokens"] = 8
+    spec["scopes"] = [
+        {"name": "chat", "deadline": "1m", "stages": [{"weight": 50, "minRequests": 8, "minDuration": "10s"}]}
+    ]
+    # the default limits and failure limit; windows sized to this test's traffic (and the KV-cache
+    # limit's duration to the window)
+    spec["analysis"] = {"interval": "5s", "window": "20s", "warmup": "5s", "minSamples": 8}
+    spec["analysis"]["thresholds"] = {"kvCacheUsage": {"sustainedFor": "10s"}}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    mix = tmp_path / "chat.json"
+    mix.write_text(json.dumps({"scopes": [{"name": "chat", "input_tokens": 100, "output_tokens": 30}]}))
+    # requests 0.8 s apart, each done within 0.65 s: no arm ever holds two, so no request waits for
+    # another's (longer) speculative step before its first token
+    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip(cluster, namespace)}:8080"]
+    argv += ["--mix", str(mix), "--arrivals", "constant", "--rate", "1.25", "--duration", "100", "--no-progress"]
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = json.loads(report(cluster, namespace, tmp_path / "pkg")["report.json"])
+    (chat,) = body["scopes"]
+    gaps, timing, decision = chat["chunkGaps"], chat["timing"], chat["decision"]
+    print(
+        f"chat: chunk gaps {gaps['ratio']:.2f}x the control arm's, decode ratio {timing['decodeRatio']:.3f}, "
+        f"observed end-to-end gain {timing['observedEndToEndGain']:.2f}x, {decision['outcome']}"
+    )
+    assert gaps["ratio"] > 2 and gaps["judged"] is False, gaps
+    assert timing["decodeRatio"] < 0.6 and timing["observedEndToEndGain"] > 1, timing
+    assert decision["outcome"] in ("AdoptWithinEnvelope", "AdoptInLowLoadWindows"), decision
+    status = pilot(cluster, namespace)["status"]
+    assert status.get("fallbacks", []) == [], status["fallbacks"]
+    assert status["scopes"][0]["state"] != "RolledBack", status["scopes"][0]
+
+
+def test_without_a_control_arm_nothing_is_claimed_above_the_loads_both_arms_ran_at(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    """mid wins at the quarter share the pilot gives one speculative replica and loses at the load each
+    of production's two replicas carries. Without a control arm the two never run at the same load:
+    the decision claims nothing above the loads where both were measured."""
+    doc = decisions_pilot()
+    spec = doc["spec"]
+    spec["control"] = {"enabled": False}
+    spec["baseline"] = {"replicas": 2}
+    spec["scopes"] = [
+        {"name": "mid", "deadline": "1m", "stages": [{"weight": 25, "minRequests": 5, "minDuration": "10s"}]}
+    ]
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    router = router_ip(cluster, namespace)
+    for index, rate in enumerate(
+        (3.0, 6.0)
+    ):  # the speculative arm at 0.75 and 1.5 requests/s, production at 1.1 and 2.3
+        mix = tmp_path / f"mid-{index}.json"
+        mix.write_text(json.dumps({"scopes": [{"name": "mid", "deadline_s": 60, **LENGTHS}]}))
+        argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080", "--mix", str(mix)]
+        argv += ["--arrivals", "poisson", "--rate", str(rate), "--seed", str(index), "--duration", "60"]
+        argv += ["--timeout", "60", "--no-progress"]
+        done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=200)
+        assert done.returncode == 0, done.stderr[-2000:]
+    status = pilot(cluster, namespace)["status"]
+    controlled = next(c for c in status["conditions"] if c["type"] == "Controlled")
+    assert (controlled["status"], controlled["reason"]) == ("False", "NoControlArm"), controlled
+    assert "control" not in status["arms"] or status["arms"]["control"] is None, status["arms"]
+    body = json.loads(report(cluster, namespace, tmp_path / "pkg")["report.json"])
+    assert body["compared"]["arm"] == "baseline"
+    (mid,) = body["scopes"]
+    decision, comparisons = mid["decision"], mid["comparisons"]
+    matched = [c["load"] for c in comparisons if c["measured"]]
+    bands = {arm: [(b["loadLow"], b["loadHigh"]) for b in found] for arm, found in mid["bands"].items()}
+    production = body["production"]["offeredPerReplica"]
+    print(
+        f"mid without control: {decision['outcome']} {decision.get('deferReason')}, matched at {matched}, "
+        f"bands {bands}, production {production}"
+    )
+    assert all(c["measured"] for c in comparisons if c["speculationWins"]), comparisons
+    assert decision["outcome"] != "AdoptWithinEnvelope", decision
+    if decision["outcome"] == "AdoptInLowLoadWindows":
+        tops = [b["loadHigh"] for b in mid["bands"]["speculative"] if b["load"] in matched]
+        assert decision["maxLoad"] <= max(tops), (decision, mid["bands"])

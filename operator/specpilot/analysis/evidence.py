@@ -149,6 +149,9 @@ class ScopeEvidence(ApiModel):
     acceptance_length: Moments = Moments()
     per_position: Annotated[list[Moments], Field(max_length=MAX_POSITIONS)] = []
     """The speculative engines' acceptance rate at each draft position (arm-wide)."""
+    chunk_gaps: dict[Arm, Moments] = {}
+    """Each compared arm's gap between streamed chunks (vLLM's inter-token latency at the thresholds'
+    quantile, arm-wide), one value per window: stream cadence, reported whether or not it is judged."""
     prompt_tokens: Lengths = Lengths()
     output_tokens: Lengths = Lengths()
 
@@ -318,6 +321,10 @@ def record_window(
         if index == len(positions):
             positions.append(Moments())
         positions[index] = positions[index].add(rate)
+    gaps = dict(scope.chunk_gaps)
+    for arm, engine_of_arm in ((compared, window.compared_engine), (Arm.SPECULATIVE, engine)):
+        if engine_of_arm.inconclusive is None:
+            gaps[arm] = gaps.get(arm, Moments()).add(engine_of_arm.inter_token_latency)
     verdicts = dict(scope.verdicts)
     verdicts[verdict] = verdicts.get(verdict, 0) + 1
     updated = ScopeEvidence(
@@ -331,6 +338,7 @@ def record_window(
         totals=totals,
         acceptance_length=scope.acceptance_length.add(engine.acceptance_length),
         per_position=positions,
+        chunk_gaps={arm: moments for arm, moments in gaps.items() if moments.n},
         prompt_tokens=scope.prompt_tokens.add(load.prompt_tokens),
         output_tokens=scope.output_tokens.add(load.output_tokens),
     )

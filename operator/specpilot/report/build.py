@@ -19,7 +19,7 @@ from typing import Any
 
 from specpilot.analysis.bands import Band
 from specpilot.analysis.decision import COMPARED_NAMES, ScopeFindings, cost_view, decide_pilot, decide_scope
-from specpilot.analysis.evidence import ArmTotals, Evidence, Lengths, ScopeEvidence, production_quantile
+from specpilot.analysis.evidence import ArmTotals, Evidence, Lengths, Moments, ScopeEvidence, production_quantile
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -278,6 +278,7 @@ def _scope_json(
                 for c in cost.arms
             },
         },
+        "chunkGaps": _chunk_gaps(spec, found, findings.compared),
         "acceptance": {
             "length": _round(found.acceptance_length.mean, 4),
             "perPosition": [_round(m.mean, 4) for m in found.per_position],
@@ -326,6 +327,21 @@ def _comparison_cost(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | N
         "gpus": gpus,
         "hoursCovered": _round(hours, 3),
         "gpuHours": _round(gpus * hours, 3) if gpus is not None else None,
+    }
+
+
+def _chunk_gaps(spec: SpeculationPilotSpec, found: ScopeEvidence, compared: Arm) -> Json:
+    """Stream cadence: the mean over windows of each arm's chunk gap at the thresholds' quantile. A
+    speculative step streams several tokens at once, so its gaps are longer by nature; they are
+    judged only where the spec opts in (thresholds.interTokenLatency)."""
+    spec_gap, compared_gap = (found.chunk_gaps.get(arm, Moments()).mean for arm in (Arm.SPECULATIVE, compared))
+    thresholds = spec.analysis.thresholds
+    return {
+        "quantile": thresholds.itl_quantile,
+        "speculativeSeconds": _round(spec_gap),
+        "comparedSeconds": _round(compared_gap),
+        "ratio": _round(spec_gap / compared_gap, 4) if spec_gap is not None and compared_gap else None,
+        "judged": thresholds.inter_token_latency is not None,
     }
 
 

@@ -55,7 +55,10 @@ def pilot(alphas: dict[str, float], *, per_load: int = 4, control: bool = True) 
                 compared=base,
                 speculative=spec,
                 compared_engine=engine(),
-                speculative_engine=replace(engine(), per_position_acceptance=(alpha, alpha**2, alpha**3)),
+                # a speculative step streams 1 + 3 x alpha tokens per chunk: its gaps are longer
+                speculative_engine=replace(
+                    engine(itl=0.03 * (1 + 3 * alpha) / 2), per_position_acceptance=(alpha, alpha**2, alpha**3)
+                ),
             )
             arms = {Arm.SPECULATIVE: _load(spec, value), compared: _load(base, value if control else production)}
             load = WindowLoad(arms=arms, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150))

@@ -115,6 +115,22 @@ def test_production_is_watched_and_the_comparison_priced(evidence: Evidence) -> 
     assert "requests per second per replica" in md and "concurrent" not in md
 
 
+def test_stream_cadence_is_reported_and_not_judged_by_default(evidence: Evidence) -> None:
+    """The gap between streamed chunks grows with the tokens a speculative step commits: reported, and
+    judged only where the spec opts in."""
+    report = build(manifest(), evidence)
+    gaps = {s["name"]: s["chunkGaps"] for s in report["scopes"]}
+    assert gaps["always"]["ratio"] == pytest.approx((1 + 3 * 0.95) / 2, rel=1e-3)
+    assert gaps["always"]["comparedSeconds"] == pytest.approx(0.03)
+    assert gaps["never"]["ratio"] == pytest.approx((1 + 3 * 0.1) / 2, rel=1e-3)
+    assert {g["judged"] for g in gaps.values()} == {False} and gaps["always"]["quantile"] == 0.99
+    md = markdown(report, [])
+    assert "- always: p99 57.8 ms against 30.0 ms, 1.93x; not judged." in md
+    opted = manifest()
+    opted["spec"]["analysis"]["thresholds"]["interTokenLatency"] = {"quantile": 0.99, "maxRatio": 3.0}
+    assert build(opted, evidence)["scopes"][0]["chunkGaps"]["judged"] is True
+
+
 def test_without_a_control_arm_speculation_is_compared_with_production_only_where_both_ran() -> None:
     report = build(manifest(control=False), pilot(ALPHAS, control=False))
     assert report["compared"] == {"arm": "baseline", "name": "the production baseline"}
