@@ -141,7 +141,8 @@ def decisions() -> Path | None:
     decision = final.get("decision") or {}
     print(f"  pilot: {decision.get('outcome', 'no decision stated')}")
     for scope in final.get("scopes", []):
-        for reason in (scope.get("decision") or {}).get("reasons", [])[:1]:
+        reasons = (scope.get("decision") or {}).get("reasons", [])
+        for reason in [*reasons[:1], *(r for r in reasons[1:] if r.startswith("At the loads adopted"))]:
             print(f"    {reason[:220]}")
     argv = [sys.executable, "-m", "specpilot.cli", "report", PILOT, "-n", NAMESPACE, "-o", str(REPORT_DIR)]
     written = subprocess.run(argv, capture_output=True, text=True, check=False)

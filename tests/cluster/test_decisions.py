@@ -226,6 +226,36 @@ PREFILL_PROFILE = {
 }
 
 
+def one_at_a_time(
+    cluster: Cluster,
+    operator: Operator,
+    namespace: str,
+    tmp: Path,
+    doc: dict[str, Any],
+    *,
+    input_tokens: int,
+    output_tokens: int,
+    rate: float,
+    seconds: int = 60,
+) -> dict[str, Any]:
+    """Apply the one-scope pilot, send its scope requests of fixed lengths at a constant rate, and read
+    the scope back from the report."""
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    (name,) = [scope["name"] for scope in doc["spec"]["scopes"]]
+    mix = tmp / f"{name}.json"
+    mix.write_text(
+        json.dumps({"scopes": [{"name": name, "input_tokens": input_tokens, "output_tokens": output_tokens}]})
+    )
+    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip(cluster, namespace)}:8080"]
+    argv += ["--mix", str(mix), "--arrivals", "constant", "--rate", str(rate), "--duration", str(seconds)]
+    argv += ["--no-progress"]
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=seconds + 90)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (scope,) = json.loads(report(cluster, namespace, tmp / "pkg")["report.json"])["scopes"]
+    return dict(scope)
+
+
 def test_a_prefill_dominated_scope_reports_its_decode_share_and_implied_gain(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
@@ -237,17 +267,8 @@ def test_a_prefill_dominated_scope_reports_its_decode_share_and_implied_gain(
         {"name": "rag", "deadline": "1m", "stages": [{"weight": 50, "minRequests": 3, "minDuration": "10s"}]}
     ]
     spec["analysis"]["minSamples"] = 3
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
-    wait_ready(cluster, operator, namespace)
-    mix = tmp_path / "rag.json"
-    mix.write_text(json.dumps({"scopes": [{"name": "rag", "input_tokens": 1000, "output_tokens": 31}]}))
     # one request at a time per arm: no queueing, no request's prefill in another's decode steps
-    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip(cluster, namespace)}:8080"]
-    argv += ["--mix", str(mix), "--arrivals", "constant", "--rate", "0.7", "--duration", "60", "--no-progress"]
-    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=150)
-    assert done.returncode == 0, done.stderr[-2000:]
-    body = json.loads(report(cluster, namespace, tmp_path / "pkg")["report.json"])
-    (rag,) = body["scopes"]
+    rag = one_at_a_time(cluster, operator, namespace, tmp_path, doc, input_tokens=1000, output_tokens=31, rate=0.7)
     timing = rag["timing"]
     print(
         f"rag: decode share {timing['decodeShare']:.3f}, decode-only gain {timing['decodeOnlyGain']:.3f}x, "
@@ -292,18 +313,11 @@ def test_a_large_win_streamed_in_long_chunks_is_adopted_under_the_default_limits
     # limit's duration to the window)
     spec["analysis"] = {"interval": "5s", "window": "20s", "warmup": "5s", "minSamples": 8}
     spec["analysis"]["thresholds"] = {"kvCacheUsage": {"sustainedFor": "10s"}}
-    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
-    wait_ready(cluster, operator, namespace)
-    mix = tmp_path / "chat.json"
-    mix.write_text(json.dumps({"scopes": [{"name": "chat", "input_tokens": 100, "output_tokens": 30}]}))
     # requests 0.8 s apart, each done within 0.65 s: no arm ever holds two, so no request waits for
     # another's (longer) speculative step before its first token
-    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip(cluster, namespace)}:8080"]
-    argv += ["--mix", str(mix), "--arrivals", "constant", "--rate", "1.25", "--duration", "100", "--no-progress"]
-    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=200)
-    assert done.returncode == 0, done.stderr[-2000:]
-    body = json.loads(report(cluster, namespace, tmp_path / "pkg")["report.json"])
-    (chat,) = body["scopes"]
+    chat = one_at_a_time(
+        cluster, operator, namespace, tmp_path, doc, input_tokens=100, output_tokens=30, rate=1.25, seconds=100
+    )
     gaps, timing, decision = chat["chunkGaps"], chat["timing"], chat["decision"]
     print(
         f"chat: chunk gaps {gaps['ratio']:.2f}x the control arm's, decode ratio {timing['decodeRatio']:.3f}, "

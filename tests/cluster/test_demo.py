@@ -47,14 +47,12 @@ def test_demo_adopts_chat_and_flips_code_back_for_speed_and_longform_for_kv_pres
         chat = scopes["chat"]
         bands = chat["bands"]
         assert [b["load"] for b in bands["control"]] == [b["load"] for b in bands["speculative"]]  # matched
-        spec_ttft = sum(b["ttftP99Seconds"] * b["windows"] for b in bands["speculative"])
-        control_ttft = sum(b["ttftP99Seconds"] * b["windows"] for b in bands["control"])
-        if chat["decision"]["outcome"] == "Defer":  # only for what its own report shows
-            assert chat["decision"]["deferReason"] in ("NoNetGain", "InsufficientEvidence"), summary
-        else:
-            assert chat["decision"]["observedGain"] > 1, chat["decision"]
-            assert all(band["measured"] and band["speculationWins"] for band in chat["comparisons"]), chat
-            assert spec_ttft <= 1.2 * control_ttft, bands  # the default TTFT limit
+        # chat is adopted, and its own report backs it: faster end to end, its TTFT tail within the default
+        # limit over every request at the loads adopted, every band measured against control and won
+        decision = chat["decision"]
+        assert decision["outcome"] in ("AdoptWithinEnvelope", "AdoptInLowLoadWindows"), summary
+        assert decision["observedGain"] > 1 and decision["ttftRatio"] <= 1.2, decision
+        assert all(band["measured"] and band["speculationWins"] for band in chat["comparisons"]), chat
         remaining = cluster.get_json("deployments", "-n", namespace, "-l", "specpilot.io/pilot")["items"]
         assert remaining == [], "the demo deletes the pilot and everything it made"
     finally:

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from statistics import NormalDist
 
-from specpilot.analysis.evidence import BinArm, Moments, bin_bounds
+from specpilot.analysis.evidence import BinArm, Moments, add_counts, bin_bounds, ttft_bucket_bounds
 
 MIN_BAND_WINDOWS = 3
 MIN_GAIN = 1.03  # a band is a win only when speculation is at least 3% faster there
@@ -48,7 +48,8 @@ class Band:
     independent: float  # windows / overlap: how many windows' worth of distinct requests it holds
     tpct: float  # mean time per committed token, seconds
     tpct_se: float  # its standard error
-    ttft_p99: float | None  # mean over its windows of each window's p99 time to first token, seconds
+    ttft: Mapping[int, int]  # its times to first token per bucket (`evidence.ttft_bucket`), each window's
+    ttft_p99: float | None  # p99 time to first token over its requests, seconds
     e2e: float | None  # mean end-to-end time of ok requests, seconds
     routed: int
     on_time: int
@@ -62,11 +63,26 @@ def _merge(cells: Sequence[BinArm]) -> BinArm:
             in_flight=out.in_flight.merge(cell.in_flight),
             tpct=out.tpct.merge(cell.tpct),
             ttft_p99=out.ttft_p99.merge(cell.ttft_p99),
+            ttft=add_counts(out.ttft, cell.ttft),
             e2e=out.e2e.merge(cell.e2e),
             routed=out.routed + cell.routed,
             on_time=out.on_time + cell.on_time,
         )
     return out
+
+
+def counts_quantile(counts: Mapping[int, int], q: float) -> float | None:
+    """The q-quantile (nearest rank) of values counted per TTFT bucket, as its bucket's geometric middle."""
+    total = sum(counts.values())
+    if total == 0:
+        return None
+    rank, seen = max(1, math.ceil(q * total)), 0
+    for index in sorted(counts):
+        seen += counts[index]
+        if seen >= rank:
+            low, high = ttft_bucket_bounds(index)
+            return math.sqrt(low * high)
+    raise AssertionError("unreachable: the ranks sum to the total")
 
 
 def _se(tpct: Moments, overlap: float, pooled_cv: float | None) -> float:
@@ -117,7 +133,8 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: floa
                 independent=cell.tpct.n / max(1.0, overlap),
                 tpct=tpct,
                 tpct_se=_se(cell.tpct, overlap, pooled),
-                ttft_p99=cell.ttft_p99.mean,
+                ttft=cell.ttft,
+                ttft_p99=counts_quantile(cell.ttft, 0.99) if cell.ttft else cell.ttft_p99.mean,
                 e2e=cell.e2e.mean,
                 routed=cell.routed,
                 on_time=cell.on_time,

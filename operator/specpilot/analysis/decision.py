@@ -51,6 +51,7 @@ from specpilot.analysis.bands import (
     Crossover,
     bands,
     compare,
+    counts_quantile,
     crossover,
 )
 from specpilot.analysis.evidence import (
@@ -58,11 +59,14 @@ from specpilot.analysis.evidence import (
     ArmTotals,
     Evidence,
     ScopeEvidence,
+    add_counts,
     bin_bounds,
     production_quantile,
+    ttft_bucket_bounds,
 )
+from specpilot.analysis.stats import exceedance_pvalue
 from specpilot.api.reasons import FallbackReason
-from specpilot.api.spec import Thresholds
+from specpilot.api.spec import QuantileRatio, Thresholds
 from specpilot.api.status import (
     Decision,
     DecisionOutcome,
@@ -76,7 +80,7 @@ from specpilot.api.status import (
 )
 from specpilot.wire.names import Arm
 
-DEFAULT_TTFT_RATIO = Thresholds().ttft.max_ratio
+DEFAULT_TTFT = Thresholds().ttft
 MIN_END_TO_END_GAIN = MIN_GAIN  # below 3% end to end, speculation is not worth its memory and risk
 SETTLED = frozenset({ScopeState.SPECULATIVE, ScopeState.ROLLED_BACK})
 
@@ -295,11 +299,36 @@ def _pooled(comparisons: Sequence[Comparison], figure: Callable[[Band], float | 
     return sum(n * spec for n, spec, _ in pairs), sum(n * ref for n, _, ref in pairs)
 
 
-def ttft_ratio(comparisons: Sequence[Comparison]) -> float | None:
-    """The speculative arm's TTFT p99 over the compared arm's across matched bands (each band's mean
-    of its windows' p99, weighted by its windows): the tail the report shows."""
-    pooled = _pooled(comparisons, lambda band: band.ttft_p99)
-    return pooled[0] / pooled[1] if pooled is not None else None
+@dataclass(frozen=True, kw_only=True)
+class TtftTail:
+    """The speculative arm's TTFT quantile against the compared arm's over every request of the matched
+    bands, and whether that is shown above the limit."""
+
+    ratio: float
+    requests: int  # distinct speculative requests (the counts over the windows' overlap)
+    p_value: float  # of "within the limit": the judge's precedence test (`ratios.quantile_check`)
+
+
+def ttft_tail(comparisons: Sequence[Comparison], *, limit: QuantileRatio, overlap: float) -> TtftTail | None:
+    """Pooled from the bands' per-bucket counts, so every request weighs the same (a window's p99 over
+    a few dozen requests is its slowest one). Requests count once, not once per window they fall in,
+    and a value counts above the limit only when its whole bucket is. None where no matched band has
+    TTFTs on both arms."""
+    spec: dict[int, int] = {}
+    ref: dict[int, int] = {}
+    for c in comparisons:
+        if c.compared is not None and c.band.ttft and c.compared.ttft:
+            spec, ref = add_counts(spec, c.band.ttft), add_counts(ref, c.compared.ttft)
+    spec_q, ref_q = counts_quantile(spec, limit.quantile), counts_quantile(ref, limit.quantile)
+    if spec_q is None or ref_q is None:
+        return None
+    cut = limit.max_ratio * ref_q
+    above = sum(count for index, count in spec.items() if ttft_bucket_bounds(index)[0] >= cut)
+    share = 1 / max(1.0, overlap)
+    trials, reference = (max(1, round(sum(counts.values()) * share)) for counts in (spec, ref))
+    rank = max(1, math.ceil(limit.quantile * reference))
+    p_value = exceedance_pvalue(min(trials, round(above * share)), trials, rank=rank, reference=reference)
+    return TtftTail(ratio=spec_q / ref_q, requests=trials, p_value=p_value)
 
 
 def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
@@ -309,29 +338,49 @@ def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
     return pooled[1] / pooled[0] if pooled is not None else None
 
 
+def _seen_sentence(gain: float | None, tail: float | None, ttft: QuantileRatio, compared: Arm) -> str | None:
+    """What users saw at the loads adopted, as the report shows it."""
+    parts = []
+    if gain is not None:
+        parts.append(f"requests finished {gain:.2f}x as fast end to end as on {_arm(compared)}")
+    if tail is not None:
+        parts.append(
+            f"time to first token p{ttft.quantile * 100:g} ran {tail:.2f}x {_arm(compared)}'s "
+            f"(limit {ttft.max_ratio:.2f}x)"
+        )
+    return f"At the loads adopted, {' and '.join(parts)}." if parts else None
+
+
 def _adoption_blocked(
     name: str,
     comparisons: Sequence[Comparison],
-    share: DecodeShare | None,
     compared: Arm,
     *,
-    max_ttft: float,
-) -> str | None:
+    tail: TtftTail | None,
+    ttft: QuantileRatio,
+    confidence: float,
+) -> tuple[DeferReason, str] | None:
     """Why a scope that decodes faster at `comparisons` is still not adopted: its own figures there
-    would contradict it."""
+    would contradict it (its end-to-end time, or its TTFT tail above the limit), or its TTFT tail is
+    above the limit within its noise, so more windows must decide."""
     gain = observed_gain(comparisons)
     if gain is not None and gain < 1:
-        return (
+        return DeferReason.NO_NET_GAIN, (
             f"{name}: speculation decodes faster ({_ratios(comparisons)}), yet its requests took longer end to "
             f"end than on {_arm(compared)} at the same loads (observed gain {gain:.2f}x)."
         )
-    tail = ttft_ratio(comparisons)
-    if tail is not None and tail > max_ttft:
-        return (
-            f"{name}: its time to first token p99 runs {tail:.2f}x {_arm(compared)}'s at the loads it wins at, "
-            f"above the {max_ttft:.2f}x limit."
-        )
-    return None
+    if tail is None or tail.ratio <= ttft.max_ratio:
+        return None
+    runs = (
+        f"{name}: its time to first token p{ttft.quantile * 100:g} runs {tail.ratio:.2f}x {_arm(compared)}'s at "
+        f"the loads it wins at, above the {ttft.max_ratio:.2f}x limit"
+    )
+    if tail.p_value < 1 - confidence:
+        return DeferReason.NO_NET_GAIN, f"{runs}, shown over {tail.requests} requests (p={tail.p_value:.2g})."
+    return DeferReason.INSUFFICIENT_EVIDENCE, (
+        f"{runs} but not shown above it over {tail.requests} requests at {confidence:g} (p={tail.p_value:.2g}): "
+        "more windows decide it."
+    )
 
 
 def decide_scope(
@@ -341,11 +390,11 @@ def decide_scope(
     fallbacks: Sequence[FallbackRecord],
     confidence: float,
     state: ScopeState | None = None,
-    ttft_ratio: float = DEFAULT_TTFT_RATIO,
+    ttft: QuantileRatio = DEFAULT_TTFT,
 ) -> ScopeFindings:
     """The scope's findings and decision from everything recorded for it; `state` is where the scope
     is now (a scope rolled back for speed or latency is not adopted, whatever its bands say), and
-    `ttft_ratio` the TTFT limit an adopted scope's matched bands must meet."""
+    `ttft` the TTFT limit an adopted scope's matched bands must meet."""
     scope = evidence.scopes.get(name, ScopeEvidence())
     compared = evidence.compared
     arm_bands = {arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap)) for arm in Arm}
@@ -371,11 +420,19 @@ def decide_scope(
             decision=decision,
         )
 
+    def tail_of(over: Sequence[Comparison]) -> TtftTail | None:
+        return ttft_tail(over, limit=ttft, overlap=evidence.overlap)
+
+    def blocked(over: Sequence[Comparison]) -> tuple[DeferReason, str] | None:
+        return _adoption_blocked(name, over, compared, tail=tail_of(over), ttft=ttft, confidence=confidence)
+
     def adopt(
         outcome: DecisionOutcome, sentence: str, top: float, crossing: Crossover | None, over: Sequence[Comparison]
     ) -> ScopeFindings:
         production, covered = _production_sentence(evidence.production, top)
         figures = _figures(share)
+        gain, tail = observed_gain(over), tail_of(over)
+        seen = _seen_sentence(gain, tail.ratio if tail is not None else None, ttft, compared)
         return findings(
             ScopeDecision(
                 outcome=outcome,
@@ -383,9 +440,10 @@ def decide_scope(
                 crossover_load=crossing.load if crossing else None,
                 crossover_low=crossing.low if crossing else None,
                 crossover_high=crossing.high if crossing else None,
-                observed_gain=observed_gain(over),
+                observed_gain=gain,
+                ttft_ratio=tail.ratio if tail is not None else None,
                 production_covered=covered,
-                reasons=[sentence, *(s for s in (production, _share_sentence(share), coverage) if s)],
+                reasons=[sentence, *(s for s in (seen, production, _share_sentence(share), coverage) if s)],
                 decode_share=figures[0],
                 decode_gain=figures[1],
                 implied_gain=figures[2],
@@ -445,9 +503,9 @@ def decide_scope(
                 "is elsewhere."
             )
             return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share, coverage))
-        blocked = _adoption_blocked(name, measured, share, compared, max_ttft=ttft_ratio)
-        if blocked is not None:
-            return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
+        why = blocked(measured)
+        if why is not None:
+            return findings(_defer(*why, share, coverage))
         p95 = production_quantile(evidence.production, 0.95)
         band_top = max(c.band.high for c in measured)
         if p95 is not None and band_top < p95:
@@ -466,9 +524,9 @@ def decide_scope(
     if prefix:
         below = prefix[-1].band.load
         crossing = cross if cross is not None and cross.load >= below else None
-        blocked = _adoption_blocked(name, prefix, share, compared, max_ttft=ttft_ratio)
-        if blocked is not None:
-            return findings(_defer(DeferReason.NO_NET_GAIN, blocked, share, coverage))
+        why = blocked(prefix)
+        if why is not None:
+            return findings(_defer(*why, share, coverage))
         if crossing is not None:
             caveat = " Speculation wins again at some load above it, so the curve is not monotone."
             sentence = (

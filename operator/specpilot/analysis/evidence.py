@@ -18,6 +18,7 @@ Pure: the shell passes the window, its load and its verdict, and writes back wha
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -65,6 +66,31 @@ class Moments(ApiModel):
         return math.sqrt(max(0.0, (self.sum_sq - self.sum * self.sum / self.n) / (self.n - 1)))
 
 
+TTFT_BUCKETS_PER_OCTAVE = 8  # a bucket is 9% wide
+TTFT_FLOOR_S = 0.001
+TTFT_BUCKETS = 20 * TTFT_BUCKETS_PER_OCTAVE  # up to 17 minutes
+
+
+def ttft_bucket(seconds: float) -> int:
+    """The bucket of a time to first token: 1 ms up, TTFT_BUCKETS_PER_OCTAVE to the octave."""
+    index = math.floor(TTFT_BUCKETS_PER_OCTAVE * math.log2(max(seconds, TTFT_FLOOR_S) / TTFT_FLOOR_S))
+    return min(index, TTFT_BUCKETS - 1)
+
+
+def ttft_bucket_bounds(index: int) -> tuple[float, float]:
+    return (
+        TTFT_FLOOR_S * 2 ** (index / TTFT_BUCKETS_PER_OCTAVE),
+        TTFT_FLOOR_S * 2 ** ((index + 1) / TTFT_BUCKETS_PER_OCTAVE),
+    )
+
+
+def add_counts(counts: Mapping[int, int], other: Mapping[int, int]) -> dict[int, int]:
+    out = dict(counts)
+    for index, count in other.items():
+        out[index] = out.get(index, 0) + count
+    return out
+
+
 class BinArm(ApiModel):
     """One arm's windows whose load fell in one bin."""
 
@@ -75,7 +101,10 @@ class BinArm(ApiModel):
     tpct: Moments = Moments()
     """The scope's time per committed token on the arm, seconds."""
     ttft_p99: Moments = Moments()
-    """The scope's 99th percentile time to first token on the arm, seconds."""
+    """The scope's 99th percentile time to first token on the arm in each window, seconds."""
+    ttft: dict[int, Annotated[int, Field(ge=0)]] = {}
+    """The scope's times to first token on the arm, counted per bucket (`ttft_bucket`); a request is
+    counted in every window it falls in, so counts run `Evidence.overlap` times the requests."""
     e2e: Moments = Moments()
     """The scope's mean end-to-end time of ok requests on the arm, seconds."""
     routed: Annotated[int, Field(ge=0)] = 0
@@ -270,6 +299,7 @@ def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float 
         in_flight=cell.in_flight.add(in_flight),
         tpct=cell.tpct.add(requests.time_per_committed_token),
         ttft_p99=cell.ttft_p99.add(_p99(requests.ttft_seconds)),
+        ttft=add_counts(cell.ttft, Counter(ttft_bucket(v) for v in requests.ttft_seconds if math.isfinite(v))),
         e2e=cell.e2e.add(_mean(requests.e2e_seconds)),
         routed=cell.routed + requests.routed,
         on_time=cell.on_time + _on_time(requests),

@@ -200,6 +200,9 @@ class ScopeDecision(ApiModel):
     observed_gain: float | None = None
     """For an adoption: the compared arm's mean end-to-end time over the speculative arm's, in the windows
     at the loads it is adopted for."""
+    ttft_ratio: float | None = None
+    """For an adoption: the speculative arm's TTFT quantile (thresholds.ttft) over the compared arm's,
+    pooled over the requests at the loads it is adopted for; an adoption needs it not shown above the limit."""
     production_covered: float | None = None
     """For an adoption: the share of production's windows whose baseline load per replica lay at or
     below the loads it is adopted for."""

@@ -178,7 +178,7 @@ def provisional(
             fallbacks=fallbacks,
             confidence=spec.analysis.confidence,
             state=by_name[scope.name].state if scope.name in by_name else None,
-            ttft_ratio=spec.analysis.thresholds.ttft.max_ratio,
+            ttft=spec.analysis.thresholds.ttft,
         )
         for scope in spec.scopes
     ]

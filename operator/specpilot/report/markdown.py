@@ -150,15 +150,15 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
         "## Decode share and end-to-end gain",
         "",
         f"Each scope's requests on {compared}, and speculation's decode ratio against it over every conclusive "
-        "window; the last column is the observed gain at the loads the scope is adopted for, which is what an "
-        "adoption rests on.",
+        "window; the last two columns are the observed gain and the TTFT tail ratio (pooled over the requests) "
+        "at the loads the scope is adopted for, which is what an adoption rests on.",
         "",
     ]
     lines += [
         "| scope | TTFT s | decode s | e2e s | decode share | decode-only gain | implied e2e gain | observed e2e gain "
-        "| observed where adopted |"
+        "| observed where adopted | TTFT tail where adopted |"
     ]
-    lines += ["|---|---|---|---|---|---|---|---|---|"]
+    lines += ["|---|---|---|---|---|---|---|---|---|---|"]
     for scope in report["scopes"]:
         t = scope["timing"] or {}
         lines.append(
@@ -166,7 +166,8 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
             f"{_f(t.get('e2eSeconds'), '.3f')} | {_f(t.get('decodeShare'), '.0%')} | "
             f"{_f(t.get('decodeOnlyGain'), unit='x')} | "
             f"{_f(t.get('impliedEndToEndGain'), unit='x')} | {_f(t.get('observedEndToEndGain'), unit='x')} | "
-            f"{_f(scope['decision'].get('observedGain'), unit='x')} |"
+            f"{_f(scope['decision'].get('observedGain'), unit='x')} | "
+            f"{_f(scope['decision'].get('ttftRatio'), unit='x')} |"
         )
     lines += [
         "",

@@ -20,6 +20,7 @@ from specpilot.analysis.decision import (
     revisions,
 )
 from specpilot.analysis.evidence import (
+    TTFT_BUCKETS_PER_OCTAVE,
     BinArm,
     Evidence,
     Moments,
@@ -28,6 +29,8 @@ from specpilot.analysis.evidence import (
     load,
     load_bin,
     record_window,
+    ttft_bucket,
+    ttft_bucket_bounds,
 )
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
@@ -259,6 +262,19 @@ def test_the_store_round_trips_and_stays_bounded() -> None:
         load('{"version": 2}')
 
 
+def test_times_to_first_token_are_counted_per_bucket_and_a_band_reads_its_p99_from_them() -> None:
+    evidence = pilot({"a": 0.9}, loads=(2,), per_load=4)
+    cells = evidence.scopes["a"].bins[Arm.SPECULATIVE].values()
+    counted = sum(sum(cell.ttft.values()) for cell in cells)
+    assert counted == sum(cell.routed for cell in cells)  # every ok streamed request, once per window
+    assert ttft_bucket(0.1) == TTFT_BUCKETS_PER_OCTAVE * 6 + 5 and ttft_bucket(1e9) == ttft_bucket(1e6)
+    low, high = ttft_bucket_bounds(ttft_bucket(0.1))
+    assert low <= 0.1 < high and high / low == pytest.approx(2 ** (1 / TTFT_BUCKETS_PER_OCTAVE))
+    (band,) = bands(evidence.scopes["a"].bins[Arm.SPECULATIVE], overlap=evidence.overlap, min_windows=1e9)
+    values = sorted(v for v in arm(seed=0).ttft_seconds)  # the shape pilot() draws: lognormal about 0.1 s
+    assert band.ttft_p99 == pytest.approx(values[int(0.99 * len(values))], rel=0.35)
+
+
 @pytest.mark.parametrize(
     ("windows", "expected"),
     [
@@ -356,18 +372,22 @@ def test_nothing_is_read_beyond_the_loads_the_compared_arm_ran_at() -> None:
 
 
 def _scaled(evidence: Evidence, scope: str, arm_: Arm, **factors: float) -> Evidence:
-    """The evidence with one arm's bin figures of one scope multiplied (`e2e=2.0`: twice as long)."""
+    """The evidence with one arm's bin figures of one scope multiplied (`e2e=2.0`: twice as long;
+    `ttft=2.0` moves its times to first token up by an octave of buckets)."""
     found = evidence.scopes[scope]
-    cells = {
-        index: cell.model_copy(
-            update={
-                name: Moments(n=m.n, sum=m.sum * factor, sum_sq=m.sum_sq * factor * factor)
-                for name, factor in factors.items()
-                for m in (getattr(cell, name),)
-            }
-        )
-        for index, cell in found.bins[arm_].items()
-    }
+
+    def scaled(cell: BinArm) -> BinArm:
+        update: dict[str, object] = {}
+        for name, factor in factors.items():
+            if name == "ttft":
+                shift = round(TTFT_BUCKETS_PER_OCTAVE * math.log2(factor))
+                update[name] = {index + shift: count for index, count in cell.ttft.items()}
+            else:
+                m = getattr(cell, name)
+                update[name] = Moments(n=m.n, sum=m.sum * factor, sum_sq=m.sum_sq * factor * factor)
+        return cell.model_copy(update=update)
+
+    cells = {index: scaled(cell) for index, cell in found.bins[arm_].items()}
     updated = found.model_copy(update={"bins": {**found.bins, arm_: cells}})
     return evidence.model_copy(update={"scopes": {**evidence.scopes, scope: updated}})
 
@@ -393,16 +413,27 @@ def test_an_envelope_below_productions_load_is_adopted_only_below_it_and_says_so
 
 def test_an_adoption_its_own_figures_contradict_is_deferred() -> None:
     evidence = pilot({"s": 0.95})
-    assert decide(evidence, "s").decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    adopted = decide(evidence, "s").decision
+    assert adopted.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE and adopted.ttft_ratio is not None
+    assert adopted.reasons[1] == (
+        f"At the loads adopted, requests finished {adopted.observed_gain:.2f}x as fast end to end as on the control "
+        f"arm and time to first token p99 ran {adopted.ttft_ratio:.2f}x the control arm's (limit 1.20x)."
+    )
     slower = decide(_scaled(evidence, "s", Arm.SPECULATIVE, e2e=2.5), "s").decision
     assert slower.outcome is DecisionOutcome.DEFER and slower.defer_reason is DeferReason.NO_NET_GAIN
     assert "took longer end to end" in slower.reasons[0]
-    late = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft_p99=2.0), "s").decision
-    assert late.outcome is DecisionOutcome.DEFER and "time to first token p99" in late.reasons[0]
-    # within the limit's noise: adopted
-    assert decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft_p99=1.1), "s").decision.outcome is (
-        DecisionOutcome.ADOPT_WITHIN_ENVELOPE
-    )
+    late = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=2.0), "s").decision
+    assert late.outcome is DecisionOutcome.DEFER
+    assert f"time to first token p99 runs {adopted.ttft_ratio * 2:.2f}x" in late.reasons[0]
+    assert late.defer_reason is DeferReason.NO_NET_GAIN and "above the 1.20x limit, shown over" in late.reasons[0]
+    # above the limit within its noise: neither adopted nor refused, more windows decide
+    unsure = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=1.45), "s").decision
+    assert unsure.outcome is DecisionOutcome.DEFER and unsure.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
+    assert "above the 1.20x limit but not shown above it over 640 requests" in unsure.reasons[0]
+    # within the limit: adopted, with the tail it was adopted with
+    near = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=1.09), "s").decision
+    assert near.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    assert near.ttft_ratio == pytest.approx(adopted.ttft_ratio * 2 ** (1 / TTFT_BUCKETS_PER_OCTAVE))
 
 
 def test_two_identical_arms_are_never_adopted() -> None:

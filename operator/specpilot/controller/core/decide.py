@@ -25,7 +25,7 @@ from specpilot.analysis.evidence import (
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
-from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.spec import QuantileRatio, SpeculationPilotSpec
 from specpilot.api.status import Decision, FallbackRecord, ScopeState, ScopeStatus, Verdict
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
@@ -101,7 +101,7 @@ def findings(
     of milliseconds, and reconciles outnumber the windows that change the evidence)."""
     records = tuple(record.model_dump_json() for record in fallbacks)
     scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
-    ttft = spec.analysis.thresholds.ttft.max_ratio
+    ttft = spec.analysis.thresholds.ttft
     return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes))
 
 
@@ -110,13 +110,13 @@ def _findings(
     evidence: str,
     fallbacks: tuple[str, ...],
     confidence: float,
-    ttft_ratio: float,
+    ttft: QuantileRatio,
     scopes: tuple[tuple[str, ScopeState | None], ...],
 ) -> tuple[ScopeFindings, ...]:
     store = load(evidence)
     records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
     return tuple(
-        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state, ttft_ratio=ttft_ratio)
+        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state, ttft=ttft)
         for name, state in scopes
     )
 
