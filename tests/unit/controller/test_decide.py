@@ -190,7 +190,9 @@ def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() 
     summary = WindowSummary(end=END, verdict=Verdict.PASS)
     scopes = [ScopeStatus(name=name, state=ScopeState.PILOTING, last_window=summary) for name in (chat, code)]
 
-    def recorded(evidence: Evidence, end: datetime, flipped: tuple[str, ...] = ()) -> Evidence:
+    def recorded(
+        evidence: Evidence, end: datetime, flipped: tuple[str, ...] = (), draining: tuple[str, ...] = ()
+    ) -> Evidence:
         measured = {name: Measured(window(name, end), 30) for name in (chat, code)}
         judged = [s.model_copy(update={"last_window": WindowSummary(end=end, verdict=Verdict.PASS)}) for s in scopes]
         return record(
@@ -203,6 +205,7 @@ def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() 
             gpus={},
             replicas={},
             flipped=flipped,
+            draining=draining,
         )
 
     before = recorded(fresh_for(None, {}, Arm.CONTROL), END)
@@ -213,5 +216,8 @@ def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() 
     assert after.scopes[code].bins, "the flipped scope keeps what it measured"
     straddling = recorded(after, END + timedelta(seconds=20))  # began before the flip: totals only
     assert straddling.scopes[chat].bins == {} and straddling.scopes[chat].unsettled == 1
-    clear = recorded(straddling, END + timedelta(seconds=50))  # wholly after it
+    # wholly after it, but the flipped scope's requests still finish on the arm: totals only
+    drained = recorded(straddling, END + timedelta(seconds=50), draining=(code,))
+    assert drained.scopes[chat].bins == {} and drained.scopes[chat].unsettled == 2
+    clear = recorded(drained, END + timedelta(seconds=60))  # the arm runs without them
     assert clear.scopes[chat].bins

@@ -5,7 +5,7 @@ writes the store and lands the status.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -61,10 +61,13 @@ def record(
     gpus: Mapping[Arm, int],
     replicas: Mapping[Arm, int],
     flipped: Sequence[str] = (),
+    draining: Collection[str] = (),
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
     after `flipped` left the speculative arm, the other scopes' windows start again (`mix_changed`):
-    what they measured beside it (its cache, its slower requests) does not describe the arm without it."""
+    what they measured beside it (its cache, its slower requests) does not describe the arm without it.
+    While the requests of scopes already off the arm still finish on it (`draining`: a flipped scope's
+    long or preempted requests), the windows are not settled either: they add to the totals only."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -79,7 +82,7 @@ def record(
             loads[status.name],
             verdict=status.last_window.verdict,
             quality_failed=quality_failed,
-            settled=all(at is None or at <= item.window.start for at in changes),
+            settled=not draining and all(at is None or at <= item.window.start for at in changes),
         )
     # Every scope's window of a tick ends at the same collection, and production's load (every scope's
     # requests) is the same in each: watched once per tick.

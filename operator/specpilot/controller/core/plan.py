@@ -290,6 +290,13 @@ def _evidence(
 ) -> Evidence:
     """The evidence store with this tick's judged windows, each with the load its arms ran at."""
     replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
+    off = [status.name for status in progress.scopes if status.weight == 0 or status.name in progress.flipped]
+    span = next((item.window for item in measured.values()), None)
+    draining = [
+        name
+        for name in off
+        if span is not None and snapshot.measurements.new_requests(name, since=span.start, end=span.end)
+    ]
     return record(
         fresh_for(snapshot.evidence, {plan.arm: plan.config_hash for plan in arms}, compared_arm(spec)),
         spec=spec,
@@ -303,6 +310,7 @@ def _evidence(
         gpus={plan.arm: plan.gpus for plan in arms},
         replicas=replicas,
         flipped=progress.flipped,
+        draining=draining,
     )
 
 
