@@ -216,8 +216,10 @@ def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() 
     assert after.scopes[code].bins, "the flipped scope keeps what it measured"
     straddling = recorded(after, END + timedelta(seconds=20))  # began before the flip: totals only
     assert straddling.scopes[chat].bins == {} and straddling.scopes[chat].unsettled == 1
-    # wholly after it, but the flipped scope's requests still finish on the arm: totals only
+    # wholly after it, but the flipped scope's requests still finish on the arm: chat starts again from there
     drained = recorded(straddling, END + timedelta(seconds=50), draining=(code,))
     assert drained.scopes[chat].bins == {} and drained.scopes[chat].unsettled == 2
-    clear = recorded(drained, END + timedelta(seconds=60))  # the arm runs without them
+    assert drained.scopes[chat].mix_changed_at == END + timedelta(seconds=50)
+    assert recorded(drained, END + timedelta(seconds=60)).scopes[chat].bins == {}  # began before the drain ended
+    clear = recorded(drained, END + timedelta(seconds=80))  # the arm has run without them all window
     assert clear.scopes[chat].bins

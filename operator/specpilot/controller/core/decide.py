@@ -67,7 +67,8 @@ def record(
     after `flipped` left the speculative arm, the other scopes' windows start again (`mix_changed`):
     what they measured beside it (its cache, its slower requests) does not describe the arm without it.
     While the requests of scopes already off the arm still finish on it (`draining`: a flipped scope's
-    long or preempted requests), the windows are not settled either: they add to the totals only."""
+    long or preempted requests), the arm's mix is still changing: the others start again from the end
+    of each such window, so their bins hold only windows that began after the last of them finished."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -88,9 +89,11 @@ def record(
     # requests) is the same in each: watched once per tick.
     if loads:
         out = watch_production(out, next(iter(loads.values())))
-    if flipped and measured:
+    if (flipped or draining) and measured:
+        # the others start again from the end of the last window the arm's mix changed within
         at = max(item.window.end for item in measured.values())
-        out = mix_changed(out, [status.name for status in scopes if status.name not in flipped], at=at)
+        others = [status.name for status in scopes if status.name not in flipped and status.name not in draining]
+        out = mix_changed(out, others, at=at)
     return out
 
 
