@@ -49,13 +49,13 @@ def test_demo_adopts_chat_and_flips_code_back_for_speed_and_longform_for_kv_pres
         assert [b["load"] for b in bands["control"]] == [b["load"] for b in bands["speculative"]]  # matched
         # chat wins every band measured against control; it is adopted where its own report backs it (faster
         # end to end, its TTFT tail within the default limit over every request at the loads adopted), and
-        # waits for more windows where its tail sits above the limit within the noise of a few hundred
-        # requests (seen on two shared cores; the engines alone run it at 1.03x)
+        # otherwise deferred for that tail only: shown above the limit, or above it within its noise (seen
+        # on two shared cores; the engines alone run it at 1.03x)
         assert all(band["measured"] and band["speculationWins"] for band in chat["comparisons"]), chat
         decision = chat["decision"]
         if decision["outcome"] == "Defer":
-            assert decision["deferReason"] == "InsufficientEvidence", decision
-            assert "time to first token p99" in decision["reasons"][0] and "not shown above" in decision["reasons"][0]
+            assert decision["deferReason"] in ("NoNetGain", "InsufficientEvidence"), decision
+            assert "its time to first token p99 runs" in decision["reasons"][0], decision
         else:
             assert decision["outcome"] in ("AdoptWithinEnvelope", "AdoptInLowLoadWindows"), summary
             assert decision["observedGain"] > 1 and decision["ttftRatio"] <= 1.2, decision
