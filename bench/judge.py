@@ -300,7 +300,7 @@ def judge_pilot(
         fallbacks=fallbacks,
         confidence=ANALYSIS.confidence,
         state=ScopeState.ROLLED_BACK if flipped else ScopeState.SPECULATIVE,
-        ttft_ratio=ANALYSIS.thresholds.ttft.max_ratio,
+        ttft=ANALYSIS.thresholds.ttft,
     ).decision
     outcome = decision.outcome.value
     return counts, outcome if decision.defer_reason is None else f"{outcome}/{decision.defer_reason.value}"
