@@ -14,7 +14,8 @@ beyond the loads the compared arm ran at (`bands.compare`). A scope is decided, 
    - wins at every matched band: adopted, unless the decode gain is under `MIN_END_TO_END_GAIN`
      itself (**Defer, NoNetGain**), implies less than that end to end at the scope's decode share
      (**Defer, BottleneckElsewhere**), or its own figures contradict adoption: an observed end-to-end
-     gain below 1, or a TTFT p99 over the limit across its matched bands (**Defer, NoNetGain**). Adopted
+     gain below 1, or a TTFT quantile over the limit across every request of its matched bands
+     (**Defer, NoNetGain** where shown so, **InsufficientEvidence** where within its noise). Adopted
      **AdoptWithinEnvelope** when the bands reach production's p95 load, else
      **AdoptInLowLoadWindows** below the highest load it was measured winning at;
    - wins from the lowest band up to a load, and not above it: **AdoptInLowLoadWindows** below it
