@@ -48,7 +48,7 @@ class Band:
     independent: float  # windows / overlap: how many windows' worth of distinct requests it holds
     tpct: float  # mean time per committed token, seconds
     tpct_se: float  # its standard error
-    ttft: Mapping[int, int]  # its times to first token per bucket (`evidence.ttft_bucket`), each window's
+    ttft: Mapping[int, int]  # times to first token per bucket (`evidence.ttft_bucket`), once per window
     ttft_p99: float | None  # p99 time to first token over its requests, seconds
     e2e: float | None  # mean end-to-end time of ok requests, seconds
     routed: int
