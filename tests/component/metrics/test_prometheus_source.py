@@ -320,7 +320,7 @@ def test_prometheus_source_agrees_with_direct_scraping(pilot: Pilot) -> None:
         for scope in SCOPES:
             direct, prom, earlier = (windows[name][scope] for name in ("direct", "prometheus", "earlier"))
             assert (direct.start, direct.end) == (prom.start, prom.end)
-            for arm in ("baseline", "speculative"):
+            for arm in ("compared", "speculative"):
                 d, p, e = (getattr(w, f"{arm}_engine") for w in (direct, prom, earlier))
                 assert d.inconclusive is None and p.inconclusive is None, (arm, d.inconclusive, p.inconclusive)
                 assert d.time_per_committed_token is not None and d.inter_token_latency is not None
@@ -338,7 +338,7 @@ def test_prometheus_source_agrees_with_direct_scraping(pilot: Pilot) -> None:
             differing = [(a, b) for a, b in zip(*checks, strict=True) if a[:2] != b[:2]]
             assert verdicts[0].verdict == verdicts[1].verdict and not differing, (scope, differing)
             decided.append(verdicts[0].verdict)
-            for arm in ("baseline", "speculative"):
+            for arm in ("compared", "speculative"):
                 kv = [max(v for _, v in getattr(w, f"{arm}_engine").kv_usage) for w in (direct, prom)]
                 kv_max[arm] = max(kv_max.get(arm, 0.0), *kv)
     print("\nworst over 3 windows x 2 scopes: direct against Prometheus | direct against itself one cycle earlier")
