@@ -227,3 +227,22 @@ async def test_a_tick_works_out_the_engines_figures_once_for_every_scope_window_
     judged = plan(replace(taken, measurements=counted))
     assert dict(judged.judged) == {"chat": Verdict.PASS, "code": Verdict.PASS}
     assert len(calls) == 1, calls
+
+
+
+async def test_while_a_scope_off_the_arm_still_finishes_requests_on_it_the_others_start_again() -> None:
+    h = await warm()
+    h.annotate(**{ABORT_ANNOTATION: "code"})
+    await h.step(INTERVAL.total_seconds())  # code leaves the speculative arm
+    h.clock.advance(INTERVAL.total_seconds())
+    h.send(INTERVAL.total_seconds())
+    # one of code's requests, started before the flip, finishes on the speculative arm in this window
+    h.samples.samples.append(replace(h.samples.samples[-1], seq=next(h.seq), scope="code", arm=Arm.SPECULATIVE))
+    await h.collect()
+    taken = snapshot(h)
+    before = taken.evidence.scopes["chat"].mix_changed_at if taken.evidence is not None else None
+    drained = plan(taken)
+    assert ("chat", Verdict.PASS) in drained.judged and drained.evidence is not None
+    chat = drained.evidence.scopes["chat"]
+    assert chat.mix_changed_at == taken.measurements.collected_at != before
+    assert chat.bins == {}, "the window the drain ran in stays out of the load bins"
