@@ -229,7 +229,6 @@ async def test_a_tick_works_out_the_engines_figures_once_for_every_scope_window_
     assert len(calls) == 1, calls
 
 
-
 async def test_while_a_scope_off_the_arm_still_finishes_requests_on_it_the_others_start_again() -> None:
     h = await warm()
     h.annotate(**{ABORT_ANNOTATION: "code"})
