@@ -28,6 +28,11 @@ both arms' windows at analysis.confidence: two identical arms are never adopted 
 
 Every adoption states the share of production's windows whose load lies within it.
 
+Where the pilot runs an alternative arm (the speculative arm's GPU budget spent without speculation,
+at the same share), each scope's decision also says whether those GPUs do better without speculation:
+the alternative against the speculative arm in the same load bins, tested both ways as a band's win
+is (`judge_alternative`). It is stated beside the outcome and does not change it.
+
 The pilot adopts in low-load windows if any scope does (at the lowest limit: the engine's
 speculation cannot differ per scope), adopts within the envelope of its adopting scopes if those
 all win at every load, and defers otherwise, for the reason most of its scopes share.
@@ -69,6 +74,8 @@ from specpilot.analysis.stats import exceedance_pvalue
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import QuantileRatio, Thresholds
 from specpilot.api.status import (
+    AlternativeDecision,
+    AlternativeVerdict,
     Decision,
     DecisionOutcome,
     DecisionTrigger,
@@ -169,7 +176,9 @@ def cost_view(evidence: Evidence, arm_bands: Mapping[Arm, Sequence[Band]], repli
         gpus = evidence.gpus.get(arm)
         if gpus is None and arm in (Arm.CONTROL, Arm.ALTERNATIVE):
             continue
-        per_replica = gpus / replicas[arm] if gpus and replicas.get(arm) else 1.0
+        # The alternative's bins hold the pair's load per speculative replica (the same share, its own replicas).
+        count = replicas.get(Arm.SPECULATIVE if arm is Arm.ALTERNATIVE else arm)
+        per_replica = gpus / count if gpus and count else 1.0
         best: tuple[float, float] | None = None
         for band in arm_bands.get(arm, ()):
             value = _on_time_per_gpu_hour(band, per_replica)
@@ -384,6 +393,70 @@ def _adoption_blocked(
     )
 
 
+_VERDICTS = {
+    AlternativeVerdict.SPECULATION_BETTER: "speculation is faster at every load both ran at",
+    AlternativeVerdict.ALTERNATIVE_BETTER: "the same GPUs do better without speculation at every load both ran at",
+    AlternativeVerdict.NO_DIFFERENCE: "neither is measurably faster at every load both ran at",
+}
+
+
+def _pooled_ratio(comparisons: Sequence[Comparison]) -> float | None:
+    """Time per committed token over the matched bands, the band's arm over the compared one."""
+    pooled = _pooled(comparisons, lambda band: band.tpct)
+    return pooled[0] / pooled[1] if pooled is not None else None
+
+
+def judge_alternative(
+    name: str, scope: ScopeEvidence, arm_bands: Mapping[Arm, Sequence[Band]], *, overlap: float, confidence: float
+) -> AlternativeDecision:
+    """The alternative arm of a scope (the same share on the same GPU budget, without speculation, binned
+    at the compared pair's load) against the control arm and the speculative arm in the same bins: which
+    way of spending the GPUs is faster per committed token, tested as a band's win is, both ways."""
+
+    def against(arm: Arm, other: Arm) -> list[Comparison]:
+        found = compare(arm_bands[arm], scope.bins.get(other, {}), overlap=overlap, confidence=confidence)
+        return [c for c in found if c.measured]
+
+    versus_control = against(Arm.ALTERNATIVE, Arm.CONTROL)
+    speculation_first = against(Arm.SPECULATIVE, Arm.ALTERNATIVE)
+    alternative_first = against(Arm.ALTERNATIVE, Arm.SPECULATIVE)
+    ratio, speculative_ratio = _pooled_ratio(versus_control), _pooled_ratio(speculation_first)
+    gain = observed_gain(versus_control)
+    independent = sum(c.band.independent for c in speculation_first)
+    if independent < MIN_INDEPENDENT:
+        return AlternativeDecision(
+            verdict=AlternativeVerdict.INSUFFICIENT_EVIDENCE,
+            ratio=ratio,
+            speculative_ratio=speculative_ratio,
+            observed_gain=gain,
+            reason=(
+                f"{name}: the alternative arm and the speculative arm ran at the same loads for {independent:.1f} "
+                f"windows' worth of distinct requests; at least {MIN_INDEPENDENT:g} are needed to compare them."
+            ),
+        )
+    if all(c.wins for c in speculation_first):
+        verdict = AlternativeVerdict.SPECULATION_BETTER
+    elif alternative_first and all(c.wins for c in alternative_first):
+        verdict = AlternativeVerdict.ALTERNATIVE_BETTER
+    else:
+        verdict = AlternativeVerdict.NO_DIFFERENCE
+    figures = [
+        f"ran {ratio:.2f}x the control arm's time per committed token" if ratio is not None else None,
+        f"finished requests {gain:.2f}x as fast end to end" if gain is not None else None,
+    ]
+    alternative = " and ".join(f for f in figures if f) or "was measured"
+    return AlternativeDecision(
+        verdict=verdict,
+        ratio=ratio,
+        speculative_ratio=speculative_ratio,
+        observed_gain=gain,
+        reason=(
+            f"{name}: on the same GPUs without speculation, the alternative arm {alternative}; speculation's time "
+            f"per committed token ran {_ratios(speculation_first)} the alternative's: {_VERDICTS[verdict]}."
+        ),
+    )
+
+
 def decide_scope(
     name: str,
     evidence: Evidence,
@@ -410,6 +483,12 @@ def decide_scope(
     reasons = {record.reason for record in fallbacks if record.scope == name}
     coverage = _coverage_sentence(comparisons, compared)
 
+    alternative = (
+        judge_alternative(name, scope, arm_bands, overlap=evidence.overlap, confidence=confidence)
+        if Arm.ALTERNATIVE in evidence.gpus and compared is Arm.CONTROL
+        else None
+    )
+
     def findings(decision: ScopeDecision) -> ScopeFindings:
         return ScopeFindings(
             scope=name,
@@ -418,7 +497,7 @@ def decide_scope(
             comparisons=comparisons,
             crossover=cross,
             share=share,
-            decision=decision,
+            decision=decision.model_copy(update={"alternative": alternative}),
         )
 
     def tail_of(over: Sequence[Comparison]) -> TtftTail | None:

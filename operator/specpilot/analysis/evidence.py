@@ -4,7 +4,8 @@ Each window that carried traffic adds its figures to the scope's aggregates: per
 of its offered load (requests per second per replica, over every scope the arm served), and into
 running totals (timing breakdown, on-time completions, request lengths, acceptance). The compared
 pair (the speculative arm and the control arm, which takes the same share at the same size) is
-binned at one load, the pair's mean, so that each window adds to both arms at the same load; without
+binned at one load, the pair's mean, so that each window adds to both arms at the same load; the
+alternative arm (the same share on the same GPUs, without speculation) is binned there too. Without
 a control arm each arm is binned at its own. A window within which the scope's weight changed is
 kept out of the bins, since its requests ran at two loads. Bins are fixed and fine (a quarter of an
 octave of load each), so the store stays bounded however long the pilot runs; the load bands a
@@ -284,12 +285,14 @@ def _add_totals(totals: ArmTotals, requests: ArmRequests, load: ArmLoad) -> ArmT
 
 def matched_load(load: WindowLoad, compared: Arm) -> dict[Arm, float | None]:
     """The load each arm's window is binned at: the compared pair at their mean offered load when the
-    comparison is with the control arm (the same share at the same size), every arm at its own else."""
+    comparison is with the control arm (the same share at the same size), every arm at its own else.
+    The alternative arm takes the same share on the same GPU budget in other replicas, so it is binned at
+    the pair's load too: its bins hold the same traffic as theirs, whatever its own replica count."""
     own = {arm: arm_load.offered_per_replica for arm, arm_load in load.arms.items()}
     pair = [own.get(arm) for arm in (Arm.SPECULATIVE, compared)]
     if compared is Arm.CONTROL and all(value is not None for value in pair):
         mean = sum(value for value in pair if value is not None) / 2
-        own.update({Arm.SPECULATIVE: mean, Arm.CONTROL: mean})
+        own.update({Arm.SPECULATIVE: mean, Arm.CONTROL: mean, Arm.ALTERNATIVE: mean})
     return own
 
 
@@ -329,11 +332,13 @@ def record_window(
     scope = evidence.scopes.get(window.scope, ScopeEvidence())
     compared = evidence.compared
     arms = {compared: window.compared, Arm.SPECULATIVE: window.speculative}
+    if window.alternative is not None and compared is Arm.CONTROL:
+        arms[Arm.ALTERNATIVE] = window.alternative
     if not any(requests.routed for requests in arms.values()):
         return evidence
     if scope.last_end is not None and window.end <= scope.last_end:
         return evidence
-    bins = {arm: dict(scope.bins.get(arm, {})) for arm in arms}
+    bins = {arm: dict(scope.bins.get(arm, {})) for arm in Arm if arm in scope.bins or arm in arms}
     totals = dict(scope.totals)
     loads = matched_load(load, compared)
     counted = verdict is not Verdict.INCONCLUSIVE

@@ -85,6 +85,9 @@ class ScopeWindow:
     compared_engine: ArmEngine
     speculative_engine: ArmEngine
     compared_arm: Arm = Arm.CONTROL
+    # The alternative arm's requests, where the pilot runs one: the same share on the same GPU budget,
+    # without speculation, judged against the compared arm too.
+    alternative: ArmRequests | None = None
     # Why the sources could not see the whole window (dropped samples, a router restart, a failed
     # scrape): the window is inconclusive, never a pass.
     gaps: tuple[str, ...] = ()

@@ -337,7 +337,9 @@ class Control(ApiModel):
 
 class Alternative(ApiModel):
     """An optional third arm that spends the speculative arm's GPU budget another way, e.g. more replicas
-    with a smaller tensor parallel size, or different batching."""
+    with a smaller tensor parallel size, or different batching. The router sends it exactly the
+    speculative arm's share of every scope, and it is judged against the control arm at that share: its
+    decision says whether the same GPUs do better without speculation. It needs the control arm."""
 
     replicas: Replicas = 1
     """Engine replicas of the alternative arm."""
@@ -429,7 +431,7 @@ class Scope(ApiModel):
     stages: Annotated[list[Stage], Field(min_length=1, max_length=10), STAGES_INCREASING] = [
         Stage(weight=10),
         Stage(weight=25),
-        Stage(weight=50),
+        Stage(weight=33),
     ]
     """Stages with strictly increasing weights. The last stage's weight is where the scope stays once
     speculative; below 100 it keeps measuring both arms on the same traffic."""
@@ -748,6 +750,22 @@ CONTROL_SHARE_FITS = Rule(
     ),
     field_path=".scopes",
 )
+ALTERNATIVE_NEEDS_CONTROL = Rule(
+    cel="!has(self.alternative) || !has(self.control) || self.control.enabled",
+    message=(
+        "the alternative arm is judged against the control arm at the same share: set control.enabled: true, "
+        "or remove alternative"
+    ),
+    field_path=".alternative",
+)
+ALTERNATIVE_SHARE_FITS = Rule(
+    cel="!has(self.alternative) || self.scopes.all(s, s.stages.all(st, st.weight <= 33))",
+    message=(
+        "the control and alternative arms each take the speculative arm's share again, so with an alternative "
+        "arm a stage's weight must be at most 33"
+    ),
+    field_path=".scopes",
+)
 CONTROL_LABELS_GIVEN = Rule(
     cel=(
         "(has(self.control) && !self.control.enabled) || !has(self.analysis.metricsSource)"
@@ -761,6 +779,8 @@ CONTROL_LABELS_GIVEN = Rule(
 SPEC_RULES = (
     CONTROL_SHARE_FITS,
     CONTROL_LABELS_GIVEN,
+    ALTERNATIVE_NEEDS_CONTROL,
+    ALTERNATIVE_SHARE_FITS,
     ALTERNATIVE_GPU_BUDGET,
     ALTERNATIVE_DIFFERS,
     DRAFT_TENSOR_PARALLEL,

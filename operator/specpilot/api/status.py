@@ -181,6 +181,35 @@ class DecisionTrigger(StrEnum):
 Sentence = Annotated[str, StringConstraints(max_length=1024)]
 
 
+class AlternativeVerdict(StrEnum):
+    """Whether the speculative arm's GPU budget does better with speculation or spent another way."""
+
+    SPECULATION_BETTER = "SpeculationBetter"
+    """Speculation is faster per committed token than the alternative at every load both ran at."""
+    ALTERNATIVE_BETTER = "AlternativeBetter"
+    """The alternative, without speculation, is faster at every load both ran at."""
+    NO_DIFFERENCE = "NoDifference"
+    """Neither is measurably faster at every load both ran at."""
+    INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
+    """Too few windows at the same loads to say."""
+
+
+class AlternativeDecision(ApiModel):
+    """The alternative arm of a scope: the same share on the same GPU budget, without speculation, judged
+    against the control arm and the speculative arm in the same load bins."""
+
+    verdict: AlternativeVerdict
+    """SpeculationBetter, AlternativeBetter, NoDifference or InsufficientEvidence."""
+    ratio: float | None = None
+    """Alternative / control time per committed token, pooled over the loads both ran at."""
+    speculative_ratio: float | None = None
+    """Speculative / alternative time per committed token, pooled over the loads both ran at."""
+    observed_gain: float | None = None
+    """The control arm's mean end-to-end time over the alternative's, at the loads both ran at."""
+    reason: Sentence
+    """Why, in a sentence."""
+
+
 class ScopeDecision(ApiModel):
     """One scope's conclusion, from every window recorded for it."""
 
@@ -214,6 +243,9 @@ class ScopeDecision(ApiModel):
     """The end-to-end gain the decode gain implies at that decode share."""
     reasons: Annotated[list[Sentence], Field(max_length=8)] = []
     """Why, in sentences."""
+    alternative: AlternativeDecision | None = None
+    """Where the pilot runs an alternative arm: whether the same GPUs do better without speculation
+    (stated beside the outcome; it does not change it)."""
 
 
 class WindowSummary(ApiModel):

@@ -21,6 +21,8 @@ from specpilot.api.spec import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
+    ALTERNATIVE_NEEDS_CONTROL,
+    ALTERNATIVE_SHARE_FITS,
     ARM_LABELS_DIFFER,
     CONTROL_LABELS_GIVEN,
     CONTROL_SHARE_FITS,
@@ -127,6 +129,8 @@ def _arm_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     if alternative is None:
         return
     alternative_tp = alternative.tensor_parallel_size or engine_tp
+    if not spec.control.enabled:
+        yield _problem("spec.alternative", ALTERNATIVE_NEEDS_CONTROL)
     if alternative.replicas * alternative_tp > spec.speculative.replicas * engine_tp:
         yield _problem("spec.alternative", ALTERNATIVE_GPU_BUDGET)
     if not alternative.extra_args and alternative.replicas == spec.baseline.replicas and alternative_tp == engine_tp:
@@ -144,6 +148,8 @@ def _scope_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     stages = [stage for scope in scopes for stage in scope.stages]
     if spec.control.enabled and any(stage.weight > 50 for stage in stages):
         yield _problem("spec.scopes", CONTROL_SHARE_FITS)
+    if spec.alternative is not None and any(stage.weight > 33 for stage in stages):
+        yield _problem("spec.scopes", ALTERNATIVE_SHARE_FITS)
     if any(stage.min_duration < interval for stage in stages):
         yield _problem("spec.scopes", STAGE_SPANS_INTERVAL)
     if any(stage.min_requests < spec.analysis.min_samples for stage in stages):

@@ -25,9 +25,11 @@ def scope_window(
     compared: Arm,
     compared_engine: ArmEngine,
     speculative_engine: ArmEngine,
+    alternative: bool = False,
 ) -> ScopeWindow:
     """The scope's window [start, end): the speculative arm's and the `compared` arm's requests and
-    engines (the control arm, or production's baseline without one), and the gaps in the samples."""
+    engines (the control arm, or production's baseline without one), the alternative arm's requests
+    where the pilot runs one, and the gaps in the samples."""
     samples = ledger.samples(start, end)
     return ScopeWindow(
         scope=scope,
@@ -38,5 +40,8 @@ def scope_window(
         compared_engine=compared_engine,
         speculative_engine=speculative_engine,
         compared_arm=compared,
+        alternative=arm_requests(samples, scope=scope, arm=Arm.ALTERNATIVE, start=start, end=end)
+        if alternative
+        else None,
         gaps=ledger.gaps(start, end),
     )

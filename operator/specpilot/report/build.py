@@ -208,7 +208,7 @@ def _scope_json(
     peak = findings.comparisons[-1] if findings.comparisons else None
     scope_spec = next(s for s in spec.scopes if s.name == findings.scope)
     cross = findings.crossover
-    arms = (findings.compared, Arm.SPECULATIVE)
+    arms = (findings.compared, Arm.SPECULATIVE, *((Arm.ALTERNATIVE,) if findings.bands.get(Arm.ALTERNATIVE) else ()))
     return {
         "name": findings.scope,
         "state": status.state.value if status is not None else None,

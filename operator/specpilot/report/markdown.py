@@ -91,6 +91,29 @@ def _bands(report: Json, scope: Json) -> list[str]:
     return [*lines, ""]
 
 
+def _alternative(report: Json) -> list[str]:
+    """Whether the speculative arm's GPUs do better without speculation, where the pilot runs an alternative."""
+    found = [(s["name"], s["decision"]["alternative"]) for s in report["scopes"] if s["decision"].get("alternative")]
+    if not found:
+        return []
+    lines = [
+        "## The same GPUs without speculation",
+        "",
+        "The alternative arm takes the speculative arm's share on the same GPU budget, without speculation, and "
+        "is compared with the control and speculative arms at the same loads.",
+        "",
+        "| scope | verdict | alternative / control ms/token | speculative / alternative ms/token | "
+        "alternative e2e gain over control |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {a['verdict']} | {_f(a.get('ratio'), unit='x')} | {_f(a.get('speculativeRatio'), unit='x')} | "
+        f"{_f(a.get('observedGain'), unit='x')} |"
+        for name, a in found
+    ]
+    return [*lines, "", *(f"- {a['reason']}" for _, a in found), ""]
+
+
 def _cost(report: Json) -> list[str]:
     """GPUs, KV blocks and throughput per arm, and the price of the comparison itself."""
     lines = ["## Cost", "", "| scope | arm | GPUs | KV blocks / replica | on-time completions / GPU-hour (at load) |"]
@@ -175,6 +198,7 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
         "",
         *_chunk_gaps(report),
     ]
+    lines += _alternative(report)
     lines += ["## By load band", ""]
     for scope in report["scopes"]:
         lines += _bands(report, scope)

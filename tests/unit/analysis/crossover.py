@@ -4,6 +4,7 @@ take the same share at the same size, so each window puts both at the same offer
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
@@ -47,16 +48,20 @@ def pilot(
     quality_failed: frozenset[str] = frozenset(),
     production: float | None = None,
     identical: bool = False,
+    alternative: Callable[[float], float] | None = None,
     seed: int = 0,
 ) -> Evidence:
     """Windows at each load in turn, every scope on both compared arms at the same load; production's
     baseline at `production` requests per second per replica throughout (unwatched when None). With
-    `identical`, the speculative arm decodes exactly as the control does (an A/A pilot)."""
+    `identical`, the speculative arm decodes exactly as the control does (an A/A pilot). With
+    `alternative` (its time per token at a load), an alternative arm takes the same share in half as many
+    replicas (twice the offered load per replica of its own)."""
+    gpus = {Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1, **({Arm.ALTERNATIVE: 1} if alternative else {})}
     evidence = with_arms(
         Evidence(compared=Arm.CONTROL),
         overlap=3.0,
         kv_blocks={Arm.BASELINE: 1000, Arm.SPECULATIVE: 800},
-        gpus={Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1},
+        gpus=gpus,
     )
     for step, value in enumerate(x for x in loads for _ in range(per_load)):
         end = END + timedelta(seconds=5 * step)
@@ -73,12 +78,17 @@ def pilot(
                 speculative=spec,
                 compared_engine=engine(),
                 speculative_engine=replace(engine(), per_position_acceptance=(alpha, alpha**2, alpha**3)),
+                alternative=arm(40, seed=seed + 10_001, per_token=alternative(value), ttft=fixed)
+                if alternative
+                else None,
             )
             loads_ = {
                 a: ArmLoad(offered_per_replica=value, in_flight_per_replica=value, running_per_replica=value)
                 for a in (Arm.SPECULATIVE, Arm.CONTROL)
             }
             loads_[Arm.BASELINE] = ArmLoad(offered_per_replica=production)
+            if alternative:
+                loads_[Arm.ALTERNATIVE] = ArmLoad(offered_per_replica=2 * value)
             window_load = WindowLoad(arms=loads_, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150))
             evidence = record_window(
                 evidence, w, window_load, verdict=Verdict.PASS, quality_failed=scope in quality_failed

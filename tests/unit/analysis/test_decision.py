@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -35,6 +36,7 @@ from specpilot.analysis.evidence import (
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import (
+    AlternativeVerdict,
     DecisionOutcome,
     DecisionTrigger,
     DeferReason,
@@ -442,3 +444,42 @@ def test_two_identical_arms_are_never_adopted() -> None:
     outcomes = [decide(pilot({"same": 0.7}, identical=True, seed=1000 * run), "same").decision for run in range(20)]
     assert all(d.outcome is DecisionOutcome.DEFER for d in outcomes), [d.reasons[0] for d in outcomes]
     assert {d.defer_reason for d in outcomes} == {DeferReason.NO_NET_GAIN}
+
+
+def test_an_alternative_arm_is_binned_at_the_compared_pairs_load_not_its_own() -> None:
+    evidence = pilot({"chat": 0.8}, loads=(2, 4), alternative=ordinary)
+    scope = evidence.scopes["chat"]
+    # Its own offered load per replica was twice the pair's (half the replicas), yet it shares their bins.
+    assert set(scope.bins[Arm.ALTERNATIVE]) == set(scope.bins[Arm.CONTROL]) == {load_bin(2), load_bin(4)}
+    assert scope.totals[Arm.ALTERNATIVE].routed == scope.totals[Arm.CONTROL].routed == 8 * 40
+
+
+@pytest.mark.parametrize(
+    ("per_token", "verdict"),
+    [
+        pytest.param(ordinary, AlternativeVerdict.SPECULATION_BETTER, id="alternative-decodes-as-the-control"),
+        pytest.param(
+            lambda load: 0.6 * speculative(load, 0.8), AlternativeVerdict.ALTERNATIVE_BETTER, id="alternative-faster"
+        ),
+        pytest.param(lambda load: speculative(load, 0.8), AlternativeVerdict.NO_DIFFERENCE, id="as-fast"),
+    ],
+)
+def test_the_alternative_arm_says_whether_the_same_gpus_do_better_without_speculation(
+    per_token: Callable[[float], float], verdict: AlternativeVerdict
+) -> None:
+    evidence = pilot({"chat": 0.8}, loads=(1, 2, 3, 4), alternative=per_token)
+    found = decide(evidence, "chat").decision
+    assert found.alternative is not None and found.alternative.verdict is verdict, found.alternative
+    expected = {v: per_token(v) / ordinary(v) for v in (1, 2, 3, 4)}
+    assert found.alternative.ratio is not None
+    assert min(expected.values()) * 0.9 < found.alternative.ratio < max(expected.values()) * 1.1
+    assert found.alternative.reason.startswith("chat: on the same GPUs without speculation")
+    # Stated beside the outcome, never changing it: speculation wins at these loads whatever the alternative does.
+    assert found.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+
+
+def test_a_pilot_without_an_alternative_arm_states_none_and_one_without_windows_says_so() -> None:
+    assert decide(pilot({"chat": 0.8}, loads=(1, 2)), "chat").decision.alternative is None
+    sparse = pilot({"chat": 0.8}, loads=(1,), per_load=2, alternative=ordinary)
+    found = decide(sparse, "chat").decision.alternative
+    assert found is not None and found.verdict is AlternativeVerdict.INSUFFICIENT_EVIDENCE

@@ -42,7 +42,7 @@ def test_defaults_fill_an_omitted_policy() -> None:
     assert spec.engine.tensor_parallel_size == 1
     assert spec.speculative.draft.method == "draft_model"
     assert spec.speculative.draft.num_speculative_tokens == 3
-    assert [stage.weight for stage in spec.scopes[0].stages] == [10, 25, 50]
+    assert [stage.weight for stage in spec.scopes[0].stages] == [10, 25, 33]
     assert (spec.analysis.interval, spec.analysis.window, spec.analysis.failure_limit) == (
         timedelta(minutes=1),
         timedelta(minutes=5),

@@ -16,6 +16,8 @@ from specpilot.api.spec import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
+    ALTERNATIVE_NEEDS_CONTROL,
+    ALTERNATIVE_SHARE_FITS,
     ARM_LABELS_DIFFER,
     CONTROL_LABELS_GIVEN,
     CONTROL_SHARE_FITS,
@@ -216,6 +218,21 @@ RULES = [
         _pilot(scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 60}]}]),
         "spec.scopes",
         CONTROL_SHARE_FITS.message,
+    ),
+    (
+        "alternative-without-control",
+        _pilot(control={"enabled": False}, alternative={"extraArgs": ["--max-num-seqs=64"]}),
+        "spec.alternative",
+        ALTERNATIVE_NEEDS_CONTROL.message,
+    ),
+    (
+        "alternative-share-over-a-third",
+        _pilot(
+            alternative={"extraArgs": ["--max-num-seqs=64"]},
+            scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 34}]}],
+        ),
+        "spec.scopes",
+        ALTERNATIVE_SHARE_FITS.message,
     ),
     (
         "prometheus-reserved-label",

@@ -231,7 +231,7 @@ class Traffic:
 
     rate: float = 6.0
     seconds_per_token: dict[Arm, float] = field(
-        default_factory=lambda: {Arm.BASELINE: 0.02, Arm.CONTROL: 0.02, Arm.SPECULATIVE: 0.01}
+        default_factory=lambda: {Arm.BASELINE: 0.02, Arm.CONTROL: 0.02, Arm.SPECULATIVE: 0.01, Arm.ALTERNATIVE: 0.018}
     )
     tokens: int = 100
 

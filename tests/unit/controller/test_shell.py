@@ -13,6 +13,7 @@ from datetime import datetime
 from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION
 from specpilot.controller.kube import ApiError
 from specpilot.wire.names import Arm
+from specpilot.wire.routes import ArmWeights
 from tests.unit.controller.fakes import Harness, pilot_doc
 
 INTERVAL = 10.0  # the local demo's analysis interval
@@ -83,10 +84,26 @@ async def test_arms_ready_warm_up_then_windows_judged_and_a_scope_promoted() -> 
         await h.step(INTERVAL)
     chat = h.scope("chat")
     assert chat["lastWindow"]["verdict"] == "Pass", chat
-    assert chat["stage"] == 1 and weights(h)["chat"] == 50
+    assert chat["stage"] == 1 and weights(h)["chat"] == 33
     assert "ScopePromoted" in h.reasons()
     verdicts = h.controller.metrics.verdicts.labels("team-a", "demo", "chat", "Pass")
     assert verdicts._value.get() >= 3
+
+
+async def test_the_alternative_arm_takes_the_same_share_and_its_windows_are_kept_beside_the_control_arms() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    table = h.table()
+    assert table is not None
+    chat = table.scope("chat")
+    assert chat is not None and chat.weights == ArmWeights(baseline=25, speculative=25, control=25, alternative=25)
+    for _ in range(4):
+        await h.step(INTERVAL)
+    assert h.stored_evidence is not None
+    scope = h.stored_evidence.scopes["chat"]
+    # The same share on the same GPUs: its windows are binned where the compared pair's are.
+    assert set(scope.bins[Arm.ALTERNATIVE]) == set(scope.bins[Arm.CONTROL]) != set()
+    assert scope.totals[Arm.ALTERNATIVE].routed > 0
 
 
 async def test_a_failing_scope_is_flipped_and_the_routers_are_waited_for() -> None:
@@ -269,12 +286,13 @@ async def test_promotion_pauses_while_production_is_saturated_and_the_status_say
         await h.step(INTERVAL)
     assert {c["type"]: c["status"] for c in h.status()["conditions"]}["ProductionSaturated"] == "False"
     assert "ProductionHeadroom" in h.reasons()
-    assert h.scope("chat")["stage"] == 1 and weights(h)["chat"] == 50
+    assert h.scope("chat")["stage"] == 1 and weights(h)["chat"] == 33
 
 
 async def test_without_a_control_arm_status_says_so_and_the_baseline_is_compared() -> None:
     doc = pilot_doc()
     doc["spec"]["control"] = {"enabled": False}
+    del doc["spec"]["alternative"]  # judged against the control arm only
     h = Harness(doc)
     await warm(h)
     for _ in range(6):

@@ -31,14 +31,21 @@ def _load(requests: ArmRequests, offered: float) -> ArmLoad:
     return ArmLoad(offered_per_replica=offered, in_flight_per_replica=offered * e2e, running_per_replica=offered * e2e)
 
 
-def pilot(alphas: dict[str, float], *, per_load: int = 4, control: bool = True) -> Evidence:
-    """Windows at each load in turn for every scope; production's baseline runs at half of it."""
+def pilot(alphas: dict[str, float], *, per_load: int = 4, control: bool = True, alternative: bool = False) -> Evidence:
+    """Windows at each load in turn for every scope; production's baseline runs at half of it. With
+    `alternative`, an alternative arm on the same GPU takes the same share and decodes 10% faster than
+    the control arm."""
     compared = Arm.CONTROL if control else Arm.BASELINE
     evidence = with_arms(
         Evidence(compared=compared),
         overlap=3.0,
         kv_blocks={Arm.BASELINE: 1000, Arm.SPECULATIVE: 800, Arm.CONTROL: 1000},
-        gpus={Arm.BASELINE: 4, Arm.SPECULATIVE: 1, **({Arm.CONTROL: 1} if control else {})},
+        gpus={
+            Arm.BASELINE: 4,
+            Arm.SPECULATIVE: 1,
+            **({Arm.CONTROL: 1} if control else {}),
+            **({Arm.ALTERNATIVE: 1} if alternative else {}),
+        },
     )
     seed = 0
     for step, value in enumerate(x for x in LOADS for _ in range(per_load)):
@@ -59,8 +66,11 @@ def pilot(alphas: dict[str, float], *, per_load: int = 4, control: bool = True) 
                 speculative_engine=replace(
                     engine(itl=0.03 * (1 + 3 * alpha) / 2), per_position_acceptance=(alpha, alpha**2, alpha**3)
                 ),
+                alternative=arm(40, seed=seed + 10_001, per_token=0.9 * ordinary(value)) if alternative else None,
             )
             arms = {Arm.SPECULATIVE: _load(spec, value), compared: _load(base, value if control else production)}
+            if window.alternative is not None:
+                arms[Arm.ALTERNATIVE] = _load(window.alternative, value)
             load = WindowLoad(arms=arms, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150))
             evidence = record_window(evidence, window, load, verdict=Verdict.PASS, quality_failed=False)
         watched = WindowLoad(arms={Arm.BASELINE: ArmLoad(offered_per_replica=production)}, arrival_rate=value)

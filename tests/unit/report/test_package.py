@@ -26,13 +26,15 @@ ALPHAS = {"always": 0.95, "low": 0.5, "never": 0.1}
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 
-def manifest(*, control: bool = True) -> dict[str, Any]:
+def manifest(*, control: bool = True, alternative: bool = False) -> dict[str, Any]:
     doc = yaml.safe_load((ROOT / "manifests/demo/pilot.yaml").read_text())
     doc["metadata"]["namespace"] = "team-a"
-    stages = [{"weight": 50, "minRequests": 10, "minDuration": "10s"}]
+    stages = [{"weight": 33 if alternative else 50, "minRequests": 10, "minDuration": "10s"}]
     doc["spec"]["scopes"] = [{"name": name, "stages": stages} for name in ALPHAS]
     if not control:
         doc["spec"]["control"] = {"enabled": False}
+    if alternative:
+        doc["spec"]["alternative"] = {"extraArgs": ["--max-num-seqs=64"]}
     return doc
 
 
@@ -129,6 +131,23 @@ def test_stream_cadence_is_reported_and_not_judged_by_default(evidence: Evidence
     opted = manifest()
     opted["spec"]["analysis"]["thresholds"]["interTokenLatency"] = {"quantile": 0.99, "maxRatio": 3.0}
     assert build(opted, evidence)["scopes"][0]["chunkGaps"]["judged"] is True
+
+
+def test_the_report_says_whether_the_same_gpus_do_better_without_speculation() -> None:
+    report = build(manifest(alternative=True), pilot(ALPHAS, alternative=True))
+    scopes = {s["name"]: s for s in report["scopes"]}
+    never = scopes["never"]["decision"]["alternative"]
+    assert never["verdict"] == "AlternativeBetter", never
+    assert never["ratio"] == pytest.approx(0.9, rel=0.05)
+    assert never["speculativeRatio"] > 1 and never["observedGain"] > 1
+    assert scopes["always"]["decision"]["alternative"]["speculativeRatio"] < 1
+    assert scopes["never"]["bands"]["alternative"], "its bands, at the compared pair's loads"
+    cost = scopes["never"]["cost"]["arms"]["alternative"]
+    assert cost["gpus"] == 1 and cost["onTimeCompletionsPerGpuHour"] is not None
+    md = markdown(report, [])
+    assert "## The same GPUs without speculation" in md
+    assert "| never | AlternativeBetter | 0.9" in md and never["reason"] in md
+    assert "## The same GPUs without speculation" not in markdown(build(manifest(), pilot(ALPHAS)), [])
 
 
 def test_without_a_control_arm_speculation_is_compared_with_production_only_where_both_ran() -> None:

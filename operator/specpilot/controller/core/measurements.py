@@ -30,6 +30,12 @@ def compared_arm(spec: SpeculationPilotSpec) -> Arm:
     return Arm.CONTROL if spec.control.enabled else Arm.BASELINE
 
 
+def alternative_judged(spec: SpeculationPilotSpec) -> bool:
+    """Whether the pilot's alternative arm takes the speculative arm's share and is judged: it runs one,
+    beside a control arm (the API refuses one without)."""
+    return spec.alternative is not None and spec.control.enabled
+
+
 def cadence(analysis: Analysis) -> float:
     """Seconds between collections: several per interval (the KV-cache limit is judged on how long
     usage stays high), at most every 2 s and at least every 10 s."""
@@ -114,9 +120,11 @@ class Measurements:
             self._engines[key] = self.readings.engines(start=start, end=end, analysis=analysis)
         return self._engines[key]
 
-    def window(self, scope: str, *, analysis: Analysis, end: datetime, compared: Arm) -> ScopeWindow:
-        """The scope's window ending at `end`, as long as analysis.window: the speculative arm against
-        the `compared` arm."""
+    def window(
+        self, scope: str, *, analysis: Analysis, end: datetime, compared: Arm, alternative: bool = False
+    ) -> ScopeWindow:
+        """The scope's window ending at `end`, as long as analysis.window: the speculative arm (and the
+        alternative arm, where the pilot runs one) against the `compared` arm."""
         start = end - analysis.window
         engines = self.engines(start=start, end=end, analysis=analysis)
         return scope_window(
@@ -127,6 +135,7 @@ class Measurements:
             compared=compared,
             compared_engine=engines[compared],
             speculative_engine=engines[Arm.SPECULATIVE],
+            alternative=alternative,
         )
 
     def new_requests(self, scope: str, *, since: datetime, end: datetime) -> int:

@@ -23,7 +23,7 @@ from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStat
 from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
 from specpilot.controller.core.decide import Decided, decide, fresh_for, record
-from specpilot.controller.core.measurements import compared_arm
+from specpilot.controller.core.measurements import alternative_judged, compared_arm
 from specpilot.controller.core.progress import (
     MANUAL,
     Measured,
@@ -240,7 +240,11 @@ def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[Sc
         return {}
     return {
         scope.name: snapshot.measurements.window(
-            scope.name, analysis=spec.analysis, end=end, compared=compared_arm(spec)
+            scope.name,
+            analysis=spec.analysis,
+            end=end,
+            compared=compared_arm(spec),
+            alternative=alternative_judged(spec),
         )
         for scope in scopes
         if due(scope, spec.analysis, end)

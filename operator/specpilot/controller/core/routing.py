@@ -10,22 +10,31 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from specpilot.api.spec import Scope, SpeculationPilotSpec
+from specpilot.controller.core.measurements import alternative_judged
 from specpilot.controller.core.render import content_hash
 from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, PathMatch, RoutingTable, ScopeMatch, ScopeRoute
 
 
-def scope_route(scope: Scope, *, weight: int, request_timeout: timedelta, control: bool) -> ScopeRoute:
-    """One scope's entry: its match as the API states it, its deadline, its speculative weight and, with a
-    control arm, the same weight again for the control (so a flip back moves both to the baseline)."""
+def scope_route(
+    scope: Scope, *, weight: int, request_timeout: timedelta, control: bool, alternative: bool = False
+) -> ScopeRoute:
+    """One scope's entry: its match as the API states it, its deadline, its speculative weight and the
+    same weight again for the control arm and for the alternative arm, each where the pilot runs it (so
+    every compared arm sees the same share, and a flip back moves them all to the baseline)."""
     match = ScopeMatch(
         headers=tuple(HeaderMatch(name=h.name, type=h.type.value, value=h.value) for h in scope.match.headers),
         paths=tuple(PathMatch(type=p.type.value, value=p.value) for p in scope.match.paths),
     )
     deadline = (scope.deadline or request_timeout).total_seconds()
+    control_weight = weight if control else 0
+    alternative_weight = weight if alternative else 0
     return ScopeRoute(
         name=scope.name,
         weights=ArmWeights(
-            baseline=100 - weight * (2 if control else 1), speculative=weight, control=weight if control else 0
+            baseline=100 - weight - control_weight - alternative_weight,
+            speculative=weight,
+            control=control_weight,
+            alternative=alternative_weight,
         ),
         deadline_seconds=deadline,
         match=match,
@@ -47,6 +56,7 @@ def routing_table(
                 weight=weights.get(scope.name, 0),
                 request_timeout=spec.router.request_timeout,
                 control=spec.control.enabled,
+                alternative=alternative_judged(spec),
             )
             for scope in spec.scopes
         ),
