@@ -10,8 +10,9 @@ same share at the same size, so they are compared at the same offered load. Load
 slow only sees the first, low one.
 
 Beside it: a prefill-dominated scope's decode share; a large win streamed in long chunks, adopted
-under the default limits; and a pilot without a control arm, which claims nothing above the loads
-where both arms were measured.
+under the default limits; a pilot without a control arm, which claims nothing above the loads
+where both arms were measured; and an alternative arm on the speculative arm's GPU, which says where
+the same GPUs do better without speculation.
 """
 
 from __future__ import annotations
@@ -377,3 +378,43 @@ def test_without_a_control_arm_nothing_is_claimed_above_the_loads_both_arms_ran_
     if decision["outcome"] == "AdoptInLowLoadWindows":
         tops = [b["loadHigh"] for b in mid["bands"]["speculative"] if b["load"] in matched]
         assert decision["maxLoad"] <= max(tops), (decision, mid["bands"])
+
+
+def test_the_alternative_arm_says_whether_the_same_gpus_do_better_without_speculation(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    """The alternative arm runs the baseline's engine with other batching on the speculative arm's GPU
+    and takes the same share of every scope: it decodes as the control arm does, speculation beats it
+    where drafts are accepted (fast) and loses to it where they are not (slow)."""
+    doc = decisions_pilot()
+    spec = doc["spec"]
+    spec["alternative"] = {"extraArgs": ["--max-num-seqs=64"]}
+    stage = [{"weight": 33, "minRequests": 5, "minDuration": "10s"}]
+    spec["scopes"] = [{"name": name, "deadline": "1m", "stages": stage} for name in ("fast", "slow")]
+    # slow is measured, not flipped, while this test reads what the alternative arm shows
+    spec["analysis"]["failureLimit"] = 100
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    mix = tmp_path / "mix.json"
+    mix.write_text(json.dumps({"scopes": [{"name": name, "deadline_s": 60, **LENGTHS} for name in ("fast", "slow")]}))
+    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip(cluster, namespace)}:8080"]
+    argv += ["--mix", str(mix), "--arrivals", "poisson", "--rate", "3", "--seed", "7", "--duration", "120"]
+    argv += ["--timeout", "60", "--no-progress"]
+    done = subprocess.run(argv, check=False, capture_output=True, text=True, env=cluster.env(), timeout=200)
+    assert done.returncode == 0, done.stderr[-2000:]
+    body = json.loads(report(cluster, namespace, tmp_path / "pkg")["report.json"])
+    scopes = {scope["name"]: scope for scope in body["scopes"]}
+    found = {name: scope["decision"]["alternative"] for name, scope in scopes.items()}
+    for name, alternative in found.items():
+        print(
+            f"{name}: {alternative['verdict']}, alternative/control {alternative['ratio']:.3f}, "
+            f"speculative/alternative {alternative['speculativeRatio']:.3f}, "
+            f"alternative e2e gain {alternative['observedGain']:.2f}x"
+        )
+    assert found["fast"]["verdict"] == "SpeculationBetter", found["fast"]
+    assert found["slow"]["verdict"] == "AlternativeBetter", found["slow"]
+    for name, alternative in found.items():
+        assert alternative["ratio"] == pytest.approx(1.0, abs=0.1), (name, alternative)
+        assert scopes[name]["bands"]["alternative"], "its windows binned beside the compared pair's"
+    cost = scopes["fast"]["cost"]["arms"]["alternative"]
+    assert cost["gpus"] == 1 and cost["onTimeCompletionsPerGpuHour"] is not None, cost
