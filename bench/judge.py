@@ -114,6 +114,7 @@ class Flips:
     first: dict[str, list[int]] = field(default_factory=dict)
     failing_windows: dict[str, list[int]] = field(default_factory=dict)
     decisions: list[str] = field(default_factory=list)
+    flipped_on: list[str] = field(default_factory=list)  # the judge's flips: the check each flipped on
 
     def add(self, other: Flips) -> None:
         for key, values in other.first.items():
@@ -121,6 +122,7 @@ class Flips:
         for key, values in other.failing_windows.items():
             self.failing_windows.setdefault(key, []).extend(values)
         self.decisions.extend(other.decisions)
+        self.flipped_on.extend(other.flipped_on)
 
 
 # --- traces ---------------------------------------------------------------------------------------
@@ -228,6 +230,7 @@ def judge_pilot(
     p: int,
     job: Job,
     loads: tuple[np.ndarray, np.ndarray] | None = None,
+    flipped_on: list[str] | None = None,
 ) -> tuple[dict[str, int], str | None]:
     """First flip (1-based window) of the judge through the rollout, and of its tpct check alone; with
     `loads` (offered load and sequences in flight per replica, per pilot and window), every window the
@@ -291,6 +294,8 @@ def judge_pilot(
         if job.stop_at_flip and all(v != NEVER for v in first.values()):
             break
     counts = {**first, **{f"failing:{k}": v for k, v in failing.items()}}
+    if flipped_on is not None:
+        flipped_on.extend(record.metric.value for record in fallbacks)
     if evidence is None:
         return counts, None
     flipped = first["judge"] != NEVER
@@ -355,7 +360,7 @@ def run_job(job: Job) -> Flips:
         target[key.removeprefix("failing:")] = values.tolist()
     loads = (offered_load(spec, control, load), _window_sums(load[..., None]) / SPAN) if job.decide else None
     for p in range(job.pilots):
-        counts, decision = judge_pilot(spec, control, p, job, loads)
+        counts, decision = judge_pilot(spec, control, p, job, loads, flips.flipped_on)
         for key, value in counts.items():
             target = flips.failing_windows if key.startswith("failing:") else flips.first
             target.setdefault(key.removeprefix("failing:"), []).append(value)
@@ -433,6 +438,8 @@ def _false_positives(flips: Flips) -> None:
     else:
         met = f"not met ({share:.2%} observed, 95% interval {_wilson(k, n)})"
     print(f"Target: at most {TARGET:.0%} of A/A pilots flip or state an adoption: {met}")
+    on = Counter(flips.flipped_on)
+    print("Flips by the check that tripped: " + (", ".join(f"{m} {c}" for m, c in on.most_common()) or "none"))
     stated = Counter(flips.decisions)
     print("Decisions stated: " + ", ".join(f"{d} {c / n:.1%}" for d, c in stated.most_common()))
 
