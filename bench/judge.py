@@ -230,6 +230,7 @@ def judge_pilot(
     p: int,
     job: Job,
     loads: tuple[np.ndarray, np.ndarray] | None = None,
+    *,
     flipped_on: list[str] | None = None,
 ) -> tuple[dict[str, int], str | None]:
     """First flip (1-based window) of the judge through the rollout, and of its tpct check alone; with
@@ -360,7 +361,7 @@ def run_job(job: Job) -> Flips:
         target[key.removeprefix("failing:")] = values.tolist()
     loads = (offered_load(spec, control, load), _window_sums(load[..., None]) / SPAN) if job.decide else None
     for p in range(job.pilots):
-        counts, decision = judge_pilot(spec, control, p, job, loads, flips.flipped_on)
+        counts, decision = judge_pilot(spec, control, p, job, loads, flipped_on=flips.flipped_on)
         for key, value in counts.items():
             target = flips.failing_windows if key.startswith("failing:") else flips.first
             target.setdefault(key.removeprefix("failing:"), []).append(value)
