@@ -188,13 +188,27 @@ def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() 
     chat, code = NAMES[0], NAMES[1]
     load_ = WindowLoad(arms={a: ArmLoad(offered_per_replica=2.0) for a in Arm}, arrival_rate=2.0)
     summary = WindowSummary(end=END, verdict=Verdict.PASS)
-    scopes = [ScopeStatus(name=name, state=ScopeState.PILOTING, last_window=summary) for name in (chat, code)]
+    scopes = [
+        ScopeStatus(name=name, state=ScopeState.PILOTING, weight=25, last_window=summary) for name in (chat, code)
+    ]
 
     def recorded(
-        evidence: Evidence, end: datetime, flipped: tuple[str, ...] = (), draining: tuple[str, ...] = ()
+        evidence: Evidence,
+        end: datetime,
+        flipped: tuple[str, ...] = (),
+        draining: tuple[str, ...] = (),
+        off: tuple[str, ...] = (),
     ) -> Evidence:
         measured = {name: Measured(window(name, end), 30) for name in (chat, code)}
-        judged = [s.model_copy(update={"last_window": WindowSummary(end=end, verdict=Verdict.PASS)}) for s in scopes]
+        judged = [
+            s.model_copy(
+                update={
+                    "last_window": WindowSummary(end=end, verdict=Verdict.PASS),
+                    "weight": 0 if s.name in (*flipped, *off) else s.weight,
+                }
+            )
+            for s in scopes
+        ]
         return record(
             evidence,
             spec=SPEC,
@@ -223,3 +237,6 @@ def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() 
     assert recorded(drained, END + timedelta(seconds=60)).scopes[chat].bins == {}  # began before the drain ended
     clear = recorded(drained, END + timedelta(seconds=80))  # the arm has run without them all window
     assert clear.scopes[chat].bins
+    # code is off the arm when chat leaves it too: code keeps the bins that back its own flip
+    later = recorded(clear, END + timedelta(seconds=90), flipped=(chat,), off=(code,))
+    assert later.scopes[code].bins and later.scopes[code].mix_changed_at is None

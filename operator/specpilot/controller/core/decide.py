@@ -64,7 +64,7 @@ def record(
     draining: Collection[str] = (),
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
-    after `flipped` left the speculative arm, the other scopes' windows start again (`mix_changed`):
+    after `flipped` left the speculative arm, the other scopes still on it start again (`mix_changed`):
     what they measured beside it (its cache, its slower requests) does not describe the arm without it.
     While the requests of scopes already off the arm still finish on it (`draining`: a flipped scope's
     long or preempted requests), the arm's mix is still changing: the others start again from the end
@@ -92,7 +92,13 @@ def record(
     if (flipped or draining) and measured:
         # the others start again from the end of the last window the arm's mix changed within
         at = max(item.window.end for item in measured.values())
-        others = [status.name for status in scopes if status.name not in flipped and status.name not in draining]
+        # Only the scopes still on the arm: one already off it keeps what it measured there, which is
+        # what backs its own flip.
+        others = [
+            status.name
+            for status in scopes
+            if status.weight > 0 and status.name not in flipped and status.name not in draining
+        ]
         out = mix_changed(out, others, at=at)
     return out
 
