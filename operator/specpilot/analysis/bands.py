@@ -49,6 +49,7 @@ class Band:
     tpct: float  # mean time per committed token, seconds
     tpct_se: float  # its standard error
     ttft: Mapping[int, int]  # times to first token per bucket (`evidence.ttft_bucket`), once per window
+    ttft_width: int  # fine buckets each key of `ttft` spans (`Evidence.ttft_width`)
     ttft_p99: float | None  # p99 time to first token over its requests, seconds
     e2e: float | None  # mean end-to-end time of ok requests, seconds
     routed: int
@@ -71,8 +72,9 @@ def _merge(cells: Sequence[BinArm]) -> BinArm:
     return out
 
 
-def counts_quantile(counts: Mapping[int, int], q: float) -> float | None:
-    """The q-quantile (nearest rank) of values counted per TTFT bucket, as its bucket's geometric middle."""
+def counts_quantile(counts: Mapping[int, int], q: float, width: int = 1) -> float | None:
+    """The q-quantile (nearest rank) of values counted per TTFT bucket (each key spanning `width` fine
+    buckets), as its bucket's geometric middle."""
     total = sum(counts.values())
     if total == 0:
         return None
@@ -80,7 +82,7 @@ def counts_quantile(counts: Mapping[int, int], q: float) -> float | None:
     for index in sorted(counts):
         seen += counts[index]
         if seen >= rank:
-            low, high = ttft_bucket_bounds(index)
+            low, high = ttft_bucket_bounds(index)[0], ttft_bucket_bounds(index + width - 1)[1]
             return math.sqrt(low * high)
     raise AssertionError("unreachable: the ranks sum to the total")
 
@@ -94,9 +96,12 @@ def _se(tpct: Moments, overlap: float, pooled_cv: float | None) -> float:
     return max(sd / math.sqrt(effective), MIN_RELATIVE_SE * mean)
 
 
-def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: float = MIN_BAND_WINDOWS) -> list[Band]:
+def bands(
+    bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: float = MIN_BAND_WINDOWS, ttft_width: int = 1
+) -> list[Band]:
     """The arm's bands, lowest load first, each holding `min_windows` windows' worth of distinct requests
-    (so `min_windows` x overlap windows); a short tail joins the band below it."""
+    (so `min_windows` x overlap windows); a short tail joins the band below it. `ttft_width` is the
+    store's (`Evidence.ttft_width`)."""
     target = min_windows * max(1.0, overlap)
     groups: list[list[int]] = []
     current: list[int] = []
@@ -134,7 +139,8 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: floa
                 tpct=tpct,
                 tpct_se=_se(cell.tpct, overlap, pooled),
                 ttft=cell.ttft,
-                ttft_p99=counts_quantile(cell.ttft, 0.99) if cell.ttft else cell.ttft_p99.mean,
+                ttft_width=ttft_width,
+                ttft_p99=counts_quantile(cell.ttft, 0.99, ttft_width) if cell.ttft else cell.ttft_p99.mean,
                 e2e=cell.e2e.mean,
                 routed=cell.routed,
                 on_time=cell.on_time,
@@ -146,7 +152,7 @@ def bands(bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: floa
 def matched(band: Band, bins: Mapping[int, BinArm], *, overlap: float = 1.0) -> Band | None:
     """The compared arm's windows in the band's own bins, as one band; None where it has none."""
     inside = {index: cell for index, cell in bins.items() if band.first <= index <= band.last}
-    found = bands(inside, overlap=overlap, min_windows=math.inf)  # one band of every bin inside
+    found = bands(inside, overlap=overlap, min_windows=math.inf, ttft_width=band.ttft_width)  # one band of them all
     return found[0] if found else None
 
 

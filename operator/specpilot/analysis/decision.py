@@ -329,7 +329,8 @@ def ttft_tail(comparisons: Sequence[Comparison], *, limit: QuantileRatio, overla
     for c in comparisons:
         if c.compared is not None and c.band.ttft and c.compared.ttft:
             spec, ref = add_counts(spec, c.band.ttft), add_counts(ref, c.compared.ttft)
-    spec_q, ref_q = counts_quantile(spec, limit.quantile), counts_quantile(ref, limit.quantile)
+    width = next((c.band.ttft_width for c in comparisons), 1)
+    spec_q, ref_q = counts_quantile(spec, limit.quantile, width), counts_quantile(ref, limit.quantile, width)
     if spec_q is None or ref_q is None:
         return None
     cut = limit.max_ratio * ref_q
@@ -471,7 +472,10 @@ def decide_scope(
     `ttft` the TTFT limit an adopted scope's matched bands must meet."""
     scope = evidence.scopes.get(name, ScopeEvidence())
     compared = evidence.compared
-    arm_bands = {arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap)) for arm in Arm}
+    arm_bands = {
+        arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap, ttft_width=evidence.ttft_width))
+        for arm in Arm
+    }
     comparisons = tuple(
         compare(
             arm_bands[Arm.SPECULATIVE], scope.bins.get(compared, {}), overlap=evidence.overlap, confidence=confidence

@@ -92,6 +92,11 @@ def add_counts(counts: Mapping[int, int], other: Mapping[int, int]) -> dict[int,
     return out
 
 
+def coarse_key(index: int, width: int) -> int:
+    """The key a fine TTFT bucket is counted under when each key spans `width` fine buckets."""
+    return index // width * width
+
+
 class BinArm(ApiModel):
     """One arm's windows whose load fell in one bin."""
 
@@ -104,8 +109,9 @@ class BinArm(ApiModel):
     ttft_p99: Moments = Moments()
     """The scope's 99th percentile time to first token on the arm in each window, seconds."""
     ttft: dict[int, Annotated[int, Field(ge=0)]] = {}
-    """The scope's times to first token on the arm, counted per bucket (`ttft_bucket`); a request is
-    counted in every window it falls in, so counts run `Evidence.overlap` times the requests."""
+    """The scope's times to first token on the arm, counted per bucket (`ttft_bucket`, keyed by its
+    lowest fine bucket when `Evidence.ttft_width` merges several); a request is counted in every window
+    it falls in, so counts run `Evidence.overlap` times the requests."""
     e2e: Moments = Moments()
     """The scope's mean end-to-end time of ok requests on the arm, seconds."""
     routed: Annotated[int, Field(ge=0)] = 0
@@ -213,6 +219,9 @@ class Evidence(ApiModel):
     """Ready engine replicas of each arm, last seen."""
     config_hashes: dict[Arm, str] = {}
     """The arms' config hashes the windows were measured under: a change starts a new store."""
+    ttft_width: Annotated[int, Field(ge=1)] = 1
+    """Fine TTFT buckets each counted key spans (a power of two): raised by `fit` when the store would
+    outgrow its ConfigMap, so that a long, wide pilot keeps every window at a coarser TTFT resolution."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,13 +305,14 @@ def matched_load(load: WindowLoad, compared: Arm) -> dict[Arm, float | None]:
     return own
 
 
-def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float | None) -> BinArm:
+def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float | None, ttft_width: int) -> BinArm:
+    counted = Counter(coarse_key(ttft_bucket(v), ttft_width) for v in requests.ttft_seconds if math.isfinite(v))
     return BinArm(
         load=cell.load.add(load),
         in_flight=cell.in_flight.add(in_flight),
         tpct=cell.tpct.add(requests.time_per_committed_token),
         ttft_p99=cell.ttft_p99.add(_p99(requests.ttft_seconds)),
-        ttft=add_counts(cell.ttft, Counter(ttft_bucket(v) for v in requests.ttft_seconds if math.isfinite(v))),
+        ttft=add_counts(cell.ttft, counted),
         e2e=cell.e2e.add(_mean(requests.e2e_seconds)),
         routed=cell.routed + requests.routed,
         on_time=cell.on_time + _on_time(requests),
@@ -349,7 +359,7 @@ def record_window(
         if settled and requests.routed and value is not None and value > 0:
             index = load_bin(value)
             cell = bins[arm].get(index, BinArm())
-            bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica)
+            bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica, evidence.ttft_width)
     engine = window.speculative_engine
     positions = list(scope.per_position)
     for index, rate in enumerate(engine.per_position_acceptance[:MAX_POSITIONS]):
@@ -436,6 +446,37 @@ def with_arms(
     ready = {**evidence.replicas, **{arm: value for arm, value in (replicas or {}).items() if value > 0}}
     update = {"overlap": max(1.0, overlap), "kv_blocks": blocks, "gpus": dict(gpus), "replicas": ready}
     return evidence.model_copy(update=update)
+
+
+STORE_BUDGET = 768 * 1024  # bytes of JSON: a ConfigMap holds at most 1 MiB, metadata included
+MAX_TTFT_WIDTH = 8  # three TTFT buckets to the octave, each 26% wide
+
+
+def coarsened(evidence: Evidence) -> Evidence:
+    """The store with every TTFT count merged into keys twice as wide; nothing else changes."""
+
+    def merged(cell: BinArm) -> BinArm:
+        counts: dict[int, int] = {}
+        for index, count in cell.ttft.items():
+            key = coarse_key(index, 2 * evidence.ttft_width)
+            counts[key] = counts.get(key, 0) + count
+        return cell.model_copy(update={"ttft": counts})
+
+    scopes = {
+        name: scope.model_copy(
+            update={"bins": {arm: {i: merged(c) for i, c in cells.items()} for arm, cells in scope.bins.items()}}
+        )
+        for name, scope in evidence.scopes.items()
+    }
+    return evidence.model_copy(update={"scopes": scopes, "ttft_width": 2 * evidence.ttft_width})
+
+
+def fit(evidence: Evidence, budget: int = STORE_BUDGET) -> Evidence:
+    """The store within `budget` bytes of JSON where coarser TTFT counts bring it there: many scopes over
+    a wide range of loads, each bin counting a wide spread of TTFTs, would outgrow a ConfigMap."""
+    while evidence.ttft_width < MAX_TTFT_WIDTH and len(dump(evidence)) > budget:
+        evidence = coarsened(evidence)
+    return evidence
 
 
 def dump(evidence: Evidence) -> str:

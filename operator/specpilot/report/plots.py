@@ -61,6 +61,19 @@ def _unmeasured(report: Json, scope: Json, ax: Any) -> None:
         ax.scatter(*zip(*points, strict=True), s=110, facecolors="none", edgecolors="black", label=label, zorder=3)
 
 
+def _no_bands(report: Json, scope: Json, ax: Any) -> None:
+    """Say so in an empty panel, and what the scope's decision rests on instead (its latest flip)."""
+    if any(scope["bands"].values()):
+        return
+    flips = [f for f in report["fallbacks"] if f["scope"] == scope["name"]]
+    text = "no window settled at a matched load"
+    if flips:
+        f = flips[-1]
+        observed = f" {f['observed']:.3g} > {f['threshold']:.3g}" if f.get("observed") is not None else ""
+        text += f"\nflipped back: {f['reason']} on {f['metric']}{observed}\n(fallback records)"
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=8, transform=ax.transAxes)
+
+
 def load_plot(report: Json, plt: Any) -> Any:
     """Per scope: time per committed token and TTFT p99 against offered load, the speculative and the
     compared arm on the same axis, unmeasured bands ringed, crossover and production's load marked."""
@@ -80,6 +93,7 @@ def load_plot(report: Json, plt: Any) -> Any:
             if ttft:
                 ttft_ax.plot(*zip(*ttft, strict=True), marker="o", color=COLORS[arm], label=label)
         _unmeasured(report, scope, tpct_ax)
+        _no_bands(report, scope, tpct_ax)
         cross = scope["crossover"]
         decision = scope["decision"]
         for ax in (tpct_ax, ttft_ax):

@@ -21,12 +21,15 @@ from specpilot.analysis.decision import (
     revisions,
 )
 from specpilot.analysis.evidence import (
+    MAX_TTFT_WIDTH,
     TTFT_BUCKETS_PER_OCTAVE,
+    ArmLoad,
     BinArm,
     Evidence,
     Moments,
     WindowLoad,
     dump,
+    fit,
     load,
     load_bin,
     record_window,
@@ -277,6 +280,45 @@ def test_times_to_first_token_are_counted_per_bucket_and_a_band_reads_its_p99_fr
     (band,) = bands(evidence.scopes["a"].bins[Arm.SPECULATIVE], overlap=evidence.overlap, min_windows=1e9)
     values = sorted(v for v in arm(seed=0).ttft_seconds)  # the shape pilot() draws: lognormal about 0.1 s
     assert band.ttft_p99 == pytest.approx(values[int(0.99 * len(values))], rel=0.35)
+
+
+def test_a_store_that_would_outgrow_its_configmap_keeps_every_window_at_a_coarser_ttft_resolution() -> None:
+    evidence = pilot({"a": 0.9, "b": 0.5}, loads=(1, 2, 4, 8), per_load=4)
+    size = len(dump(evidence))
+    assert fit(evidence, budget=size) is evidence, "within its budget, nothing changes"
+    fitted = fit(evidence, budget=int(size * 0.8))
+    assert fitted.ttft_width > 1 and len(dump(fitted)) <= size * 0.8
+    assert fit(evidence, budget=1).ttft_width == MAX_TTFT_WIDTH, "never coarser than three buckets an octave"
+    for name, scope in fitted.scopes.items():
+        for arm_, cells in scope.bins.items():
+            for index, cell in cells.items():
+                before = evidence.scopes[name].bins[arm_][index]
+                assert sum(cell.ttft.values()) == sum(before.ttft.values())  # every request still counted
+                assert all(key % fitted.ttft_width == 0 for key in cell.ttft)
+                assert cell.model_copy(update={"ttft": before.ttft}) == before  # nothing else touched
+    # p99s read from the coarser counts stay within a coarse bucket of the fine ones, and so do decisions
+    width = fitted.ttft_width
+    for fine, coarse in zip(decide(evidence, "a").comparisons, decide(fitted, "a").comparisons, strict=True):
+        assert coarse.band.ttft_width == width and fine.band.ttft_p99 is not None and coarse.band.ttft_p99
+        assert abs(math.log2(coarse.band.ttft_p99 / fine.band.ttft_p99)) <= width / TTFT_BUCKETS_PER_OCTAVE
+    assert decide(fitted, "a").decision.outcome is decide(evidence, "a").decision.outcome
+    # a window recorded later is counted at the coarser resolution
+    more = record_window(
+        fitted,
+        ScopeWindow(
+            scope="a",
+            start=END + timedelta(hours=1) - timedelta(seconds=15),
+            end=END + timedelta(hours=1),
+            compared=arm(40, seed=5),
+            speculative=arm(40, seed=6),
+            compared_engine=engine(),
+            speculative_engine=engine(),
+        ),
+        WindowLoad(arms={a: ArmLoad(offered_per_replica=2.0) for a in Arm}, arrival_rate=2.0),
+        verdict=Verdict.PASS,
+        quality_failed=False,
+    )
+    assert all(key % width == 0 for cells in more.scopes["a"].bins.values() for c in cells.values() for key in c.ttft)
 
 
 @pytest.mark.parametrize(

@@ -16,6 +16,7 @@ from specpilot.analysis.evidence import (
     ScopeEvidence,
     WindowLoad,
     dump,
+    fit,
     load,
     mix_changed,
     record_window,
@@ -68,7 +69,8 @@ def record(
     what they measured beside it (its cache, its slower requests) does not describe the arm without it.
     While the requests of scopes already off the arm still finish on it (`draining`: a flipped scope's
     long or preempted requests), the arm's mix is still changing: the others start again from the end
-    of each such window, so their bins hold only windows that began after the last of them finished."""
+    of each such window, so their bins hold only windows that began after the last of them finished.
+    The store comes back within its ConfigMap's budget (`fit`)."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -100,7 +102,7 @@ def record(
             if status.weight > 0 and status.name not in flipped and status.name not in draining
         ]
         out = mix_changed(out, others, at=at)
-    return out
+    return fit(out)
 
 
 def findings(
