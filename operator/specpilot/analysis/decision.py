@@ -395,10 +395,13 @@ def _adoption_blocked(
 
 
 _VERDICTS = {
-    AlternativeVerdict.SPECULATION_BETTER: "speculation is faster at every load both ran at",
-    AlternativeVerdict.ALTERNATIVE_BETTER: "the same GPUs do better without speculation at every load both ran at",
-    AlternativeVerdict.NO_DIFFERENCE: "neither is measurably faster at every load both ran at",
+    AlternativeVerdict.SPECULATION_BETTER: "speculation is faster at some of the loads both ran at and slower at none",
+    AlternativeVerdict.ALTERNATIVE_BETTER: (
+        "the same GPUs do better without speculation at some of the loads both ran at, and worse at none"
+    ),
+    AlternativeVerdict.NO_DIFFERENCE: "neither is measurably faster at any load both ran at",
 }
+_EACH_WINS = "each is measurably faster at some of the loads both ran at"
 
 
 def _pooled_ratio(comparisons: Sequence[Comparison]) -> float | None:
@@ -412,10 +415,13 @@ def judge_alternative(
 ) -> AlternativeDecision:
     """The alternative arm of a scope (the same share on the same GPU budget, without speculation, binned
     at the compared pair's load) against the control arm and the speculative arm in the same bins: which
-    way of spending the GPUs is faster per committed token, tested as a band's win is, both ways."""
+    way of spending the GPUs is faster per committed token. Each band is tested as a band's win is, both
+    ways, each way at half of 1 - confidence, so identical arms get a verdict other than NoDifference no
+    more often than that; one way of spending them is better where it wins at some band and loses at none."""
+    each_way = 1 - (1 - confidence) / 2
 
     def against(arm: Arm, other: Arm) -> list[Comparison]:
-        found = compare(arm_bands[arm], scope.bins.get(other, {}), overlap=overlap, confidence=confidence)
+        found = compare(arm_bands[arm], scope.bins.get(other, {}), overlap=overlap, confidence=each_way)
         return [c for c in found if c.measured]
 
     versus_control = against(Arm.ALTERNATIVE, Arm.CONTROL)
@@ -435,9 +441,12 @@ def judge_alternative(
                 f"windows' worth of distinct requests; at least {MIN_INDEPENDENT:g} are needed to compare them."
             ),
         )
-    if all(c.wins for c in speculation_first):
+    speculation_wins, alternative_wins = (
+        any(c.wins for c in found) for found in (speculation_first, alternative_first)
+    )
+    if speculation_wins and not alternative_wins:
         verdict = AlternativeVerdict.SPECULATION_BETTER
-    elif alternative_first and all(c.wins for c in alternative_first):
+    elif alternative_wins and not speculation_wins:
         verdict = AlternativeVerdict.ALTERNATIVE_BETTER
     else:
         verdict = AlternativeVerdict.NO_DIFFERENCE
@@ -453,7 +462,8 @@ def judge_alternative(
         observed_gain=gain,
         reason=(
             f"{name}: on the same GPUs without speculation, the alternative arm {alternative}; speculation's time "
-            f"per committed token ran {_ratios(speculation_first)} the alternative's: {_VERDICTS[verdict]}."
+            f"per committed token ran {_ratios(speculation_first)} the alternative's: "
+            f"{_EACH_WINS if speculation_wins and alternative_wins else _VERDICTS[verdict]}."
         ),
     )
 

@@ -185,11 +185,12 @@ class AlternativeVerdict(StrEnum):
     """Whether the speculative arm's GPU budget does better with speculation or spent another way."""
 
     SPECULATION_BETTER = "SpeculationBetter"
-    """Speculation is faster per committed token than the alternative at every load both ran at."""
+    """Speculation is measurably faster per committed token than the alternative at some load both ran
+    at, and slower at none."""
     ALTERNATIVE_BETTER = "AlternativeBetter"
-    """The alternative, without speculation, is faster at every load both ran at."""
+    """The alternative, without speculation, is measurably faster at some load both ran at, and slower at none."""
     NO_DIFFERENCE = "NoDifference"
-    """Neither is measurably faster at every load both ran at."""
+    """Neither is measurably faster anywhere, or each is at some load."""
     INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
     """Too few windows at the same loads to say."""
 

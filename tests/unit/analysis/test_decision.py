@@ -525,3 +525,13 @@ def test_a_pilot_without_an_alternative_arm_states_none_and_one_without_windows_
     sparse = pilot({"chat": 0.8}, loads=(1,), per_load=2, alternative=ordinary)
     found = decide(sparse, "chat").decision.alternative
     assert found is not None and found.verdict is AlternativeVerdict.INSUFFICIENT_EVIDENCE
+
+
+def test_an_alternative_that_decodes_as_speculation_does_gets_no_verdict_either_way() -> None:
+    verdicts = [
+        decide(
+            pilot({"chat": 0.8}, loads=(1, 2, 3, 4), alternative=lambda v: speculative(v, 0.8), seed=run), "chat"
+        ).decision.alternative
+        for run in range(0, 10_000, 1000)
+    ]
+    assert {v.verdict for v in verdicts if v is not None} == {AlternativeVerdict.NO_DIFFERENCE}, verdicts
