@@ -650,15 +650,23 @@ def revisions(
     after: Mapping[str, ScopeDecision],
 ) -> list[str]:
     """What moved between a stated decision and a new one, worth stating again: an outcome or a defer
-    reason, an envelope that moved by a load bin or more, or a crossover outside the stated interval.
+    reason, an envelope that moved by a load bin or more, a crossover outside the stated interval, or
+    the alternative arm's verdict.
     Empty when the new one says the same within its noise (a scope not decided before is not a move)."""
     moved = _outcome_moved("the pilot", previous, decision)
     for name, new in after.items():
         old = before.get(name)
         if old is None:
             continue
-        moved.extend(_outcome_moved(name, old, new) or _figures_moved(name, old, new))
+        moved.extend(
+            _outcome_moved(name, old, new) or _figures_moved(name, old, new) or _alternative_moved(name, old, new)
+        )
     return moved
+
+
+def _alternative_moved(name: str, old: ScopeDecision, new: ScopeDecision) -> list[str]:
+    was, now = (d.alternative.verdict if d.alternative else None for d in (old, new))
+    return [f"{name}: alternative arm {was} -> {now}"] if was is not None and now is not None and was != now else []
 
 
 def _outcome_moved(who: str, old: Decision | ScopeDecision, new: Decision | ScopeDecision) -> list[str]:

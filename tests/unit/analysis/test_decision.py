@@ -39,6 +39,7 @@ from specpilot.analysis.evidence import (
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import (
+    AlternativeDecision,
     AlternativeVerdict,
     DecisionOutcome,
     DecisionTrigger,
@@ -193,6 +194,16 @@ def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_
     deferred = {"always": always, "low": low.model_copy(update={"outcome": DecisionOutcome.DEFER})}
     assert revisions(decision, decision, before=before, after=deferred) == ["low: AdoptInLowLoadWindows -> Defer"]
     assert revisions(decision, decision, before={}, after=before) == [], "a scope decided anew is no move"
+    # the alternative arm's verdict, once stated, is stated again when the evidence moves it
+    sides = [
+        AlternativeDecision(verdict=verdict, reason="r")
+        for verdict in (AlternativeVerdict.INSUFFICIENT_EVIDENCE, AlternativeVerdict.SPECULATION_BETTER)
+    ]
+    first, later = ({**before, "always": always.model_copy(update={"alternative": side})} for side in sides)
+    assert revisions(decision, decision, before=first, after=later) == [
+        "always: alternative arm InsufficientEvidence -> SpeculationBetter"
+    ]
+    assert revisions(decision, decision, before=before, after=later) == [], "none stated before"
 
 
 def test_implied_gain_is_the_arithmetic_of_the_design() -> None:
