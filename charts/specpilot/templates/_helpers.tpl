@@ -82,6 +82,10 @@ Derived from the operator's calls; tests/component/chart/test_rbac.py holds it t
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [list, watch, create, patch, delete]
+# A peak rehearsal step's load generator.
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [list, watch, create, patch, delete]
 - apiGroups: [rbac.authorization.k8s.io]
   resources: [roles, rolebindings]
   verbs: [list, watch, create, patch, delete]

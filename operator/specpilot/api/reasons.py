@@ -93,6 +93,14 @@ class Reason(StrEnum):
     """Production's baseline queues requests or fills its KV cache: promotion pauses until it recovers."""
     PRODUCTION_HEADROOM = "ProductionHeadroom"
     """Production's baseline has headroom: promotion may proceed."""
+    REHEARSAL_WAITING = "RehearsalWaiting"
+    """The peak rehearsal is due, and waits for production to be able to take the rehearsed shares."""
+    REHEARSAL_STEP = "RehearsalStep"
+    """A rehearsal step began (the message gives its load, and the figures of the step before)."""
+    REHEARSAL_COMPLETED = "RehearsalCompleted"
+    """Every rehearsal step ran; the message gives each arm's capacity."""
+    REHEARSAL_STOPPED = "RehearsalStopped"
+    """The rehearsal stopped before its last step: production saturated, a scope flipped, or the cap."""
 
 
 class FallbackReason(StrEnum):

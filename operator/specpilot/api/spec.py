@@ -683,6 +683,55 @@ class Rollback(ApiModel):
     once the cooldown ends."""
 
 
+# --- rehearsal ----------------------------------------------------------------------------------
+
+PEAK_ONE_SOURCE = Rule(
+    cel="has(self.perReplica) != has(self.productionFactor)",
+    message="set exactly one of perReplica (requests per second per replica) or productionFactor "
+    "(x production's highest observed load per replica)",
+)
+
+
+class Peak(ApiModel):
+    """The load the rehearsal climbs to, as offered requests per second per replica of each rehearsed arm."""
+
+    model_config = ConfigDict(json_schema_extra=cel(PEAK_ONE_SOURCE))
+
+    per_replica: Annotated[float, Field(strict=True, gt=0, le=4096)] | None = None
+    """The peak itself."""
+    production_factor: Annotated[float, Field(strict=True, ge=1, le=10)] | None = None
+    """The peak as this many times the highest load per replica production's baseline ran at during the
+    live stages."""
+
+
+class Burst(ApiModel):
+    """A short burst above the peak, rehearsed after the ladder."""
+
+    factor: Annotated[float, Field(strict=True, gt=1, le=10)] = 1.5
+    """The burst's load as a multiple of the peak."""
+    duration: Annotated[Duration, duration_within("10s", "1h")] = Duration("1m")
+    """How long the burst lasts."""
+
+
+class Rehearsal(ApiModel):
+    """A load ladder replayed against the speculative and control arms after the live stages, through a
+    router of its own that reaches no production pod, with the scopes' own mix of traffic."""
+
+    peak: Peak = Peak(production_factor=1.5)
+    """The highest step's load."""
+    steps: Annotated[int, Field(strict=True, ge=2, le=12)] = 4
+    """Steps from production's median load per replica (observed live) to the peak, evenly spaced."""
+    step_duration: Annotated[Duration, duration_within("30s", "2h")] = Duration("5m")
+    """How long each step runs; its figures are read over its last analysis window."""
+    burst: Burst | None = None
+    """A burst after the ladder (none unless set)."""
+    max_duration: Annotated[Duration, duration_within("1m", "24h")] = Duration("1h")
+    """A hard cap on the whole rehearsal, waiting included: reached, it stops at once."""
+    on_time_target: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.99
+    """An arm's capacity is the highest step load at which at least this share of the scopes' requests
+    complete within their deadlines."""
+
+
 # --- spec ---------------------------------------------------------------------------------------
 
 
@@ -766,6 +815,26 @@ ALTERNATIVE_SHARE_FITS = Rule(
     ),
     field_path=".scopes",
 )
+REHEARSAL_NEEDS_CONTROL = Rule(
+    cel="!has(self.rehearsal) || !has(self.control) || self.control.enabled",
+    message="the rehearsal compares the speculative arm with the control arm at the same load: "
+    "set control.enabled: true, or remove rehearsal",
+    field_path=".rehearsal",
+)
+REHEARSAL_STEP_SPANS_WINDOW = Rule(
+    cel="!has(self.rehearsal) || duration(self.rehearsal.stepDuration) >= duration(self.analysis.window)",
+    message="a rehearsal step is read over its last analysis window: stepDuration must be at least analysis.window",
+    field_path=".rehearsal.stepDuration",
+)
+REHEARSAL_FITS_CAP = Rule(
+    cel=(
+        "!has(self.rehearsal) || duration(self.rehearsal.maxDuration).getSeconds() >= "
+        "self.rehearsal.steps * duration(self.rehearsal.stepDuration).getSeconds()"
+        " + (has(self.rehearsal.burst) ? duration(self.rehearsal.burst.duration).getSeconds() : 0)"
+    ),
+    message="must be at least steps x stepDuration (+ burst.duration): the planned rehearsal must fit its cap",
+    field_path=".rehearsal.maxDuration",
+)
 CONTROL_LABELS_GIVEN = Rule(
     cel=(
         "(has(self.control) && !self.control.enabled) || !has(self.analysis.metricsSource)"
@@ -779,6 +848,9 @@ CONTROL_LABELS_GIVEN = Rule(
 SPEC_RULES = (
     CONTROL_SHARE_FITS,
     CONTROL_LABELS_GIVEN,
+    REHEARSAL_NEEDS_CONTROL,
+    REHEARSAL_STEP_SPANS_WINDOW,
+    REHEARSAL_FITS_CAP,
     ALTERNATIVE_NEEDS_CONTROL,
     ALTERNATIVE_SHARE_FITS,
     ALTERNATIVE_GPU_BUDGET,
@@ -824,5 +896,7 @@ class SpeculationPilotSpec(ApiModel):
     """Quality gates."""
     rollback: Rollback = Rollback()
     """What follows a rollback."""
+    rehearsal: Rehearsal | None = None
+    """A peak rehearsal after the live stages (none: the pilot runs live stages only)."""
     suspend: Annotated[bool, Field(strict=True)] = False
     """Freeze the pilot: stages stop advancing and no new windows are judged; routing stays as is."""

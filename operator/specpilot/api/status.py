@@ -368,6 +368,84 @@ class Decision(ApiModel):
     """Why, in sentences."""
 
 
+class RehearsalPhase(StrEnum):
+    """Where the peak rehearsal stands."""
+
+    WAITING = "Waiting"
+    """Due, but production cannot take the rehearsed arms' shares yet (or the router is starting)."""
+    RUNNING = "Running"
+    COMPLETED = "Completed"
+    STOPPED = "Stopped"
+    """Stopped before its last step: production saturated, a scope flipped, or the time cap."""
+
+
+class ArmStepFigures(ApiModel):
+    """What one arm did over a step's last analysis window, every rehearsed scope together."""
+
+    requests: Count = 0
+    """Requests that finished in the window, whatever their outcome."""
+    offered_per_replica: float | None = None
+    """Measured offered load: requests per second per replica."""
+    ttft_p50: float | None = None
+    """Seconds."""
+    ttft_p99: float | None = None
+    """Seconds."""
+    end_to_end_p95: float | None = None
+    """Seconds."""
+    time_per_committed_token: float | None = None
+    """Seconds of decode per output token after the first."""
+    timeout_share: float | None = None
+    """Share of requests that timed out or finished after their scope's deadline."""
+    rejection_share: float | None = None
+    """Share of requests the engines refused (429/503) or no endpoint took."""
+    on_time: float | None = None
+    """Share of requests that completed within their scope's deadline."""
+    peak_kv_usage: float | None = None
+    """Highest KV-cache usage of the arm's pods (0-1)."""
+    preemptions: Count = 0
+    """Requests the arm's engines preempted."""
+
+
+class RehearsalStep(ApiModel):
+    """One step of the ladder: its planned load and, once it ran, what each arm did."""
+
+    load: float
+    """Planned offered load, requests per second per replica of each rehearsed arm."""
+    burst: bool = False
+    """The burst after the ladder."""
+    started_at: datetime | None = None
+    """When its load began."""
+    speculative: ArmStepFigures | None = None
+    """The speculative arm's figures over the step's last analysis window."""
+    control: ArmStepFigures | None = None
+    """The control arm's."""
+
+
+class RehearsalStatus(ApiModel):
+    """The peak rehearsal: the ladder, each step's figures as they come, and each arm's capacity."""
+
+    phase: RehearsalPhase
+    """Waiting, Running, Completed or Stopped."""
+    message: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """Why it waits or stopped, or where it stands."""
+    started_at: datetime | None = None
+    """When it became due."""
+    finished_at: datetime | None = None
+    """When it completed or stopped (its load ended)."""
+    scopes: Annotated[list[Annotated[str, StringConstraints(max_length=63)]], Field(max_length=16)] = []
+    """The scopes rehearsed (those on speculative decoding when it began); their live shares go to
+    production meanwhile."""
+    step: Count = 0
+    """Index of the current (or last) step."""
+    steps: Annotated[list[RehearsalStep], Field(max_length=13)] = []
+    """The ladder, then the burst: planned loads, and each step's figures once it ran."""
+    speculative_capacity: float | None = None
+    """Highest step load at which the speculative arm completed at least rehearsal.onTimeTarget of its
+    requests on time (requests per second per replica); absent when no step met it."""
+    control_capacity: float | None = None
+    """The same for the control arm (ordinary decoding at the same size)."""
+
+
 class SpeculationPilotStatus(ApiModel):
     """Observed state of a pilot."""
 
@@ -397,3 +475,5 @@ class SpeculationPilotStatus(ApiModel):
     """The latest rollbacks, newest last, at most 20."""
     decision: Decision | None = None
     """The conclusion, once stated."""
+    rehearsal: RehearsalStatus | None = None
+    """The peak rehearsal, once due."""

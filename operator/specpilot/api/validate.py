@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 from pydantic import ValidationError
@@ -37,6 +38,10 @@ from specpilot.api.spec import (
     GPU_RESOURCE,
     METHODS_WITH_DRAFT_MODEL,
     METHODS_WITHOUT_DRAFT_MODEL,
+    PEAK_ONE_SOURCE,
+    REHEARSAL_FITS_CAP,
+    REHEARSAL_NEEDS_CONTROL,
+    REHEARSAL_STEP_SPANS_WINDOW,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
     TOLERATION_EXISTS_WITHOUT_VALUE,
@@ -78,6 +83,7 @@ def check_spec(spec: SpeculationPilotSpec) -> list[Problem]:
         *_arm_problems(spec),
         *_scope_problems(spec),
         *_analysis_problems(spec),
+        *_rehearsal_problems(spec),
         *_unique("spec.quality.webhooks", [webhook.name for webhook in spec.quality.webhooks]),
     ]
 
@@ -190,3 +196,18 @@ def _analysis_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
         yield _problem("spec.analysis.metricsSource.prometheus.arms.speculative", ARM_LABELS_DIFFER)
     if arms is not None and spec.control.enabled and arms.control is None:
         yield _problem("spec.analysis.metricsSource.prometheus.arms", CONTROL_LABELS_GIVEN)
+
+
+def _rehearsal_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
+    rehearsal = spec.rehearsal
+    if rehearsal is None:
+        return
+    if not spec.control.enabled:
+        yield _problem("spec.rehearsal", REHEARSAL_NEEDS_CONTROL)
+    if (rehearsal.peak.per_replica is None) == (rehearsal.peak.production_factor is None):
+        yield _problem("spec.rehearsal.peak", PEAK_ONE_SOURCE)
+    if rehearsal.step_duration < spec.analysis.window:
+        yield _problem("spec.rehearsal.stepDuration", REHEARSAL_STEP_SPANS_WINDOW)
+    planned = rehearsal.step_duration * rehearsal.steps + (rehearsal.burst.duration if rehearsal.burst else timedelta())
+    if rehearsal.max_duration < planned:
+        yield _problem("spec.rehearsal.maxDuration", REHEARSAL_FITS_CAP)

@@ -35,6 +35,7 @@ CHILD_RESOURCES = (
     ("", "v1", "configmaps"),
     ("", "v1", "services"),
     ("apps", "v1", "deployments"),
+    ("batch", "v1", "jobs"),
     ("rbac.authorization.k8s.io", "v1", "roles"),
     ("rbac.authorization.k8s.io", "v1", "rolebindings"),
 )

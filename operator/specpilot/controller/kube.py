@@ -31,6 +31,7 @@ RESOURCES: Mapping[tuple[str, str], str] = {
     ("v1", "Pod"): "pods",
     ("v1", "Event"): "events",
     ("apps/v1", "Deployment"): "deployments",
+    ("batch/v1", "Job"): "jobs",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",
     ("rbac.authorization.k8s.io/v1", "RoleBinding"): "rolebindings",
 }

@@ -38,7 +38,7 @@ from specpilot.controller.core.snapshot import Applied, Observation, Snapshot, W
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import EvidenceStore, KubeApi, QualityGates, RouteOwner
-from specpilot.wire.names import MEASURED_ARMS, ROUTER_COMPONENT, Arm
+from specpilot.wire.names import MEASURED_ARMS, REHEARSAL_ROUTER_COMPONENT, ROUTER_COMPONENT, Arm
 
 log = logging.getLogger("specpilot.operator")
 
@@ -157,6 +157,8 @@ class Controller:
             tick = plan(snapshot)
             try:
                 await self._apply(snapshot, tick.applies, memory)
+                for child in tick.removes:
+                    await self.kube.delete(child.api_version, child.kind, snapshot.pilot.ref.namespace, child.name)
                 confirmed = [await self._confirm(tick.confirm)] if tick.confirm is not None else []
             except ApiError as error:
                 if error.code not in (400, 403, 422):
@@ -270,7 +272,8 @@ class Controller:
         arms = {arm: seen.ready(arm.value) for arm in MEASURED_ARMS}
         memory.measurements = await memory.collector.collect(
             arms=arms,
-            routers=seen.ready(ROUTER_COMPONENT),
+            # the rehearsal router's samples too: its requests are the arms' load while it runs
+            routers=[*seen.ready(ROUTER_COMPONENT), *seen.ready(REHEARSAL_ROUTER_COMPONENT)],
             analysis=spec.analysis,
             pilot=(ref.namespace, ref.name),
             now=now,

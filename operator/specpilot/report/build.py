@@ -19,7 +19,8 @@ from typing import Any
 
 from specpilot.analysis.bands import Band
 from specpilot.analysis.decision import COMPARED_NAMES, ScopeFindings, cost_view, decide_pilot, decide_scope
-from specpilot.analysis.evidence import ArmTotals, Evidence, Lengths, Moments, ScopeEvidence, production_quantile
+from specpilot.analysis.evidence import ArmTotals, Evidence, Moments, ScopeEvidence, production_quantile
+from specpilot.analysis.replay import length_summary, replay_workload
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -70,59 +71,6 @@ def _progress(totals: ArmTotals | None) -> Json | None:
         "runningPerReplicaMean": _round(totals.running.mean, 3),
         "waitingPerReplicaMean": _round(totals.waiting.mean, 3),
     }
-
-
-def _lengths(lengths: Lengths) -> Json | None:
-    mean, sd = lengths.log.mean, lengths.log.sd
-    if mean is None or lengths.min is None or lengths.max is None:
-        return None
-    sigma = sd or 0.0
-    return {
-        "n": lengths.log.n,
-        "geometricMean": _round(math.exp(mean), 1),
-        "mean": _round(math.exp(mean + sigma * sigma / 2), 1),
-        "sigmaOfLog": _round(sigma, 4),
-        "min": lengths.min,
-        "max": lengths.max,
-    }
-
-
-def _mix_length(lengths: Lengths) -> Any:
-    """A loadgen length: lognormal with the observed mean and log-spread, within the observed bounds."""
-    summary = _lengths(lengths)
-    if summary is None:
-        return 128
-    if summary["sigmaOfLog"] == 0 or summary["min"] == summary["max"]:
-        return int(summary["min"])
-    return {
-        "dist": "lognormal",
-        "mean": summary["mean"],
-        "sigma": summary["sigmaOfLog"],
-        "min": summary["min"],
-        "max": summary["max"],
-    }
-
-
-def replay_workload(spec: SpeculationPilotSpec, evidence: Evidence) -> tuple[Json, float]:
-    """The observed workload as a loadgen mix (weights are the scopes' arrival rates) and its total rate."""
-    scopes = []
-    total = 0.0
-    for scope in spec.scopes:
-        found = evidence.scopes.get(scope.name)
-        rate = found.arrival_rate.mean if found is not None else None
-        if found is None or not rate:
-            continue
-        total += rate
-        entry: Json = {
-            "name": scope.name,
-            "weight": _round(rate, 4),
-            "input_tokens": _mix_length(found.prompt_tokens),
-            "output_tokens": _mix_length(found.output_tokens),
-        }
-        deadline = scope.deadline or spec.router.request_timeout
-        entry["deadline_s"] = _seconds(deadline)
-        scopes.append(entry)
-    return {"scopes": scopes}, total
 
 
 def _seconds(duration: timedelta) -> float:
@@ -285,8 +233,8 @@ def _scope_json(
         },
         "workload": {
             "arrivalRatePerSecond": _round(found.arrival_rate.mean, 4),
-            "promptTokens": _lengths(found.prompt_tokens),
-            "outputTokens": _lengths(found.output_tokens),
+            "promptTokens": length_summary(found.prompt_tokens),
+            "outputTokens": length_summary(found.output_tokens),
         },
     }
 

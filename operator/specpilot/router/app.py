@@ -58,6 +58,7 @@ class Router:
             pilot=config.pilot,
             default_scope=config.default_scope,
             max_table_age=max_age,
+            ordinary=config.ordinary_arm,
             on_routes=self.metrics.show_routes,
         )
         self.samples = SampleLog(config.max_samples)

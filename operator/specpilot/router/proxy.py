@@ -367,9 +367,10 @@ class Proxy:
     # Other /v1 requests
 
     async def _other(self, request: Request, client: ClientConnection) -> None:
-        if self._state.pick(Arm.BASELINE) is None:
-            raise _Refused(503, "no_endpoint", "no ready endpoint in arm baseline")
-        ex = _Exchange(client, measured=False, started=time.monotonic(), scope="", arm=Arm.BASELINE)
+        ordinary = self._state.ordinary
+        if self._state.pick(ordinary) is None:
+            raise _Refused(503, "no_endpoint", f"no ready endpoint in arm {ordinary}")
+        ex = _Exchange(client, measured=False, started=time.monotonic(), scope="", arm=ordinary)
         head = _forwarded(request, {}, len(request.body))
         try:
             await self._exchange(ex, request, head, request.body, retry=False)
@@ -400,7 +401,7 @@ class Proxy:
                 self._state.release(ex.endpoint)
 
     async def _attempts(self, ex: _Exchange, request: Request, head: bytes, body: bytes, *, retry: bool) -> None:
-        """Try the chosen arm; when that fails before any response, another endpoint, then baseline.
+        """Try the chosen arm; when that fails before any response, another endpoint, then the ordinary arm.
 
         A refused connect never reached the engine; a connection closed before any response byte
         is almost always an idle keep-alive connection of a pod shutting down. Either way nothing
@@ -411,9 +412,9 @@ class Proxy:
         tried: frozenset[Endpoint] = frozenset()
         for _ in range(_MAX_ATTEMPTS if retry else 1):
             endpoint = self._state.pick(ex.arm, tried)
-            if endpoint is None and ex.arm is not Arm.BASELINE:
+            if endpoint is None and ex.arm is not self._state.ordinary:
                 ex.fallback = UNAVAILABLE[ex.arm]
-                ex.arm = Arm.BASELINE
+                ex.arm = self._state.ordinary
                 endpoint = self._state.pick(ex.arm, tried)
             if endpoint is None:
                 break

@@ -21,6 +21,8 @@ MANAGER = "specpilot"  # value of app.kubernetes.io/managed-by, and the server-s
 
 ENGINE_COMPONENT = "engine"
 ROUTER_COMPONENT = "router"
+REHEARSAL_ROUTER_COMPONENT = "rehearsal-router"  # the peak rehearsal's own router
+REHEARSAL_LOAD_COMPONENT = "rehearsal-load"  # the load generator Job of a rehearsal step
 
 # Request header naming a scope explicitly (header names are case-insensitive).
 SCOPE_HEADER = "x-specpilot-scope"
@@ -81,6 +83,18 @@ def routes_name(pilot: str) -> str:
 def router_name(pilot: str) -> str:
     """Name of the router's Deployment, Service, ServiceAccount, Role and RoleBinding."""
     return f"{pilot}-router"
+
+
+def rehearsal_pilot(pilot: str) -> str:
+    """The pilot name the rehearsal router runs under: its table is `routes_name` of it and its arms are
+    the Services `arm_name` of it, which select the pilot's speculative and control pods. No Service
+    of that name selects a production pod, so the rehearsal router cannot reach one."""
+    return f"{pilot}-rehearsal"
+
+
+def rehearsal_step_name(pilot: str, step: int) -> str:
+    """Name of the load generator Job of a rehearsal step."""
+    return f"{rehearsal_pilot(pilot)}-{step}"
 
 
 def pilot_labels(pilot: str) -> dict[str, str]:

@@ -30,6 +30,7 @@ from specpilot.wire.routes import SCOPE_NAME_PATTERN
 ENV_PREFIX = "SPECPILOT_"
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")  # an HTTP token
+ORDINARY_ARMS = (Arm.BASELINE, Arm.CONTROL)  # the arms that run the engine without a draft, at production's config
 _NAMESPACE_REQUIRED = "--namespace (or SPECPILOT_NAMESPACE / POD_NAMESPACE) is required to watch Kubernetes"
 
 
@@ -60,6 +61,9 @@ class RouterConfig:
     static_endpoints: tuple[tuple[Arm, tuple[str, ...]], ...] = ()  # HOST:PORT per arm
     drain_seconds: float = 5.0
     log_level: str = "INFO"
+    # The arm of ordinary decoding, where every fallback goes: production's baseline, or the control
+    # arm in a rehearsal router, which must never reach production.
+    ordinary_arm: Arm = Arm.BASELINE
 
     def __post_init__(self) -> None:
         _check(bool(self.pilot), "--pilot (or SPECPILOT_PILOT) is required")
@@ -103,6 +107,10 @@ class RouterConfig:
                 host, port = _address("--static-endpoints", address)
                 _check(bool(host) and port > 0, f"--static-endpoints: want a host and a port, got {address!r}")
         _check(self.log_level.upper() in LOG_LEVELS, f"--log-level: want one of {', '.join(LOG_LEVELS)}")
+        _check(
+            self.ordinary_arm in ORDINARY_ARMS,
+            f"--ordinary-arm: want one of {', '.join(ORDINARY_ARMS)}, got {self.ordinary_arm!r}",
+        )
 
     @property
     def kubernetes(self) -> bool:
@@ -183,6 +191,13 @@ class _Parser(argparse.ArgumentParser):
         raise RouterConfigError(message)
 
 
+def _arm(value: str) -> Arm:
+    try:
+        return Arm(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"want one of {', '.join(ORDINARY_ARMS)}, got {value!r}") from None
+
+
 def _static_endpoints(spec: str) -> tuple[Arm, tuple[str, ...]]:
     name, equals, addresses = spec.partition("=")
     if not equals or name not in {arm.value for arm in Arm}:
@@ -226,4 +241,9 @@ def _parser(environ: Mapping[str, str]) -> _Parser:
     )
     add("drain-seconds", "on SIGTERM, seconds of reporting not ready while still serving, before draining", type=float)
     add("log-level", f"one of {', '.join(LOG_LEVELS)}")
+    add(
+        "ordinary-arm",
+        "arm of ordinary decoding and every fallback: baseline (default), or control in a rehearsal router",
+        type=_arm,
+    )
     return p

@@ -12,9 +12,9 @@ import yaml
 from tests.helm import ROOT, by_kind, template
 
 from specpilot.api.pilot import GROUP, PLURAL
-from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.spec import Rehearsal, SpeculationPilotSpec
 from specpilot.controller import handlers, kube
-from specpilot.controller.core.render import PilotRef, Rendered, render
+from specpilot.controller.core.render import PilotRef, Rendered, render, render_rehearsal, render_step_load
 from specpilot.controller.core.routing import routing_table
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)
@@ -38,7 +38,12 @@ def rendered_pilot() -> Rendered:
     ref = PilotRef(name="demo", namespace="team-a", uid="00000000-0000-0000-0000-000000000001")
     spec = SpeculationPilotSpec.from_wire(doc["spec"])
     table = routing_table(ref.name, spec, {}, generation=1, now=datetime(2026, 12, 1, tzinfo=UTC))
-    return render(ref, spec, table=table, router_image="specpilot/specpilot:test")
+    image = "specpilot/specpilot:test"
+    # with a rehearsal running, so that its kinds (a step's Job) are counted too
+    spec = spec.model_copy(update={"rehearsal": Rehearsal()})
+    load = render_step_load(ref, step=0, router_ip="10.0.0.1", mix="{}", rate=1, seconds=60, timeout=60, image=image)
+    extra = (*render_rehearsal(ref, spec, table=table, image=image), load)
+    return render(ref, spec, table=table, router_image=image, extra=extra)
 
 
 def group_of(api_version: str) -> str:

@@ -26,7 +26,7 @@ from specpilot.api.pilot import API_VERSION, KIND
 from specpilot.api.spec import Analysis, Probes, Webhook
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import EngineReadings, Queried
-from specpilot.controller.core.observe import ChildSummary, PodView, summarize
+from specpilot.controller.core.observe import ROUTER_COMPONENTS, ChildSummary, PodView, summarize
 from specpilot.controller.core.render import PilotRef, render_routes_configmap
 from specpilot.controller.core.snapshot import Observation
 from specpilot.controller.evidence import ConfigMapEvidence
@@ -42,10 +42,12 @@ from specpilot.wire.names import (
     EVIDENCE_KEY,
     MEASURED_ARMS,
     PILOT_LABEL,
-    ROUTER_COMPONENT,
+    REHEARSAL_LOAD_COMPONENT,
     Arm,
+    rehearsal_pilot,
+    routes_name,
 )
-from specpilot.wire.routes import RoutingTable
+from specpilot.wire.routes import RoutingTable, parse_routes
 from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage
 
 Json = dict[str, Any]
@@ -216,12 +218,15 @@ class FakeSamples:
 
     def __init__(self) -> None:
         self.samples: list[RequestSample] = []
+        self.rehearsal: list[RequestSample] = []  # the rehearsal router's, at `rehearsal_address`
+        self.rehearsal_address: str | None = None
         self.failing = False
 
     async def read(self, address: str, *, cursor: int, limit: int) -> SamplesPage | ReadFailure:
         if self.failing:
             return ReadFailure(f"GET http://{address}/samples: refused")
-        after = [sample for sample in self.samples if sample.seq > cursor][:limit]
+        served = self.rehearsal if address == self.rehearsal_address else self.samples
+        after = [sample for sample in served if sample.seq > cursor][:limit]
         return SamplesPage(epoch="e1", samples=tuple(after), next_cursor=after[-1].seq if after else cursor, dropped=0)
 
 
@@ -234,6 +239,8 @@ class Traffic:
         default_factory=lambda: {Arm.BASELINE: 0.02, Arm.CONTROL: 0.02, Arm.SPECULATIVE: 0.01, Arm.ALTERNATIVE: 0.018}
     )
     tokens: int = 100
+    # Offered requests per second per replica above which an arm's requests miss their deadline.
+    capacity: dict[Arm, float] = field(default_factory=dict)
 
 
 GOLDEN = (5**0.5 - 1) / 2  # successive multiples cover [0, 1) evenly
@@ -322,7 +329,7 @@ class Harness:
                     }
                 labels = body["spec"]["template"]["metadata"]["labels"]
                 component = labels.get(ARM_LABEL) or (
-                    ROUTER_COMPONENT if labels.get(COMPONENT_LABEL) == ROUTER_COMPONENT else ""
+                    labels[COMPONENT_LABEL] if labels.get(COMPONENT_LABEL) in ROUTER_COMPONENTS else ""
                 )
                 for index in range(replicas):
                     pod = f"{name}-{index}"
@@ -333,17 +340,45 @@ class Harness:
         return Observation(children=children, pods=tuple(pods), annotations=annotations)
 
     def send(self, seconds: float) -> None:
-        """`seconds` of traffic per scope, split between the arms as the routing table says, ending now."""
-        table = self.table()
+        """`seconds` of traffic per scope, split between the arms as the routing table says, ending now;
+        and a rehearsal step's load, where its Job runs, as the rehearsal router's table splits it."""
+        self._send(self.table(), self.traffic.rate, seconds, self.samples.samples)
+        load = self.rehearsal_load()
+        found = self.kube.objects.get(("ConfigMap", self.ref.namespace, routes_name(rehearsal_pilot(self.ref.name))))
+        if load is not None and found is not None:
+            args = load["spec"]["template"]["spec"]["containers"][0]["args"]
+            rate = float(next(arg for arg in args if arg.startswith("--rate=")).partition("=")[2])
+            table = parse_routes(found["data"], pilot=rehearsal_pilot(self.ref.name))
+            router = next(ip for pod, ip in self.pod_ips.items() if pod.startswith(f"{self.ref.name}-rehearsal-router"))
+            self.samples.rehearsal_address = router
+            self._send(table, rate / len(table.scopes), seconds, self.samples.rehearsal)
+
+    def rehearsal_load(self) -> Json | None:
+        """The running rehearsal step's Job, if any."""
+        return next(
+            (
+                body
+                for (kind, _), body in self.children().items()
+                if kind == "Job" and body["metadata"]["labels"].get(COMPONENT_LABEL) == REHEARSAL_LOAD_COMPONENT
+            ),
+            None,
+        )
+
+    def _send(self, table: RoutingTable | None, rate: float, seconds: float, into: list[RequestSample]) -> None:
         end = self.clock.now.timestamp()
-        for route in table.scopes if table is not None else ():
-            count = round(self.traffic.rate * seconds)
+        routes = table.scopes if table is not None else ()
+        per_replica = {arm: 0.0 for arm in Arm}
+        for route in routes:
+            for arm in Arm:
+                per_replica[arm] += rate * route.weights.of(arm) / 100  # one replica per arm here
+        for route in routes:
+            count = round(rate * seconds)
             for index in range(count):
                 arm = pick_arm(route.weights, (index * GOLDEN) % 1)  # the router's split, spread evenly in time
                 decode = self.traffic.seconds_per_token[arm] * (self.traffic.tokens - 1)
                 e2e = 0.05 + decode
                 finished = end - seconds + (index + 1) * seconds / count
-                self.samples.samples.append(
+                into.append(
                     RequestSample(
                         seq=next(self.seq),
                         at=finished - e2e,
@@ -360,7 +395,7 @@ class Harness:
                         prompt_tokens=20,
                         tokens_from_usage=True,
                         decode=decode,
-                        deadline_met=True,
+                        deadline_met=per_replica[arm] <= self.traffic.capacity.get(arm, float("inf")),
                         fallback=None,
                     )
                 )

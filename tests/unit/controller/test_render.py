@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specpilot.api.spec import GPU_RESOURCE, Control, SpeculationPilotSpec
+from specpilot.api.spec import GPU_RESOURCE, Control, Rehearsal, SpeculationPilotSpec
 from specpilot.controller.core.render import (
     ArmPlan,
     PilotRef,
@@ -164,8 +164,8 @@ def test_secret_env_is_passed_by_reference() -> None:
 
 
 def test_router_role_is_least_privilege() -> None:
-    ref, _spec = load(ROOT / "manifests/examples/local-demo.yaml")
-    _, role, binding = router_rbac(ref)
+    ref, spec = load(ROOT / "manifests/examples/local-demo.yaml")
+    _, role, binding = router_rbac(ref, spec.model_copy(update={"rehearsal": None}))
     rules = role["rules"]
     resources = {res for rule in rules for res in rule["resources"]}
     verbs = {verb for rule in rules for verb in rule["verbs"]}
@@ -175,6 +175,10 @@ def test_router_role_is_least_privilege() -> None:
     assert "secrets" not in resources
     (configmaps,) = [rule for rule in rules if rule["resources"] == ["configmaps"]]
     assert configmaps["resourceNames"] == [routes_name(ref.name)]
+    # with a rehearsal, the rehearsal router's table too (it runs under the same account)
+    _, role, _ = router_rbac(ref, spec.model_copy(update={"rehearsal": Rehearsal()}))
+    (configmaps,) = [rule for rule in role["rules"] if rule["resources"] == ["configmaps"]]
+    assert configmaps["resourceNames"] == [routes_name(ref.name), routes_name(f"{ref.name}-rehearsal")]
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": f"{ref.name}-router", "namespace": "team-a"}]
 
 

@@ -12,6 +12,7 @@ from specpilot.router.core.decide import (
     EffectiveRoute,
     Endpoint,
     Fallback,
+    Routes,
     affinity_draw,
     choose_arm,
     classify_scope,
@@ -254,3 +255,63 @@ def test_pick_endpoint_of_none_is_none() -> None:
 )
 def test_endpoint_address(endpoint: Endpoint, address: str) -> None:
     assert endpoint.address == address
+
+
+REHEARSAL = RoutingTable(
+    pilot="p1-rehearsal",
+    generation=1,
+    updated_at=T0,
+    scopes=(ScopeRoute(name="chat", weights=ArmWeights(speculative=50, control=50)),),
+)
+
+
+def _rehearsal_routes(*, ready: frozenset[Arm], now: datetime = T0, fallback: Fallback | None = None) -> Routes:
+    return resolve_routes(
+        table=REHEARSAL,
+        table_fallback=fallback,
+        ready_arms=ready,
+        now=now,
+        max_age=timedelta(minutes=5),
+        default_scope="default",
+        ordinary=Arm.CONTROL,
+    )
+
+
+@pytest.mark.parametrize(
+    ("ready", "now", "fallback", "weights"),
+    [
+        (frozenset({Arm.SPECULATIVE, Arm.CONTROL}), T0, None, ArmWeights(speculative=50, control=50)),
+        (frozenset({Arm.CONTROL}), T0, None, ArmWeights(control=100)),
+        (frozenset({Arm.SPECULATIVE, Arm.CONTROL}), T0 + timedelta(minutes=6), None, ArmWeights(control=100)),
+        (frozenset({Arm.SPECULATIVE, Arm.CONTROL}), T0, Fallback.TABLE_INVALID, ArmWeights(control=100)),
+    ],
+)
+def test_with_control_as_the_ordinary_arm_every_fallback_goes_to_control_and_none_to_baseline(
+    ready: frozenset[Arm], now: datetime, fallback: Fallback | None, weights: ArmWeights
+) -> None:
+    routes = _rehearsal_routes(ready=ready, now=now, fallback=fallback)
+    route = routes.route("chat")
+    assert route.weights == weights
+    arms = {choose_arm(route, i / 1000)[0] for i in range(1000)}
+    assert Arm.BASELINE not in arms
+
+
+def test_with_control_as_the_ordinary_arm_an_unlisted_scope_and_a_baseline_share_go_to_control() -> None:
+    routes = _rehearsal_routes(ready=frozenset({Arm.SPECULATIVE, Arm.CONTROL}))
+    assert routes.route("unknown").weights == ArmWeights(control=100)
+    assert choose_arm(routes.route("unknown"), 0.5) == (Arm.CONTROL, None)
+    # a table that names the baseline anyway: it has no endpoints here, so its share is diverted
+    leaky = REHEARSAL.model_copy(
+        update={"scopes": (ScopeRoute(name="chat", weights=ArmWeights(baseline=50, speculative=50)),)}
+    )
+    route = resolve_routes(
+        table=leaky,
+        table_fallback=None,
+        ready_arms=frozenset({Arm.SPECULATIVE, Arm.CONTROL}),
+        now=T0,
+        max_age=None,
+        default_scope="default",
+        ordinary=Arm.CONTROL,
+    ).route("chat")
+    assert route.weights == ArmWeights(speculative=50, control=50)
+    assert choose_arm(route, 0.9) == (Arm.CONTROL, Fallback.BASELINE_UNAVAILABLE)

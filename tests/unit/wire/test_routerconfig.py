@@ -32,6 +32,7 @@ STATIC = ((Arm.BASELINE, ("127.0.0.1:8001", "127.0.0.2:8001")), (Arm.SPECULATIVE
                 max_samples=7,
                 drain_seconds=0.1,
                 log_level="debug",
+                ordinary_arm=Arm.CONTROL,
             ),
             id="every-value-changed",
         ),
@@ -83,6 +84,7 @@ def test_every_flag_falls_back_to_the_environment() -> None:
         "SPECPILOT_MAX_SAMPLES": "4",
         "SPECPILOT_DRAIN_SECONDS": "0",
         "SPECPILOT_LOG_LEVEL": "WARNING",
+        "SPECPILOT_ORDINARY_ARM": "control",
     }
     assert RouterConfig.parse([], environ) == RouterConfig(
         pilot="p2",
@@ -101,6 +103,7 @@ def test_every_flag_falls_back_to_the_environment() -> None:
         max_samples=4,
         drain_seconds=0,
         log_level="WARNING",
+        ordinary_arm=Arm.CONTROL,
     )
 
 
@@ -162,6 +165,12 @@ def test_static_endpoints_need_no_namespace() -> None:
         pytest.param(["--affinity-header=a:b"], {}, "--affinity-header: not a header name", id="affinity"),
         pytest.param(["--default-scope=Misc"], {}, "--default-scope: not a scope name", id="scope-name"),
         pytest.param(["--log-level=LOUD"], {}, "--log-level: want one of", id="log-level"),
+        pytest.param(
+            ["--ordinary-arm=speculative"], {}, "--ordinary-arm: want one of baseline, control", id="ordinary-arm"
+        ),
+        pytest.param(
+            ["--ordinary-arm=prod"], {}, "--ordinary-arm.*want one of baseline, control", id="ordinary-arm-unknown"
+        ),
         pytest.param(["--static-endpoints=canary=h:1"], {}, "--static-endpoints: .*ARM one of", id="arm"),
         pytest.param(["--static-endpoints=127.0.0.1:1"], {}, "--static-endpoints: .*ARM=HOST:PORT", id="no-arm"),
         pytest.param(["--static-endpoints=baseline=h"], {}, "--static-endpoints: want HOST:PORT", id="no-port"),

@@ -63,6 +63,7 @@ def record(
     replicas: Mapping[Arm, int],
     flipped: Sequence[str] = (),
     draining: Collection[str] = (),
+    load_changed_at: datetime | None = None,
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
     after `flipped` left the speculative arm, the other scopes still on it start again (`mix_changed`):
@@ -70,7 +71,8 @@ def record(
     While the requests of scopes already off the arm still finish on it (`draining`: a flipped scope's
     long or preempted requests), the arm's mix is still changing: the others start again from the end
     of each such window, so their bins hold only windows that began after the last of them finished.
-    The store comes back within its ConfigMap's budget (`fit`)."""
+    A window within which `load_changed_at` falls (a rehearsal step began, or the rehearsal ended) is
+    kept out of the bins too. The store comes back within its ConfigMap's budget (`fit`)."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -78,7 +80,11 @@ def record(
         if item is None or status.last_window is None or status.last_window.end != item.window.end:
             continue  # not judged this time (a manual action took the scope instead)
         quality_failed = any(check.verdict is Verdict.FAIL for check in item.quality)
-        changes = (status.stage_started_at, out.scopes.get(status.name, ScopeEvidence()).mix_changed_at)
+        changes = (
+            status.stage_started_at,
+            out.scopes.get(status.name, ScopeEvidence()).mix_changed_at,
+            load_changed_at,
+        )
         out = record_window(
             out,
             item.window,

@@ -12,7 +12,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.controller.core.status import DeploymentState, PodTrouble
-from specpilot.wire.names import ARM_LABEL, COMPONENT_LABEL, ROUTER_COMPONENT
+from specpilot.wire.names import (
+    ARM_LABEL,
+    COMPONENT_LABEL,
+    REHEARSAL_LOAD_COMPONENT,
+    REHEARSAL_ROUTER_COMPONENT,
+    ROUTER_COMPONENT,
+)
+
+# Pods other than engines that the operator tells apart: the routers, and a rehearsal step's load.
+ROUTER_COMPONENTS = (ROUTER_COMPONENT, REHEARSAL_ROUTER_COMPONENT, REHEARSAL_LOAD_COMPONENT)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +43,7 @@ MANAGED_FIELDS: Mapping[str, tuple[str, ...]] = {
     "Role": ("rules",),
     "RoleBinding": ("roleRef", "subjects"),
     "Deployment": (),  # compared by metadata.generation: a rendered Deployment comes back defaulted
+    "Job": (),  # a rehearsal step's load: created once, never edited (a Job's template cannot change)
 }
 
 
@@ -85,7 +95,8 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
 
 def _component(meta: Mapping[str, Any]) -> str:
     labels = meta.get("labels") or {}
-    return str(labels.get(ARM_LABEL) or (ROUTER_COMPONENT if labels.get(COMPONENT_LABEL) == ROUTER_COMPONENT else ""))
+    component = labels.get(COMPONENT_LABEL)
+    return str(labels.get(ARM_LABEL) or (component if component in ROUTER_COMPONENTS else ""))
 
 
 def pod_troubles(body: Mapping[str, Any]) -> tuple[PodTrouble, ...]:

@@ -8,7 +8,7 @@ in the order the design requires: dry-run, apply, status, then Events.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -19,7 +19,14 @@ from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
-from specpilot.api.status import RoutesStatus, ScopeStatus, SpeculationPilotStatus, Verdict
+from specpilot.api.status import (
+    RehearsalPhase,
+    RehearsalStatus,
+    RoutesStatus,
+    ScopeStatus,
+    SpeculationPilotStatus,
+    Verdict,
+)
 from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
 from specpilot.controller.core.decide import Decided, decide, fresh_for, record
@@ -34,20 +41,43 @@ from specpilot.controller.core.progress import (
     production_saturation,
     warm,
 )
+from specpilot.controller.core.rehearsal import Tick as RehearsalTick
+from specpilot.controller.core.rehearsal import advance as advance_rehearsal
+from specpilot.controller.core.rehearsal import events as rehearsal_events
+from specpilot.controller.core.rehearsal import mix as rehearsal_mix
+from specpilot.controller.core.rehearsal import step_duration, step_figures, step_rate
+from specpilot.controller.core.rehearsal import table as rehearsal_table
 from specpilot.controller.core.render import (
     ArmPlan,
+    Json,
     PilotRef,
+    Rendered,
     arms_of,
     content_hash,
     render,
     render_arm,
+    render_rehearsal,
     render_routes_configmap,
+    render_step_load,
 )
 from specpilot.controller.core.routing import ordinary, routing_table, table_hash
 from specpilot.controller.core.snapshot import Observation, Snapshot
 from specpilot.controller.core.status import Observed, carry_scopes, invalid_status, reconciled_status
-from specpilot.wire.names import ROUTER_COMPONENT, Arm, arm_name, router_name, routes_name
+from specpilot.wire.names import (
+    COMPONENT_LABEL,
+    REHEARSAL_LOAD_COMPONENT,
+    REHEARSAL_ROUTER_COMPONENT,
+    ROUTER_COMPONENT,
+    Arm,
+    arm_name,
+    rehearsal_step_name,
+    router_name,
+    routes_name,
+)
 from specpilot.wire.routes import RoutingTable, TableError, parse_routes
+
+REHEARSAL_COMPONENTS = (REHEARSAL_ROUTER_COMPONENT, REHEARSAL_LOAD_COMPONENT)
+API_VERSIONS = {"Deployment": "apps/v1", "Service": "v1", "ConfigMap": "v1", "Job": "batch/v1"}
 
 # While the spec is invalid, the table that runs is kept fresh this often (nothing else is done).
 INVALID_SPEC_TICK = timedelta(seconds=10)
@@ -64,13 +94,14 @@ class Confirm:
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """What one tick does, in order: `applies` (every change dry-run first), `confirm`, the status
-    when it changed, the annotations it acted on, the Events, then the evidence."""
+    """What one tick does, in order: `applies` (every change dry-run first), `removes`, `confirm`, the
+    status when it changed, the annotations it acted on, the Events, then the evidence."""
 
     status: SpeculationPilotStatus | None  # None: the pilot is being deleted; status is left alone
     status_changed: bool = False
     events: tuple[Event, ...] = ()
     applies: tuple[Apply, ...] = ()
+    removes: tuple[Child, ...] = ()  # the rehearsal's objects once it no longer needs them, after the applies
     confirm: Confirm | None = None
     clear_annotations: tuple[str, ...] = ()  # manual actions acted on, removed once the status landed
     evidence: Evidence | None = None  # the store to keep (None: unchanged)
@@ -152,7 +183,8 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         kv_loads=snapshot.measurements.kv_loads(names, analysis=spec.analysis, end=_end(snapshot)) if measured else {},
         paused=saturated is not None,
     )
-    evidence = _evidence(snapshot, spec, arms, measured, progress)
+    rehearsing = previous.rehearsal if previous is not None else None
+    evidence = _evidence(snapshot, spec, arms, measured, progress, rehearsal=rehearsing)
     decided = decide(
         evidence,
         spec=spec,
@@ -162,8 +194,16 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         previous=previous.decision if previous is not None else None,
         now=now,
     )
-    routes, table = _routes(ref.name, spec, previous, decided, now)
-    rendered = render(ref, spec, table=table, router_image=snapshot.router_image)
+    rehearsal = _rehearsal(snapshot, spec, arms=arms, decided=decided, evidence=evidence, saturated=saturated)
+    off = rehearsal.status.scopes if rehearsal.running and rehearsal.status is not None else ()
+    routes, table = _routes(ref.name, spec, previous, decided, now, off=off)
+    rendered = render(
+        ref,
+        spec,
+        table=table,
+        router_image=snapshot.router_image,
+        extra=_rehearsal_objects(snapshot, spec, evidence, rehearsal),
+    )
     applies, restored = changes(
         rendered,
         seen,
@@ -187,9 +227,16 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         ),
         routes=routes,
         scopes=decided.scopes,
-        scope_events=[*scope_events, *progress.events, *restored, *decided.events],
+        scope_events=[
+            *scope_events,
+            *progress.events,
+            *restored,
+            *decided.events,
+            *rehearsal_events(rehearsing, rehearsal.status),
+        ],
         fallbacks=progress.fallbacks,
         decision=decided.decision,
+        rehearsal=rehearsal.status,
         saturated=saturated,
         now=now,
     )
@@ -199,6 +246,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         status_changed=landed.status != previous,
         events=landed.events,
         applies=applies,
+        removes=_leftovers(seen, rendered, keep=_current_load(ref.name, rehearsal)),
         confirm=Confirm(routes.generation, progress.flipped, routers) if progress.flipped else None,
         clear_annotations=tuple(key for key in MANUAL if key in seen.annotations),
         evidence=evidence,
@@ -291,8 +339,11 @@ def _evidence(
     arms: Sequence[ArmPlan],
     measured: Mapping[str, Measured],
     progress: Progress,
+    *,
+    rehearsal: RehearsalStatus | None,
 ) -> Evidence:
-    """The evidence store with this tick's judged windows, each with the load its arms ran at."""
+    """The evidence store with this tick's judged windows, each with the load its arms ran at (a window
+    within which a rehearsal step began or the rehearsal ended is kept out of the bins)."""
     replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
     off = [status.name for status in progress.scopes if status.weight == 0 or status.name in progress.flipped]
     span = next((item.window for item in measured.values()), None)
@@ -315,14 +366,110 @@ def _evidence(
         replicas=replicas,
         flipped=progress.flipped,
         draining=draining,
+        load_changed_at=_load_changed_at(rehearsal),
+    )
+
+
+def _load_changed_at(rehearsal: RehearsalStatus | None) -> datetime | None:
+    """When the rehearsal last changed the arms' load: its current step began, or it ended."""
+    if rehearsal is None:
+        return None
+    if rehearsal.finished_at is not None:
+        return rehearsal.finished_at
+    return rehearsal.steps[rehearsal.step].started_at if rehearsal.steps else None
+
+
+def _rehearsal(
+    snapshot: Snapshot,
+    spec: SpeculationPilotSpec,
+    *,
+    arms: Sequence[ArmPlan],
+    decided: Decided,
+    evidence: Evidence,
+    saturated: str | None,
+) -> RehearsalTick:
+    previous = snapshot.pilot.status.rehearsal if snapshot.pilot.status is not None else None
+    scopes = previous.scopes if previous is not None else []
+    replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
+    running = previous is not None and previous.phase is RehearsalPhase.RUNNING
+    return advance_rehearsal(
+        spec,
+        previous,
+        scopes=decided.scopes,
+        decision=decided.decision,
+        evidence=evidence,
+        saturated=saturated,
+        router_ready=bool(snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)),
+        figures=step_figures(snapshot.measurements, spec, scopes, replicas=replicas) if running else None,
+        now=snapshot.now,
+    )
+
+
+def _rehearsal_objects(
+    snapshot: Snapshot, spec: SpeculationPilotSpec, evidence: Evidence, rehearsal: RehearsalTick
+) -> tuple[Json, ...]:
+    """While the rehearsal runs: its router, table and arms, and the current step's load once the
+    rehearsal router is ready (kept, not re-rendered, while it is not: a Job cannot be edited)."""
+    status = rehearsal.status
+    if spec.rehearsal is None or status is None or not rehearsal.running:
+        return ()
+    ref = snapshot.pilot.ref
+    table = rehearsal_table(ref.name, spec, status.scopes, now=snapshot.now)
+    objects = render_rehearsal(ref, spec, table=table, image=snapshot.router_image)
+    routers = snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)
+    if status.phase is not RehearsalPhase.RUNNING or not routers:
+        return objects
+    step = status.steps[status.step]
+    load = render_step_load(
+        ref,
+        step=status.step,
+        router_ip=routers[0][1],
+        mix=rehearsal_mix(spec, evidence, status.scopes),
+        rate=step_rate(spec, step),
+        seconds=step_duration(spec.rehearsal, step).total_seconds(),
+        timeout=spec.router.request_timeout.total_seconds(),
+        image=snapshot.router_image,
+    )
+    return (*objects, load)
+
+
+def _current_load(pilot: str, rehearsal: RehearsalTick) -> tuple[str, str] | None:
+    """The current step's Job, while the rehearsal runs."""
+    status = rehearsal.status
+    if not rehearsal.running or status is None or status.phase is not RehearsalPhase.RUNNING:
+        return None
+    return ("Job", rehearsal_step_name(pilot, status.step))
+
+
+def _leftovers(seen: Observation, rendered: Rendered, *, keep: tuple[str, str] | None) -> tuple[Child, ...]:
+    """The rehearsal's objects that exist and were not rendered this tick: it ended, or moved on a step.
+    The current step's Job is kept even while its router restarts (and it is not rendered)."""
+    wanted = {(obj["kind"], obj["metadata"]["name"]) for obj in rendered.objects} | {keep}
+    return tuple(child for child in _rehearsal_children(seen) if (child.kind, child.name) not in wanted)
+
+
+def _rehearsal_children(seen: Observation) -> tuple[Child, ...]:
+    """The rehearsal's objects that exist: its router, table and arms, and its steps' Jobs."""
+    return tuple(
+        Child(API_VERSIONS[kind], kind, name)
+        for (kind, name), child in seen.children.items()
+        if child.managed.get("labels", {}).get(COMPONENT_LABEL) in REHEARSAL_COMPONENTS and kind in API_VERSIONS
     )
 
 
 def _routes(
-    pilot: str, spec: SpeculationPilotSpec, previous: SpeculationPilotStatus | None, decided: Decided, now: datetime
+    pilot: str,
+    spec: SpeculationPilotSpec,
+    previous: SpeculationPilotStatus | None,
+    decided: Decided,
+    now: datetime,
+    *,
+    off: Collection[str] = (),
 ) -> tuple[RoutesStatus, RoutingTable]:
-    """The routing table for the scopes' weights, and its generation: moved only when its content did."""
-    table = routing_table(pilot, spec, {scope.name: scope.weight for scope in decided.scopes}, generation=0, now=now)
+    """The routing table for the scopes' weights (those `off`, rehearsed meanwhile, on production), and
+    its generation: moved only when its content did."""
+    weights = {scope.name: 0 if scope.name in off else scope.weight for scope in decided.scopes}
+    table = routing_table(pilot, spec, weights, generation=0, now=now)
     digest, routes = table_hash(table), previous.routes if previous is not None else None
     if routes is None or routes.hash != digest:
         routes = RoutesStatus(generation=(routes.generation if routes is not None else 0) + 1, hash=digest)
@@ -375,6 +522,7 @@ def teardown(ref: PilotRef, seen: Observation, now: datetime) -> Teardown:
         generation=(flip or table).generation if table is not None else None,
         routers=tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT)),
         first=(
+            *_rehearsal_children(seen),
             *(Child(*deployments, arm_name(ref.name, arm)) for arm in (Arm.SPECULATIVE, Arm.CONTROL, Arm.ALTERNATIVE)),
             Child(*deployments, router_name(ref.name)),
         ),

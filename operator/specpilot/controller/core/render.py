@@ -25,6 +25,8 @@ from specpilot.wire.names import (
     ENGINE_PORT,
     EVIDENCE_KEY,
     EVIDENCE_LABEL,
+    REHEARSAL_LOAD_COMPONENT,
+    REHEARSAL_ROUTER_COMPONENT,
     ROUTER_ADMIN_PORT,
     ROUTER_COMPONENT,
     ROUTER_PORT,
@@ -33,6 +35,8 @@ from specpilot.wire.names import (
     arm_selector,
     evidence_name,
     pilot_labels,
+    rehearsal_pilot,
+    rehearsal_step_name,
     router_name,
     router_selector,
     routes_name,
@@ -288,9 +292,12 @@ def max_table_age_seconds(spec: SpeculationPilotSpec) -> float:
     return max(30.0, 3 * spec.analysis.interval.total_seconds())
 
 
-def router_config(ref: PilotRef, spec: SpeculationPilotSpec) -> RouterConfig:
+def router_config(ref: PilotRef, spec: SpeculationPilotSpec, *, rehearsal: bool = False) -> RouterConfig:
+    """The live router's configuration, or the rehearsal router's: under `rehearsal_pilot`, with the
+    control arm as its ordinary arm."""
     return RouterConfig(
-        pilot=ref.name,
+        pilot=rehearsal_pilot(ref.name) if rehearsal else ref.name,
+        ordinary_arm=Arm.CONTROL if rehearsal else Arm.BASELINE,
         namespace=None,  # from POD_NAMESPACE
         listen=f"$(POD_IP):{ROUTER_PORT}",
         admin_listen=f"$(POD_IP):{ROUTER_ADMIN_PORT}",
@@ -301,9 +308,11 @@ def router_config(ref: PilotRef, spec: SpeculationPilotSpec) -> RouterConfig:
     )
 
 
-def router_rbac(ref: PilotRef) -> tuple[Json, Json, Json]:
-    """ServiceAccount, Role and RoleBinding of the router: read its own routing ConfigMap and the
-    namespace's EndpointSlices (RBAC cannot narrow those by label), nothing else."""
+def router_rbac(ref: PilotRef, spec: SpeculationPilotSpec) -> tuple[Json, Json, Json]:
+    """ServiceAccount, Role and RoleBinding of the routers: read their own routing ConfigMaps (the live
+    one, and the rehearsal's where the pilot has one) and the namespace's EndpointSlices (RBAC cannot
+    narrow those by label), nothing else."""
+    tables = [routes_name(ref.name)] + ([routes_name(rehearsal_pilot(ref.name))] if spec.rehearsal else [])
     name, labels = router_name(ref.name), {COMPONENT_LABEL: ROUTER_COMPONENT}
     account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(ref, name, **labels)}
     role = {
@@ -314,7 +323,7 @@ def router_rbac(ref: PilotRef) -> tuple[Json, Json, Json]:
             {
                 "apiGroups": [""],
                 "resources": ["configmaps"],
-                "resourceNames": [routes_name(ref.name)],
+                "resourceNames": tables,
                 "verbs": ["get", "list", "watch"],
             },
             {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["get", "list", "watch"]},
@@ -334,10 +343,17 @@ def render_router(ref: PilotRef, spec: SpeculationPilotSpec, *, image: str) -> t
     """The router's Deployment and Service."""
     name, selector = router_name(ref.name), router_selector(ref.name)
     labels = {COMPONENT_LABEL: ROUTER_COMPONENT}
+    deployment = _router_deployment(ref, spec, name=name, selector=selector, image=image, rehearsal=False)
+    return deployment, _service(ref, name, selector, labels, [("http", ROUTER_PORT), ("admin", ROUTER_ADMIN_PORT)])
+
+
+def _router_deployment(
+    ref: PilotRef, spec: SpeculationPilotSpec, *, name: str, selector: Mapping[str, str], image: str, rehearsal: bool
+) -> Json:
     container = {
         "name": ROUTER_CONTAINER,
         "image": image,
-        "args": ["router", *router_config(ref, spec).to_args()],
+        "args": ["router", *router_config(ref, spec, rehearsal=rehearsal).to_args()],
         "env": [
             {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             {"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
@@ -356,18 +372,18 @@ def render_router(ref: PilotRef, spec: SpeculationPilotSpec, *, image: str) -> t
             "capabilities": {"drop": ["ALL"]},
         },
     }
-    deployment = {
+    return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _meta(ref, name, **labels),
+        "metadata": _meta(ref, name, **{COMPONENT_LABEL: selector[COMPONENT_LABEL]}),
         "spec": {
-            "replicas": spec.router.replicas,
-            "selector": {"matchLabels": selector},
+            "replicas": 1 if rehearsal else spec.router.replicas,
+            "selector": {"matchLabels": dict(selector)},
             "progressDeadlineSeconds": ROUTER_PROGRESS_DEADLINE_SECONDS,
             "template": {
                 "metadata": {"labels": {**pilot_labels(ref.name), **selector}},
                 "spec": {
-                    "serviceAccountName": name,
+                    "serviceAccountName": router_name(ref.name),
                     # In-flight requests finish within the drain and the request timeout.
                     "terminationGracePeriodSeconds": int(ROUTER_DRAIN_SECONDS + 30),
                     "containers": [container],
@@ -375,7 +391,6 @@ def render_router(ref: PilotRef, spec: SpeculationPilotSpec, *, image: str) -> t
             },
         },
     }
-    return deployment, _service(ref, name, selector, labels, [("http", ROUTER_PORT), ("admin", ROUTER_ADMIN_PORT)])
 
 
 def render_routes_configmap(ref: PilotRef, table: RoutingTable) -> Json:
@@ -384,6 +399,78 @@ def render_routes_configmap(ref: PilotRef, table: RoutingTable) -> Json:
         "kind": "ConfigMap",
         "metadata": _meta(ref, routes_name(ref.name), **{COMPONENT_LABEL: ROUTER_COMPONENT}),
         "data": render_routes(table),
+    }
+
+
+def render_rehearsal(ref: PilotRef, spec: SpeculationPilotSpec, *, table: RoutingTable, image: str) -> tuple[Json, ...]:
+    """The rehearsal router and what it routes by: its table, and its two arms as Services of
+    `rehearsal_pilot` selecting the pilot's speculative and control pods (none selects production)."""
+    rehearsal, labels = rehearsal_pilot(ref.name), {COMPONENT_LABEL: REHEARSAL_ROUTER_COMPONENT}
+    services = tuple(
+        _service(ref, arm_name(rehearsal, arm), arm_selector(ref.name, arm), labels, [("http", ENGINE_PORT)])
+        for arm in (Arm.SPECULATIVE, Arm.CONTROL)
+    )
+    routes = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(ref, routes_name(rehearsal), **labels),
+        "data": render_routes(table),
+    }
+    selector = {**router_selector(ref.name), COMPONENT_LABEL: REHEARSAL_ROUTER_COMPONENT}
+    router = _router_deployment(ref, spec, name=router_name(rehearsal), selector=selector, image=image, rehearsal=True)
+    return (routes, *services, router)
+
+
+def render_step_load(
+    ref: PilotRef, *, step: int, router_ip: str, mix: str, rate: float, seconds: float, timeout: float, image: str
+) -> Json:
+    """A rehearsal step's load: the project's load generator as a Job, open-loop Poisson arrivals of
+    the scopes' own mix at `rate` for `seconds`, into the rehearsal router's pod (the one seen ready:
+    a router that goes mid-step fails the step's Job rather than retrying it elsewhere)."""
+    labels = {COMPONENT_LABEL: REHEARSAL_LOAD_COMPONENT}
+    args = [
+        "loadgen",
+        f"--url=http://{router_ip}:{ROUTER_PORT}",
+        f"--mix={mix}",
+        "--arrivals=poisson",
+        f"--rate={rate:g}",
+        f"--duration={seconds:g}",
+        f"--timeout={timeout:g}",
+        f"--seed={step}",
+        "--no-progress",
+    ]
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _meta(ref, rehearsal_step_name(ref.name, step), **labels),
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": int(seconds + timeout + 60),
+            "template": {
+                "metadata": {"labels": {**pilot_labels(ref.name), **labels}},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "loadgen",
+                            "image": image,
+                            "args": args,
+                            "resources": {
+                                "requests": {"cpu": "200m", "memory": "128Mi"},
+                                "limits": {"memory": "512Mi"},
+                            },
+                            "securityContext": {
+                                "allowPrivilegeEscalation": False,
+                                "readOnlyRootFilesystem": True,
+                                "runAsNonRoot": True,
+                                "capabilities": {"drop": ["ALL"]},
+                            },
+                        }
+                    ],
+                },
+            },
+        },
     }
 
 
@@ -404,16 +491,25 @@ class Rendered:
     objects: tuple[Json, ...]
 
 
-def render(ref: PilotRef, spec: SpeculationPilotSpec, *, table: RoutingTable, router_image: str) -> Rendered:
+def render(
+    ref: PilotRef,
+    spec: SpeculationPilotSpec,
+    *,
+    table: RoutingTable,
+    router_image: str,
+    extra: Sequence[Json] = (),
+) -> Rendered:
+    """Every object; `extra` (the rehearsal's, while it runs) after the rest."""
     arms = tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
     routes = render_routes_configmap(ref, table)
     deployment, service = render_router(ref, spec, image=router_image)
     objects = (
-        *router_rbac(ref),
+        *router_rbac(ref, spec),
         routes,
         *(plan.service for plan in arms),
         *(plan.deployment for plan in arms),
         service,
         deployment,
+        *extra,
     )
     return Rendered(arms=arms, routes=routes, objects=objects)

@@ -24,6 +24,7 @@ from specpilot.api.status import (
     Decision,
     FallbackRecord,
     Phase,
+    RehearsalStatus,
     RouterStatus,
     RoutesStatus,
     ScopeState,
@@ -308,6 +309,7 @@ def reconciled_status(
     scope_events: Sequence[Event] = (),
     fallbacks: Sequence[FallbackRecord] | None = None,
     decision: Decision | None = None,
+    rehearsal: RehearsalStatus | None = None,
     saturated: str | None = None,
     now: datetime,
 ) -> StatusPlan:
@@ -345,6 +347,7 @@ def reconciled_status(
         speculative_scopes=f"{speculative}/{len(scopes)}",
         fallbacks=list(fallbacks) if fallbacks is not None else (previous.fallbacks if previous is not None else []),
         decision=decision,
+        rehearsal=rehearsal,
     )
     events = list(scope_events)
     if previous is None or previous.observed_generation is None:

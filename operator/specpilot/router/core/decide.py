@@ -30,13 +30,20 @@ class Fallback(StrEnum):
     SPECULATIVE_UNAVAILABLE = "speculative_unavailable"
     CONTROL_UNAVAILABLE = "control_unavailable"
     ALTERNATIVE_UNAVAILABLE = "alternative_unavailable"
+    BASELINE_UNAVAILABLE = "baseline_unavailable"  # only where the baseline is not the ordinary arm
 
 
 UNAVAILABLE = {
     Arm.SPECULATIVE: Fallback.SPECULATIVE_UNAVAILABLE,
     Arm.CONTROL: Fallback.CONTROL_UNAVAILABLE,
     Arm.ALTERNATIVE: Fallback.ALTERNATIVE_UNAVAILABLE,
+    Arm.BASELINE: Fallback.BASELINE_UNAVAILABLE,
 }
+
+
+def ordinary_weights(ordinary: Arm) -> ArmWeights:
+    """Ordinary decoding: every request to the ordinary arm."""
+    return ORDINARY if ordinary is Arm.BASELINE else ArmWeights(**{Arm.BASELINE.value: 0, ordinary.value: 100})
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,14 +63,16 @@ class Endpoint:
 class EffectiveRoute:
     """What the router does with a scope's new requests right now.
 
-    `diverted` names the arms whose share goes to the baseline arm instead, and why; every other
-    request lands where the configured weights put it, so a fallback moves nobody else.
+    `diverted` names the arms whose share goes to the ordinary arm instead, and why; every other
+    request lands where the configured weights put it, so a fallback moves nobody else. The ordinary
+    arm is production's baseline, except in a rehearsal router (the control arm).
     """
 
     scope: str
     configured: ArmWeights = ORDINARY
     deadline_seconds: float | None = None
     diverted: Mapping[Arm, Fallback] = field(default_factory=dict)
+    ordinary: Arm = Arm.BASELINE
 
     @property
     def weights(self) -> ArmWeights:
@@ -71,7 +80,7 @@ class EffectiveRoute:
         if not self.diverted:
             return self.configured
         shares = {arm.value: 0 if arm in self.diverted else self.configured.of(arm) for arm in Arm}
-        shares[Arm.BASELINE.value] += 100 - sum(shares.values())
+        shares[self.ordinary.value] += 100 - sum(shares.values())
         return ArmWeights(**shares)
 
     @property
@@ -88,10 +97,11 @@ class Routes:
     scopes: Mapping[str, EffectiveRoute]
     table_fallback: Fallback | None
     valid_until: datetime | None
+    ordinary: Arm = Arm.BASELINE
 
     def route(self, scope: str) -> EffectiveRoute:
         """The route of `scope`; a scope missing from the table runs ordinary decoding."""
-        return self.scopes.get(scope) or EffectiveRoute(scope)
+        return self.scopes.get(scope) or EffectiveRoute(scope, ordinary_weights(self.ordinary), ordinary=self.ordinary)
 
 
 def resolve_routes(
@@ -102,6 +112,7 @@ def resolve_routes(
     now: datetime,
     max_age: timedelta | None,
     default_scope: str,
+    ordinary: Arm = Arm.BASELINE,
 ) -> Routes:
     """Effective routes from the last valid table and what is known to be wrong.
 
@@ -109,15 +120,17 @@ def resolve_routes(
     when a newer version is invalid); `table_fallback` says why it must not steer traffic.
     """
     if table is None:
-        return Routes(default_scope, None, {}, table_fallback or Fallback.TABLE_MISSING, None)
+        return Routes(default_scope, None, {}, table_fallback or Fallback.TABLE_MISSING, None, ordinary)
     valid_until = table.stale_at(max_age)
     if table_fallback is None and valid_until is not None and now >= valid_until:
         table_fallback = Fallback.TABLE_STALE
     scopes = {
-        scope.name: _effective(scope.name, scope.weights, scope.deadline_seconds, table_fallback, ready_arms)
+        scope.name: _effective(
+            scope.name, scope.weights, scope.deadline_seconds, table_fallback, ready_arms=ready_arms, ordinary=ordinary
+        )
         for scope in table.scopes
     }
-    return Routes(table.default_scope or default_scope, table, scopes, table_fallback, valid_until)
+    return Routes(table.default_scope or default_scope, table, scopes, table_fallback, valid_until, ordinary)
 
 
 def _effective(
@@ -125,14 +138,16 @@ def _effective(
     weights: ArmWeights,
     deadline: float | None,
     table_fallback: Fallback | None,
+    *,
     ready_arms: frozenset[Arm],
+    ordinary: Arm,
 ) -> EffectiveRoute:
     diverted = {
         arm: table_fallback or reason
         for arm, reason in UNAVAILABLE.items()
-        if weights.of(arm) and (table_fallback is not None or arm not in ready_arms)
+        if arm is not ordinary and weights.of(arm) and (table_fallback is not None or arm not in ready_arms)
     }
-    return EffectiveRoute(scope, weights, deadline, diverted)
+    return EffectiveRoute(scope, weights, deadline, diverted, ordinary)
 
 
 def classify_scope(routes: Routes, *, named: str | None, path: str, headers: Mapping[str, str]) -> str:
@@ -164,10 +179,10 @@ def pick_arm(weights: ArmWeights, draw: float) -> Arm:
 
 
 def choose_arm(route: EffectiveRoute, draw: float) -> tuple[Arm, Fallback | None]:
-    """The arm for a request at `draw`, and the fallback that moved it to baseline, if any."""
+    """The arm for a request at `draw`, and the fallback that moved it to the ordinary arm, if any."""
     intended = pick_arm(route.configured, draw)
     reason = route.diverted.get(intended)
-    return (Arm.BASELINE, reason) if reason is not None else (intended, None)
+    return (route.ordinary, reason) if reason is not None else (intended, None)
 
 
 def pick_endpoint(endpoints: Sequence[Endpoint], outstanding: Mapping[Endpoint, int], *, start: int) -> Endpoint | None:

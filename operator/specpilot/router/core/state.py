@@ -52,6 +52,7 @@ class RouterState:
         pilot: str,
         default_scope: str,
         max_table_age: timedelta | None,
+        ordinary: Arm = Arm.BASELINE,
         eject_seconds: float = 2.0,
         clock: Callable[[], float] = time.time,
         on_routes: Callable[[Routes, Mapping[Arm, tuple[Endpoint, ...]]], None] | None = None,
@@ -59,6 +60,7 @@ class RouterState:
         self._pilot = pilot
         self._default_scope = default_scope
         self._max_age = max_table_age
+        self.ordinary = ordinary
         self._eject_seconds = eject_seconds
         self._clock = clock
         self._on_routes = on_routes
@@ -104,8 +106,8 @@ class RouterState:
 
     @property
     def ready(self) -> bool:
-        """Every source has synced, the baseline arm has a ready endpoint, and no shutdown is under way."""
-        return not self._draining and self._synced >= SOURCES and bool(self._endpoints[Arm.BASELINE])
+        """Every source has synced, the ordinary arm has a ready endpoint, and no shutdown is under way."""
+        return not self._draining and self._synced >= SOURCES and bool(self._endpoints[self.ordinary])
 
     def drain(self) -> None:
         """Report not ready from now on, so that clients stop sending before the router stops."""
@@ -127,6 +129,7 @@ class RouterState:
             now=datetime.fromtimestamp(now, UTC),
             max_age=self._max_age,
             default_scope=self._default_scope,
+            ordinary=self.ordinary,
         )
         self._routes = routes
         stale_at = routes.valid_until if routes.table_fallback is None else None

@@ -1,0 +1,335 @@
+"""The peak rehearsal as pure functions: its ladder, where it stands each tick, what it renders, and what
+each step measured.
+
+After the live stages (the pilot's decision stated, some scope on speculative decoding), the rehearsal
+replays the scopes' own mix through a router of its own at a ladder of loads, from production's median
+load per replica to the peak, then a burst. The rehearsal router runs under `rehearsal_pilot`: its arms
+are two Services of that name selecting the speculative and control pods, and its ordinary arm is the
+control arm, so no rehearsal request can reach a production pod. Meanwhile the live table sends the
+rehearsed scopes to production, once production is not saturated. Each step's load is a Job of the
+project's load generator; its figures are read over the step's last analysis window. Production
+saturated, a scope flipped or the time cap stop it at once; its objects go when it is not running.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from specpilot.analysis.evidence import Evidence, production_quantile
+from specpilot.analysis.replay import replay_workload
+from specpilot.analysis.rollout import Event, EventType
+from specpilot.analysis.stats import nearest_rank
+from specpilot.analysis.window import ArmEngine, ArmRequests
+from specpilot.api.reasons import Reason
+from specpilot.api.spec import Rehearsal, SpeculationPilotSpec
+from specpilot.api.status import (
+    ArmStepFigures,
+    Decision,
+    RehearsalPhase,
+    RehearsalStatus,
+    RehearsalStep,
+    ScopeState,
+    ScopeStatus,
+)
+from specpilot.controller.core.measurements import Measurements
+from specpilot.controller.core.routing import scope_route
+from specpilot.metrics.samples import arm_requests
+from specpilot.wire.names import Arm, rehearsal_pilot
+from specpilot.wire.routes import RoutingTable
+from specpilot.wire.samples import RequestOutcome
+
+REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)
+
+
+@dataclass(frozen=True)
+class Tick:
+    """Where the rehearsal stands after this tick, and what the shell does about it."""
+
+    status: RehearsalStatus | None
+    running: bool  # the live table sends the rehearsed scopes to production; the step's objects exist
+    step_started: bool = False  # the current step's load began this tick (its Job is created)
+
+
+def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[RehearsalStep, ...] | str:
+    """The planned steps: evenly spaced from production's median load per replica to the peak, then
+    the burst; or why there is no ladder (a peak relative to a production never measured)."""
+    median, highest = production_quantile(production, 0.5), production_quantile(production, 1.0)
+    peak = rehearsal.peak.per_replica
+    if peak is None:
+        if highest is None:
+            return "production's load was never measured during the live stages, so the peak cannot be derived"
+        peak = highest * (rehearsal.peak.production_factor or 1.0)
+    low = min(median, peak) if median is not None else peak / rehearsal.steps
+    count = rehearsal.steps
+    steps = [RehearsalStep(load=round(low + (peak - low) * i / (count - 1), 4)) for i in range(count)]
+    if rehearsal.burst is not None:
+        steps.append(RehearsalStep(load=round(peak * rehearsal.burst.factor, 4), burst=True))
+    return tuple(steps)
+
+
+def step_duration(rehearsal: Rehearsal, step: RehearsalStep) -> timedelta:
+    return rehearsal.burst.duration if step.burst and rehearsal.burst is not None else rehearsal.step_duration
+
+
+def step_rate(spec: SpeculationPilotSpec, step: RehearsalStep) -> float:
+    """The load generator's arrival rate for a step: its load per replica over both rehearsed arms (the
+    rehearsal router splits every scope evenly between them, which are the same size)."""
+    return step.load * 2 * spec.speculative.replicas
+
+
+def advance(
+    spec: SpeculationPilotSpec,
+    previous: RehearsalStatus | None,
+    *,
+    scopes: Sequence[ScopeStatus],
+    decision: Decision | None,
+    evidence: Evidence,
+    saturated: str | None,
+    router_ready: bool,
+    figures: Mapping[Arm, ArmStepFigures] | None,
+    now: datetime,
+) -> Tick:
+    """The rehearsal's next state. `figures` are each rehearsed arm's over the last analysis window
+    (None before anything was collected)."""
+    rehearsal = spec.rehearsal
+    if rehearsal is None:
+        return Tick(previous, running=False)
+    if previous is None:
+        speculative = [scope.name for scope in scopes if scope.state is ScopeState.SPECULATIVE]
+        if decision is None or not speculative:
+            return Tick(None, running=False)
+        planned = ladder(rehearsal, evidence.production)
+        if isinstance(planned, str):
+            return Tick(_status(RehearsalPhase.STOPPED, planned, now=now, scopes=speculative), running=False)
+        previous = RehearsalStatus(
+            phase=RehearsalPhase.WAITING,
+            message="due: production must take the rehearsed scopes' shares first",
+            started_at=now,
+            scopes=speculative,
+            steps=list(planned),
+        )
+    if previous.phase in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED):
+        return Tick(previous, running=False)
+    stopped = _stop_reason(rehearsal, previous, scopes, saturated, now)
+    if stopped is not None:
+        return Tick(_finish(rehearsal, previous, RehearsalPhase.STOPPED, stopped, now), running=False)
+    if previous.phase is RehearsalPhase.WAITING:
+        if saturated is not None:
+            message = f"waiting: production cannot take the rehearsed scopes' shares ({saturated})"
+            return Tick(previous.model_copy(update={"message": message}), running=False)
+        return _start(previous, router_ready, now)
+    return _run(rehearsal, previous, figures, now)
+
+
+def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> Tick:
+    """Production took the shares: the rehearsal router starts, and the first step once it is ready."""
+    if not router_ready:
+        update = {"message": "production takes the rehearsed scopes' shares; the rehearsal router is starting"}
+        return Tick(previous.model_copy(update=update), running=True)
+    steps = list(previous.steps)
+    steps[0] = steps[0].model_copy(update={"started_at": now})
+    status = previous.model_copy(
+        update={"phase": RehearsalPhase.RUNNING, "step": 0, "steps": steps, "message": _running(steps[0], 0, steps)}
+    )
+    return Tick(status, running=True, step_started=True)
+
+
+def _run(
+    rehearsal: Rehearsal, previous: RehearsalStatus, figures: Mapping[Arm, ArmStepFigures] | None, now: datetime
+) -> Tick:
+    index, steps = previous.step, list(previous.steps)
+    current = steps[index]
+    assert current.started_at is not None
+    if now < current.started_at + step_duration(rehearsal, current):
+        return Tick(previous, running=True)
+    found = figures or {}
+    steps[index] = current.model_copy(
+        update={"speculative": found.get(Arm.SPECULATIVE), "control": found.get(Arm.CONTROL)}
+    )
+    if index + 1 == len(steps):
+        done = previous.model_copy(update={"steps": steps})
+        return Tick(_finish(rehearsal, done, RehearsalPhase.COMPLETED, "every step ran", now), running=False)
+    steps[index + 1] = steps[index + 1].model_copy(update={"started_at": now})
+    status = previous.model_copy(
+        update={"step": index + 1, "steps": steps, "message": _running(steps[index + 1], index + 1, steps)}
+    )
+    return Tick(status, running=True, step_started=True)
+
+
+def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
+    kind = "burst" if step.burst else "step"
+    return f"{kind} {index + 1} of {len(steps)}: {step.load:g} requests/s per replica"
+
+
+def _stop_reason(
+    rehearsal: Rehearsal,
+    status: RehearsalStatus,
+    scopes: Sequence[ScopeStatus],
+    saturated: str | None,
+    now: datetime,
+) -> str | None:
+    flipped = [
+        scope.name
+        for scope in scopes
+        if scope.name in status.scopes and (scope.state is ScopeState.ROLLED_BACK or scope.weight == 0)
+    ]
+    if flipped:
+        return f"scope {', '.join(flipped)} flipped back to ordinary decoding"
+    if status.started_at is not None and now - status.started_at >= rehearsal.max_duration:
+        return f"reached rehearsal.maxDuration ({rehearsal.max_duration.text})"
+    if saturated is not None and status.phase is RehearsalPhase.RUNNING:
+        return f"production saturated: {saturated}"
+    return None
+
+
+def _finish(
+    rehearsal: Rehearsal, status: RehearsalStatus, phase: RehearsalPhase, why: str, now: datetime
+) -> RehearsalStatus:
+    measured = [step for step in status.steps if step.speculative is not None or step.control is not None]
+    capacity = {arm: capacity_of(measured, arm, rehearsal.on_time_target) for arm in REHEARSED_ARMS}
+    found = ", ".join(
+        f"{arm.value} {value:g}" if value is not None else f"{arm.value} below every step"
+        for arm, value in capacity.items()
+    )
+    message = f"{why}; capacity (requests/s per replica on time at {rehearsal.on_time_target:g}): {found}"
+    return status.model_copy(
+        update={
+            "phase": phase,
+            "finished_at": now,
+            "message": message if measured else why,
+            "speculative_capacity": capacity[Arm.SPECULATIVE],
+            "control_capacity": capacity[Arm.CONTROL],
+        }
+    )
+
+
+def _status(phase: RehearsalPhase, message: str, *, now: datetime, scopes: Sequence[str]) -> RehearsalStatus:
+    return RehearsalStatus(phase=phase, message=message, started_at=now, scopes=list(scopes))
+
+
+def capacity_of(steps: Sequence[RehearsalStep], arm: Arm, target: float) -> float | None:
+    """The highest measured load (per replica) at which the arm met the on-time target; a step with no
+    figure for it (nothing finished, or nothing measured) never counts as met."""
+    met = [
+        figures.offered_per_replica
+        for step in steps
+        if (figures := step.speculative if arm is Arm.SPECULATIVE else step.control) is not None
+        and figures.on_time is not None
+        and figures.on_time >= target
+        and figures.offered_per_replica is not None
+    ]
+    return round(max(met), 4) if met else None
+
+
+def arm_figures(requests: Sequence[ArmRequests], engine: ArmEngine, *, seconds: float, replicas: int) -> ArmStepFigures:
+    """One arm's figures over a step's last window from its requests of every rehearsed scope."""
+    routed = sum(r.routed for r in requests)
+    ok = sum(r.count(RequestOutcome.OK) for r in requests)
+    late = sum(r.late for r in requests)
+    timeouts = sum(r.count(RequestOutcome.TIMEOUT) for r in requests)
+    rejected = sum(r.count(RequestOutcome.REJECTED, RequestOutcome.NO_ENDPOINT) for r in requests)
+    ttft = sorted(v for r in requests for v in r.ttft_seconds)
+    e2e = sorted(v for r in requests for v in r.e2e_seconds)
+    tokens = sum(t for r in requests for t in r.committed_tokens)
+    decode = sum(d for r in requests for d in r.decode_seconds)
+    return ArmStepFigures(
+        requests=routed,
+        offered_per_replica=round(routed / seconds / replicas, 4) if seconds > 0 and replicas > 0 else None,
+        ttft_p50=_rank(ttft, 0.5),
+        ttft_p99=_rank(ttft, 0.99),
+        end_to_end_p95=_rank(e2e, 0.95),
+        time_per_committed_token=round(decode / tokens, 6) if tokens else None,
+        timeout_share=round((timeouts + late) / routed, 4) if routed else None,
+        rejection_share=round(rejected / routed, 4) if routed else None,
+        on_time=round(max(0, ok - late) / routed, 4) if routed else None,
+        peak_kv_usage=max((usage for _, usage in engine.kv_usage), default=None),
+        preemptions=engine.preemptions,
+    )
+
+
+def _rank(values: Sequence[float], q: float) -> float | None:
+    return round(nearest_rank(values, q), 4) if values else None
+
+
+def table(pilot: str, spec: SpeculationPilotSpec, scopes: Collection[str], *, now: datetime) -> RoutingTable:
+    """The rehearsal router's table: each rehearsed scope split evenly between the speculative and the
+    control arm; any other request runs ordinary decoding, which for that router is the control arm."""
+    return RoutingTable(
+        pilot=rehearsal_pilot(pilot),
+        generation=1,
+        updated_at=now,
+        default_scope=spec.router.default_scope if spec.router.default_scope in scopes else None,
+        scopes=tuple(
+            scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True)
+            for scope in spec.scopes
+            if scope.name in scopes
+        ),
+    )
+
+
+def mix(spec: SpeculationPilotSpec, evidence: Evidence, scopes: Sequence[str]) -> str:
+    """The rehearsed scopes' own mix, as the load generator reads it (JSON)."""
+    workload, _ = replay_workload(spec, evidence, only=scopes)
+    return json.dumps(workload, separators=(",", ":"), sort_keys=True)
+
+
+def step_figures(
+    measurements: Measurements,
+    spec: SpeculationPilotSpec,
+    scopes: Sequence[str],
+    *,
+    replicas: Mapping[Arm, int],
+) -> dict[Arm, ArmStepFigures] | None:
+    """Each rehearsed arm's figures over the last analysis window collected (None before any)."""
+    end = measurements.collected_at
+    if end is None:
+        return None
+    start = end - spec.analysis.window
+    samples = measurements.samples.samples(start, end)
+    engines = measurements.engines(start=start, end=end, analysis=spec.analysis)
+    return {
+        arm: arm_figures(
+            [arm_requests(samples, scope=scope, arm=arm, start=start, end=end) for scope in scopes],
+            engines.get(arm, ArmEngine()),
+            seconds=spec.analysis.window.total_seconds(),
+            replicas=replicas.get(arm, 0),
+        )
+        for arm in REHEARSED_ARMS
+    }
+
+
+def events(previous: RehearsalStatus | None, current: RehearsalStatus | None) -> list[Event]:
+    """An Event for each move of the rehearsal: waiting, each step begun, completed or stopped."""
+    if current is None or current == previous:
+        return []
+    before = previous.phase if previous is not None else None
+    if current.phase is RehearsalPhase.WAITING and before is None:
+        return [Event(EventType.NORMAL, Reason.REHEARSAL_WAITING, current.message)]
+    if current.phase is RehearsalPhase.COMPLETED and before is not RehearsalPhase.COMPLETED:
+        return [Event(EventType.NORMAL, Reason.REHEARSAL_COMPLETED, current.message)]
+    if current.phase is RehearsalPhase.STOPPED and before is not RehearsalPhase.STOPPED:
+        return [Event(EventType.WARNING, Reason.REHEARSAL_STOPPED, current.message)]
+    began = current.phase is RehearsalPhase.RUNNING and (
+        before is not RehearsalPhase.RUNNING or previous is None or previous.step != current.step
+    )
+    if not began:
+        return []
+    message = current.message
+    if current.step > 0:
+        done = current.steps[current.step - 1]
+        message += f"; step {current.step}: {_summary(done)}"
+    return [Event(EventType.NORMAL, Reason.REHEARSAL_STEP, message)]
+
+
+def _summary(step: RehearsalStep) -> str:
+    parts = []
+    for arm, figures in ((Arm.SPECULATIVE, step.speculative), (Arm.CONTROL, step.control)):
+        if figures is None or figures.on_time is None:
+            parts.append(f"{arm.value} measured nothing")
+            continue
+        ttft = f"{figures.ttft_p99:g} s" if figures.ttft_p99 is not None else "unknown"
+        parts.append(f"{arm.value} {figures.on_time:.1%} on time, TTFT p99 {ttft}")
+    return ", ".join(parts)

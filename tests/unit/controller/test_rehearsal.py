@@ -1,0 +1,208 @@
+"""The peak rehearsal: its ladder and figures as pure functions, and a pilot driven through it by the shell."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from specpilot.analysis.evidence import load_bin
+from specpilot.analysis.window import ArmEngine, ArmRequests
+from specpilot.api.spec import Burst, Peak, Rehearsal
+from specpilot.api.status import ArmStepFigures, RehearsalStep
+from specpilot.controller.core.rehearsal import arm_figures, capacity_of, ladder
+from specpilot.wire.names import Arm
+from specpilot.wire.samples import RequestOutcome
+from tests.unit.controller.fakes import Harness, Json, pilot_doc
+
+STEP = 30  # seconds: the local demo's analysis window
+
+
+def production(*loads: float) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for load in loads:
+        out[load_bin(load)] = out.get(load_bin(load), 0) + 1
+    return out
+
+
+def test_the_ladder_climbs_evenly_from_productions_median_to_its_peak_then_bursts() -> None:
+    observed = production(2.0, 2.0, 2.0, 3.0, 3.9)
+    steps = ladder(Rehearsal(peak=Peak(production_factor=2.0), steps=4, burst=Burst(factor=1.5)), observed)
+    assert not isinstance(steps, str)
+    loads = [step.load for step in steps]
+    assert [step.burst for step in steps] == [False, False, False, False, True]
+    median, highest = loads[0], loads[3]
+    assert 2.0 <= median <= 2.0 * 2 ** (1 / 4)  # the upper edge of the median's bin
+    assert 7.8 <= highest <= 8.0 + 1e-3  # twice the upper edge of the highest bin
+    assert loads[1] - loads[0] == pytest.approx(loads[3] - loads[2], abs=1e-3)
+    assert loads[4] == pytest.approx(highest * 1.5, abs=1e-3)
+
+
+def test_a_peak_given_per_replica_needs_no_production_record_and_a_relative_one_does() -> None:
+    steps = ladder(Rehearsal(peak=Peak(per_replica=9.0), steps=3, burst=None), {})
+    assert not isinstance(steps, str)
+    assert [step.load for step in steps] == [3.0, 6.0, 9.0]
+    assert "never measured" in str(ladder(Rehearsal(peak=Peak(production_factor=2.0)), {}))
+    # a peak below production's median: the ladder does not climb down
+    low = ladder(Rehearsal(peak=Peak(per_replica=1.0), steps=2, burst=None), production(4.0))
+    assert not isinstance(low, str) and [step.load for step in low] == [1.0, 1.0]
+
+
+def figures(load: float, on_time: float | None) -> ArmStepFigures:
+    return ArmStepFigures(requests=100, offered_per_replica=load, on_time=on_time)
+
+
+def test_capacity_is_the_highest_measured_load_that_met_the_target_and_unmeasured_steps_never_do() -> None:
+    steps = [
+        RehearsalStep(load=2, speculative=figures(2.1, 1.0), control=figures(2.0, 1.0)),
+        RehearsalStep(load=4, speculative=figures(3.9, 0.995), control=figures(4.1, 0.9)),
+        RehearsalStep(load=6, speculative=figures(6.2, 0.98), control=None),
+    ]
+    assert capacity_of(steps, Arm.SPECULATIVE, 0.99) == 3.9
+    assert capacity_of(steps, Arm.CONTROL, 0.99) == 2.0
+    assert capacity_of(steps, Arm.CONTROL, 0.999) == 2.0
+    assert capacity_of(steps[1:], Arm.CONTROL, 0.99) is None
+    nothing = [RehearsalStep(load=2, speculative=ArmStepFigures(), control=ArmStepFigures())]
+    assert capacity_of(nothing, Arm.SPECULATIVE, 0.5) is None
+
+
+def test_arm_figures_pool_the_scopes_and_count_late_answers_as_missed() -> None:
+    chat = ArmRequests(
+        outcomes={RequestOutcome.OK: 8, RequestOutcome.TIMEOUT: 1, RequestOutcome.REJECTED: 1},
+        late=2,
+        ttft_seconds=tuple(0.1 * i for i in range(1, 9)),
+        e2e_seconds=tuple(1.0 * i for i in range(1, 9)),
+        decode_seconds=(1.0, 1.0),
+        committed_tokens=(50, 50),
+    )
+    code = ArmRequests(outcomes={RequestOutcome.OK: 10}, e2e_seconds=(0.5,) * 10)
+    at = datetime(2026, 12, 1, tzinfo=UTC)
+    engine = ArmEngine(kv_usage=((at, 0.4), (at + timedelta(seconds=5), 0.7)), preemptions=3)
+    out = arm_figures([chat, code], engine, seconds=10, replicas=2)
+    assert out.requests == 20
+    assert out.offered_per_replica == 1.0
+    assert out.on_time == pytest.approx(16 / 20)
+    assert out.timeout_share == pytest.approx(3 / 20)
+    assert out.rejection_share == pytest.approx(1 / 20)
+    assert out.time_per_committed_token == pytest.approx(2 / 100)
+    assert out.ttft_p50 == pytest.approx(0.4) and out.ttft_p99 == pytest.approx(0.8)
+    assert (out.peak_kv_usage, out.preemptions) == (0.7, 3)
+    empty = arm_figures([], ArmEngine(), seconds=10, replicas=1)
+    assert (empty.requests, empty.on_time, empty.offered_per_replica, empty.ttft_p99) == (0, None, 0.0, None)
+
+
+def rehearsed_doc(**rehearsal: object) -> Json:
+    doc = pilot_doc()
+    doc["spec"]["rehearsal"] = {
+        "peak": {"perReplica": 12.0},
+        "steps": 3,
+        "stepDuration": f"{STEP}s",
+        "maxDuration": "10m",
+        **rehearsal,
+    }
+    return doc
+
+
+async def decided(h: Harness) -> None:
+    """Drive the pilot until its decision is stated (every scope settled)."""
+    await h.reconcile()
+    h.ready_pods = True
+    await h.reconcile()
+    for _ in range(60):
+        await h.step(10)
+        if h.status().get("decision"):
+            return
+    raise AssertionError(f"no decision: {h.status().get('scopes')}")
+
+
+async def test_after_the_decision_the_rehearsal_climbs_its_ladder_on_its_own_router_and_reads_each_arms_capacity() -> (
+    None
+):
+    h = Harness(rehearsed_doc())
+    h.traffic.capacity = {Arm.CONTROL: 7.0}  # the speculative arm keeps its deadlines at every step
+    await decided(h)
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] in ("Waiting", "Running"), rehearsal
+    assert rehearsal["scopes"] == ["chat", "code"]
+    # the live table sends the rehearsed scopes to production; the rehearsal router reaches no production pod
+    table = h.table()
+    assert table is not None and all(route.weights.baseline == 100 for route in table.scopes)
+    services = {name: body for (kind, name), body in h.children().items() if kind == "Service"}
+    assert {name for name in services if name.startswith("demo-rehearsal-")} == {
+        "demo-rehearsal-speculative",
+        "demo-rehearsal-control",
+    }
+    assert services["demo-rehearsal-control"]["spec"]["selector"]["specpilot.io/arm"] == "control"
+    router = h.children()[("Deployment", "demo-rehearsal-router")]
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--pilot=demo-rehearsal" in args and "--ordinary-arm=control" in args
+    seen_loads = []
+    for _ in range(40):
+        await h.step(10)
+        load = h.rehearsal_load()
+        if load is not None:
+            seen_loads.append(load["metadata"]["name"])
+        if h.status()["rehearsal"]["phase"] not in ("Waiting", "Running"):
+            break
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Completed", rehearsal
+    assert sorted(set(seen_loads)) == ["demo-rehearsal-0", "demo-rehearsal-1", "demo-rehearsal-2"]
+    steps = rehearsal["steps"]
+    measured = [step["speculative"]["offeredPerReplica"] for step in steps]
+    assert measured == pytest.approx([step["load"] for step in steps], rel=0.15)
+    assert all(step["speculative"]["onTime"] == 1.0 for step in steps)
+    assert [step["control"]["onTime"] for step in steps] == [1.0, 1.0, 0.0]
+    assert rehearsal["speculativeCapacity"] == pytest.approx(12.0, rel=0.15)
+    assert rehearsal["controlCapacity"] == pytest.approx(steps[1]["load"], rel=0.15)
+    # its objects go, and the rehearsed scopes come back to their live shares
+    await h.step(10)
+    assert not [name for (_, name) in h.children() if name.startswith("demo-rehearsal")]
+    table = h.table()
+    assert table is not None and all(route.weights.speculative == 33 for route in table.scopes)
+    reasons = h.reasons()
+    assert reasons.count("RehearsalStep") == 3 and reasons.count("RehearsalCompleted") == 1
+    assert "RehearsalStopped" not in reasons
+
+
+async def test_a_flip_during_the_rehearsal_stops_it_at_once_and_removes_its_load() -> None:
+    h = Harness(rehearsed_doc())
+    await decided(h)
+    h.traffic.capacity = {Arm.SPECULATIVE: 7.0}  # past 7 requests/s per replica it misses every deadline
+    for _ in range(40):
+        await h.step(10)
+        if h.status()["rehearsal"]["phase"] == "Stopped":
+            break
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Stopped" and "flipped back to ordinary decoding" in rehearsal["message"], rehearsal
+    assert h.rehearsal_load() is None
+    assert not [name for (_, name) in h.children() if name.startswith("demo-rehearsal")]
+    assert "RehearsalStopped" in h.reasons()
+    assert h.status()["fallbacks"], "the scope that missed its deadlines was flipped"
+
+
+async def test_a_saturated_production_holds_the_rehearsal_before_it_moves_any_share() -> None:
+    h = Harness(rehearsed_doc())
+    await decided(h)
+    assert h.status()["rehearsal"]["phase"] == "Waiting"
+    h.engines.figures[Arm.BASELINE] = ArmEngine(acceptance_length=2.0, inter_token_latency=0.02, waiting=50.0)
+    for _ in range(3):
+        await h.step(10)
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Waiting" and "production cannot take" in rehearsal["message"], rehearsal
+    table = h.table()
+    assert table is not None and all(route.weights.speculative == 33 for route in table.scopes)
+    assert not [name for (_, name) in h.children() if name.startswith("demo-rehearsal")]
+    assert "RehearsalWaiting" in h.reasons()
+
+
+async def test_the_cap_stops_a_rehearsal_whatever_step_it_is_on() -> None:
+    h = Harness(rehearsed_doc(stepDuration="2m", maxDuration="6m"))
+    await decided(h)
+    for _ in range(40):
+        await h.step(10)
+        if h.status()["rehearsal"]["phase"] != "Running" and h.status()["rehearsal"]["phase"] != "Waiting":
+            break
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Stopped" and "maxDuration" in rehearsal["message"], rehearsal
+    started = h.clock.now - timedelta(minutes=6)
+    assert rehearsal["startedAt"] <= (started + timedelta(seconds=20)).isoformat().replace("+00:00", "Z")
