@@ -94,6 +94,9 @@ class Policy:
     rollback: Rollback
     suspend: bool = False
     paused: bool = False  # production's baseline is saturated: no promotion until it recovers
+    # The peak rehearsal runs the scope's traffic on the compared arms while its live share is on
+    # production: its windows are recorded as evidence, and only a hard limit moves it.
+    rehearsing: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,6 +127,7 @@ class Cause(StrEnum):
     FAIL_LIMIT = "fail_limit"  # the failureLimit-th failing window in a row
     HARD = "hard"  # a window in which a hard limit fired (or a critical webhook failed)
     INCONCLUSIVE = "inconclusive"  # a window that could not be judged
+    REHEARSED = "rehearsed"  # a window of rehearsal traffic without a hard limit: evidence, no move
     PROMOTE = "promote"
     ABORT = "abort"
     RESUME = "resume"
@@ -140,6 +144,7 @@ class Do(StrEnum):
     ROLL_BACK = "roll_back"  # weight 0 at once, with a fallback record
     ABORT = "abort"  # weight 0 at once, with a ManualAbort record
     HOLD = "hold"  # keep the weight, record why
+    OBSERVE = "observe"  # record the window only: state, stage, counters and judge state unchanged
     REFUSE = "refuse"  # change nothing, say why in a Warning
 
 
@@ -192,6 +197,9 @@ TABLE: Mapping[tuple[ScopeState, Cause], tuple[ScopeState | None, Do]] = {
     (S.ROLLED_BACK, C.RESUME): (S.PILOTING, Do.START),
     (S.ROLLED_BACK, C.PROMOTE): (S.ROLLED_BACK, Do.REFUSE),
     (S.ROLLED_BACK, C.FROZEN): (S.ROLLED_BACK, Do.REFUSE),
+    (S.PILOTING, C.REHEARSED): (S.PILOTING, Do.OBSERVE),
+    (S.SPECULATIVE, C.REHEARSED): (S.SPECULATIVE, Do.OBSERVE),
+    (S.HELD, C.REHEARSED): (S.HELD, Do.OBSERVE),
 }
 
 
@@ -230,8 +238,10 @@ def _cause(status: ScopeStatus, event: Input, *, policy: Policy, warm: bool, now
     if not warm:
         return C.COLD
     verdict = event.verdict
-    if verdict.hard:
+    if verdict.hard and not (policy.rehearsing and _overloaded(verdict)):
         return C.HARD
+    if policy.rehearsing:
+        return C.REHEARSED
     if verdict.verdict is Verdict.FAIL:
         return C.FAIL_LIMIT if status.failed_checks + 1 >= policy.analysis.failure_limit else C.FAIL
     if verdict.verdict is Verdict.INCONCLUSIVE:
@@ -239,6 +249,17 @@ def _cause(status: ScopeStatus, event: Input, *, policy: Policy, warm: bool, now
     if status.state is not S.SPECULATIVE and _gate_met(status, event, policy, now):
         return C.PASS_GATE
     return C.PASS
+
+
+# Hard limits that an overloaded arm trips: at a rehearsed load they say where its capacity ends (the
+# step's figures), not that the arm is broken. Errors, quality and acceptance still flip a scope.
+CAPACITY_LIMITS = frozenset({MetricName.TIMEOUT_RATE, MetricName.REJECTION_RATE, MetricName.KV_CACHE_USAGE})
+
+
+def _overloaded(verdict: WindowVerdict) -> bool:
+    """Every hard limit the window tripped is one an overloaded arm trips."""
+    tripped = [check for check in verdict.checks if check.hard and check.verdict is Verdict.FAIL]
+    return bool(tripped) and all(check.metric in CAPACITY_LIMITS for check in tripped)
 
 
 def _stale(status: ScopeStatus, event: Judged) -> bool:
@@ -412,6 +433,12 @@ def _hold(move: _Move) -> Step:
     return Step(status=status, events=(Event(EventType.NORMAL, reason, message),))
 
 
+def _observe(move: _Move) -> Step:
+    judged = move.window
+    assert judged is not None
+    return Step(status=move.moved(move.status.state, {"last_window": judged.summary}))
+
+
 def _refuse(move: _Move) -> Step:
     assert isinstance(move.event, Manual)
     action = move.event.action.value
@@ -440,6 +467,7 @@ def _human(stage: int | None) -> int:
 
 
 _ACTIONS = {
+    Do.OBSERVE: _observe,
     Do.START: _start,
     Do.COUNT_PASS: _count_pass,
     Do.PROMOTE: _promote,

@@ -95,6 +95,8 @@ class Reason(StrEnum):
     """Production's baseline has headroom: promotion may proceed."""
     REHEARSAL_WAITING = "RehearsalWaiting"
     """The peak rehearsal is due, and waits for production to be able to take the rehearsed shares."""
+    REHEARSAL_STARTED = "RehearsalStarted"
+    """Production took the rehearsed scopes' shares; the rehearsal router is starting."""
     REHEARSAL_STEP = "RehearsalStep"
     """A rehearsal step began (the message gives its load, and the figures of the step before)."""
     REHEARSAL_COMPLETED = "RehearsalCompleted"

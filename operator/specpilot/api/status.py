@@ -372,7 +372,9 @@ class RehearsalPhase(StrEnum):
     """Where the peak rehearsal stands."""
 
     WAITING = "Waiting"
-    """Due, but production cannot take the rehearsed arms' shares yet (or the router is starting)."""
+    """Due, but production cannot take the rehearsed scopes' shares yet."""
+    STARTING = "Starting"
+    """Production took the rehearsed scopes' shares; the rehearsal router is starting."""
     RUNNING = "Running"
     COMPLETED = "Completed"
     STOPPED = "Stopped"
@@ -384,8 +386,12 @@ class ArmStepFigures(ApiModel):
 
     requests: Count = 0
     """Requests that finished in the window, whatever their outcome."""
-    offered_per_replica: float | None = None
-    """Measured offered load: requests per second per replica."""
+    completed_per_replica: float | None = None
+    """Those requests per second per replica: the arm's throughput, below the step's load when it
+    cannot keep up (the rest wait in its queue)."""
+    kept_up: bool | None = None
+    """The arm finished as many requests as the step sent it, within three standard deviations of its
+    Poisson arrivals: it was not falling behind."""
     ttft_p50: float | None = None
     """Seconds."""
     ttft_p99: float | None = None
@@ -425,7 +431,7 @@ class RehearsalStatus(ApiModel):
     """The peak rehearsal: the ladder, each step's figures as they come, and each arm's capacity."""
 
     phase: RehearsalPhase
-    """Waiting, Running, Completed or Stopped."""
+    """Waiting, Starting, Running, Completed or Stopped."""
     message: Annotated[str, StringConstraints(max_length=1024)] = ""
     """Why it waits or stopped, or where it stands."""
     started_at: datetime | None = None
@@ -440,8 +446,8 @@ class RehearsalStatus(ApiModel):
     steps: Annotated[list[RehearsalStep], Field(max_length=13)] = []
     """The ladder, then the burst: planned loads, and each step's figures once it ran."""
     speculative_capacity: float | None = None
-    """Highest step load at which the speculative arm completed at least rehearsal.onTimeTarget of its
-    requests on time (requests per second per replica); absent when no step met it."""
+    """Highest step load (requests per second per replica) at which the speculative arm kept up and
+    completed at least rehearsal.onTimeTarget of its requests on time; absent when no step met it."""
     control_capacity: float | None = None
     """The same for the control arm (ordinary decoding at the same size)."""
 

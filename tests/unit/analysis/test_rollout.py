@@ -33,6 +33,7 @@ POLICY = Policy(scope=SCOPE, analysis=Analysis(window="1m"), rollback=Rollback(c
 AUTOMATIC = replace(POLICY, rollback=Rollback(cooldown="10m", reentry=Reentry.AUTOMATIC))
 SUSPENDED = replace(POLICY, suspend=True)
 SUSPENDED_AUTOMATIC = replace(AUTOMATIC, suspend=True)
+REHEARSING = replace(POLICY, rehearsing=True)
 
 ORDINARY = ScopeStatus(name="code")
 PILOTING = ScopeStatus(
@@ -53,6 +54,10 @@ TPCT = Check(
 )
 KV = Check(
     metric=MetricName.KV_CACHE_USAGE, verdict=Verdict.FAIL, observed=0.97, threshold=0.95, reason="kv", hard=True
+)
+
+ERRORS = Check(
+    metric=MetricName.ERROR_RATE, verdict=Verdict.FAIL, observed=0.2, threshold=0.01, reason="errors", hard=True
 )
 
 
@@ -80,6 +85,10 @@ def failed(minutes: int) -> Judged:
 
 def hard(minutes: int) -> Judged:
     return judged(Verdict.FAIL, at=T0 + minutes * MIN, failing=KV)
+
+
+def broken(minutes: int) -> Judged:
+    return judged(Verdict.FAIL, at=T0 + minutes * MIN, failing=ERRORS)
 
 
 def unsure(minutes: int) -> Judged:
@@ -122,6 +131,9 @@ CASES = {
     ),
     # Piloting: passing windows count; the gate promotes; failures count, then roll back.
     "piloting/pass-counts": Case(PILOTING, passed(2), S.PILOTING, 10),
+    "piloting/rehearsed-pass-meeting-the-gate-is-only-recorded": Case(
+        READY, passed(5), S.PILOTING, 10, policy=REHEARSING
+    ),
     "piloting/pass-meeting-the-gate-promotes": Case(READY, passed(5), S.PILOTING, 50, (R.SCOPE_PROMOTED,)),
     "piloting/pass-short-of-requests-stays": Case(PILOTING, passed(9), S.PILOTING, 10),
     "piloting/pass-short-of-duration-stays": Case(READY, passed(4), S.PILOTING, 10),
@@ -165,6 +177,19 @@ CASES = {
     "speculative/inconclusive-holds": Case(SPECULATIVE, unsure(30), S.HELD, 50, (R.SCOPE_HELD,)),
     "speculative/window-before-warmup-holds": Case(SPECULATIVE, passed(30), S.HELD, 50, (R.SCOPE_HELD,), warm=False),
     "speculative/suspended-holds": Case(SPECULATIVE, passed(30), S.HELD, 50, (R.SCOPE_SUSPENDED,), policy=SUSPENDED),
+    # During the peak rehearsal a window is evidence: only a hard limit moves the scope.
+    "speculative/rehearsed-fail-is-only-recorded": Case(
+        SPECULATIVE_FAILING, failed(30), S.SPECULATIVE, 50, policy=REHEARSING
+    ),
+    "speculative/rehearsed-inconclusive-is-only-recorded": Case(
+        SPECULATIVE, unsure(30), S.SPECULATIVE, 50, policy=REHEARSING
+    ),
+    "speculative/rehearsed-overload-limit-is-only-recorded": Case(
+        SPECULATIVE, hard(30), S.SPECULATIVE, 50, policy=REHEARSING
+    ),
+    "speculative/rehearsed-error-limit-rolls-back": Case(
+        SPECULATIVE, broken(30), S.ROLLED_BACK, 0, (R.SCOPE_ROLLED_BACK,), F.HARD_LIMIT, policy=REHEARSING
+    ),
     "speculative/promote-refused": Case(SPECULATIVE, PROMOTE, S.SPECULATIVE, 50, (R.MANUAL_ACTION_REFUSED,)),
     "speculative/abort": Case(SPECULATIVE, ABORT, S.ROLLED_BACK, 0, (R.SCOPE_ABORTED,), F.MANUAL_ABORT),
     "speculative/resume-refused": Case(SPECULATIVE, RESUME, S.SPECULATIVE, 50, (R.MANUAL_ACTION_REFUSED,)),
@@ -191,6 +216,7 @@ CASES = {
     "held/window-before-warmup-stays-quietly": Case(HELD, passed(2), S.HELD, 10, warm=False),
     "held/suspended-stays-quietly": Case(HELD, passed(2), S.HELD, 10, policy=SUSPENDED),
     "held/promote": Case(HELD, PROMOTE, S.PILOTING, 50, (R.SCOPE_PROMOTED,)),
+    "held/rehearsed-pass-is-only-recorded": Case(HELD, passed(2), S.HELD, 10, policy=REHEARSING),
     "held/abort": Case(HELD, ABORT, S.ROLLED_BACK, 0, (R.SCOPE_ABORTED,), F.MANUAL_ABORT),
     "held/resume-refused": Case(HELD, RESUME, S.HELD, 10, (R.MANUAL_ACTION_REFUSED,)),
     "held/promote-while-suspended-refused": Case(

@@ -241,6 +241,7 @@ class Traffic:
     tokens: int = 100
     # Offered requests per second per replica above which an arm's requests miss their deadline.
     capacity: dict[Arm, float] = field(default_factory=dict)
+    failing: frozenset[Arm] = frozenset()  # arms whose engines answer every request with an error
 
 
 GOLDEN = (5**0.5 - 1) / 2  # successive multiples cover [0, 1) evenly
@@ -387,8 +388,8 @@ class Harness:
                         endpoint="198.18.0.9:8000",
                         model="demo",
                         stream=True,
-                        status=200,
-                        outcome=RequestOutcome.OK,
+                        status=502 if arm in self.traffic.failing else 200,
+                        outcome=RequestOutcome.UPSTREAM_ERROR if arm in self.traffic.failing else RequestOutcome.OK,
                         e2e=e2e,
                         ttft=0.05,
                         output_tokens=self.traffic.tokens,

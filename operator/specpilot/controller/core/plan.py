@@ -45,7 +45,7 @@ from specpilot.controller.core.rehearsal import Tick as RehearsalTick
 from specpilot.controller.core.rehearsal import advance as advance_rehearsal
 from specpilot.controller.core.rehearsal import events as rehearsal_events
 from specpilot.controller.core.rehearsal import mix as rehearsal_mix
-from specpilot.controller.core.rehearsal import step_duration, step_figures, step_rate
+from specpilot.controller.core.rehearsal import rehearsing, step_duration, step_figures, step_rate
 from specpilot.controller.core.rehearsal import table as rehearsal_table
 from specpilot.controller.core.render import (
     ArmPlan,
@@ -171,6 +171,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     names = [scope.name for scope in scopes]
     manual = manual_actions(seen.annotations, names)
     saturated = _saturation(snapshot, spec)
+    last_rehearsal = previous.rehearsal if previous is not None else None
     progress = advance_scopes(
         scopes,
         spec,
@@ -182,9 +183,9 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         # every scope: a flipped one's requests in flight hold the cache until they drain
         kv_loads=snapshot.measurements.kv_loads(names, analysis=spec.analysis, end=_end(snapshot)) if measured else {},
         paused=saturated is not None,
+        rehearsing=rehearsing(last_rehearsal, window=spec.analysis.window, now=now),
     )
-    rehearsing = previous.rehearsal if previous is not None else None
-    evidence = _evidence(snapshot, spec, arms, measured, progress, rehearsal=rehearsing)
+    evidence = _evidence(snapshot, spec, arms, measured, progress, rehearsal=last_rehearsal)
     decided = decide(
         evidence,
         spec=spec,
@@ -232,7 +233,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
             *progress.events,
             *restored,
             *decided.events,
-            *rehearsal_events(rehearsing, rehearsal.status),
+            *rehearsal_events(last_rehearsal, rehearsal.status),
         ],
         fallbacks=progress.fallbacks,
         decision=decided.decision,
@@ -389,9 +390,7 @@ def _rehearsal(
     saturated: str | None,
 ) -> RehearsalTick:
     previous = snapshot.pilot.status.rehearsal if snapshot.pilot.status is not None else None
-    scopes = previous.scopes if previous is not None else []
     replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
-    running = previous is not None and previous.phase is RehearsalPhase.RUNNING
     return advance_rehearsal(
         spec,
         previous,
@@ -400,7 +399,11 @@ def _rehearsal(
         evidence=evidence,
         saturated=saturated,
         router_ready=bool(snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)),
-        figures=step_figures(snapshot.measurements, spec, scopes, replicas=replicas) if running else None,
+        figures=(
+            step_figures(snapshot.measurements, spec, previous, replicas=replicas)
+            if previous is not None and previous.phase is RehearsalPhase.RUNNING
+            else None
+        ),
         now=snapshot.now,
     )
 

@@ -163,12 +163,15 @@ def advance_scopes(
     now: datetime,
     kv_loads: Mapping[str, float] | None = None,
     paused: bool = False,
+    rehearsing: Collection[str] = (),
 ) -> Progress:
     """Each scope moved by its manual action, else its judged window, else time passing.
 
     `kv_loads` is the KV cache each scope's requests held on the speculative arm over the last
     windows (token-seconds), flipped scopes included while their requests drain: sustained KV
-    pressure is put on the heaviest. `paused`: production is saturated, so no scope is promoted."""
+    pressure is put on the heaviest. `paused`: production is saturated, so no scope is promoted.
+    `rehearsing`: scopes whose windows hold the peak rehearsal's traffic (evidence; only a hard limit
+    moves them)."""
     by_name = {scope.name: scope for scope in spec.scopes}
     verdicts = _judge(scopes, spec, measured=measured, manual=manual, fallbacks=fallbacks)
     loads = kv_loads or {}
@@ -188,6 +191,7 @@ def advance_scopes(
             rollback=spec.rollback,
             suspend=spec.suspend,
             paused=paused,
+            rehearsing=status.name in rehearsing,
         )
         event: rollout.Input
         if status.name in manual:

@@ -14,6 +14,7 @@ saturated, a scope flipped or the time cap stop it at once; its objects go when 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -116,18 +117,35 @@ def advance(
     stopped = _stop_reason(rehearsal, previous, scopes, saturated, now)
     if stopped is not None:
         return Tick(_finish(rehearsal, previous, RehearsalPhase.STOPPED, stopped, now), running=False)
-    if previous.phase is RehearsalPhase.WAITING:
+    if previous.phase in (RehearsalPhase.WAITING, RehearsalPhase.STARTING):
         if saturated is not None:
             message = f"waiting: production cannot take the rehearsed scopes' shares ({saturated})"
-            return Tick(previous.model_copy(update={"message": message}), running=False)
+            return Tick(
+                previous.model_copy(update={"phase": RehearsalPhase.WAITING, "message": message}), running=False
+            )
         return _start(previous, router_ready, now)
     return _run(rehearsal, previous, figures, now)
+
+
+def rehearsing(status: RehearsalStatus | None, *, window: timedelta, now: datetime) -> tuple[str, ...]:
+    """The scopes whose windows now hold rehearsal traffic: while their shares are on production, and
+    for a window after the rehearsal ended."""
+    if status is None:
+        return ()
+    if status.phase in (RehearsalPhase.STARTING, RehearsalPhase.RUNNING):
+        return tuple(status.scopes)
+    if status.finished_at is not None and now - status.finished_at < window:
+        return tuple(status.scopes)
+    return ()
 
 
 def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> Tick:
     """Production took the shares: the rehearsal router starts, and the first step once it is ready."""
     if not router_ready:
-        update = {"message": "production takes the rehearsed scopes' shares; the rehearsal router is starting"}
+        update = {
+            "phase": RehearsalPhase.STARTING,
+            "message": "production takes the rehearsed scopes' shares; the rehearsal router is starting",
+        }
         return Tick(previous.model_copy(update=update), running=True)
     steps = list(previous.steps)
     steps[0] = steps[0].model_copy(update={"started_at": now})
@@ -211,21 +229,25 @@ def _status(phase: RehearsalPhase, message: str, *, now: datetime, scopes: Seque
 
 
 def capacity_of(steps: Sequence[RehearsalStep], arm: Arm, target: float) -> float | None:
-    """The highest measured load (per replica) at which the arm met the on-time target; a step with no
-    figure for it (nothing finished, or nothing measured) never counts as met."""
+    """The highest step load (per replica) at which the arm kept up with its arrivals and met the on-time
+    target: an arm falling behind finishes only part of what it is sent, and the requests still queued
+    would miss their deadlines unseen. A step with no figure for it never counts as met."""
     met = [
-        figures.offered_per_replica
+        step.load
         for step in steps
         if (figures := step.speculative if arm is Arm.SPECULATIVE else step.control) is not None
+        and figures.kept_up
         and figures.on_time is not None
         and figures.on_time >= target
-        and figures.offered_per_replica is not None
     ]
     return round(max(met), 4) if met else None
 
 
-def arm_figures(requests: Sequence[ArmRequests], engine: ArmEngine, *, seconds: float, replicas: int) -> ArmStepFigures:
-    """One arm's figures over a step's last window from its requests of every rehearsed scope."""
+def arm_figures(
+    requests: Sequence[ArmRequests], engine: ArmEngine, *, seconds: float, replicas: int, load: float
+) -> ArmStepFigures:
+    """One arm's figures over a step's last window from its requests of every rehearsed scope, the step
+    sending it `load` requests per second per replica."""
     routed = sum(r.routed for r in requests)
     ok = sum(r.count(RequestOutcome.OK) for r in requests)
     late = sum(r.late for r in requests)
@@ -235,9 +257,11 @@ def arm_figures(requests: Sequence[ArmRequests], engine: ArmEngine, *, seconds: 
     e2e = sorted(v for r in requests for v in r.e2e_seconds)
     tokens = sum(t for r in requests for t in r.committed_tokens)
     decode = sum(d for r in requests for d in r.decode_seconds)
+    expected = load * replicas * seconds
     return ArmStepFigures(
         requests=routed,
-        offered_per_replica=round(routed / seconds / replicas, 4) if seconds > 0 and replicas > 0 else None,
+        completed_per_replica=round(routed / seconds / replicas, 4) if seconds > 0 and replicas > 0 else None,
+        kept_up=routed >= expected - 3 * math.sqrt(expected) if expected > 0 else None,
         ttft_p50=_rank(ttft, 0.5),
         ttft_p99=_rank(ttft, 0.99),
         end_to_end_p95=_rank(e2e, 0.95),
@@ -279,11 +303,12 @@ def mix(spec: SpeculationPilotSpec, evidence: Evidence, scopes: Sequence[str]) -
 def step_figures(
     measurements: Measurements,
     spec: SpeculationPilotSpec,
-    scopes: Sequence[str],
+    status: RehearsalStatus,
     *,
     replicas: Mapping[Arm, int],
 ) -> dict[Arm, ArmStepFigures] | None:
     """Each rehearsed arm's figures over the last analysis window collected (None before any)."""
+    scopes, load = status.scopes, status.steps[status.step].load
     end = measurements.collected_at
     if end is None:
         return None
@@ -296,22 +321,25 @@ def step_figures(
             engines.get(arm, ArmEngine()),
             seconds=spec.analysis.window.total_seconds(),
             replicas=replicas.get(arm, 0),
+            load=load,
         )
         for arm in REHEARSED_ARMS
     }
 
 
 def events(previous: RehearsalStatus | None, current: RehearsalStatus | None) -> list[Event]:
-    """An Event for each move of the rehearsal: waiting, each step begun, completed or stopped."""
+    """An Event for each move of the rehearsal: waiting, starting, each step begun, completed or stopped."""
     if current is None or current == previous:
         return []
     before = previous.phase if previous is not None else None
-    if current.phase is RehearsalPhase.WAITING and before is None:
-        return [Event(EventType.NORMAL, Reason.REHEARSAL_WAITING, current.message)]
-    if current.phase is RehearsalPhase.COMPLETED and before is not RehearsalPhase.COMPLETED:
-        return [Event(EventType.NORMAL, Reason.REHEARSAL_COMPLETED, current.message)]
-    if current.phase is RehearsalPhase.STOPPED and before is not RehearsalPhase.STOPPED:
-        return [Event(EventType.WARNING, Reason.REHEARSAL_STOPPED, current.message)]
+    entered = {
+        RehearsalPhase.WAITING: (EventType.NORMAL, Reason.REHEARSAL_WAITING),
+        RehearsalPhase.STARTING: (EventType.NORMAL, Reason.REHEARSAL_STARTED),
+        RehearsalPhase.COMPLETED: (EventType.NORMAL, Reason.REHEARSAL_COMPLETED),
+        RehearsalPhase.STOPPED: (EventType.WARNING, Reason.REHEARSAL_STOPPED),
+    }
+    if current.phase in entered and before is not current.phase:
+        return [Event(*entered[current.phase], current.message)]
     began = current.phase is RehearsalPhase.RUNNING and (
         before is not RehearsalPhase.RUNNING or previous is None or previous.step != current.step
     )

@@ -1,0 +1,155 @@
+"""The peak rehearsal on a real cluster: after the live stages, the operator replays the scope's own mix
+through a router of its own at a ladder of loads, as Jobs of the project's load generator, and reads
+each arm's capacity and the loads the live stages never reached.
+
+The pilot's live traffic stays below the crossover of its scope (the decisions test's "mid" profile:
+speculation wins below about 1.6 requests per second per replica and loses above); the rehearsal climbs
+past it. What users must be able to rely on: no rehearsal request reaches a production pod, the live
+shares go to production meanwhile and come back after, and nothing of the rehearsal is left behind.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
+from tests.cluster.pilots import judged_pilot, router_ip
+from tests.cluster.test_decisions import DRAFT_TOKENS, LENGTHS, PROFILE
+
+pytestmark = pytest.mark.cluster
+
+PEAK = 4.0  # requests per second per replica: well past the crossover
+LIVE_RATE = 1.0  # the live traffic: 0.25 per second per replica on each compared arm at a quarter share
+
+
+def rehearsed_pilot() -> dict[str, Any]:
+    doc = copy.deepcopy(judged_pilot())
+    spec = doc["spec"]
+    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
+    spec["scopes"] = [
+        {"name": "mid", "deadline": "20s", "stages": [{"weight": 25, "minRequests": 5, "minDuration": "10s"}]}
+    ]
+    spec["analysis"]["failureLimit"] = 12
+    spec["analysis"]["minSamples"] = 5
+    spec["rehearsal"] = {"peak": {"perReplica": PEAK}, "steps": 4, "stepDuration": "30s", "maxDuration": "6m"}
+    return doc
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    with running_operator(cluster, tmp_path_factory.mktemp("rehearsal") / "operator.log") as running:
+        yield running
+
+
+def live_load(cluster: Cluster, router: str, tmp: Path, seconds: int) -> subprocess.Popen[bytes]:
+    mix = tmp / "mix.json"
+    mix.write_text(json.dumps({"scopes": [{"name": "mid", "deadline_s": 20, **LENGTHS}]}))
+    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080", "--mix", str(mix)]
+    argv += ["--arrivals", "poisson", "--rate", str(LIVE_RATE), "--duration", str(seconds), "--timeout", "60"]
+    return subprocess.Popen([*argv, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def samples(address: str) -> list[dict[str, Any]]:
+    with urllib.request.urlopen(f"http://{address}:9090/samples?limit=100000", timeout=5) as answer:
+        return list(json.loads(answer.read())["samples"])
+
+
+def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_production_alone(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(rehearsed_pilot()))
+    wait_ready(cluster, operator, namespace)
+    load = live_load(cluster, router_ip(cluster, namespace), tmp_path, seconds=420)
+    rehearsal_router: list[str] = []
+    seen_samples: list[dict[str, Any]] = []
+
+    def running() -> dict[str, Any] | None:
+        found = pilot(cluster, namespace).get("status", {}).get("rehearsal")
+        if found is not None and found["phase"] == "Running":
+            return found
+        return None
+
+    try:
+        wait_until("the rehearsal running", running, timeout=180, every=1)
+        # meanwhile the live table sends the rehearsed scope to production
+        table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
+        assert [scope["weights"]["baseline"] for scope in table["scopes"]] == [100], table
+
+        def finished() -> dict[str, Any] | None:
+            pods = cluster.get_json("pods", "-n", namespace, "-l", "app.kubernetes.io/component=rehearsal-router")
+            for pod in pods["items"]:
+                ip = pod["status"].get("podIP")
+                if ip and ip not in rehearsal_router:
+                    rehearsal_router.append(ip)
+            for ip in rehearsal_router:
+                try:
+                    fresh = samples(ip)
+                except OSError:
+                    continue
+                known = {s["seq"] for s in seen_samples}
+                seen_samples.extend(s for s in fresh if s["seq"] not in known)
+            found = pilot(cluster, namespace).get("status", {}).get("rehearsal")
+            return found if found is not None and found["phase"] in ("Completed", "Stopped") else None
+
+        done = wait_until("the rehearsal finished", finished, timeout=360, every=2)
+    finally:
+        load.terminate()
+    status = pilot(cluster, namespace)["status"]
+    assert done["phase"] == "Completed", (done, operator.tail(60))
+    steps = done["steps"]
+    print(json.dumps(steps, indent=1))
+    # every step sent its planned load: the requests the rehearsal router saw begin within the step,
+    # per second and per replica of the two arms
+    assert seen_samples, "the rehearsal router's samples were read"
+    duration = 30.0
+    for step in steps:
+        began = datetime.fromisoformat(step["startedAt"]).timestamp()
+        sent = [s for s in seen_samples if began + 2 <= s["at"] < began + duration]
+        assert len(sent) / (duration - 2) / 2 == pytest.approx(step["load"], rel=0.3), step
+    assert steps[-1]["load"] == pytest.approx(PEAK)
+    # no rehearsal request reached a production pod: the rehearsal router knew none
+    assert {s["arm"] for s in seen_samples} == {"speculative", "control"}
+    # each arm's capacity is one of the step loads (or below every step), and the control arm, which
+    # decodes without a draft, keeps up where the speculative arm falls behind
+    loads = {step["load"] for step in steps}
+    for capacity in (done.get("speculativeCapacity"), done.get("controlCapacity")):
+        assert capacity is None or capacity in loads
+    assert (done.get("speculativeCapacity") or 0) < (done.get("controlCapacity") or 0), done
+    assert steps[-1]["control"]["keptUp"] and not steps[-1]["speculative"]["keptUp"], steps[-1]
+    # during the rehearsal the scope's windows were evidence only: falling behind at loads production
+    # never offered flips nothing
+    assert [scope["state"] for scope in status["scopes"]] == ["Speculative"], status["scopes"]
+    # the evidence now reaches loads the live stages never did
+    stored = json.loads(cluster.get_json("configmap", "demo-evidence", "-n", namespace)["data"]["evidence.json"])
+    print(json.dumps(status.get("decision"), indent=1))
+    assert stored["scopes"]["mid"]["bins"], stored["scopes"]["mid"]
+    # nothing of it is left, and the live share is back
+    wait_until(
+        "the rehearsal's objects gone",
+        lambda: (
+            not [
+                item
+                for item in cluster.get_json(
+                    "deployments,services,configmaps,jobs", "-n", namespace, "-l", "specpilot.io/pilot"
+                )["items"]
+                if item["metadata"]["name"].startswith("demo-rehearsal")
+            ]
+        ),
+        timeout=60,
+    )
+    table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
+    assert table["scopes"][0]["weights"]["speculative"] == 25, table
+    reasons = [event["reason"] for event in events(cluster, namespace)]
+    assert reasons.count("RehearsalStep") == 4 and "RehearsalCompleted" in reasons, reasons
