@@ -1,6 +1,7 @@
 """The local demo: the operator runs a pilot of mock vLLM arms on the local cluster, judged on real traffic.
 
-It starts the operator, applies `manifests/demo/pilot.yaml`, waits for Ready, drives chat, code and
+It starts the operator, applies `manifests/demo/pilot.yaml` (with `make demo REHEARSAL=1`, plus the
+peak rehearsal below, which runs once the decision is stated), waits for Ready, drives chat, code and
 longform traffic through the router with the load generator, and shows each scope's progress as the
 operator judges its windows: chat (drafts accepted often) is adopted through both stages, code
 (drafts rarely accepted) is flipped back to ordinary decoding for a net slowdown in time per
@@ -22,6 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = os.environ.get("SPECPILOT_DEMO_NAMESPACE", "specpilot-demo")
 PILOT = "demo"
@@ -29,6 +32,17 @@ RATE = os.environ.get("SPECPILOT_DEMO_RATE", "10")
 TIMEOUT = float(os.environ.get("SPECPILOT_DEMO_TIMEOUT", "300"))
 CLUSTER_DIR = Path(os.environ.get("SPECPILOT_CLUSTER_DIR", ROOT / ".cluster"))
 REPORT_DIR = Path(os.environ.get("SPECPILOT_DEMO_REPORT", ROOT / "demo-report"))
+REHEARSE = os.environ.get("SPECPILOT_DEMO_REHEARSAL", "") not in ("", "0")
+# The peak rehearsal of `make demo REHEARSAL=1`: from production's median load per replica to twice its
+# highest, three steps of 30 s, then a 20 s burst at 1.5 times the peak.
+REHEARSAL = {
+    "peak": {"productionFactor": 2.0},
+    "steps": 3,
+    "stepDuration": "30s",
+    "burst": {"factor": 1.5, "duration": "20s"},
+    "maxDuration": "5m",
+}
+REHEARSAL_SECONDS = 300
 
 
 def say(text: str) -> None:
@@ -80,9 +94,10 @@ def start_operator() -> subprocess.Popen[bytes]:
 
 
 def start_load(router_ip: str) -> subprocess.Popen[bytes]:
+    seconds = int(TIMEOUT) + (REHEARSAL_SECONDS if REHEARSE else 0)
     argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip}:8080"]
     argv += ["--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", RATE]
-    argv += ["--duration", str(int(TIMEOUT)), "--timeout", "60", "--no-progress"]
+    argv += ["--duration", str(seconds), "--timeout", "60", "--no-progress"]
     print(f"  specpilot loadgen --rate {RATE}/s (chat, code and longform, Poisson arrivals) -> router {router_ip}:8080")
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
@@ -144,12 +159,48 @@ def decisions() -> Path | None:
         reasons = (scope.get("decision") or {}).get("reasons", [])
         for reason in [*reasons[:1], *(r for r in reasons[1:] if r.startswith("At the loads adopted"))]:
             print(f"    {reason[:220]}")
+    if REHEARSE:
+        rehearse()
     argv = [sys.executable, "-m", "specpilot.cli", "report", PILOT, "-n", NAMESPACE, "-o", str(REPORT_DIR)]
     written = subprocess.run(argv, capture_output=True, text=True, check=False)
     if written.returncode != 0:
         print(f"  the report could not be written: {written.stderr.strip()}")
         return None
     return REPORT_DIR / "report.md"
+
+
+def rehearse() -> None:
+    """The peak rehearsal's steps as they come, until it completes or stops."""
+    say("The peak rehearsal: the adopted scopes' own mix through a rehearsal router, at a ladder of loads")
+    deadline, shown = time.monotonic() + REHEARSAL_SECONDS, ""
+    while time.monotonic() < deadline:
+        found = status().get("rehearsal") or {}
+        line = f"  {found.get('phase', 'not due yet')}: {found.get('message', '')}"
+        if line != shown:
+            print(line[:240])
+            shown = line
+        if found.get("phase") in ("Completed", "Stopped"):
+            for index, step in enumerate(found.get("steps", []), start=1):
+                for arm in ("speculative", "control"):
+                    f = step.get(arm) or {}
+                    print(
+                        f"    step {index} at {step['load']:.2f}/s per replica, {arm:<11} kept up {f.get('keptUp')}, "
+                        f"on time {f.get('onTime')}, TTFT p99 {f.get('ttftP99')} s"
+                    )
+            return
+        time.sleep(2)
+    print(f"  the rehearsal did not finish within {REHEARSAL_SECONDS} s")
+
+
+def pilot_manifest() -> str:
+    """The demo pilot, with the peak rehearsal when asked for."""
+    text = (ROOT / "manifests/demo/pilot.yaml").read_text()
+    if not REHEARSE:
+        return text
+    doc = yaml.safe_load(text)
+    doc["spec"]["rehearsal"] = REHEARSAL
+    print(f"  with spec.rehearsal: {json.dumps(REHEARSAL)}")
+    return json.dumps(doc)
 
 
 def main() -> int:
@@ -161,7 +212,7 @@ def main() -> int:
     report: Path | None = None
     try:
         say("The demo pilot: kubectl apply -f manifests/demo/pilot.yaml")
-        kubectl("apply", "-f", str(ROOT / "manifests/demo/pilot.yaml"))
+        kubectl("apply", "-f", "-", input=pilot_manifest())
         waited = subprocess.run(
             [
                 "kubectl",

@@ -68,11 +68,12 @@ from specpilot.analysis.evidence import (
     add_counts,
     bin_bounds,
     production_quantile,
+    rehearsal_peak,
     ttft_bucket_bounds,
 )
 from specpilot.analysis.stats import exceedance_pvalue
 from specpilot.api.reasons import FallbackReason
-from specpilot.api.spec import QuantileRatio, Thresholds
+from specpilot.api.spec import QuantileRatio, SpeculationPilotSpec, Thresholds
 from specpilot.api.status import (
     AlternativeDecision,
     AlternativeVerdict,
@@ -468,6 +469,20 @@ def judge_alternative(
     )
 
 
+def p95_of(evidence: Evidence) -> float | None:
+    """Production's offered load per replica at its p95 window."""
+    return production_quantile(evidence.production, 0.95)
+
+
+def envelope_peak(spec: SpeculationPilotSpec, evidence: Evidence) -> float | None:
+    """The load an envelope must reach for AdoptWithinEnvelope: the rehearsal's peak, where the pilot
+    rehearses one; None: production's p95 as measured."""
+    rehearsal = spec.rehearsal
+    if rehearsal is None:
+        return None
+    return rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, evidence.production)
+
+
 def decide_scope(
     name: str,
     evidence: Evidence,
@@ -476,10 +491,12 @@ def decide_scope(
     confidence: float,
     state: ScopeState | None = None,
     ttft: QuantileRatio = DEFAULT_TTFT,
+    peak: float | None = None,
 ) -> ScopeFindings:
     """The scope's findings and decision from everything recorded for it; `state` is where the scope
-    is now (a scope rolled back for speed or latency is not adopted, whatever its bands say), and
-    `ttft` the TTFT limit an adopted scope's matched bands must meet."""
+    is now (a scope rolled back for speed or latency is not adopted, whatever its bands say), `ttft`
+    the TTFT limit an adopted scope's matched bands must meet, and `peak` the load its envelope must
+    reach to be adopted at every load (`envelope_peak`; None: production's p95)."""
     scope = evidence.scopes.get(name, ScopeEvidence())
     compared = evidence.compared
     arm_bands = {
@@ -600,13 +617,17 @@ def decide_scope(
         why = blocked(measured)
         if why is not None:
             return findings(_defer(*why, share, coverage))
-        p95 = production_quantile(evidence.production, 0.95)
+        bar, what = (
+            (peak, "the rehearsal's peak")
+            if peak is not None
+            else (production_quantile(evidence.production, 0.95), "production's p95")
+        )
         band_top = max(c.band.high for c in measured)
-        if p95 is not None and band_top < p95:
+        if bar is not None and band_top < bar:
             sentence = (
                 f"{name}: speculation wins at every load measured against {_arm(compared)}, but only up to "
-                f"{_load(top)}, below production's p95 of {p95:.2f}: adopt it below that load; production's "
-                f"own load was not measured (time per committed token {_ratios(measured)})."
+                f"{_load(top)}, below {what} of {bar:.2f}: adopt it below that load; the load it must hold "
+                f"was not measured (time per committed token {_ratios(measured)})."
             )
             return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top, None, measured)
         sentence = (

@@ -190,6 +190,8 @@ class ScopeEvidence(ApiModel):
     quantile, arm-wide), one value per window: stream cadence, reported whether or not it is judged."""
     prompt_tokens: Lengths = Lengths()
     output_tokens: Lengths = Lengths()
+    rehearsed: dict[int, Annotated[int, Field(ge=0)]] = {}
+    """Windows per load bin of the compared pair that the peak rehearsal's traffic made (its source)."""
 
 
 class KvPoint(ApiModel):
@@ -333,12 +335,15 @@ def record_window(
     verdict: Verdict,
     quality_failed: bool,
     settled: bool = True,
+    rehearsed: bool = False,
 ) -> Evidence:
     """The evidence with one more window of one scope; unchanged for a window without traffic, or
     one at or before the newest the scope already holds (a restarted operator judging it again).
     A window that is not `settled` (the scope's weight changed within it) adds to the totals only; an
     inconclusive one (too few requests, gaps in the samples, another scope's KV pressure) only to the
-    counts: what it measured is not evidence either way."""
+    counts: what it measured is not evidence either way. A `rehearsed` window (the peak rehearsal's
+    traffic, at loads production chose not to offer) adds to the bins alone, marked as such: the
+    totals, arrival rate and lengths describe the scope's live traffic."""
     scope = evidence.scopes.get(window.scope, ScopeEvidence())
     compared = evidence.compared
     arms = {compared: window.compared, Arm.SPECULATIVE: window.speculative}
@@ -352,14 +357,18 @@ def record_window(
     totals = dict(scope.totals)
     loads = matched_load(load, compared)
     counted = verdict is not Verdict.INCONCLUSIVE
+    marked = dict(scope.rehearsed)
     for arm, requests in arms.items() if counted else ():
         arm_load = load.arms.get(arm, ArmLoad(offered_per_replica=None))
-        totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
+        if not rehearsed:
+            totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
         value = loads.get(arm)
         if settled and requests.routed and value is not None and value > 0:
             index = load_bin(value)
             cell = bins[arm].get(index, BinArm())
             bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica, evidence.ttft_width)
+            if rehearsed and arm is compared:
+                marked[index] = marked.get(index, 0) + 1
     engine = window.speculative_engine
     positions = list(scope.per_position)
     for index, rate in enumerate(engine.per_position_acceptance[:MAX_POSITIONS]):
@@ -378,14 +387,15 @@ def record_window(
         quality_failed=scope.quality_failed + int(quality_failed),
         unsettled=scope.unsettled + int(not settled),
         last_end=window.end,
-        arrival_rate=scope.arrival_rate.add(load.arrival_rate),
+        arrival_rate=scope.arrival_rate if rehearsed else scope.arrival_rate.add(load.arrival_rate),
         bins={arm: cells for arm, cells in bins.items() if cells},
         totals=totals,
         acceptance_length=scope.acceptance_length.add(engine.acceptance_length),
         per_position=positions,
         chunk_gaps={arm: moments for arm, moments in gaps.items() if moments.n},
-        prompt_tokens=scope.prompt_tokens.add(load.prompt_tokens),
-        output_tokens=scope.output_tokens.add(load.output_tokens),
+        prompt_tokens=scope.prompt_tokens if rehearsed else scope.prompt_tokens.add(load.prompt_tokens),
+        output_tokens=scope.output_tokens if rehearsed else scope.output_tokens.add(load.output_tokens),
+        rehearsed=marked,
     )
     kv = {
         **evidence.kv_usage,
@@ -400,7 +410,7 @@ def mix_changed(evidence: Evidence, scopes: Sequence[str], *, at: datetime) -> E
     """The evidence with `scopes` started again at `at`: another scope left the speculative arm, which
     from then on runs without its requests (their counts are kept)."""
     updated = {
-        name: found.model_copy(update={"bins": {}, "totals": {}, "mix_changed_at": at})
+        name: found.model_copy(update={"bins": {}, "totals": {}, "rehearsed": {}, "mix_changed_at": at})
         for name, found in evidence.scopes.items()
         if name in scopes
     }
@@ -431,6 +441,17 @@ def production_quantile(production: Mapping[int, int], q: float) -> float | None
         if seen >= q * total:
             return bin_bounds(index)[1]
     return bin_bounds(max(production))[1]
+
+
+def rehearsal_peak(
+    per_replica: float | None, production_factor: float | None, production: Mapping[int, int]
+) -> float | None:
+    """The peak a rehearsal climbs to (requests per second per replica): as given, or production's
+    highest measured load times the factor; None when it rests on a production never measured."""
+    if per_replica is not None:
+        return per_replica
+    highest = production_quantile(production, 1.0)
+    return highest * (production_factor or 1.0) if highest is not None else None
 
 
 def with_arms(

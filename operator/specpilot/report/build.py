@@ -18,7 +18,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specpilot.analysis.bands import Band
-from specpilot.analysis.decision import COMPARED_NAMES, ScopeFindings, cost_view, decide_pilot, decide_scope
+from specpilot.analysis.decision import (
+    COMPARED_NAMES,
+    ScopeFindings,
+    cost_view,
+    decide_pilot,
+    decide_scope,
+    envelope_peak,
+)
 from specpilot.analysis.evidence import ArmTotals, Evidence, Moments, ScopeEvidence, production_quantile
 from specpilot.analysis.replay import length_summary, replay_workload
 from specpilot.api.reasons import FallbackReason
@@ -41,8 +48,17 @@ def _round(value: float | None, digits: int = 6) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
-def _band(band: Band) -> Json:
+def _source(band: Band, rehearsed: Mapping[int, int]) -> str:
+    """Where a band's windows came from: the live stages, the peak rehearsal, or both."""
+    marked = sum(rehearsed.get(index, 0) for index in range(band.first, band.last + 1))
+    if not marked:
+        return "live"
+    return "rehearsal" if marked >= band.windows else "live and rehearsal"
+
+
+def _band(band: Band, rehearsed: Mapping[int, int]) -> Json:
     return {
+        "source": _source(band, rehearsed),
         "loadLow": _round(band.low, 3),
         "loadHigh": _round(band.high, 3),
         "load": _round(band.load, 3),
@@ -127,6 +143,7 @@ def provisional(
             confidence=spec.analysis.confidence,
             state=by_name[scope.name].state if scope.name in by_name else None,
             ttft=spec.analysis.thresholds.ttft,
+            peak=envelope_peak(spec, evidence),
         )
         for scope in spec.scopes
     ]
@@ -166,7 +183,7 @@ def _scope_json(
         "windows": found.windows,
         "verdicts": {verdict.value: count for verdict, count in sorted(found.verdicts.items())},
         "decision": findings.decision.to_wire(),
-        "bands": {arm.value: [_band(b) for b in findings.bands.get(arm, ())] for arm in arms},
+        "bands": {arm.value: [_band(b, found.rehearsed) for b in findings.bands.get(arm, ())] for arm in arms},
         "comparisons": [
             {
                 "load": _round(c.band.load, 3),
@@ -367,6 +384,7 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         "kvUsageLimit": spec.analysis.thresholds.kv_cache_usage.max,
         "schedules": schedules,
         "replay": {"mix": mix, "ratePerSecond": _round(rate, 4)},
+        "rehearsal": status.rehearsal.to_wire() if status is not None and status.rehearsal is not None else None,
     }
 
 

@@ -68,15 +68,15 @@ def _bands(report: Json, scope: Json) -> list[str]:
     lines = [
         f"### {scope['name']}",
         "",
-        "| offered load | windows | in flight (speculative) | speculative ms/token | "
+        "| offered load | windows | source | in flight (speculative) | speculative ms/token | "
         f"{compared} ms/token | ratio | wins |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for c in scope["comparisons"]:
         band = _band_at(scope, c["load"])
         against = f"{c['comparedSeconds'] * 1000:.2f}" if c["measured"] else "unmeasured"
         lines.append(
-            f"| {c['load']:.2f} | {band['windows']} | {_f(band['inFlightPerReplica'], '.1f')} | "
+            f"| {c['load']:.2f} | {band['windows']} | {band['source']} | {_f(band['inFlightPerReplica'], '.1f')} | "
             f"{c['speculativeSeconds'] * 1000:.2f} | {against} | {_f(c['ratio'])} | "
             f"{'yes' if c['speculationWins'] else 'no'} |"
         )
@@ -142,6 +142,49 @@ def _cost(report: Json) -> list[str]:
     return [*lines, ""]
 
 
+REHEARSED_ARMS = ("speculative", "control")
+
+
+def _rehearsal(report: Json) -> list[str]:
+    """The peak rehearsal: each arm's capacity, and each step's figures per arm."""
+    found = report.get("rehearsal")
+    if not found:
+        return []
+    lines = [
+        "## Peak rehearsal",
+        "",
+        f"{found['phase']}: {found['message']}",
+        "",
+        "The scopes' own mix, replayed through a rehearsal router that reaches only the speculative and control "
+        "arms, at a ladder of loads (requests per second per replica of each arm); each step is read over its "
+        "last analysis window. An arm's capacity is the highest step load it kept up with (it finished what it was "
+        "sent) while completing the on-time target.",
+        "",
+        f"- Speculative arm's capacity: {_f(found.get('speculativeCapacity'), unit=' requests/s per replica')}",
+        f"- Control arm's capacity: {_f(found.get('controlCapacity'), unit=' requests/s per replica')}",
+        "",
+        "| step | load | arm | completed / replica | kept up | on time | TTFT p50 / p99 s | e2e p95 s | ms/token "
+        "| timeouts | rejections | peak KV | preemptions |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for index, step in enumerate(found.get("steps", []), start=1):
+        for arm in REHEARSED_ARMS:
+            f = step.get(arm)
+            if f is None:
+                continue
+            kept = {True: "yes", False: "no"}.get(f.get("keptUp"), "")
+            tpct = f.get("timePerCommittedToken")
+            lines.append(
+                f"| {index}{' (burst)' if step.get('burst') else ''} | {_f(step['load'])} | {arm} | "
+                f"{_f(f.get('completedPerReplica'))} | {kept} | {_f(f.get('onTime'), '.1%')} | "
+                f"{_f(f.get('ttftP50'), '.3f')} / {_f(f.get('ttftP99'), '.3f')} | {_f(f.get('endToEndP95'), '.2f')} | "
+                f"{_f(tpct * 1000 if tpct is not None else None, '.1f')} | {_f(f.get('timeoutShare'), '.1%')} | "
+                f"{_f(f.get('rejectionShare'), '.1%')} | {_f(f.get('peakKvUsage'), '.0%')} | "
+                f"{_f(f.get('preemptions'), 'd')} |"
+            )
+    return [*lines, ""]
+
+
 def markdown(report: Json, plots: Sequence[str]) -> str:
     """report.md: the summary and the decision first, then the evidence by scope and load."""
     pilot, decision = report["pilot"], report["decision"]
@@ -203,6 +246,7 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     for scope in report["scopes"]:
         lines += _bands(report, scope)
     lines += _cost(report)
+    lines += _rehearsal(report)
     lines += ["## Quality by scope", ""]
     for scope in report["scopes"]:
         q = scope["quality"]

@@ -25,7 +25,6 @@ Json = dict[str, Any]
 COLORS = {"baseline": "#8172b3", "speculative": "#dd8452", "control": "#4c72b0", "alternative": "#55a868"}
 PRODUCTION_LINES = (("p50", ":"), ("p95", "-."), ("max", "-"))
 LOAD_AXIS = "offered load: requests per second per replica"
-PLOTS = ("load.png", "acceptance.png", "kv_cache.png", "decode_share.png")
 
 
 class MissingMatplotlib(RuntimeError):
@@ -220,20 +219,51 @@ def share_plot(report: Json, plt: Any) -> Any:
     return fig
 
 
+def rehearsal_plot(report: Json, plt: Any) -> Any:
+    """The peak rehearsal's steps per arm: on-time share and TTFT p99 against the step's load; None
+    without a measured step."""
+    steps = [step for step in (report.get("rehearsal") or {}).get("steps", []) if step.get("speculative")]
+    if not steps:
+        return None
+    fig, (on_time, ttft) = plt.subplots(1, 2, figsize=(11, 4.5))
+    for arm in ("speculative", "control"):
+        measured = [(step["load"], step[arm]) for step in steps if step.get(arm)]
+        loads = [load for load, _ in measured]
+        shown = [f["onTime"] if f.get("keptUp") else 0.0 for _, f in measured]
+        on_time.plot(loads, shown, marker="o", color=COLORS[arm], label=arm)
+        ttft.plot(loads, [f.get("ttftP99") for _, f in measured], marker="o", color=COLORS[arm], label=arm)
+        capacity = report["rehearsal"].get(f"{arm}Capacity")
+        if capacity is not None:
+            on_time.axvline(capacity, color=COLORS[arm], linestyle=":", linewidth=0.8)
+    on_time.set_ylabel("on-time share (0 where the arm fell behind)")
+    on_time.set_ylim(-0.05, 1.05)
+    ttft.set_ylabel("TTFT p99 (s)")
+    for ax in (on_time, ttft):
+        ax.set_xlabel(LOAD_AXIS)
+        ax.legend(loc="best", fontsize=8)
+    fig.suptitle("Peak rehearsal: each step's last window per arm (dotted: each arm's capacity)")
+    return fig
+
+
 DRAWERS: dict[str, Callable[[Json, Any], Any]] = {
     "load.png": load_plot,
     "acceptance.png": acceptance_plot,
     "kv_cache.png": kv_plot,
     "decode_share.png": share_plot,
+    "rehearsal.png": rehearsal_plot,
 }
 
 
 def draw(report: Json, folder: Path) -> list[str]:
-    """Every plot into `folder`; returns their file names."""
+    """Every plot with something to show into `folder`; returns their file names."""
     plt = _pyplot()
     folder.mkdir(parents=True, exist_ok=True)
+    drawn = []
     for name, drawer in DRAWERS.items():
         fig = drawer(report, plt)
+        if fig is None:
+            continue
         _save(fig, folder / name)
         plt.close(fig)
-    return list(DRAWERS)
+        drawn.append(name)
+    return drawn

@@ -50,12 +50,14 @@ def pilot(
     identical: bool = False,
     alternative: Callable[[float], float] | None = None,
     seed: int = 0,
+    rehearsed_from: float | None = None,
 ) -> Evidence:
     """Windows at each load in turn, every scope on both compared arms at the same load; production's
     baseline at `production` requests per second per replica throughout (unwatched when None). With
     `identical`, the speculative arm decodes exactly as the control does (an A/A pilot). With
     `alternative` (its time per token at a load), an alternative arm takes the same share in half as many
-    replicas (twice the offered load per replica of its own)."""
+    replicas (twice the offered load per replica of its own). Windows at `rehearsed_from` and above are the
+    peak rehearsal's."""
     gpus = {Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1, **({Arm.ALTERNATIVE: 1} if alternative else {})}
     evidence = with_arms(
         Evidence(compared=Arm.CONTROL),
@@ -91,7 +93,12 @@ def pilot(
                 loads_[Arm.ALTERNATIVE] = ArmLoad(offered_per_replica=2 * value)
             window_load = WindowLoad(arms=loads_, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150))
             evidence = record_window(
-                evidence, w, window_load, verdict=Verdict.PASS, quality_failed=scope in quality_failed
+                evidence,
+                w,
+                window_load,
+                verdict=Verdict.PASS,
+                quality_failed=scope in quality_failed,
+                rehearsed=rehearsed_from is not None and value >= rehearsed_from,
             )
         evidence = watch_production(evidence, window_load)
     return evidence

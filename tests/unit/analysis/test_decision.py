@@ -546,3 +546,28 @@ def test_an_alternative_that_decodes_as_speculation_does_gets_no_verdict_either_
         for run in range(0, 10_000, 1000)
     ]
     assert {v.verdict for v in verdicts if v is not None} == {AlternativeVerdict.NO_DIFFERENCE}, verdicts
+
+
+def test_with_a_rehearsal_the_envelope_must_reach_its_peak_and_the_rehearsal_can_take_it_there() -> None:
+    live = pilot({"always": 0.95}, loads=(1, 1.5, 2, 3), production=2.0)
+    found = decide_scope("always", live, fallbacks=(), confidence=0.9, peak=8.0).decision
+    assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert "below the rehearsal's peak of 8.00" in found.reasons[0]
+    # without a rehearsal the bar is production's p95, which the live loads cover
+    assert decide(live, "always").decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    rehearsed = pilot({"always": 0.95}, loads=(1, 1.5, 2, 3, 5, 7, 9), production=2.0, rehearsed_from=5)
+    found = decide_scope("always", rehearsed, fallbacks=(), confidence=0.9, peak=8.0).decision
+    assert found.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    assert found.max_load is not None and found.max_load > 3  # beyond every live load
+
+
+def test_rehearsed_windows_go_to_the_bins_alone_and_are_marked() -> None:
+    live = pilot({"always": 0.95}, loads=(1, 2), production=2.0)
+    both = pilot({"always": 0.95}, loads=(1, 2, 6, 8), production=2.0, rehearsed_from=6)
+    scope, only_live = both.scopes["always"], live.scopes["always"]
+    assert scope.totals == only_live.totals and scope.arrival_rate == only_live.arrival_rate
+    assert scope.prompt_tokens == only_live.prompt_tokens
+    assert len(scope.bins[Arm.SPECULATIVE]) > len(only_live.bins[Arm.SPECULATIVE])
+    marked = {index for index, count in scope.rehearsed.items() if count}
+    assert marked and marked == set(scope.bins[Arm.CONTROL]) - set(only_live.bins[Arm.CONTROL])
+    assert sum(scope.rehearsed.values()) == 8  # four windows at each rehearsed load

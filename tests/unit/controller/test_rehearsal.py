@@ -211,3 +211,47 @@ async def test_the_cap_stops_a_rehearsal_whatever_step_it_is_on() -> None:
     assert rehearsal["phase"] == "Stopped" and "maxDuration" in rehearsal["message"], rehearsal
     started = h.clock.now - timedelta(minutes=6)
     assert rehearsal["startedAt"] <= (started + timedelta(seconds=20)).isoformat().replace("+00:00", "Z")
+
+
+async def test_a_restarted_operator_resumes_the_step_it_was_on_without_a_second_job_or_event() -> None:
+    h = Harness(rehearsed_doc())
+    await decided(h)
+    for _ in range(20):
+        await h.step(10)
+        if h.status()["rehearsal"]["phase"] == "Running" and h.status()["rehearsal"]["step"] == 1:
+            break
+    before = h.status()["rehearsal"]
+    assert before["phase"] == "Running" and before["step"] == 1
+    load = h.rehearsal_load()
+    assert load is not None and load["metadata"]["name"] == "demo-rehearsal-1"
+    h.restart()
+    steps_seen = h.reasons().count("RehearsalStep")
+    await h.step(5)  # within the step: the same Job, the same step start
+    after = h.status()["rehearsal"]
+    assert after["step"] == 1 and after["steps"][1]["startedAt"] == before["steps"][1]["startedAt"]
+    assert [name for (kind, name) in h.children() if kind == "Job"] == ["demo-rehearsal-1"]
+    assert h.reasons().count("RehearsalStep") == steps_seen
+    for _ in range(20):
+        await h.step(10)
+        if h.status()["rehearsal"]["phase"] == "Completed":
+            break
+    assert h.status()["rehearsal"]["phase"] == "Completed"
+    assert h.reasons().count("RehearsalStep") == 3 and h.reasons().count("RehearsalCompleted") == 1
+
+
+async def test_deleting_the_pilot_mid_rehearsal_removes_its_router_and_load_with_the_arms() -> None:
+    h = Harness(rehearsed_doc())
+    await decided(h)
+    for _ in range(10):
+        await h.step(10)
+        if h.rehearsal_load() is not None:
+            break
+    assert h.rehearsal_load() is not None
+    h.ready_pods = False  # the routers' pods go once deleted
+    for _ in range(5):
+        if await h.delete():
+            break
+    deleted = h.kube.verbs("delete")
+    assert ("Job", "demo-rehearsal-0") in deleted and ("Deployment", "demo-rehearsal-router") in deleted
+    assert deleted.index(("Job", "demo-rehearsal-0")) < deleted.index(("Deployment", "demo-speculative"))
+    assert not [name for (_, name) in h.children() if name.startswith("demo-rehearsal")]

@@ -19,6 +19,7 @@ from specpilot.report.build import build
 from specpilot.report.markdown import markdown
 from specpilot.report.package import write_package
 from tests.unit.analysis.crossover import analytic_crossover
+from tests.unit.analysis.crossover import pilot as crossover_pilot
 from tests.unit.report.evidence import INTERVAL, LOADS, pilot
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -185,7 +186,9 @@ def test_the_package_is_written_and_reads_back(tmp_path: Path, evidence: Evidenc
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     md = (folder / "report.md").read_text()
     assert md.startswith("# Speculation pilot team-a/demo: AdoptInLowLoadWindows")
-    assert "| offered load | windows | in flight (speculative) | speculative ms/token | control ms/token |" in md
+    assert (
+        "| offered load | windows | source | in flight (speculative) | speculative ms/token | control ms/token |" in md
+    )
     assert "Recommended dynamic speculation schedule" in md and "not something the pilot ran" in md
     mix = load_mix(str(folder / "replay/workload.yaml"))
     assert [scope.name for scope in mix] == list(ALPHAS)
@@ -220,3 +223,64 @@ def test_a_stated_decision_is_reported_as_stated_while_the_evidence_moves_within
         assert expected is not None and scope["decision"]["reasons"] == expected.reasons
     fresh = build(manifest(), later)
     assert [s["decision"]["reasons"] for s in fresh["scopes"]] != [s["decision"]["reasons"] for s in report["scopes"]]
+
+
+def test_a_rehearsal_in_status_is_reported_with_each_arms_capacity_and_a_plot(
+    tmp_path: Path, evidence: Evidence
+) -> None:
+    doc = manifest()
+    doc["spec"]["rehearsal"] = {"peak": {"perReplica": 6.0}, "steps": 3, "stepDuration": "1m"}
+    figures = {
+        "speculative": [(2.0, True, 1.0, 0.3), (4.0, True, 0.995, 0.5), (6.0, False, 0.9, 2.5)],
+        "control": [(2.0, True, 1.0, 0.4), (4.0, True, 0.97, 0.9), (6.0, False, 0.5, 4.0)],
+    }
+    steps = [
+        {
+            "load": load,
+            "startedAt": f"2026-12-01T12:0{index}:00Z",
+            **{
+                arm: {
+                    "requests": 100,
+                    "completedPerReplica": load if kept else load / 2,
+                    "keptUp": kept,
+                    "onTime": on_time,
+                    "ttftP99": ttft,
+                }
+                for arm, rows in figures.items()
+                for (load_, kept, on_time, ttft) in [rows[index]]
+            },
+        }
+        for index, load in enumerate((2.0, 4.0, 6.0))
+    ]
+    doc["status"] = {
+        "rehearsal": {
+            "phase": "Completed",
+            "message": "every step ran",
+            "scopes": list(ALPHAS),
+            "step": 2,
+            "steps": steps,
+            "speculativeCapacity": 4.0,
+            "controlCapacity": 2.0,
+        }
+    }
+    folder = write_package(doc, evidence, tmp_path / "pkg")
+    md = (folder / "report.md").read_text()
+    assert "## Peak rehearsal" in md
+    assert "- Speculative arm's capacity: 4.00 requests/s per replica" in md
+    assert "- Control arm's capacity: 2.00 requests/s per replica" in md
+    assert "| 3 | 6.00 | speculative | 3.00 | no | 90.0% |" in md
+    png = folder / "plots/rehearsal.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+    assert json.loads((folder / "report.json").read_text())["rehearsal"]["controlCapacity"] == 2.0
+
+
+def test_each_band_says_whether_the_live_stages_or_the_rehearsal_measured_it() -> None:
+    evidence = crossover_pilot({"always": 0.95}, loads=(1, 1.5, 2, 6, 8, 10), production=1.0, rehearsed_from=6)
+    report = build(manifest(), evidence)
+    always = next(s for s in report["scopes"] if s["name"] == "always")
+    sources = {band["source"] for band in always["bands"]["speculative"]}
+    assert "live" in sources and sources & {"rehearsal", "live and rehearsal"}
+    assert all(band["source"] == "live" for band in always["bands"]["speculative"] if band["loadHigh"] <= 3)
+    assert all(band["source"] != "live" for band in always["bands"]["speculative"] if band["loadLow"] >= 5)
+    md = markdown(report, [])
+    assert "| rehearsal |" in md or "| live and rehearsal |" in md

@@ -10,7 +10,14 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 
-from specpilot.analysis.decision import ScopeFindings, decide_pilot, decide_scope, decision_due, revisions
+from specpilot.analysis.decision import (
+    ScopeFindings,
+    decide_pilot,
+    decide_scope,
+    decision_due,
+    envelope_peak,
+    revisions,
+)
 from specpilot.analysis.evidence import (
     Evidence,
     ScopeEvidence,
@@ -64,6 +71,7 @@ def record(
     flipped: Sequence[str] = (),
     draining: Collection[str] = (),
     load_changed_at: datetime | None = None,
+    rehearsing: Collection[str] = (),
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
     after `flipped` left the speculative arm, the other scopes still on it start again (`mix_changed`):
@@ -72,7 +80,8 @@ def record(
     long or preempted requests), the arm's mix is still changing: the others start again from the end
     of each such window, so their bins hold only windows that began after the last of them finished.
     A window within which `load_changed_at` falls (a rehearsal step began, or the rehearsal ended) is
-    kept out of the bins too. The store comes back within its ConfigMap's budget (`fit`)."""
+    kept out of the bins too; the windows of scopes `rehearsing` go to the bins alone, marked. The
+    store comes back within its ConfigMap's budget (`fit`)."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
     for status in scopes:
@@ -92,6 +101,7 @@ def record(
             verdict=status.last_window.verdict,
             quality_failed=quality_failed,
             settled=not draining and all(at is None or at <= item.window.start for at in changes),
+            rehearsed=status.name in rehearsing,
         )
     # Every scope's window of a tick ends at the same collection, and production's load (every scope's
     # requests) is the same in each: watched once per tick.
@@ -122,7 +132,8 @@ def findings(
     records = tuple(record.model_dump_json() for record in fallbacks)
     scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
     ttft = spec.analysis.thresholds.ttft
-    return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes))
+    peak = envelope_peak(spec, evidence)
+    return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes, peak=peak))
 
 
 @lru_cache(maxsize=128)
@@ -132,11 +143,13 @@ def _findings(
     confidence: float,
     ttft: QuantileRatio,
     scopes: tuple[tuple[str, ScopeState | None], ...],
+    *,
+    peak: float | None,
 ) -> tuple[ScopeFindings, ...]:
     store = load(evidence)
     records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
     return tuple(
-        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state, ttft=ttft)
+        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state, ttft=ttft, peak=peak)
         for name, state in scopes
     )
 

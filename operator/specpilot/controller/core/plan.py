@@ -172,6 +172,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     manual = manual_actions(seen.annotations, names)
     saturated = _saturation(snapshot, spec)
     last_rehearsal = previous.rehearsal if previous is not None else None
+    rehearsed = rehearsing(last_rehearsal, window=spec.analysis.window, now=now)
     progress = advance_scopes(
         scopes,
         spec,
@@ -183,9 +184,9 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         # every scope: a flipped one's requests in flight hold the cache until they drain
         kv_loads=snapshot.measurements.kv_loads(names, analysis=spec.analysis, end=_end(snapshot)) if measured else {},
         paused=saturated is not None,
-        rehearsing=rehearsing(last_rehearsal, window=spec.analysis.window, now=now),
+        rehearsing=rehearsed,
     )
-    evidence = _evidence(snapshot, spec, arms, measured, progress, rehearsal=last_rehearsal)
+    evidence = _evidence(snapshot, spec, arms, measured, progress, rehearsal=last_rehearsal, rehearsing=rehearsed)
     decided = decide(
         evidence,
         spec=spec,
@@ -342,6 +343,7 @@ def _evidence(
     progress: Progress,
     *,
     rehearsal: RehearsalStatus | None,
+    rehearsing: Collection[str],
 ) -> Evidence:
     """The evidence store with this tick's judged windows, each with the load its arms ran at (a window
     within which a rehearsal step began or the rehearsal ended is kept out of the bins)."""
@@ -368,6 +370,7 @@ def _evidence(
         flipped=progress.flipped,
         draining=draining,
         load_changed_at=_load_changed_at(rehearsal),
+        rehearsing=rehearsing,
     )
 
 

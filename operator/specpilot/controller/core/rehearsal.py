@@ -19,7 +19,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from specpilot.analysis.evidence import Evidence, production_quantile
+from specpilot.analysis.evidence import Evidence, production_quantile, rehearsal_peak
 from specpilot.analysis.replay import replay_workload
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.stats import nearest_rank
@@ -57,12 +57,10 @@ class Tick:
 def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[RehearsalStep, ...] | str:
     """The planned steps: evenly spaced from production's median load per replica to the peak, then
     the burst; or why there is no ladder (a peak relative to a production never measured)."""
-    median, highest = production_quantile(production, 0.5), production_quantile(production, 1.0)
-    peak = rehearsal.peak.per_replica
+    median = production_quantile(production, 0.5)
+    peak = rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, production)
     if peak is None:
-        if highest is None:
-            return "production's load was never measured during the live stages, so the peak cannot be derived"
-        peak = highest * (rehearsal.peak.production_factor or 1.0)
+        return "production's load was never measured during the live stages, so the peak cannot be derived"
     low = min(median, peak) if median is not None else peak / rehearsal.steps
     count = rehearsal.steps
     steps = [RehearsalStep(load=round(low + (peak - low) * i / (count - 1), 4)) for i in range(count)]
