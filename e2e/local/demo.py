@@ -141,6 +141,8 @@ def decisions() -> Path | None:
         f"  the load keeps running {SETTLED_SECONDS} s, so that the evidence covers production's load after the flips"
     )
     time.sleep(SETTLED_SECONDS)
+    if REHEARSE:
+        rehearse()  # it begins once the decision is stated, and the decision reads what it measured
     deadline = time.monotonic() + 30
     while not status().get("decision") and time.monotonic() < deadline:
         time.sleep(1)
@@ -159,8 +161,6 @@ def decisions() -> Path | None:
         reasons = (scope.get("decision") or {}).get("reasons", [])
         for reason in [*reasons[:1], *(r for r in reasons[1:] if r.startswith("At the loads adopted"))]:
             print(f"    {reason[:220]}")
-    if REHEARSE:
-        rehearse()
     argv = [sys.executable, "-m", "specpilot.cli", "report", PILOT, "-n", NAMESPACE, "-o", str(REPORT_DIR)]
     written = subprocess.run(argv, capture_output=True, text=True, check=False)
     if written.returncode != 0:
@@ -181,10 +181,11 @@ def rehearse() -> None:
             shown = line
         if found.get("phase") in ("Completed", "Stopped"):
             for index, step in enumerate(found.get("steps", []), start=1):
+                kind = "burst" if step.get("burst") else "fallback" if step.get("flip") else "step"
                 for arm in ("speculative", "control"):
                     f = step.get(arm) or {}
                     print(
-                        f"    step {index} at {step['load']:.2f}/s per replica, {arm:<11} kept up {f.get('keptUp')}, "
+                        f"    {kind} {index} at {step['load']:.2f}/s per replica, {arm:<11} kept up {f.get('keptUp')}, "
                         f"on time {f.get('onTime')}, TTFT p99 {f.get('ttftP99')} s"
                     )
             return
@@ -252,7 +253,11 @@ def main() -> int:
     finally:
         if load is not None:
             load.send_signal(signal.SIGINT)
-            load.wait(timeout=30)
+            try:
+                load.wait(timeout=30)
+            except subprocess.TimeoutExpired:  # requests still in flight after 30 s: stop it outright
+                load.kill()
+                load.wait()
         say("Cleaning up: deleting the pilot (flip to baseline, then the arms), stopping the operator")
         kubectl("delete", "speculationpilot", PILOT, "--timeout=120s", check=False)
         operator.terminate()

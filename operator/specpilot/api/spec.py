@@ -722,7 +722,8 @@ class Rehearsal(ApiModel):
     steps: Annotated[int, Field(strict=True, ge=2, le=12)] = 4
     """Steps from production's median load per replica (observed live) to the peak, evenly spaced."""
     step_duration: Annotated[Duration, duration_within("30s", "2h")] = Duration("5m")
-    """How long each step runs; its figures are read over its last analysis window."""
+    """How long each step runs; its figures are read over its last analysis window. The routing fallback
+    at peak runs one more step: halfway through it, the speculative share goes to the control arm."""
     burst: Burst | None = None
     """A burst after the ladder (none unless set)."""
     max_duration: Annotated[Duration, duration_within("1m", "24h")] = Duration("1h")
@@ -829,10 +830,11 @@ REHEARSAL_STEP_SPANS_WINDOW = Rule(
 REHEARSAL_FITS_CAP = Rule(
     cel=(
         "!has(self.rehearsal) || duration(self.rehearsal.maxDuration).getSeconds() >= "
-        "self.rehearsal.steps * duration(self.rehearsal.stepDuration).getSeconds()"
+        "(self.rehearsal.steps + 1) * duration(self.rehearsal.stepDuration).getSeconds()"
         " + (has(self.rehearsal.burst) ? duration(self.rehearsal.burst.duration).getSeconds() : 0)"
     ),
-    message="must be at least steps x stepDuration (+ burst.duration): the planned rehearsal must fit its cap",
+    message="must be at least (steps + 1) x stepDuration (+ burst.duration): the planned rehearsal (the ladder, "
+    "the burst and the routing fallback at peak) must fit its cap",
     field_path=".rehearsal.maxDuration",
 )
 CONTROL_LABELS_GIVEN = Rule(

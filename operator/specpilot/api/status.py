@@ -412,6 +412,22 @@ class ArmStepFigures(ApiModel):
     """Requests the arm's engines preempted."""
 
 
+class RoutingFlip(ApiModel):
+    """The fallback rehearsed at peak: the speculative share flipped to the control arm mid-step."""
+
+    at: datetime
+    """When the rehearsal router's table flipped."""
+    recovered: bool
+    """The control arm kept up and met the on-time target over the step's last analysis window."""
+    recovery_seconds: float | None = None
+    """From the flip to the last request that missed its deadline (0: none did); absent when it did
+    not recover within the step."""
+    missed: Count = 0
+    """Requests on the control arm that finished after the flip and missed their deadline."""
+    requests: Count = 0
+    """Requests on the control arm that finished after the flip."""
+
+
 class RehearsalStep(ApiModel):
     """One step of the ladder: its planned load and, once it ran, what each arm did."""
 
@@ -419,6 +435,8 @@ class RehearsalStep(ApiModel):
     """Planned offered load, requests per second per replica of each rehearsed arm."""
     burst: bool = False
     """The burst after the ladder."""
+    flip: bool = False
+    """The fallback rehearsal at peak: halfway through, the speculative share goes to the control arm."""
     started_at: datetime | None = None
     """When its load began."""
     speculative: ArmStepFigures | None = None
@@ -443,13 +461,16 @@ class RehearsalStatus(ApiModel):
     production meanwhile."""
     step: Count = 0
     """Index of the current (or last) step."""
-    steps: Annotated[list[RehearsalStep], Field(max_length=13)] = []
-    """The ladder, then the burst: planned loads, and each step's figures once it ran."""
+    steps: Annotated[list[RehearsalStep], Field(max_length=14)] = []
+    """The ladder, the burst, then the routing fallback at peak: planned loads, and each step's
+    figures once it ran."""
     speculative_capacity: float | None = None
     """Highest step load (requests per second per replica) at which the speculative arm kept up and
     completed at least rehearsal.onTimeTarget of its requests on time; absent when no step met it."""
     control_capacity: float | None = None
     """The same for the control arm (ordinary decoding at the same size)."""
+    routing_flip: RoutingFlip | None = None
+    """The routing fallback rehearsed at peak, once its step ran."""
 
 
 class SpeculationPilotStatus(ApiModel):

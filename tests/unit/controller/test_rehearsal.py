@@ -30,7 +30,9 @@ def test_the_ladder_climbs_evenly_from_productions_median_to_its_peak_then_burst
     steps = ladder(Rehearsal(peak=Peak(production_factor=2.0), steps=4, burst=Burst(factor=1.5)), observed)
     assert not isinstance(steps, str)
     loads = [step.load for step in steps]
-    assert [step.burst for step in steps] == [False, False, False, False, True]
+    assert [step.burst for step in steps] == [False, False, False, False, True, False]
+    assert [step.flip for step in steps] == [False] * 5 + [True]  # the routing fallback, at the peak
+    assert loads[5] == loads[3]
     median, highest = loads[0], loads[3]
     assert 2.0 <= median <= 2.0 * 2 ** (1 / 4)  # the upper edge of the median's bin
     assert 7.8 <= highest <= 8.0 + 1e-3  # twice the upper edge of the highest bin
@@ -41,11 +43,11 @@ def test_the_ladder_climbs_evenly_from_productions_median_to_its_peak_then_burst
 def test_a_peak_given_per_replica_needs_no_production_record_and_a_relative_one_does() -> None:
     steps = ladder(Rehearsal(peak=Peak(per_replica=9.0), steps=3, burst=None), {})
     assert not isinstance(steps, str)
-    assert [step.load for step in steps] == [3.0, 6.0, 9.0]
+    assert [step.load for step in steps] == [3.0, 6.0, 9.0, 9.0]
     assert "never measured" in str(ladder(Rehearsal(peak=Peak(production_factor=2.0)), {}))
     # a peak below production's median: the ladder does not climb down
     low = ladder(Rehearsal(peak=Peak(per_replica=1.0), steps=2, burst=None), production(4.0))
-    assert not isinstance(low, str) and [step.load for step in low] == [1.0, 1.0]
+    assert not isinstance(low, str) and [step.load for step in low] == [1.0, 1.0, 1.0]
 
 
 def figures(on_time: float | None, *, kept_up: bool = True) -> ArmStepFigures:
@@ -148,8 +150,8 @@ async def test_after_the_decision_the_rehearsal_climbs_its_ladder_on_its_own_rou
             break
     rehearsal = h.status()["rehearsal"]
     assert rehearsal["phase"] == "Completed", rehearsal
-    assert sorted(set(seen_loads)) == ["demo-rehearsal-0", "demo-rehearsal-1", "demo-rehearsal-2"]
-    steps = rehearsal["steps"]
+    assert sorted(set(seen_loads)) == [f"demo-rehearsal-{index}" for index in range(4)]
+    steps = rehearsal["steps"][:3]  # the ladder; the last step is the routing fallback
     measured = [step["control"]["completedPerReplica"] for step in steps]
     assert measured == pytest.approx([step["load"] for step in steps], rel=0.15)
     assert [step["speculative"]["onTime"] >= 0.99 for step in steps] == [True, True, False]
@@ -165,8 +167,34 @@ async def test_after_the_decision_the_rehearsal_climbs_its_ladder_on_its_own_rou
     table = h.table()
     assert table is not None and all(route.weights.speculative == 33 for route in table.scopes)
     reasons = h.reasons()
-    assert reasons.count("RehearsalStep") == 3 and reasons.count("RehearsalCompleted") == 1
+    assert reasons.count("RehearsalStep") == 4 and reasons.count("RehearsalCompleted") == 1
     assert "RehearsalStopped" not in reasons
+    # the routing fallback at the peak: the control arm takes twice the peak, past its capacity
+    flip = rehearsal["routingFlip"]
+    assert flip["recovered"] is False and flip["missed"] > 0 and "recoverySeconds" not in flip
+    assert "did not recover" in rehearsal["message"]
+
+
+async def test_the_routing_fallback_at_peak_flips_the_rehearsal_table_and_times_the_recovery() -> None:
+    h = Harness(rehearsed_doc())
+    await decided(h)
+    flipped_tables = []
+    for _ in range(40):
+        await h.step(10)
+        found = h.kube.objects.get(("ConfigMap", "team-a", "demo-rehearsal-routes"))
+        if found is not None and '"control":100' in found["data"]["routes.json"].replace(" ", ""):
+            flipped_tables.append(h.clock.now)
+        if h.status()["rehearsal"]["phase"] == "Completed":
+            break
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Completed", rehearsal
+    assert flipped_tables, "the rehearsal router's table sent the speculative share to the control arm"
+    flip = rehearsal["routingFlip"]
+    assert flip["recovered"] is True and flip["missed"] == 0 and flip["recoverySeconds"] == 0
+    assert flip["requests"] > 0
+    assert "recovered in 0 s" in rehearsal["message"]
+    # the flip step is not a ladder step: capacity comes from the ladder
+    assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["load"]
 
 
 async def test_a_flip_during_the_rehearsal_stops_it_at_once_and_removes_its_load() -> None:
@@ -182,6 +210,7 @@ async def test_a_flip_during_the_rehearsal_stops_it_at_once_and_removes_its_load
     assert h.rehearsal_load() is None
     assert not [name for (_, name) in h.children() if name.startswith("demo-rehearsal")]
     assert "RehearsalStopped" in h.reasons()
+    assert rehearsal.get("routingFlip") is None
     assert {record["metric"] for record in h.status()["fallbacks"]} == {"errorRate"}
 
 
@@ -201,15 +230,15 @@ async def test_a_saturated_production_holds_the_rehearsal_before_it_moves_any_sh
 
 
 async def test_the_cap_stops_a_rehearsal_whatever_step_it_is_on() -> None:
-    h = Harness(rehearsed_doc(stepDuration="2m", maxDuration="6m"))
+    h = Harness(rehearsed_doc(stepDuration="2m", maxDuration="8m"))
     await decided(h)
-    for _ in range(40):
+    for _ in range(60):
         await h.step(10)
         if h.status()["rehearsal"]["phase"] in ("Completed", "Stopped"):
             break
     rehearsal = h.status()["rehearsal"]
     assert rehearsal["phase"] == "Stopped" and "maxDuration" in rehearsal["message"], rehearsal
-    started = h.clock.now - timedelta(minutes=6)
+    started = h.clock.now - timedelta(minutes=8)
     assert rehearsal["startedAt"] <= (started + timedelta(seconds=20)).isoformat().replace("+00:00", "Z")
 
 
@@ -236,7 +265,7 @@ async def test_a_restarted_operator_resumes_the_step_it_was_on_without_a_second_
         if h.status()["rehearsal"]["phase"] == "Completed":
             break
     assert h.status()["rehearsal"]["phase"] == "Completed"
-    assert h.reasons().count("RehearsalStep") == 3 and h.reasons().count("RehearsalCompleted") == 1
+    assert h.reasons().count("RehearsalStep") == 4 and h.reasons().count("RehearsalCompleted") == 1
 
 
 async def test_deleting_the_pilot_mid_rehearsal_removes_its_router_and_load_with_the_arms() -> None:

@@ -20,9 +20,11 @@ from specpilot.analysis.window import ScopeWindow
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
+    ArmStepFigures,
     RehearsalPhase,
     RehearsalStatus,
     RoutesStatus,
+    RoutingFlip,
     ScopeStatus,
     SpeculationPilotStatus,
     Verdict,
@@ -44,8 +46,15 @@ from specpilot.controller.core.progress import (
 from specpilot.controller.core.rehearsal import Tick as RehearsalTick
 from specpilot.controller.core.rehearsal import advance as advance_rehearsal
 from specpilot.controller.core.rehearsal import events as rehearsal_events
+from specpilot.controller.core.rehearsal import (
+    flipped_at,
+    rehearsing,
+    routing_flip,
+    step_duration,
+    step_figures,
+    step_rate,
+)
 from specpilot.controller.core.rehearsal import mix as rehearsal_mix
-from specpilot.controller.core.rehearsal import rehearsing, step_duration, step_figures, step_rate
 from specpilot.controller.core.rehearsal import table as rehearsal_table
 from specpilot.controller.core.render import (
     ArmPlan,
@@ -369,17 +378,21 @@ def _evidence(
         replicas=replicas,
         flipped=progress.flipped,
         draining=draining,
-        load_changed_at=_load_changed_at(rehearsal),
+        load_changed_at=_load_changed_at(rehearsal, spec, snapshot.now),
         rehearsing=rehearsing,
     )
 
 
-def _load_changed_at(rehearsal: RehearsalStatus | None) -> datetime | None:
-    """When the rehearsal last changed the arms' load: its current step began, or it ended."""
+def _load_changed_at(rehearsal: RehearsalStatus | None, spec: SpeculationPilotSpec, now: datetime) -> datetime | None:
+    """When the rehearsal last changed the arms' load: its current step began, its routing fallback
+    flipped, or it ended."""
     if rehearsal is None:
         return None
     if rehearsal.finished_at is not None:
         return rehearsal.finished_at
+    flip = flipped_at(spec.rehearsal, rehearsal) if spec.rehearsal is not None else None
+    if flip is not None and flip <= now:
+        return flip
     return rehearsal.steps[rehearsal.step].started_at if rehearsal.steps else None
 
 
@@ -394,6 +407,11 @@ def _rehearsal(
 ) -> RehearsalTick:
     previous = snapshot.pilot.status.rehearsal if snapshot.pilot.status is not None else None
     replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
+    figures = (
+        step_figures(snapshot.measurements, spec, previous, replicas=replicas)
+        if previous is not None and previous.phase is RehearsalPhase.RUNNING
+        else None
+    )
     return advance_rehearsal(
         spec,
         previous,
@@ -402,13 +420,26 @@ def _rehearsal(
         evidence=evidence,
         saturated=saturated,
         router_ready=bool(snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)),
-        figures=(
-            step_figures(snapshot.measurements, spec, previous, replicas=replicas)
-            if previous is not None and previous.phase is RehearsalPhase.RUNNING
-            else None
-        ),
+        figures=figures,
+        flip=_flip(snapshot, spec, previous, figures),
         now=snapshot.now,
     )
+
+
+def _flip(
+    snapshot: Snapshot,
+    spec: SpeculationPilotSpec,
+    previous: RehearsalStatus | None,
+    figures: Mapping[Arm, ArmStepFigures] | None,
+) -> RoutingFlip | None:
+    """What the routing fallback measured since its flip, while its step runs."""
+    if spec.rehearsal is None or previous is None:
+        return None
+    at = flipped_at(spec.rehearsal, previous)
+    if at is None:
+        return None
+    control = figures.get(Arm.CONTROL) if figures is not None else None
+    return routing_flip(snapshot.measurements, spec, previous, at=at, control=control)
 
 
 def _rehearsal_objects(
@@ -420,7 +451,9 @@ def _rehearsal_objects(
     if spec.rehearsal is None or status is None or not rehearsal.running:
         return ()
     ref = snapshot.pilot.ref
-    table = rehearsal_table(ref.name, spec, status.scopes, now=snapshot.now)
+    flip = flipped_at(spec.rehearsal, status)
+    flipped = flip is not None and snapshot.now >= flip
+    table = rehearsal_table(ref.name, spec, status.scopes, flipped=flipped, now=snapshot.now)
     objects = render_rehearsal(ref, spec, table=table, image=snapshot.router_image)
     routers = snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)
     if status.phase is not RehearsalPhase.RUNNING or not routers:

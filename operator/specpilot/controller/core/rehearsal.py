@@ -32,15 +32,16 @@ from specpilot.api.status import (
     RehearsalPhase,
     RehearsalStatus,
     RehearsalStep,
+    RoutingFlip,
     ScopeState,
     ScopeStatus,
 )
 from specpilot.controller.core.measurements import Measurements
 from specpilot.controller.core.routing import scope_route
-from specpilot.metrics.samples import arm_requests
+from specpilot.metrics.samples import arm_requests, finished_at
 from specpilot.wire.names import Arm, rehearsal_pilot
-from specpilot.wire.routes import RoutingTable
-from specpilot.wire.samples import RequestOutcome
+from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute
+from specpilot.wire.samples import RequestOutcome, RequestSample
 
 REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)
 
@@ -66,7 +67,18 @@ def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[Rehears
     steps = [RehearsalStep(load=round(low + (peak - low) * i / (count - 1), 4)) for i in range(count)]
     if rehearsal.burst is not None:
         steps.append(RehearsalStep(load=round(peak * rehearsal.burst.factor, 4), burst=True))
+    steps.append(RehearsalStep(load=steps[count - 1].load, flip=True))
     return tuple(steps)
+
+
+def flipped_at(rehearsal: Rehearsal, status: RehearsalStatus) -> datetime | None:
+    """When the routing fallback flips (halfway through its step), while that step runs."""
+    if status.phase is not RehearsalPhase.RUNNING:
+        return None
+    step = status.steps[status.step]
+    if not step.flip or step.started_at is None:
+        return None
+    return step.started_at + step_duration(rehearsal, step) / 2
 
 
 def step_duration(rehearsal: Rehearsal, step: RehearsalStep) -> timedelta:
@@ -89,10 +101,11 @@ def advance(
     saturated: str | None,
     router_ready: bool,
     figures: Mapping[Arm, ArmStepFigures] | None,
+    flip: RoutingFlip | None = None,
     now: datetime,
 ) -> Tick:
     """The rehearsal's next state. `figures` are each rehearsed arm's over the last analysis window
-    (None before anything was collected)."""
+    (None before anything was collected); `flip` what the routing fallback's step measured so far."""
     rehearsal = spec.rehearsal
     if rehearsal is None:
         return Tick(previous, running=False)
@@ -122,7 +135,7 @@ def advance(
                 previous.model_copy(update={"phase": RehearsalPhase.WAITING, "message": message}), running=False
             )
         return _start(previous, router_ready, now)
-    return _run(rehearsal, previous, figures, now)
+    return _run(rehearsal, previous, figures, flip, now)
 
 
 def rehearsing(status: RehearsalStatus | None, *, window: timedelta, now: datetime) -> tuple[str, ...]:
@@ -154,7 +167,11 @@ def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> Tick
 
 
 def _run(
-    rehearsal: Rehearsal, previous: RehearsalStatus, figures: Mapping[Arm, ArmStepFigures] | None, now: datetime
+    rehearsal: Rehearsal,
+    previous: RehearsalStatus,
+    figures: Mapping[Arm, ArmStepFigures] | None,
+    flip: RoutingFlip | None,
+    now: datetime,
 ) -> Tick:
     index, steps = previous.step, list(previous.steps)
     current = steps[index]
@@ -165,6 +182,8 @@ def _run(
     steps[index] = current.model_copy(
         update={"speculative": found.get(Arm.SPECULATIVE), "control": found.get(Arm.CONTROL)}
     )
+    if current.flip:
+        previous = previous.model_copy(update={"routing_flip": flip})
     if index + 1 == len(steps):
         done = previous.model_copy(update={"steps": steps})
         return Tick(_finish(rehearsal, done, RehearsalPhase.COMPLETED, "every step ran", now), running=False)
@@ -176,7 +195,7 @@ def _run(
 
 
 def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
-    kind = "burst" if step.burst else "step"
+    kind = "burst" if step.burst else "routing fallback at peak" if step.flip else "step"
     return f"{kind} {index + 1} of {len(steps)}: {step.load:g} requests/s per replica"
 
 
@@ -204,13 +223,26 @@ def _stop_reason(
 def _finish(
     rehearsal: Rehearsal, status: RehearsalStatus, phase: RehearsalPhase, why: str, now: datetime
 ) -> RehearsalStatus:
-    measured = [step for step in status.steps if step.speculative is not None or step.control is not None]
+    # the ladder's steps: a burst is too short to say what an arm sustains, and the routing fallback
+    # moves the speculative share halfway through
+    measured = [
+        step
+        for step in status.steps
+        if not step.flip and not step.burst and (step.speculative is not None or step.control is not None)
+    ]
     capacity = {arm: capacity_of(measured, arm, rehearsal.on_time_target) for arm in REHEARSED_ARMS}
+    burst = next((step for step in status.steps if step.burst), None)
     found = ", ".join(
         f"{arm.value} {value:g}" if value is not None else f"{arm.value} below every step"
         for arm, value in capacity.items()
     )
     message = f"{why}; capacity (requests/s per replica on time at {rehearsal.on_time_target:g}): {found}"
+    if burst is not None and (burst.speculative is not None or burst.control is not None):
+        held = [arm.value for arm in REHEARSED_ARMS if _met(_figures(burst, arm), rehearsal.on_time_target)]
+        message += f"; the burst at {burst.load:g} was held by {' and '.join(held) if held else 'neither arm'}"
+    flip = status.routing_flip
+    if flip is not None:
+        message += "; " + _flip_sentence(flip)
     return status.model_copy(
         update={
             "phase": phase,
@@ -222,6 +254,52 @@ def _finish(
     )
 
 
+def _flip_sentence(flip: RoutingFlip) -> str:
+    if not flip.recovered:
+        return f"flipped at peak, the control arm did not recover within the step ({flip.missed} requests late)"
+    return (
+        f"flipped at peak, the control arm recovered in {flip.recovery_seconds or 0:g} s "
+        f"({flip.missed} of {flip.requests} requests late meanwhile)"
+    )
+
+
+def routing_flip(
+    measurements: Measurements,
+    spec: SpeculationPilotSpec,
+    status: RehearsalStatus,
+    *,
+    at: datetime,
+    control: ArmStepFigures | None,
+) -> RoutingFlip | None:
+    """What the control arm did after the flip at `at`: its requests that finished since, the ones
+    late, when the last late one finished, and whether it kept up on time over the last window."""
+    end = measurements.collected_at
+    if end is None or end <= at:
+        return None
+    samples = [
+        sample
+        for sample in measurements.samples.samples(at, end)
+        if sample.arm is Arm.CONTROL and sample.scope in status.scopes
+    ]
+    late = [sample for sample in samples if _late(sample)]
+    target = spec.rehearsal.on_time_target if spec.rehearsal is not None else 1.0
+    recovered = _met(control, target)
+    last = max((finished_at(sample) for sample in late), default=None)
+    return RoutingFlip(
+        at=at,
+        recovered=recovered,
+        recovery_seconds=(round(last - at.timestamp(), 3) if last is not None else 0.0) if recovered else None,
+        missed=len(late),
+        requests=len(samples),
+    )
+
+
+def _late(sample: RequestSample) -> bool:
+    return sample.outcome is RequestOutcome.TIMEOUT or (
+        sample.outcome is RequestOutcome.OK and sample.deadline_met is False
+    )
+
+
 def _status(phase: RehearsalPhase, message: str, *, now: datetime, scopes: Sequence[str]) -> RehearsalStatus:
     return RehearsalStatus(phase=phase, message=message, started_at=now, scopes=list(scopes))
 
@@ -230,15 +308,17 @@ def capacity_of(steps: Sequence[RehearsalStep], arm: Arm, target: float) -> floa
     """The highest step load (per replica) at which the arm kept up with its arrivals and met the on-time
     target: an arm falling behind finishes only part of what it is sent, and the requests still queued
     would miss their deadlines unseen. A step with no figure for it never counts as met."""
-    met = [
-        step.load
-        for step in steps
-        if (figures := step.speculative if arm is Arm.SPECULATIVE else step.control) is not None
-        and figures.kept_up
-        and figures.on_time is not None
-        and figures.on_time >= target
-    ]
+    met = [step.load for step in steps if _met(_figures(step, arm), target)]
     return round(max(met), 4) if met else None
+
+
+def _figures(step: RehearsalStep, arm: Arm) -> ArmStepFigures | None:
+    return step.speculative if arm is Arm.SPECULATIVE else step.control
+
+
+def _met(figures: ArmStepFigures | None, target: float) -> bool:
+    """The arm kept up with its arrivals and met the on-time target."""
+    return figures is not None and bool(figures.kept_up) and figures.on_time is not None and figures.on_time >= target
 
 
 def arm_figures(
@@ -276,19 +356,31 @@ def _rank(values: Sequence[float], q: float) -> float | None:
     return round(nearest_rank(values, q), 4) if values else None
 
 
-def table(pilot: str, spec: SpeculationPilotSpec, scopes: Collection[str], *, now: datetime) -> RoutingTable:
+def table(
+    pilot: str, spec: SpeculationPilotSpec, scopes: Collection[str], *, flipped: bool, now: datetime
+) -> RoutingTable:
     """The rehearsal router's table: each rehearsed scope split evenly between the speculative and the
-    control arm; any other request runs ordinary decoding, which for that router is the control arm."""
+    control arm, or all on the control arm once `flipped` (the routing fallback rehearsed); any other
+    request runs ordinary decoding, which for that router is the control arm."""
     return RoutingTable(
         pilot=rehearsal_pilot(pilot),
-        generation=1,
+        generation=2 if flipped else 1,
         updated_at=now,
         default_scope=spec.router.default_scope if spec.router.default_scope in scopes else None,
         scopes=tuple(
-            scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True)
+            _flipped(scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True))
+            if flipped
+            else scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True)
             for scope in spec.scopes
             if scope.name in scopes
         ),
+    )
+
+
+def _flipped(route: ScopeRoute) -> ScopeRoute:
+    # built anew, not copied, so that the route's validation and lookups see the new weights
+    return ScopeRoute(
+        name=route.name, weights=ArmWeights(control=100), deadline_seconds=route.deadline_seconds, match=route.match
     )
 
 
