@@ -108,8 +108,8 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
         load.terminate()
     status = pilot(cluster, namespace)["status"]
     assert done["phase"] == "Completed", (done, operator.tail(60))
-    steps = done["steps"]
-    print(json.dumps(steps, indent=1))
+    steps, fallback = done["steps"][:-1], done["steps"][-1]  # the ladder, then the routing fallback at peak
+    print(json.dumps(done, indent=1))
     # every step sent its planned load: the requests the rehearsal router saw begin within the step,
     # per second and per replica of the two arms
     assert seen_samples, "the rehearsal router's samples were read"
@@ -152,4 +152,12 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
     assert table["scopes"][0]["weights"]["speculative"] == 25, table
     reasons = [event["reason"] for event in events(cluster, namespace)]
-    assert reasons.count("RehearsalStep") == 4 and "RehearsalCompleted" in reasons, reasons
+    assert reasons.count("RehearsalStep") == 5 and "RehearsalCompleted" in reasons, reasons
+    # the routing fallback at peak ran on the rehearsal router: the control arm took the whole share
+    assert fallback["flip"] and fallback["load"] == pytest.approx(PEAK)
+    flip = done["routingFlip"]
+    assert flip["requests"] > 0, flip
+    assert flip["recovered"] == ("recoverySeconds" in flip), flip
+    flipped_at = datetime.fromisoformat(flip["at"]).timestamp()
+    after = [s for s in seen_samples if s["at"] >= flipped_at + 1]
+    assert after and {s["arm"] for s in after} == {"control"}, {s["arm"] for s in after}

@@ -172,7 +172,7 @@ async def test_after_the_decision_the_rehearsal_climbs_its_ladder_on_its_own_rou
     # the routing fallback at the peak: the control arm takes twice the peak, past its capacity
     flip = rehearsal["routingFlip"]
     assert flip["recovered"] is False and flip["missed"] > 0 and "recoverySeconds" not in flip
-    assert "did not recover" in rehearsal["message"]
+    assert "had not caught up on time" in rehearsal["message"]
 
 
 async def test_the_routing_fallback_at_peak_flips_the_rehearsal_table_and_times_the_recovery() -> None:

@@ -256,7 +256,10 @@ def _finish(
 
 def _flip_sentence(flip: RoutingFlip) -> str:
     if not flip.recovered:
-        return f"flipped at peak, the control arm did not recover within the step ({flip.missed} requests late)"
+        return (
+            "flipped at peak, the control arm had not caught up on time by the step's end "
+            f"({flip.missed} of the {flip.requests} requests it finished since were late)"
+        )
     return (
         f"flipped at peak, the control arm recovered in {flip.recovery_seconds or 0:g} s "
         f"({flip.missed} of {flip.requests} requests late meanwhile)"
@@ -398,23 +401,34 @@ def step_figures(
     replicas: Mapping[Arm, int],
 ) -> dict[Arm, ArmStepFigures] | None:
     """Each rehearsed arm's figures over the last analysis window collected (None before any)."""
-    scopes, load = status.scopes, status.steps[status.step].load
     end = measurements.collected_at
     if end is None:
         return None
     start = end - spec.analysis.window
     samples = measurements.samples.samples(start, end)
     engines = measurements.engines(start=start, end=end, analysis=spec.analysis)
+    sent = _sent(spec, status, start=start, end=end)
     return {
         arm: arm_figures(
-            [arm_requests(samples, scope=scope, arm=arm, start=start, end=end) for scope in scopes],
+            [arm_requests(samples, scope=scope, arm=arm, start=start, end=end) for scope in status.scopes],
             engines.get(arm, ArmEngine()),
             seconds=spec.analysis.window.total_seconds(),
             replicas=replicas.get(arm, 0),
-            load=load,
+            load=sent[arm],
         )
         for arm in REHEARSED_ARMS
     }
+
+
+def _sent(spec: SpeculationPilotSpec, status: RehearsalStatus, *, start: datetime, end: datetime) -> dict[Arm, float]:
+    """The mean load each arm was sent over [start, end), per second per replica: the step's, except that
+    after the routing fallback's flip the control arm takes the speculative arm's share too."""
+    load = status.steps[status.step].load
+    flip = flipped_at(spec.rehearsal, status) if spec.rehearsal is not None else None
+    if flip is None or flip >= end:
+        return {Arm.SPECULATIVE: load, Arm.CONTROL: load}
+    after = (end - max(flip, start)) / (end - start)
+    return {Arm.SPECULATIVE: load * (1 - after), Arm.CONTROL: load * (1 + after)}
 
 
 def events(previous: RehearsalStatus | None, current: RehearsalStatus | None) -> list[Event]:
