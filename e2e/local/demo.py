@@ -213,6 +213,8 @@ def main() -> int:
     report: Path | None = None
     try:
         say("The demo pilot: kubectl apply -f manifests/demo/pilot.yaml")
+        # a pilot an interrupted run left behind would carry its status over: it goes first
+        kubectl("delete", "speculationpilot", PILOT, "--ignore-not-found", "--timeout=120s", check=False)
         kubectl("apply", "-f", "-", input=pilot_manifest())
         waited = subprocess.run(
             [
