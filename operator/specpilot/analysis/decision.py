@@ -537,6 +537,19 @@ def decide_scope(
     def blocked(over: Sequence[Comparison]) -> tuple[DeferReason, str] | None:
         return _adoption_blocked(name, over, compared, tail=tail_of(over), ttft=ttft, confidence=confidence)
 
+    def held(over: Sequence[Comparison], why: tuple[DeferReason, str]) -> ScopeFindings:
+        """`over` blocked for `why`: adopted below the highest load up to which its own figures agree
+        (the longest run from the lowest load with enough evidence that is not blocked), else deferred."""
+        for end in range(len(over) - 1, 0, -1):
+            run = over[:end]
+            if sum(c.band.independent for c in run) < MIN_INDEPENDENT:
+                break
+            if blocked(run) is None:
+                top = run[-1].band.load
+                sentence = f"{why[1]} It holds up to {_load(top)}: adopt speculation below that load."
+                return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top, None, run)
+        return findings(_defer(*why, share, coverage))
+
     def adopt(
         outcome: DecisionOutcome, sentence: str, top: float, crossing: Crossover | None, over: Sequence[Comparison]
     ) -> ScopeFindings:
@@ -616,7 +629,7 @@ def decide_scope(
             return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share, coverage))
         why = blocked(measured)
         if why is not None:
-            return findings(_defer(*why, share, coverage))
+            return held(measured, why)
         bar, what = (
             (peak, "the rehearsal's peak")
             if peak is not None
@@ -641,7 +654,7 @@ def decide_scope(
         crossing = cross if cross is not None and cross.load >= below else None
         why = blocked(prefix)
         if why is not None:
-            return findings(_defer(*why, share, coverage))
+            return held(prefix, why)
         if crossing is not None:
             caveat = " Speculation wins again at some load above it, so the curve is not monotone."
             sentence = (

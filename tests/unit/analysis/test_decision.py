@@ -28,6 +28,7 @@ from specpilot.analysis.evidence import (
     Evidence,
     Moments,
     WindowLoad,
+    bin_bounds,
     dump,
     fit,
     load,
@@ -428,9 +429,9 @@ def test_nothing_is_read_beyond_the_loads_the_compared_arm_ran_at() -> None:
     assert found.decision.max_load == pytest.approx(found.comparisons[0].band.load)
 
 
-def _scaled(evidence: Evidence, scope: str, arm_: Arm, **factors: float) -> Evidence:
+def _scaled(evidence: Evidence, scope: str, arm_: Arm, from_load: float = 0.0, **factors: float) -> Evidence:
     """The evidence with one arm's bin figures of one scope multiplied (`e2e=2.0`: twice as long;
-    `ttft=2.0` moves its times to first token up by an octave of buckets)."""
+    `ttft=2.0` moves its times to first token up by an octave of buckets), in the bins from `from_load` up."""
     found = evidence.scopes[scope]
 
     def scaled(cell: BinArm) -> BinArm:
@@ -444,7 +445,9 @@ def _scaled(evidence: Evidence, scope: str, arm_: Arm, **factors: float) -> Evid
                 update[name] = Moments(n=m.n, sum=m.sum * factor, sum_sq=m.sum_sq * factor * factor)
         return cell.model_copy(update=update)
 
-    cells = {index: scaled(cell) for index, cell in found.bins[arm_].items()}
+    cells = {
+        index: scaled(cell) if bin_bounds(index)[0] >= from_load else cell for index, cell in found.bins[arm_].items()
+    }
     updated = found.model_copy(update={"bins": {**found.bins, arm_: cells}})
     return evidence.model_copy(update={"scopes": {**evidence.scopes, scope: updated}})
 
@@ -476,7 +479,7 @@ def test_an_adoption_its_own_figures_contradict_is_deferred() -> None:
         f"At the loads adopted, requests finished {adopted.observed_gain:.2f}x as fast end to end as on the control "
         f"arm and time to first token p99 ran {adopted.ttft_ratio:.2f}x the control arm's (limit 1.20x)."
     )
-    slower = decide(_scaled(evidence, "s", Arm.SPECULATIVE, e2e=2.5), "s").decision
+    slower = decide(_scaled(evidence, "s", Arm.SPECULATIVE, e2e=4.0), "s").decision
     assert slower.outcome is DecisionOutcome.DEFER and slower.defer_reason is DeferReason.NO_NET_GAIN
     assert "took longer end to end" in slower.reasons[0]
     late = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=2.0), "s").decision
@@ -491,6 +494,18 @@ def test_an_adoption_its_own_figures_contradict_is_deferred() -> None:
     near = decide(_scaled(evidence, "s", Arm.SPECULATIVE, ttft=1.09), "s").decision
     assert near.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
     assert near.ttft_ratio is not None and adopted.ttft_ratio < near.ttft_ratio <= 1.2
+
+
+def test_a_tail_that_breaks_only_at_high_load_is_adopted_below_where_it_holds() -> None:
+    evidence = _scaled(pilot({"s": 0.95}), "s", Arm.SPECULATIVE, from_load=6.0, ttft=3.0)
+    found = decide(evidence, "s").decision
+    assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, found.reasons
+    assert found.max_load is not None and found.max_load < 6.0
+    assert found.ttft_ratio is not None and found.ttft_ratio <= 1.2
+    assert "above the 1.20x limit" in found.reasons[0] and "It holds up to" in found.reasons[0]
+    # broken from the lowest load up, nothing holds: deferred
+    everywhere = decide(_scaled(pilot({"s": 0.95}), "s", Arm.SPECULATIVE, ttft=3.0), "s").decision
+    assert everywhere.outcome is DecisionOutcome.DEFER
 
 
 def test_two_identical_arms_are_never_adopted() -> None:
