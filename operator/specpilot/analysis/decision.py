@@ -83,6 +83,7 @@ from specpilot.api.status import (
     DeferReason,
     Envelope,
     FallbackRecord,
+    RehearsalStatus,
     ScopeDecision,
     ScopeState,
     ScopeStatus,
@@ -469,17 +470,16 @@ def judge_alternative(
     )
 
 
-def p95_of(evidence: Evidence) -> float | None:
-    """Production's offered load per replica at its p95 window."""
-    return production_quantile(evidence.production, 0.95)
-
-
-def envelope_peak(spec: SpeculationPilotSpec, evidence: Evidence) -> float | None:
+def envelope_peak(spec: SpeculationPilotSpec, evidence: Evidence, planned: RehearsalStatus | None) -> float | None:
     """The load an envelope must reach for AdoptWithinEnvelope: the rehearsal's peak, where the pilot
-    rehearses one; None: production's p95 as measured."""
+    rehearses one (its ladder's top once planned, which production's busier load while the rehearsal
+    runs does not move); None: production's p95 as measured."""
     rehearsal = spec.rehearsal
     if rehearsal is None:
         return None
+    ladder = [step.load for step in planned.steps if not step.burst and not step.flip] if planned else []
+    if ladder:
+        return max(ladder)
     return rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, evidence.production)
 
 

@@ -722,8 +722,9 @@ class Rehearsal(ApiModel):
     steps: Annotated[int, Field(strict=True, ge=2, le=12)] = 4
     """Steps from production's median load per replica (observed live) to the peak, evenly spaced."""
     step_duration: Annotated[Duration, duration_within("30s", "2h")] = Duration("5m")
-    """How long each step runs; its figures are read over its last analysis window. The routing fallback
-    at peak runs one more step: halfway through it, the speculative share goes to the control arm."""
+    """How long each step runs; its figures are read over its last analysis window. At least 4 x
+    analysis.window for a step to form a load band of its own in the decision. The routing fallback at
+    peak runs one more step: halfway through it, the speculative share goes to the control arm."""
     burst: Burst | None = None
     """A burst after the ladder (none unless set)."""
     max_duration: Annotated[Duration, duration_within("1m", "24h")] = Duration("1h")

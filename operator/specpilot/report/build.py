@@ -143,7 +143,7 @@ def provisional(
             confidence=spec.analysis.confidence,
             state=by_name[scope.name].state if scope.name in by_name else None,
             ttft=spec.analysis.thresholds.ttft,
-            peak=envelope_peak(spec, evidence),
+            peak=envelope_peak(spec, evidence, status.rehearsal if status is not None else None),
         )
         for scope in spec.scopes
     ]

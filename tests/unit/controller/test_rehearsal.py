@@ -6,10 +6,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.analysis.evidence import load_bin
+from specpilot.analysis.decision import envelope_peak
+from specpilot.analysis.evidence import Evidence, load_bin
 from specpilot.analysis.window import ArmEngine, ArmRequests
-from specpilot.api.spec import Burst, Peak, Rehearsal
-from specpilot.api.status import ArmStepFigures, RehearsalStep
+from specpilot.api.spec import Burst, Peak, Rehearsal, SpeculationPilotSpec
+from specpilot.api.status import ArmStepFigures, RehearsalPhase, RehearsalStatus, RehearsalStep
 from specpilot.controller.core.rehearsal import arm_figures, capacity_of, ladder
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
@@ -284,3 +285,18 @@ async def test_deleting_the_pilot_mid_rehearsal_removes_its_router_and_load_with
     assert ("Job", "demo-rehearsal-0") in deleted and ("Deployment", "demo-rehearsal-router") in deleted
     assert deleted.index(("Job", "demo-rehearsal-0")) < deleted.index(("Deployment", "demo-speculative"))
     assert not [name for (_, name) in h.children() if name.startswith("demo-rehearsal")]
+
+
+def test_the_envelope_must_reach_the_ladder_as_planned_not_a_peak_a_busier_production_moved_since() -> None:
+    spec = SpeculationPilotSpec.from_wire(rehearsed_doc(peak={"productionFactor": 2.0})["spec"])
+    before = Evidence(compared=Arm.CONTROL, production=production(3.0))
+    derived = envelope_peak(spec, before, None)
+    assert derived is not None and 6.0 <= derived <= 6.0 * 2 ** (1 / 4)  # twice the upper edge of 3.0's bin
+    planned = ladder(spec.rehearsal, before.production)  # type: ignore[arg-type]
+    assert not isinstance(planned, str)
+    status = RehearsalStatus(phase=RehearsalPhase.RUNNING, steps=list(planned))
+    # while the rehearsal runs production takes the rehearsed shares and runs busier: the bar stays put
+    busier = before.model_copy(update={"production": production(3.0, 9.0)})
+    assert envelope_peak(spec, busier, status) == max(step.load for step in planned if not step.flip)
+    assert envelope_peak(spec, busier, None) != envelope_peak(spec, busier, status)
+    assert envelope_peak(spec.model_copy(update={"rehearsal": None}), busier, status) is None

@@ -34,7 +34,7 @@ from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import QuantileRatio, SpeculationPilotSpec
-from specpilot.api.status import Decision, FallbackRecord, ScopeState, ScopeStatus, Verdict
+from specpilot.api.status import Decision, FallbackRecord, RehearsalStatus, ScopeState, ScopeStatus, Verdict
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 
@@ -126,13 +126,14 @@ def findings(
     spec: SpeculationPilotSpec,
     fallbacks: Sequence[FallbackRecord],
     states: Mapping[str, ScopeState] | None = None,
+    rehearsal: RehearsalStatus | None = None,
 ) -> list[ScopeFindings]:
     """Every scope's findings; the same evidence is decided once (a crossover's bootstrap costs tens
     of milliseconds, and reconciles outnumber the windows that change the evidence)."""
     records = tuple(record.model_dump_json() for record in fallbacks)
     scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
     ttft = spec.analysis.thresholds.ttft
-    peak = envelope_peak(spec, evidence)
+    peak = envelope_peak(spec, evidence, rehearsal)
     return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes, peak=peak))
 
 
@@ -162,6 +163,7 @@ def decide(
     fallbacks: Sequence[FallbackRecord],
     annotations: Mapping[str, str],
     previous: Decision | None,
+    rehearsal: RehearsalStatus | None = None,
     now: datetime,
 ) -> Decided:
     """The decisions, when due (every scope settled, or asked for), stated once and again only when
@@ -169,7 +171,8 @@ def decide(
     trigger = decision_due(scopes, annotations, annotation=DECIDE_ANNOTATION)
     if trigger is None:
         return Decided(evidence, scopes, previous, [])
-    found = {f.scope: f for f in findings(evidence, spec, fallbacks, {scope.name: scope.state for scope in scopes})}
+    states = {scope.name: scope.state for scope in scopes}
+    found = {f.scope: f for f in findings(evidence, spec, fallbacks, states, rehearsal)}
     decided = [scope.model_copy(update={"decision": found[scope.name].decision}) for scope in scopes]
     decision = decide_pilot(list(found.values()), trigger=trigger, now=now, previous=previous)
     if previous is None:

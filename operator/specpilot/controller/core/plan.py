@@ -203,6 +203,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         fallbacks=progress.fallbacks,
         annotations=seen.annotations,
         previous=previous.decision if previous is not None else None,
+        rehearsal=last_rehearsal,
         now=now,
     )
     rehearsal = _rehearsal(snapshot, spec, arms=arms, decided=decided, evidence=evidence, saturated=saturated)

@@ -3,7 +3,9 @@ each step measured.
 
 After the live stages (the pilot's decision stated, some scope on speculative decoding), the rehearsal
 replays the scopes' own mix through a router of its own at a ladder of loads, from production's median
-load per replica to the peak, then a burst. The rehearsal router runs under `rehearsal_pilot`: its arms
+load per replica to the peak, then a burst, then the routing fallback at peak (halfway through one more
+step at the peak, the speculative share goes to the control arm). The rehearsal router runs under
+`rehearsal_pilot`: its arms
 are two Services of that name selecting the speculative and control pods, and its ordinary arm is the
 control arm, so no rehearsal request can reach a production pod. Meanwhile the live table sends the
 rehearsed scopes to production, once production is not saturated. Each step's load is a Job of the
@@ -52,7 +54,6 @@ class Tick:
 
     status: RehearsalStatus | None
     running: bool  # the live table sends the rehearsed scopes to production; the step's objects exist
-    step_started: bool = False  # the current step's load began this tick (its Job is created)
 
 
 def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[RehearsalStep, ...] | str:
@@ -163,7 +164,7 @@ def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> Tick
     status = previous.model_copy(
         update={"phase": RehearsalPhase.RUNNING, "step": 0, "steps": steps, "message": _running(steps[0], 0, steps)}
     )
-    return Tick(status, running=True, step_started=True)
+    return Tick(status, running=True)
 
 
 def _run(
@@ -191,7 +192,7 @@ def _run(
     status = previous.model_copy(
         update={"step": index + 1, "steps": steps, "message": _running(steps[index + 1], index + 1, steps)}
     )
-    return Tick(status, running=True, step_started=True)
+    return Tick(status, running=True)
 
 
 def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
