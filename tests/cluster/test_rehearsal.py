@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.faults import ADMIN_PORT, inject
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip
 from tests.cluster.test_decisions import DRAFT_TOKENS, LENGTHS, PROFILE
@@ -30,7 +31,7 @@ from tests.cluster.test_decisions import DRAFT_TOKENS, LENGTHS, PROFILE
 pytestmark = pytest.mark.cluster
 
 PEAK = 4.0  # requests per second per replica: well past the crossover
-LIVE_RATE = 1.0  # the live traffic: 0.25 per second per replica on each compared arm at a quarter share
+LIVE_RATE = 2.0  # the live traffic: 0.5 per second per replica on each compared arm at a quarter share
 
 
 def rehearsed_pilot() -> dict[str, Any]:
@@ -86,6 +87,10 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
         # meanwhile the live table sends the rehearsed scope to production
         table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
         assert [scope["weights"]["baseline"] for scope in table["scopes"]] == [100], table
+        # the operator is SIGKILLed on the second step and started again: it resumes that step
+        wait_until("the second step", lambda: (running() or {}).get("step", 0) >= 1, timeout=120, every=1)
+        operator.kill()
+        operator.start()
 
         def finished() -> dict[str, Any] | None:
             pods = cluster.get_json("pods", "-n", namespace, "-l", "app.kubernetes.io/component=rehearsal-router")
@@ -152,7 +157,9 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
     assert table["scopes"][0]["weights"]["speculative"] == 25, table
     reasons = [event["reason"] for event in events(cluster, namespace)]
-    assert reasons.count("RehearsalStep") == 5 and "RehearsalCompleted" in reasons, reasons
+    # one Event per step although the operator was killed mid-rehearsal, and no Job left behind
+    assert reasons.count("RehearsalStep") == 5 and reasons.count("RehearsalCompleted") == 1, reasons
+    assert cluster.get_json("jobs", "-n", namespace)["items"] == []
     # the routing fallback at peak ran on the rehearsal router: the control arm took the whole share
     assert fallback["flip"] and fallback["load"] == pytest.approx(PEAK)
     flip = done["routingFlip"]
@@ -161,3 +168,60 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     flipped_at = datetime.fromisoformat(flip["at"]).timestamp()
     after = [s for s in seen_samples if s["at"] >= flipped_at + 1]
     assert after and {s["arm"] for s in after} == {"control"}, {s["arm"] for s in after}
+
+
+def test_a_fault_mid_rehearsal_stops_it_flips_the_scope_and_leaves_production_serving(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    doc = rehearsed_pilot()
+    doc["spec"]["engine"]["extraArgs"] = [f"--admin-port={ADMIN_PORT}"]
+    doc["spec"]["rehearsal"] = {"peak": {"perReplica": 2.0}, "steps": 3, "stepDuration": "30s", "maxDuration": "6m"}
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
+    wait_ready(cluster, operator, namespace)
+    router = router_ip(cluster, namespace)
+    load = live_load(cluster, router, tmp_path, seconds=300)
+    try:
+        wait_until(
+            "the rehearsal running",
+            lambda: (pilot(cluster, namespace).get("status", {}).get("rehearsal") or {}).get("phase") == "Running",
+            timeout=180,
+            every=1,
+        )
+        inject(cluster, namespace, {"kind": "errors", "rate": 1.0, "status": 500})
+        stopped = wait_until(
+            "the rehearsal stopped",
+            lambda: (
+                found
+                if (found := pilot(cluster, namespace)["status"].get("rehearsal", {})).get("phase") == "Stopped"
+                else None
+            ),
+            timeout=120,
+            every=1,
+        )
+    finally:
+        load.terminate()
+    status = pilot(cluster, namespace)["status"]
+    assert "flipped back to ordinary decoding" in stopped["message"], stopped
+    assert [(f["scope"], f["metric"]) for f in status["fallbacks"]] == [("mid", "errorRate")], status["fallbacks"]
+    wait_until(
+        "the rehearsal's router and load gone",
+        lambda: (
+            not [
+                item
+                for item in cluster.get_json("deployments,jobs", "-n", namespace, "-l", "specpilot.io/pilot")["items"]
+                if item["metadata"]["name"].startswith("demo-rehearsal")
+            ]
+        ),
+        timeout=60,
+    )
+    # production serves the scope through the live router, which sends it nowhere else now
+    table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
+    assert table["scopes"][0]["weights"]["baseline"] == 100, table
+    body = json.dumps({"model": "demo", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4})
+    request = urllib.request.Request(
+        f"http://{router}:8080/v1/chat/completions",
+        data=body.encode(),
+        headers={"Content-Type": "application/json", "x-specpilot-scope": "mid"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as answer:
+        assert answer.status == 200 and answer.headers.get("X-Specpilot-Arm") == "baseline"
