@@ -39,8 +39,10 @@ ALL_SCOPES = "*"
 # Any value: state the decision now from the evidence so far, before every scope has settled. It
 # stays until removed; the decision is then restated as the evidence grows.
 DECIDE_ANNOTATION = f"{GROUP}/decide"
+# Any value: run the peak rehearsal now (again, once one ended), on the scopes the speculative arm serves.
+REHEARSE_ANNOTATION = f"{GROUP}/rehearse"
 # Every annotation an SRE sets for the operator: GitOps tools leave them to the operator.
-ACTION_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RESUME_ANNOTATION, DECIDE_ANNOTATION)
+ACTION_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RESUME_ANNOTATION, DECIDE_ANNOTATION, REHEARSE_ANNOTATION)
 
 
 class SpeculationPilot(ApiModel):

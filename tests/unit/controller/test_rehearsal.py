@@ -300,3 +300,48 @@ def test_the_envelope_must_reach_the_ladder_as_planned_not_a_peak_a_busier_produ
     assert envelope_peak(spec, busier, status) == max(step.load for step in planned if not step.flip)
     assert envelope_peak(spec, busier, None) != envelope_peak(spec, busier, status)
     assert envelope_peak(spec.model_copy(update={"rehearsal": None}), busier, status) is None
+
+
+async def test_the_rehearse_annotation_runs_it_again_and_is_refused_while_one_runs() -> None:
+    h = Harness(rehearsed_doc())
+    await decided(h)
+    for _ in range(40):
+        await h.step(10)
+        if h.status()["rehearsal"]["phase"] == "Completed":
+            break
+    first = h.status()["rehearsal"]
+    assert first["phase"] == "Completed"
+    h.annotate(**{"specpilot.io/rehearse": "again"})
+    await h.step(10)
+    again = h.status()["rehearsal"]
+    assert again["phase"] in ("Starting", "Running") and again["startedAt"] > first["startedAt"], again
+    assert "specpilot.io/rehearse" not in (h.body["metadata"].get("annotations") or {})
+    h.annotate(**{"specpilot.io/rehearse": "once more"})
+    await h.step(10)
+    refused = [e["message"] for e in h.kube.events if e["reason"] == "ManualActionRefused"]
+    assert refused and "a rehearsal is" in refused[-1] and "already" in refused[-1], refused
+    assert "specpilot.io/rehearse" not in (h.body["metadata"].get("annotations") or {})
+
+
+async def test_the_rehearse_annotation_before_the_decision_rehearses_the_scopes_being_piloted() -> None:
+    h = Harness(rehearsed_doc())
+    await h.reconcile()
+    h.ready_pods = True
+    await h.reconcile()
+    for _ in range(6):
+        await h.step(10)
+    assert not h.status().get("decision") and "rehearsal" not in h.status()
+    h.annotate(**{"specpilot.io/rehearse": "now"})
+    await h.step(10)
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["scopes"] == ["chat", "code"] and rehearsal["phase"] in ("Starting", "Running"), rehearsal
+
+
+async def test_the_rehearse_annotation_without_a_rehearsal_in_the_spec_is_refused() -> None:
+    h = Harness(pilot_doc())
+    await h.reconcile()
+    h.annotate(**{"specpilot.io/rehearse": "now"})
+    await h.reconcile()
+    refused = [e["message"] for e in h.kube.events if e["reason"] == "ManualActionRefused"]
+    assert refused == ["specpilot.io/rehearse refused: spec.rehearsal is not set"]
+    assert "specpilot.io/rehearse" not in (h.body["metadata"].get("annotations") or {})

@@ -17,6 +17,7 @@ from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.quality import probe_check, webhook_check
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
+from specpilot.api.pilot import REHEARSE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -207,6 +208,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         now=now,
     )
     rehearsal = _rehearsal(snapshot, spec, arms=arms, decided=decided, evidence=evidence, saturated=saturated)
+    requested = REHEARSE_ANNOTATION in seen.annotations
     off = rehearsal.status.scopes if rehearsal.running and rehearsal.status is not None else ()
     routes, table = _routes(ref.name, spec, previous, decided, now, off=off)
     rendered = render(
@@ -245,6 +247,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
             *restored,
             *decided.events,
             *rehearsal_events(last_rehearsal, rehearsal.status),
+            *(_rehearse_refused(spec, last_rehearsal, rehearsal, now) if requested else ()),
         ],
         fallbacks=progress.fallbacks,
         decision=decided.decision,
@@ -260,7 +263,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         applies=applies,
         removes=_leftovers(seen, rendered, keep=_current_load(ref.name, rehearsal)),
         confirm=Confirm(routes.generation, progress.flipped, routers) if progress.flipped else None,
-        clear_annotations=tuple(key for key in MANUAL if key in seen.annotations),
+        clear_annotations=tuple(key for key in (*MANUAL, REHEARSE_ANNOTATION) if key in seen.annotations),
         evidence=evidence,
         judged=tuple(
             (status.name, status.last_window.verdict)
@@ -423,8 +426,24 @@ def _rehearsal(
         router_ready=bool(snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)),
         figures=figures,
         flip=_flip(snapshot, spec, previous, figures),
+        requested=REHEARSE_ANNOTATION in snapshot.seen.annotations,
         now=snapshot.now,
     )
+
+
+def _rehearse_refused(
+    spec: SpeculationPilotSpec, before: RehearsalStatus | None, after: RehearsalTick, now: datetime
+) -> tuple[Event, ...]:
+    """A Warning when the rehearse annotation could not start a rehearsal, saying why."""
+    if after.status is not None and after.status.started_at == now and after.status != before:
+        return ()
+    if spec.rehearsal is None:
+        why = "spec.rehearsal is not set"
+    elif before is not None and before.phase not in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED):
+        why = f"a rehearsal is {before.phase.value.lower()} already"
+    else:
+        why = "no scope runs on the speculative arm"
+    return (Event(EventType.WARNING, Reason.MANUAL_ACTION_REFUSED, f"{REHEARSE_ANNOTATION} refused: {why}"),)
 
 
 def _flip(

@@ -103,25 +103,29 @@ def advance(
     router_ready: bool,
     figures: Mapping[Arm, ArmStepFigures] | None,
     flip: RoutingFlip | None = None,
+    requested: bool = False,
     now: datetime,
 ) -> Tick:
     """The rehearsal's next state. `figures` are each rehearsed arm's over the last analysis window
-    (None before anything was collected); `flip` what the routing fallback's step measured so far."""
+    (None before anything was collected); `flip` what the routing fallback's step measured so far.
+    Due once the decision is stated, on the scopes on speculative decoding; or when `requested`
+    (the rehearse annotation) and none runs, on the scopes the speculative arm serves."""
     rehearsal = spec.rehearsal
     if rehearsal is None:
         return Tick(previous, running=False)
-    if previous is None:
-        speculative = [scope.name for scope in scopes if scope.state is ScopeState.SPECULATIVE]
-        if decision is None or not speculative:
-            return Tick(None, running=False)
+    ended = previous is not None and previous.phase in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED)
+    if previous is None or (requested and ended):
+        due = _due(scopes, decision=decision, requested=requested)
+        if not due:
+            return Tick(previous, running=False)
         planned = ladder(rehearsal, evidence.production)
         if isinstance(planned, str):
-            return Tick(_status(RehearsalPhase.STOPPED, planned, now=now, scopes=speculative), running=False)
+            return Tick(_status(RehearsalPhase.STOPPED, planned, now=now, scopes=due), running=False)
         previous = RehearsalStatus(
             phase=RehearsalPhase.WAITING,
             message="due: production must take the rehearsed scopes' shares first",
             started_at=now,
-            scopes=speculative,
+            scopes=due,
             steps=list(planned),
         )
     if previous.phase in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED):
@@ -137,6 +141,16 @@ def advance(
             )
         return _start(previous, router_ready, now)
     return _run(rehearsal, previous, figures, flip, now)
+
+
+def _due(scopes: Sequence[ScopeStatus], *, decision: Decision | None, requested: bool) -> list[str]:
+    """The scopes a rehearsal due now covers: asked for, those the speculative arm serves; else, once
+    the decision is stated, those on speculative decoding."""
+    if requested:
+        return [scope.name for scope in scopes if scope.weight > 0]
+    if decision is None:
+        return []
+    return [scope.name for scope in scopes if scope.state is ScopeState.SPECULATIVE]
 
 
 def rehearsing(status: RehearsalStatus | None, *, window: timedelta, now: datetime) -> tuple[str, ...]:
