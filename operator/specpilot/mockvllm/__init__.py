@@ -2,6 +2,8 @@
 
 It accepts `vllm serve` flags, serves the OpenAI API and vLLM's exact `/metrics` families, and
 times every engine step from a cost model, so pilots can be rehearsed without GPUs — including
-the regimes where speculation loses. It imports nothing from the operator; only `specpilot.wire`
+the regimes where speculation loses. Mock-only flags: `--profile`, `--time-scale`, `--admin-port` (fault
+injection) and `--model-load-seconds` (the server listens only after it, as a real one loading its
+weights, so a restart costs what it would). It imports nothing from the operator; only `specpilot.wire`
 (the scope header) is shared.
 """

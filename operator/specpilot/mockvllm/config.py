@@ -156,6 +156,7 @@ class ServeConfig:
     profile: str | None
     time_scale: float
     admin_port: int | None
+    model_load_seconds: float = 0.0  # model seconds before the server listens, as loading weights takes
 
     @property
     def served_names(self) -> tuple[str, ...]:
@@ -206,6 +207,16 @@ def _positive_float(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
     if not value > 0 or math.isinf(value):
         raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}") from None
+    if not value >= 0 or math.isinf(value):
+        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
     return value
 
 
@@ -296,6 +307,12 @@ def _build_parser() -> argparse.ArgumentParser:
         help="wall seconds per model second: 0.1 runs ten times faster (default 1)",
     )
     mock.add_argument("--admin-port", type=int, default=None, help="fault-injection endpoint port (off by default)")
+    mock.add_argument(
+        "--model-load-seconds",
+        type=_non_negative_float,
+        default=0.0,
+        help="model seconds spent loading weights before the server listens, as a restart costs (default 0)",
+    )
     return p
 
 
@@ -418,6 +435,7 @@ def parse_args(argv: Sequence[str]) -> ServeConfig:
         profile=args.profile,
         time_scale=args.time_scale,
         admin_port=args.admin_port,
+        model_load_seconds=args.model_load_seconds,
     )
 
 

@@ -175,6 +175,17 @@ class MockServer:
 
 async def _serve(server: MockServer) -> None:
     config = server.config
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    if config.model_load_seconds > 0:
+        # A real server listens only once its weights are loaded: until then connections are refused.
+        log.info("Loading model weights for %g s (mock)", config.model_load_seconds)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=config.model_load_seconds * config.time_scale)
+        if stop.is_set():
+            return
     await server.start(config.host, config.port, config.admin_port)
     where = config.host or "0.0.0.0"
     spec = config.speculative
@@ -194,10 +205,6 @@ async def _serve(server: MockServer) -> None:
     log.info("Starting vLLM API server 0 on http://%s:%d", where, server.port)
     if server.admin_port is not None:
         log.info("mock admin endpoint on http://%s:%d/faults", where, server.admin_port)
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
     try:
         await stop.wait()
     finally:

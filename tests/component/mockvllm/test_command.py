@@ -52,3 +52,44 @@ def test_the_command_serves_and_stops_on_sigterm() -> None:
     finally:
         if process.poll() is None:
             process.kill()
+
+
+def test_a_model_load_delay_keeps_the_port_closed_until_it_passes() -> None:
+    """As a real server loading its weights: a restart costs its load time before the pod is Ready."""
+    process = subprocess.Popen(
+        [*COMMAND, "org/model", "--host", "127.0.0.1", "--port", "0", "--model-load-seconds", "1.5"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        started = time.monotonic()
+        assert "Loading model weights for 1.5 s" in process.stderr.readline()
+        port = None
+        while port is None and time.monotonic() - started < 20:
+            match = re.search(r"Starting vLLM API server 0 on http://127\.0\.0\.1:(\d+)", process.stderr.readline())
+            port = int(match.group(1)) if match else None
+        assert port is not None and time.monotonic() - started >= 1.4
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=5) as response:
+            assert response.status == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+
+
+def test_a_server_stopped_while_loading_exits_cleanly() -> None:
+    process = subprocess.Popen(
+        [*COMMAND, "org/model", "--host", "127.0.0.1", "--port", "0", "--model-load-seconds", "60"],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert process.stderr is not None
+        assert "Loading model weights for 60 s" in process.stderr.readline()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=10) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
