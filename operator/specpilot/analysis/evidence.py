@@ -215,6 +215,8 @@ class Evidence(ApiModel):
     kv_usage: dict[Arm, Annotated[list[KvPoint], Field(max_length=KV_POINTS)]] = {}
     kv_blocks: dict[Arm, int] = {}
     """KV-cache blocks per replica, from vllm:cache_config_info (num_gpu_blocks)."""
+    block_size: int | None = None
+    """Tokens per KV-cache block, from vllm:cache_config_info (block_size)."""
     gpus: dict[Arm, int] = {}
     """GPUs each arm holds."""
     replicas: dict[Arm, int] = {}
@@ -461,11 +463,19 @@ def with_arms(
     kv_blocks: Mapping[Arm, int],
     gpus: Mapping[Arm, int],
     replicas: Mapping[Arm, int] | None = None,
+    block_size: int | None = None,
 ) -> Evidence:
-    """The evidence with the arms' current KV blocks, GPUs and replicas, and the window overlap."""
+    """The evidence with the arms' current KV blocks (and their size), GPUs and replicas, and the window
+    overlap."""
     blocks = {**evidence.kv_blocks, **{arm: value for arm, value in kv_blocks.items() if value > 0}}
     ready = {**evidence.replicas, **{arm: value for arm, value in (replicas or {}).items() if value > 0}}
-    update = {"overlap": max(1.0, overlap), "kv_blocks": blocks, "gpus": dict(gpus), "replicas": ready}
+    update = {
+        "overlap": max(1.0, overlap),
+        "kv_blocks": blocks,
+        "block_size": block_size or evidence.block_size,
+        "gpus": dict(gpus),
+        "replicas": ready,
+    }
     return evidence.model_copy(update=update)
 
 

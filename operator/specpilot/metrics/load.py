@@ -80,11 +80,17 @@ def window_load(
 
 def kv_blocks(scrapes: Sequence[Scrape]) -> int | None:
     """KV-cache blocks of one replica, from the newest scrape that reports them."""
+    return cache_config(scrapes, "num_gpu_blocks")
+
+
+def cache_config(scrapes: Sequence[Scrape], name: str) -> int | None:
+    """A whole-number attribute of the engine's cache config (``num_gpu_blocks``, ``block_size``), from
+    the newest scrape that reports it."""
     for scrape in reversed(scrapes):
         if not isinstance(scrape, EngineScrape):
             continue
         for labels, value in scrape.exposition.series(CACHE_CONFIG_INFO).items():
-            blocks = label(labels, "num_gpu_blocks")
-            if value == 1 and blocks is not None and blocks.isdigit():
-                return int(blocks)
+            found = label(labels, name)
+            if value == 1 and found is not None and found.isdigit():
+                return int(found)
     return None

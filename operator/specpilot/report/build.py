@@ -295,6 +295,41 @@ def _comparison_cost(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | N
     }
 
 
+DEFAULT_BLOCK_SIZE = 16  # vLLM's KV-cache block size on GPUs, where the engines do not report theirs
+
+
+def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | None:
+    """The concurrency the draft costs: how many requests of the scopes' mean length (prompt and answer,
+    weighted by their arrival rates) each arm's KV cache holds at once per replica, beside the scheduler's
+    own limit where the engine's flags set one; None before any length or KV block count is known."""
+    tokens = [
+        (rate, prompt["mean"] + output["mean"])
+        for found in evidence.scopes.values()
+        if (rate := found.arrival_rate.mean)
+        and (prompt := length_summary(found.prompt_tokens)) is not None
+        and (output := length_summary(found.output_tokens)) is not None
+    ]
+    if not tokens or not evidence.kv_blocks:
+        return None
+    mean = sum(rate * length for rate, length in tokens) / sum(rate for rate, _ in tokens)
+    size = evidence.block_size or DEFAULT_BLOCK_SIZE
+    per_request = math.ceil(mean / size)
+    limit = next(
+        (int(arg.partition("=")[2]) for arg in spec.engine.extra_args if arg.startswith("--max-num-seqs=")), None
+    )
+    return {
+        "tokensPerRequest": _round(mean, 1),
+        "blockSize": size,
+        "blockSizeReported": evidence.block_size is not None,
+        "blocksPerRequest": per_request,
+        "schedulerLimit": limit,
+        "arms": {
+            arm.value: {"kvBlocks": blocks, "concurrentRequests": blocks // per_request}
+            for arm, blocks in sorted(evidence.kv_blocks.items())
+        },
+    }
+
+
 def _chunk_gaps(spec: SpeculationPilotSpec, found: ScopeEvidence, compared: Arm) -> Json:
     """Stream cadence: the mean over windows of each arm's chunk gap at the thresholds' quantile. A
     speculative step streams several tokens at once, so its gaps are longer by nature; they are
@@ -349,6 +384,7 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         "compared": {"arm": evidence.compared.value, "name": COMPARED_NAMES[evidence.compared]},
         "production": _production(evidence, findings),
         "comparisonCost": _comparison_cost(spec, evidence),
+        "concurrency": _concurrency(spec, evidence),
         "scopes": scopes,
         "arms": {
             arm.value: {

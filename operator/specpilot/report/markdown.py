@@ -114,6 +114,30 @@ def _alternative(report: Json) -> list[str]:
     return [*lines, "", *(f"- {a['reason']}" for _, a in found), ""]
 
 
+def _concurrency(report: Json) -> list[str]:
+    """How many requests of the scopes' mean length each arm's KV cache holds at once."""
+    found = report.get("concurrency")
+    if not found:
+        return []
+    size = f"{found['blockSize']} tokens" + ("" if found["blockSizeReported"] else ", vLLM's default")
+    held = ", ".join(
+        f"{arm_label(report, arm)} {a['concurrentRequests']} ({a['kvBlocks']} blocks)"
+        for arm, a in found["arms"].items()
+    )
+    limit = found["schedulerLimit"]
+    scheduler = (
+        f" The scheduler admits at most {limit} (--max-num-seqs)."
+        if limit is not None
+        else " The scheduler's own limit (--max-num-seqs) is the engine's default for its device."
+    )
+    return [
+        f"At the scopes' mean length ({_f(found['tokensPerRequest'], '.0f')} tokens of prompt and answer, "
+        f"{found['blocksPerRequest']} blocks of {size}), the KV cache of one replica holds at most this many "
+        f"requests at once: {held}.{scheduler}",
+        "",
+    ]
+
+
 def _cost(report: Json) -> list[str]:
     """GPUs, KV blocks and throughput per arm, and the price of the comparison itself."""
     lines = ["## Cost", "", "| scope | arm | GPUs | KV blocks / replica | on-time completions / GPU-hour (at load) |"]
@@ -127,6 +151,7 @@ def _cost(report: Json) -> list[str]:
             )
     kv = next((s["cost"]["kvCost"] for s in report["scopes"] if s["cost"]["kvCost"] is not None), None)
     lines += ["", f"The draft costs {_f(kv, '.0%')} of the baseline's KV-cache blocks (vllm:cache_config_info).", ""]
+    lines += _concurrency(report)
     price = report["comparisonCost"]
     if price is None:
         lines.append(

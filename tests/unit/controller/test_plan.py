@@ -223,6 +223,9 @@ async def test_a_tick_works_out_the_engines_figures_once_for_every_scope_window_
         def kv_blocks(self) -> dict[Arm, int]:
             return readings.kv_blocks()
 
+        def block_size(self) -> int | None:
+            return readings.block_size()
+
     counted = replace(measurements, readings=Counted())  # type: ignore[arg-type]
     judged = plan(replace(taken, measurements=counted))
     assert dict(judged.judged) == {"chat": Verdict.PASS, "code": Verdict.PASS}

@@ -9,7 +9,7 @@ import pytest
 from specpilot.analysis.window import ArmEngine
 from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape, ScrapeFailure
 from specpilot.metrics.exposition import parse_exposition
-from specpilot.metrics.load import kv_blocks, window_load
+from specpilot.metrics.load import cache_config, kv_blocks, window_load
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.metrics.builders import ok_sample
@@ -53,5 +53,6 @@ def test_kv_blocks_from_the_newest_scrape_that_reports_them() -> None:
     )
     scrape = EngineScrape(at=START, pod="p", exposition=parse_exposition(text, ENGINE_FAMILIES))
     assert kv_blocks([scrape, ScrapeFailure(at=END, pod="p", reason="refused")]) == 3862
+    assert cache_config([scrape], "block_size") == 16
     empty = EngineScrape(at=START, pod="p", exposition=parse_exposition("", ENGINE_FAMILIES))
-    assert kv_blocks([empty]) is None
+    assert kv_blocks([empty]) is None and cache_config([empty], "block_size") is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -284,3 +285,20 @@ def test_each_band_says_whether_the_live_stages_or_the_rehearsal_measured_it() -
     assert all(band["source"] != "live" for band in always["bands"]["speculative"] if band["loadLow"] >= 5)
     md = markdown(report, [])
     assert "| rehearsal |" in md or "| live and rehearsal |" in md
+
+
+def test_the_report_says_how_many_requests_each_arms_cache_holds_at_the_scopes_lengths(evidence: Evidence) -> None:
+    sized = evidence.model_copy(update={"block_size": 16})
+    report = build(manifest(), sized)
+    found = report["concurrency"]
+    # the evidence's requests: prompts of 100 and 200 tokens, answers of 50 and 150, a lognormal fit
+    assert 200 < found["tokensPerRequest"] < 330 and found["blockSize"] == 16 and found["blockSizeReported"]
+    per_request = found["blocksPerRequest"]
+    assert per_request == math.ceil(found["tokensPerRequest"] / 16)
+    arms = found["arms"]
+    assert arms["speculative"] == {"kvBlocks": 800, "concurrentRequests": 800 // per_request}
+    assert arms["baseline"]["concurrentRequests"] == 1000 // per_request
+    md = markdown(report, [])
+    assert f"{per_request} blocks of 16 tokens" in md and "--max-num-seqs" in md
+    unreported = build(manifest(), evidence)["concurrency"]
+    assert unreported["blockSize"] == 16 and not unreported["blockSizeReported"]

@@ -72,6 +72,7 @@ def record(
     draining: Collection[str] = (),
     load_changed_at: datetime | None = None,
     rehearsing: Collection[str] = (),
+    block_size: int | None = None,
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
     after `flipped` left the speculative arm, the other scopes still on it start again (`mix_changed`):
@@ -83,7 +84,7 @@ def record(
     kept out of the bins too; the windows of scopes `rehearsing` go to the bins alone, marked. The
     store comes back within its ConfigMap's budget (`fit`)."""
     overlap = spec.analysis.window / spec.analysis.interval
-    out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas)
+    out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas, block_size=block_size)
     for status in scopes:
         item = measured.get(status.name)
         if item is None or status.last_window is None or status.last_window.end != item.window.end:

@@ -18,7 +18,7 @@ from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api.spec import Analysis, SpeculationPilotSpec
 from specpilot.metrics.engine import Scrape, engine_window
 from specpilot.metrics.ledger import LedgerView
-from specpilot.metrics.load import kv_blocks, window_load
+from specpilot.metrics.load import cache_config, kv_blocks, window_load
 from specpilot.metrics.samples import arm_requests, kv_load
 from specpilot.metrics.window import scope_window
 from specpilot.wire.names import MEASURED_ARMS, Arm
@@ -58,6 +58,10 @@ class EngineReadings(Protocol):
         """KV-cache blocks per replica of each arm, where its engines report them."""
         ...
 
+    def block_size(self) -> int | None:
+        """Tokens per KV-cache block (the same engine config in every arm), where reported."""
+        ...
+
 
 @dataclass(frozen=True)
 class Scraped:
@@ -82,6 +86,12 @@ class Scraped:
         found = {arm: kv_blocks(list(self.scrapes.get(arm, ()))) for arm in MEASURED_ARMS}
         return {arm: blocks for arm, blocks in found.items() if blocks is not None}
 
+    def block_size(self) -> int | None:
+        return next(
+            (size for arm in MEASURED_ARMS if (size := cache_config(list(self.scrapes.get(arm, ())), "block_size"))),
+            None,
+        )
+
 
 @dataclass(frozen=True)
 class Queried:
@@ -99,6 +109,9 @@ class Queried:
 
     def kv_blocks(self) -> dict[Arm, int]:
         return {}
+
+    def block_size(self) -> int | None:
+        return None
 
 
 @dataclass(frozen=True)
@@ -163,3 +176,7 @@ class Measurements:
     def kv_blocks(self) -> dict[Arm, int]:
         """KV-cache blocks per replica of each arm, where its engines report them."""
         return self.readings.kv_blocks()
+
+    def block_size(self) -> int | None:
+        """Tokens per KV-cache block, where the engines report it."""
+        return self.readings.block_size()

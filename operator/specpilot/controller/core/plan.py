@@ -378,6 +378,7 @@ def _evidence(
         },
         scopes=progress.scopes,
         kv_blocks=snapshot.measurements.kv_blocks(),
+        block_size=snapshot.measurements.block_size(),
         gpus={plan.arm: plan.gpus for plan in arms},
         replicas=replicas,
         flipped=progress.flipped,
