@@ -170,6 +170,12 @@ def _cost(report: Json) -> list[str]:
 REHEARSED_ARMS = ("speculative", "control")
 
 
+def _kind(step: Json) -> str:
+    if step.get("burst"):
+        return " (burst)"
+    return " (routing fallback: flipped halfway)" if step.get("flip") else ""
+
+
 def _rehearsal(report: Json) -> list[str]:
     """The peak rehearsal: each arm's capacity, and each step's figures per arm."""
     found = report.get("rehearsal")
@@ -200,7 +206,7 @@ def _rehearsal(report: Json) -> list[str]:
             kept = {True: "yes", False: "no"}.get(f.get("keptUp"), "")
             tpct = f.get("timePerCommittedToken")
             lines.append(
-                f"| {index}{' (burst)' if step.get('burst') else ''} | {_f(step['load'])} | {arm} | "
+                f"| {index}{_kind(step)} | {_f(step['load'])} | {arm} | "
                 f"{_f(f.get('completedPerReplica'))} | {kept} | {_f(f.get('onTime'), '.1%')} | "
                 f"{_f(f.get('ttftP50'), '.3f')} / {_f(f.get('ttftP99'), '.3f')} | {_f(f.get('endToEndP95'), '.2f')} | "
                 f"{_f(tpct * 1000 if tpct is not None else None, '.1f')} | {_f(f.get('timeoutShare'), '.1%')} | "
