@@ -7,7 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, wait_until
 
 from specpilot.api import GROUP, PLURAL
 
@@ -18,7 +18,19 @@ ROOT = Path(__file__).resolve().parents[3]
 def api(cluster: Cluster) -> Cluster:
     """The cluster with `kubectl apply -f crds/` done and the SpeculationPilot CRD established."""
     cluster.kubectl("apply", "-f", str(ROOT / "crds"))
-    cluster.kubectl("wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=60s")
+    # Right after an apply that creates or changes it, a CRD may briefly show no conditions at all, which
+    # `kubectl wait` reports as an error rather than waiting on: ask again until it is Established.
+    wait_until(
+        "the SpeculationPilot CRD established",
+        lambda: (
+            cluster.kubectl(
+                "wait", "--for=condition=Established", f"crd/{PLURAL}.{GROUP}", "--timeout=10s", check=False
+            ).returncode
+            == 0
+        ),
+        timeout=60,
+        every=1,
+    )
     return cluster
 
 
