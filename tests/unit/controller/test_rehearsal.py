@@ -345,3 +345,21 @@ async def test_the_rehearse_annotation_without_a_rehearsal_in_the_spec_is_refuse
     refused = [e["message"] for e in h.kube.events if e["reason"] == "ManualActionRefused"]
     assert refused == ["specpilot.io/rehearse refused: spec.rehearsal is not set"]
     assert "specpilot.io/rehearse" not in (h.body["metadata"].get("annotations") or {})
+
+
+async def test_removing_the_rehearsal_from_the_spec_mid_run_stops_it_and_gives_the_shares_back() -> None:
+    h = Harness(rehearsed_doc())
+    await decided(h)
+    for _ in range(10):
+        await h.step(10)
+        if h.rehearsal_load() is not None:
+            break
+    assert h.rehearsal_load() is not None
+    del h.kube.objects[("SpeculationPilot", "team-a", "demo")]["spec"]["rehearsal"]
+    await h.step(10)
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Stopped" and rehearsal["message"] == "spec.rehearsal was removed", rehearsal
+    assert not [name for (_, name) in h.children() if name.startswith("demo-rehearsal")]
+    table = h.table()
+    assert table is not None and all(route.weights.speculative == 33 for route in table.scopes)
+    assert "RehearsalStopped" in h.reasons()

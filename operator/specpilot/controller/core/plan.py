@@ -44,13 +44,13 @@ from specpilot.controller.core.progress import (
     production_saturation,
     warm,
 )
-from specpilot.controller.core.rehearsal import Tick as RehearsalTick
 from specpilot.controller.core.rehearsal import advance as advance_rehearsal
 from specpilot.controller.core.rehearsal import events as rehearsal_events
 from specpilot.controller.core.rehearsal import (
     flipped_at,
     rehearsing,
     routing_flip,
+    running,
     step_duration,
     step_figures,
     step_rate,
@@ -209,7 +209,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     )
     rehearsal = _rehearsal(snapshot, spec, arms=arms, decided=decided, evidence=evidence, saturated=saturated)
     requested = REHEARSE_ANNOTATION in seen.annotations
-    off = rehearsal.status.scopes if rehearsal.running and rehearsal.status is not None else ()
+    off = rehearsal.scopes if rehearsal is not None and running(rehearsal) else ()
     routes, table = _routes(ref.name, spec, previous, decided, now, off=off)
     rendered = render(
         ref,
@@ -246,12 +246,12 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
             *progress.events,
             *restored,
             *decided.events,
-            *rehearsal_events(last_rehearsal, rehearsal.status),
+            *rehearsal_events(last_rehearsal, rehearsal),
             *(_rehearse_refused(spec, last_rehearsal, rehearsal, now) if requested else ()),
         ],
         fallbacks=progress.fallbacks,
         decision=decided.decision,
-        rehearsal=rehearsal.status,
+        rehearsal=rehearsal,
         saturated=saturated,
         now=now,
     )
@@ -409,7 +409,7 @@ def _rehearsal(
     decided: Decided,
     evidence: Evidence,
     saturated: str | None,
-) -> RehearsalTick:
+) -> RehearsalStatus | None:
     previous = snapshot.pilot.status.rehearsal if snapshot.pilot.status is not None else None
     replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
     figures = (
@@ -433,10 +433,10 @@ def _rehearsal(
 
 
 def _rehearse_refused(
-    spec: SpeculationPilotSpec, before: RehearsalStatus | None, after: RehearsalTick, now: datetime
+    spec: SpeculationPilotSpec, before: RehearsalStatus | None, after: RehearsalStatus | None, now: datetime
 ) -> tuple[Event, ...]:
     """A Warning when the rehearse annotation could not start a rehearsal, saying why."""
-    if after.status is not None and after.status.started_at == now and after.status != before:
+    if after is not None and after.started_at == now and after != before:
         return ()
     if spec.rehearsal is None:
         why = "spec.rehearsal is not set"
@@ -464,12 +464,11 @@ def _flip(
 
 
 def _rehearsal_objects(
-    snapshot: Snapshot, spec: SpeculationPilotSpec, evidence: Evidence, rehearsal: RehearsalTick
+    snapshot: Snapshot, spec: SpeculationPilotSpec, evidence: Evidence, status: RehearsalStatus | None
 ) -> tuple[Json, ...]:
     """While the rehearsal runs: its router, table and arms, and the current step's load once the
     rehearsal router is ready (kept, not re-rendered, while it is not: a Job cannot be edited)."""
-    status = rehearsal.status
-    if spec.rehearsal is None or status is None or not rehearsal.running:
+    if spec.rehearsal is None or status is None or not running(status):
         return ()
     ref = snapshot.pilot.ref
     flip = flipped_at(spec.rehearsal, status)
@@ -493,10 +492,9 @@ def _rehearsal_objects(
     return (*objects, load)
 
 
-def _current_load(pilot: str, rehearsal: RehearsalTick) -> tuple[str, str] | None:
+def _current_load(pilot: str, status: RehearsalStatus | None) -> tuple[str, str] | None:
     """The current step's Job, while the rehearsal runs."""
-    status = rehearsal.status
-    if not rehearsal.running or status is None or status.phase is not RehearsalPhase.RUNNING:
+    if status is None or status.phase is not RehearsalPhase.RUNNING:
         return None
     return ("Job", rehearsal_step_name(pilot, status.step))
 

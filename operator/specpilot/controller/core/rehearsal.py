@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from specpilot.analysis.evidence import Evidence, production_quantile, rehearsal_peak
@@ -48,12 +47,9 @@ from specpilot.wire.samples import RequestOutcome, RequestSample
 REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)
 
 
-@dataclass(frozen=True)
-class Tick:
-    """Where the rehearsal stands after this tick, and what the shell does about it."""
-
-    status: RehearsalStatus | None
-    running: bool  # the live table sends the rehearsed scopes to production; the step's objects exist
+def running(status: RehearsalStatus | None) -> bool:
+    """The rehearsal holds the rehearsed scopes' live shares on production and its objects exist."""
+    return status is not None and status.phase in (RehearsalPhase.STARTING, RehearsalPhase.RUNNING)
 
 
 def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[RehearsalStep, ...] | str:
@@ -105,22 +101,26 @@ def advance(
     flip: RoutingFlip | None = None,
     requested: bool = False,
     now: datetime,
-) -> Tick:
+) -> RehearsalStatus | None:
     """The rehearsal's next state. `figures` are each rehearsed arm's over the last analysis window
     (None before anything was collected); `flip` what the routing fallback's step measured so far.
     Due once the decision is stated, on the scopes on speculative decoding; or when `requested`
     (the rehearse annotation) and none runs, on the scopes the speculative arm serves."""
     rehearsal = spec.rehearsal
     if rehearsal is None:
-        return Tick(previous, running=False)
+        if running(previous):
+            assert previous is not None
+            update = {"phase": RehearsalPhase.STOPPED, "finished_at": now, "message": "spec.rehearsal was removed"}
+            return previous.model_copy(update=update)
+        return previous
     ended = previous is not None and previous.phase in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED)
     if previous is None or (requested and ended):
         due = _due(scopes, decision=decision, requested=requested)
         if not due:
-            return Tick(previous, running=False)
+            return previous
         planned = ladder(rehearsal, evidence.production)
         if isinstance(planned, str):
-            return Tick(_status(RehearsalPhase.STOPPED, planned, now=now, scopes=due), running=False)
+            return _status(RehearsalPhase.STOPPED, planned, now=now, scopes=due)
         previous = RehearsalStatus(
             phase=RehearsalPhase.WAITING,
             message="due: production must take the rehearsed scopes' shares first",
@@ -129,16 +129,14 @@ def advance(
             steps=list(planned),
         )
     if previous.phase in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED):
-        return Tick(previous, running=False)
+        return previous
     stopped = _stop_reason(rehearsal, previous, scopes, saturated, now)
     if stopped is not None:
-        return Tick(_finish(rehearsal, previous, RehearsalPhase.STOPPED, stopped, now), running=False)
+        return _finish(rehearsal, previous, RehearsalPhase.STOPPED, stopped, now)
     if previous.phase in (RehearsalPhase.WAITING, RehearsalPhase.STARTING):
         if saturated is not None:
             message = f"waiting: production cannot take the rehearsed scopes' shares ({saturated})"
-            return Tick(
-                previous.model_copy(update={"phase": RehearsalPhase.WAITING, "message": message}), running=False
-            )
+            return previous.model_copy(update={"phase": RehearsalPhase.WAITING, "message": message})
         return _start(previous, router_ready, now)
     return _run(rehearsal, previous, figures, flip, now)
 
@@ -158,27 +156,26 @@ def rehearsing(status: RehearsalStatus | None, *, window: timedelta, now: dateti
     for a window after the rehearsal ended."""
     if status is None:
         return ()
-    if status.phase in (RehearsalPhase.STARTING, RehearsalPhase.RUNNING):
+    if running(status):
         return tuple(status.scopes)
     if status.finished_at is not None and now - status.finished_at < window:
         return tuple(status.scopes)
     return ()
 
 
-def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> Tick:
+def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> RehearsalStatus:
     """Production took the shares: the rehearsal router starts, and the first step once it is ready."""
     if not router_ready:
         update = {
             "phase": RehearsalPhase.STARTING,
             "message": "production takes the rehearsed scopes' shares; the rehearsal router is starting",
         }
-        return Tick(previous.model_copy(update=update), running=True)
+        return previous.model_copy(update=update)
     steps = list(previous.steps)
     steps[0] = steps[0].model_copy(update={"started_at": now})
-    status = previous.model_copy(
+    return previous.model_copy(
         update={"phase": RehearsalPhase.RUNNING, "step": 0, "steps": steps, "message": _running(steps[0], 0, steps)}
     )
-    return Tick(status, running=True)
 
 
 def _run(
@@ -187,12 +184,12 @@ def _run(
     figures: Mapping[Arm, ArmStepFigures] | None,
     flip: RoutingFlip | None,
     now: datetime,
-) -> Tick:
+) -> RehearsalStatus:
     index, steps = previous.step, list(previous.steps)
     current = steps[index]
     assert current.started_at is not None
     if now < current.started_at + step_duration(rehearsal, current):
-        return Tick(previous, running=True)
+        return previous
     found = figures or {}
     steps[index] = current.model_copy(
         update={"speculative": found.get(Arm.SPECULATIVE), "control": found.get(Arm.CONTROL)}
@@ -201,12 +198,11 @@ def _run(
         previous = previous.model_copy(update={"routing_flip": flip})
     if index + 1 == len(steps):
         done = previous.model_copy(update={"steps": steps})
-        return Tick(_finish(rehearsal, done, RehearsalPhase.COMPLETED, "every step ran", now), running=False)
+        return _finish(rehearsal, done, RehearsalPhase.COMPLETED, "every step ran", now)
     steps[index + 1] = steps[index + 1].model_copy(update={"started_at": now})
-    status = previous.model_copy(
+    return previous.model_copy(
         update={"step": index + 1, "steps": steps, "message": _running(steps[index + 1], index + 1, steps)}
     )
-    return Tick(status, running=True)
 
 
 def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
