@@ -18,9 +18,9 @@ from typing import Any
 import aiohttp
 import kopf
 
-from specpilot.api.pilot import GROUP, PLURAL, REHEARSE_ANNOTATION, VERSION
+from specpilot.api.pilot import GROUP, PLURAL, VERSION
 from specpilot.controller.core.observe import ChildSummary, PodView, pod_view, summarize
-from specpilot.controller.core.progress import MANUAL
+from specpilot.controller.core.progress import ACTED_ON
 from specpilot.controller.core.snapshot import Observation
 from specpilot.controller.kube import ApiError
 from specpilot.controller.reconcile import Controller, pilot_ref
@@ -112,7 +112,7 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
         # The operator's own status writes come back as events too; only a new generation matters, or
         # an SRE's manual action.
         meta = kwargs["meta"]
-        manual = any(key in MANUAL or key == REHEARSE_ANNOTATION for key in meta.get("annotations") or {})
+        manual = any(key in ACTED_ON for key in meta.get("annotations") or {})
         controller.wake_for_spec(kwargs["namespace"], kwargs["name"], int(meta.get("generation") or 0), manual)
 
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=30.0)

@@ -35,7 +35,7 @@ from specpilot.controller.core.changes import Apply, changes
 from specpilot.controller.core.decide import Decided, decide, fresh_for, record
 from specpilot.controller.core.measurements import alternative_judged, compared_arm
 from specpilot.controller.core.progress import (
-    MANUAL,
+    ACTED_ON,
     Measured,
     Progress,
     advance_scopes,
@@ -196,7 +196,10 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         paused=saturated is not None,
         rehearsing=rehearsed,
     )
-    evidence = _evidence(snapshot, spec, arms, measured, progress, rehearsal=last_rehearsal, rehearsing=rehearsed)
+    replicas = {plan.arm: len(seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
+    evidence = _evidence(
+        snapshot, spec, arms, measured, progress, replicas=replicas, rehearsal=last_rehearsal, rehearsing=rehearsed
+    )
     decided = decide(
         evidence,
         spec=spec,
@@ -207,8 +210,16 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         rehearsal=last_rehearsal,
         now=now,
     )
-    rehearsal = _rehearsal(snapshot, spec, arms=arms, decided=decided, evidence=evidence, saturated=saturated)
     requested = REHEARSE_ANNOTATION in seen.annotations
+    rehearsal = _rehearsal(
+        snapshot,
+        spec,
+        replicas=replicas,
+        decided=decided,
+        evidence=evidence,
+        saturated=saturated,
+        requested=requested,
+    )
     off = rehearsal.scopes if rehearsal is not None and running(rehearsal) else ()
     routes, table = _routes(ref.name, spec, previous, decided, now, off=off)
     rendered = render(
@@ -263,7 +274,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         applies=applies,
         removes=_leftovers(seen, rendered, keep=_current_load(ref.name, rehearsal)),
         confirm=Confirm(routes.generation, progress.flipped, routers) if progress.flipped else None,
-        clear_annotations=tuple(key for key in (*MANUAL, REHEARSE_ANNOTATION) if key in seen.annotations),
+        clear_annotations=tuple(key for key in ACTED_ON if key in seen.annotations),
         evidence=evidence,
         judged=tuple(
             (status.name, status.last_window.verdict)
@@ -355,12 +366,12 @@ def _evidence(
     measured: Mapping[str, Measured],
     progress: Progress,
     *,
+    replicas: Mapping[Arm, int],
     rehearsal: RehearsalStatus | None,
     rehearsing: Collection[str],
 ) -> Evidence:
     """The evidence store with this tick's judged windows, each with the load its arms ran at (a window
     within which a rehearsal step began or the rehearsal ended is kept out of the bins)."""
-    replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
     off = [status.name for status in progress.scopes if status.weight == 0 or status.name in progress.flipped]
     span = next((item.window for item in measured.values()), None)
     draining = [
@@ -405,13 +416,13 @@ def _rehearsal(
     snapshot: Snapshot,
     spec: SpeculationPilotSpec,
     *,
-    arms: Sequence[ArmPlan],
+    replicas: Mapping[Arm, int],
     decided: Decided,
     evidence: Evidence,
     saturated: str | None,
+    requested: bool,
 ) -> RehearsalStatus | None:
     previous = snapshot.pilot.status.rehearsal if snapshot.pilot.status is not None else None
-    replicas = {plan.arm: len(snapshot.seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
     figures = (
         step_figures(snapshot.measurements, spec, previous, replicas=replicas)
         if previous is not None and previous.phase is RehearsalPhase.RUNNING
@@ -427,7 +438,7 @@ def _rehearsal(
         router_ready=bool(snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)),
         figures=figures,
         flip=_flip(snapshot, spec, previous, figures),
-        requested=REHEARSE_ANNOTATION in snapshot.seen.annotations,
+        requested=requested,
         now=snapshot.now,
     )
 

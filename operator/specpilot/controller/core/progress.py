@@ -22,7 +22,13 @@ from specpilot.analysis.judge import (
 )
 from specpilot.analysis.limits import PressureFlip
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
-from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.pilot import (
+    ABORT_ANNOTATION,
+    ALL_SCOPES,
+    PROMOTE_ANNOTATION,
+    REHEARSE_ANNOTATION,
+    RESUME_ANNOTATION,
+)
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import Analysis, Probes, SpeculationPilotSpec
 from specpilot.api.status import (
@@ -43,6 +49,9 @@ MANUAL = {
     ABORT_ANNOTATION: rollout.Action.ABORT,
     RESUME_ANNOTATION: rollout.Action.RESUME,
 }
+# Every annotation the operator acts on once and then removes: the scopes' manual actions, and the
+# request for a rehearsal.
+ACTED_ON = (*MANUAL, REHEARSE_ANNOTATION)
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,14 @@ from specpilot.api.status import (
     ScopeStatus,
 )
 from specpilot.controller.core.measurements import Measurements
-from specpilot.controller.core.routing import scope_route
+from specpilot.controller.core.routing import reweighted, scope_route
 from specpilot.metrics.samples import arm_requests, finished_at
 from specpilot.wire.names import Arm, rehearsal_pilot
-from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute
+from specpilot.wire.routes import ArmWeights, RoutingTable
 from specpilot.wire.samples import RequestOutcome, RequestSample
 
 REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)
+FLIPPED = ArmWeights(control=100)  # the routing fallback rehearsed: the speculative share on the control arm
 
 
 def running(status: RehearsalStatus | None) -> bool:
@@ -376,25 +377,17 @@ def table(
     """The rehearsal router's table: each rehearsed scope split evenly between the speculative and the
     control arm, or all on the control arm once `flipped` (the routing fallback rehearsed); any other
     request runs ordinary decoding, which for that router is the control arm."""
+    split = [
+        scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True)
+        for scope in spec.scopes
+        if scope.name in scopes
+    ]
     return RoutingTable(
         pilot=rehearsal_pilot(pilot),
         generation=2 if flipped else 1,
         updated_at=now,
         default_scope=spec.router.default_scope if spec.router.default_scope in scopes else None,
-        scopes=tuple(
-            _flipped(scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True))
-            if flipped
-            else scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True)
-            for scope in spec.scopes
-            if scope.name in scopes
-        ),
-    )
-
-
-def _flipped(route: ScopeRoute) -> ScopeRoute:
-    # built anew, not copied, so that the route's validation and lookups see the new weights
-    return ScopeRoute(
-        name=route.name, weights=ArmWeights(control=100), deadline_seconds=route.deadline_seconds, match=route.match
+        scopes=tuple(reweighted(route, FLIPPED) for route in split) if flipped else tuple(split),
     )
 
 

@@ -68,16 +68,18 @@ def table_hash(table: RoutingTable) -> str:
     return content_hash(table.model_dump(mode="json", exclude={"updated_at", "generation"}, exclude_none=True))
 
 
+def reweighted(route: ScopeRoute, weights: ArmWeights) -> ScopeRoute:
+    """The same scope's entry with other weights."""
+    # Built anew rather than copied, so that the route's validation and lookups see the new weights.
+    return ScopeRoute(name=route.name, weights=weights, deadline_seconds=route.deadline_seconds, match=route.match)
+
+
 def ordinary(table: RoutingTable, *, generation: int, now: datetime) -> RoutingTable:
     """The same table with every scope on the baseline: the first step of a teardown."""
-    # Built anew rather than copied, so that the table's validation and lookups see the new weights.
     return RoutingTable(
         pilot=table.pilot,
         generation=generation,
         updated_at=now,
         default_scope=table.default_scope,
-        scopes=tuple(
-            ScopeRoute(name=route.name, weights=ORDINARY, deadline_seconds=route.deadline_seconds, match=route.match)
-            for route in table.scopes
-        ),
+        scopes=tuple(reweighted(route, ORDINARY) for route in table.scopes),
     )
