@@ -477,7 +477,7 @@ def envelope_peak(spec: SpeculationPilotSpec, evidence: Evidence, planned: Rehea
     rehearsal = spec.rehearsal
     if rehearsal is None:
         return None
-    ladder = [step.load for step in planned.steps if not step.burst and not step.flip] if planned else []
+    ladder = [step.load for step in planned.steps if step.on_ladder] if planned else []
     if ladder:
         return max(ladder)
     return rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, evidence.production)

@@ -437,6 +437,13 @@ class RehearsalStep(ApiModel):
     """The burst after the ladder."""
     flip: bool = False
     """The fallback rehearsal at peak: halfway through, the speculative share goes to the control arm."""
+
+    @property
+    def on_ladder(self) -> bool:
+        """One of the ladder's steps (not the burst, nor the routing fallback): what capacity and the
+        peak are read from."""
+        return not self.burst and not self.flip
+
     started_at: datetime | None = None
     """When its load began."""
     speculative: ArmStepFigures | None = None

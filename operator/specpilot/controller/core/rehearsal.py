@@ -238,9 +238,7 @@ def _finish(
     # the ladder's steps: a burst is too short to say what an arm sustains, and the routing fallback
     # moves the speculative share halfway through
     measured = [
-        step
-        for step in status.steps
-        if not step.flip and not step.burst and (step.speculative is not None or step.control is not None)
+        step for step in status.steps if step.on_ladder and (step.speculative is not None or step.control is not None)
     ]
     capacity = {arm: capacity_of(measured, arm, rehearsal.on_time_target) for arm in REHEARSED_ARMS}
     burst = next((step for step in status.steps if step.burst), None)
