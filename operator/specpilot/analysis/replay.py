@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection
-from datetime import timedelta
 from typing import Any
 
 from specpilot.analysis.evidence import Evidence, Lengths
@@ -74,10 +73,6 @@ def replay_workload(
             "output_tokens": _mix_length(found.output_tokens),
         }
         deadline = scope.deadline or spec.router.request_timeout
-        entry["deadline_s"] = _seconds(deadline)
+        entry["deadline_s"] = deadline.total_seconds()
         scopes.append(entry)
     return {"scopes": scopes}, total
-
-
-def _seconds(duration: timedelta) -> float:
-    return duration.total_seconds()

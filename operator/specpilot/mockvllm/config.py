@@ -10,6 +10,7 @@ the mock's own: `--profile`, `--time-scale` and `--admin-port`.
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import json
 import math
@@ -200,24 +201,20 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _float(text: str, *, zero: bool) -> float:
+    """A finite number above 0 (or 0 and above, with `zero`), for argparse."""
+    what = "a number of 0 or more" if zero else "a positive number"
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}") from None
-    if not value > 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
+    if math.isinf(value) or not (value >= 0 if zero else value > 0):
+        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
     return value
 
 
-def _non_negative_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}") from None
-    if not value >= 0 or math.isinf(value):
-        raise argparse.ArgumentTypeError(f"expected a number of 0 or more, got {text!r}")
-    return value
+_positive_float = functools.partial(_float, zero=False)
+_non_negative_float = functools.partial(_float, zero=True)
 
 
 def _json_object(text: str) -> dict[str, Any]:
