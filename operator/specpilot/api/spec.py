@@ -725,6 +725,11 @@ class Rehearsal(ApiModel):
     """How long each step runs; its figures are read over its last analysis window. At least 4 x
     analysis.window for a step to form a load band of its own in the decision. The routing fallback at
     peak runs one more step: halfway through it, the speculative share goes to the control arm."""
+    restart: bool = True
+    """Rehearse the restart fallback too, in one more step at the peak: at its start one speculative
+    replica is replaced by one running ordinary decoding, as falling back means where the service's own
+    pods run the speculative config. Measures its time to Ready and the remaining replicas' on-time
+    completions meanwhile."""
     burst: Burst | None = None
     """A burst after the ladder (none unless set)."""
     max_duration: Annotated[Duration, duration_within("1m", "24h")] = Duration("1h")
@@ -831,11 +836,12 @@ REHEARSAL_STEP_SPANS_WINDOW = Rule(
 REHEARSAL_FITS_CAP = Rule(
     cel=(
         "!has(self.rehearsal) || duration(self.rehearsal.maxDuration).getSeconds() >= "
-        "(self.rehearsal.steps + 1) * duration(self.rehearsal.stepDuration).getSeconds()"
+        "(self.rehearsal.steps + (has(self.rehearsal.restart) && !self.rehearsal.restart ? 1 : 2))"
+        " * duration(self.rehearsal.stepDuration).getSeconds()"
         " + (has(self.rehearsal.burst) ? duration(self.rehearsal.burst.duration).getSeconds() : 0)"
     ),
-    message="must be at least (steps + 1) x stepDuration (+ burst.duration): the planned rehearsal (the ladder, "
-    "the burst and the routing fallback at peak) must fit its cap",
+    message="must be at least (steps + 2) x stepDuration (+ burst.duration; steps + 1 without restart): the "
+    "planned rehearsal (the ladder, the burst, the routing and the restart fallback at peak) must fit its cap",
     field_path=".rehearsal.maxDuration",
 )
 CONTROL_LABELS_GIVEN = Rule(

@@ -408,7 +408,7 @@ class ArmStepFigures(ApiModel):
     """Share of requests that completed within their scope's deadline."""
     peak_kv_usage: float | None = None
     """Highest KV-cache usage of the arm's pods (0-1)."""
-    preemptions: Count = 0
+    preemptions: Count | None = None
     """Requests the arm's engines preempted."""
 
 
@@ -428,6 +428,40 @@ class RoutingFlip(ApiModel):
     """Requests on the control arm that finished after the flip."""
 
 
+class RestartFallback(ApiModel):
+    """The fallback rehearsed at peak where falling back means a restart: one speculative replica
+    replaced by one running ordinary decoding."""
+
+    at: datetime
+    """When the replica was taken down and its ordinary-decoding replacement created."""
+    ready_at: datetime | None = None
+    """When the replacement became Ready; absent while it was not, within the step."""
+    seconds_to_ready: float | None = None
+    """From `at` to `readyAt`."""
+    requests: Count = 0
+    """Requests on the speculative arm that finished between `at` and the replacement's readiness (or the
+    step's end): the remaining replicas', and those the restart interrupted."""
+    missed: Count = 0
+    """Those that timed out or missed their deadline."""
+    on_time: float | None = None
+    """The share of them that completed within their deadline."""
+    fell_back: Count = 0
+    """Requests of the speculative share sent to the control arm meanwhile, as no speculative replica
+    was ready."""
+
+
+class ScopeStepFigures(ApiModel):
+    """One rehearsed scope's figures over a step's last analysis window, per arm. What the scopes share
+    is the arm's alone: whether it kept up with the step's load, its KV usage and preemptions."""
+
+    name: Annotated[str, StringConstraints(max_length=63)]
+    """The scope."""
+    speculative: ArmStepFigures | None = None
+    """Its requests on the speculative arm."""
+    control: ArmStepFigures | None = None
+    """Its requests on the control arm."""
+
+
 class RehearsalStep(ApiModel):
     """One step of the ladder: its planned load and, once it ran, what each arm did."""
 
@@ -436,13 +470,15 @@ class RehearsalStep(ApiModel):
     burst: bool = False
     """The burst after the ladder."""
     flip: bool = False
-    """The fallback rehearsal at peak: halfway through, the speculative share goes to the control arm."""
+    """The routing fallback at peak: halfway through, the speculative share goes to the control arm."""
+    restart: bool = False
+    """The restart fallback at peak: at its start, one speculative replica restarts as ordinary decoding."""
 
     @property
     def on_ladder(self) -> bool:
-        """One of the ladder's steps (not the burst, nor the routing fallback): what capacity and the
-        peak are read from."""
-        return not self.burst and not self.flip
+        """One of the ladder's steps (not the burst, nor a fallback): what capacity and the peak are
+        read from."""
+        return not self.burst and not self.flip and not self.restart
 
     started_at: datetime | None = None
     """When its load began."""
@@ -450,6 +486,8 @@ class RehearsalStep(ApiModel):
     """The speculative arm's figures over the step's last analysis window."""
     control: ArmStepFigures | None = None
     """The control arm's."""
+    scopes: Annotated[list[ScopeStepFigures], Field(max_length=16)] = []
+    """Each scope's figures, when more than one was rehearsed."""
 
 
 class RehearsalStatus(ApiModel):
@@ -468,9 +506,9 @@ class RehearsalStatus(ApiModel):
     production meanwhile."""
     step: Count = 0
     """Index of the current (or last) step."""
-    steps: Annotated[list[RehearsalStep], Field(max_length=14)] = []
-    """The ladder, the burst, then the routing fallback at peak: planned loads, and each step's
-    figures once it ran."""
+    steps: Annotated[list[RehearsalStep], Field(max_length=15)] = []
+    """The ladder, the burst, then the routing and the restart fallback at peak: planned loads, and
+    each step's figures once it ran."""
     speculative_capacity: float | None = None
     """Highest step load (requests per second per replica) at which the speculative arm kept up and
     completed at least rehearsal.onTimeTarget of its requests on time; absent when no step met it."""
@@ -478,6 +516,8 @@ class RehearsalStatus(ApiModel):
     """The same for the control arm (ordinary decoding at the same size)."""
     routing_flip: RoutingFlip | None = None
     """The routing fallback rehearsed at peak, once its step ran."""
+    restart_fallback: RestartFallback | None = None
+    """The restart fallback rehearsed at peak, once its step ran."""
 
 
 class SpeculationPilotStatus(ApiModel):

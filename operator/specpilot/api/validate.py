@@ -208,7 +208,7 @@ def _rehearsal_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
         yield _problem("spec.rehearsal.peak", PEAK_ONE_SOURCE)
     if rehearsal.step_duration < spec.analysis.window:
         yield _problem("spec.rehearsal.stepDuration", REHEARSAL_STEP_SPANS_WINDOW)
-    planned = rehearsal.step_duration * (rehearsal.steps + 1) + (
+    planned = rehearsal.step_duration * (rehearsal.steps + (2 if rehearsal.restart else 1)) + (
         rehearsal.burst.duration if rehearsal.burst else timedelta()
     )
     if rehearsal.max_duration < planned:

@@ -173,16 +173,62 @@ REHEARSED_ARMS = ("speculative", "control")
 def _kind(step: Json) -> str:
     if step.get("burst"):
         return " (burst)"
-    return " (routing fallback: flipped halfway)" if step.get("flip") else ""
+    if step.get("flip"):
+        return " (routing fallback: flipped halfway)"
+    return " (restart fallback: a replica restarted)" if step.get("restart") else ""
+
+
+def _fallbacks(found: Json) -> list[str]:
+    """Both fallbacks rehearsed at peak, with what they cost."""
+    lines = []
+    flip = found.get("routingFlip")
+    if flip is not None:
+        recovery = (
+            f"recovered in {_f(flip.get('recoverySeconds'))} s"
+            if flip.get("recovered")
+            else "not recovered by the step's end"
+        )
+        lines.append(
+            f"- Routing fallback (the speculative share flipped to the control arm at {flip['at']}): {recovery}; "
+            f"{flip.get('missed', 0)} of {flip.get('requests', 0)} requests on the control arm late meanwhile."
+        )
+    restart = found.get("restartFallback")
+    if restart is not None:
+        ready = (
+            f"Ready in {_f(restart['secondsToReady'])} s"
+            if restart.get("secondsToReady") is not None
+            else "not Ready by the step's end"
+        )
+        lines.append(
+            f"- Restart fallback (a speculative replica restarted as ordinary decoding at {restart['at']}): {ready}; "
+            f"meanwhile {restart.get('missed', 0)} of {restart.get('requests', 0)} requests on the speculative arm "
+            f"missed their deadline (on time {_f(restart.get('onTime'), '.1%')}), "
+            f"{restart.get('fellBack', 0)} went to the control arm as no speculative replica was ready."
+        )
+    return [*lines, ""] if lines else []
+
+
+def _step_row(label: str, load: float, arm: str, f: Json) -> str:
+    kept = {True: "yes", False: "no"}.get(f.get("keptUp"), "")
+    tpct = f.get("timePerCommittedToken")
+    return (
+        f"| {label} | {_f(load)} | {arm} | "
+        f"{_f(f.get('completedPerReplica'))} | {kept} | {_f(f.get('onTime'), '.1%')} | "
+        f"{_f(f.get('ttftP50'), '.3f')} / {_f(f.get('ttftP99'), '.3f')} | {_f(f.get('endToEndP95'), '.2f')} | "
+        f"{_f(tpct * 1000 if tpct is not None else None, '.1f')} | {_f(f.get('timeoutShare'), '.1%')} | "
+        f"{_f(f.get('rejectionShare'), '.1%')} | {_f(f.get('peakKvUsage'), '.0%')} | "
+        f"{_f(f.get('preemptions'), 'd')} |"
+    )
 
 
 def _rehearsal(report: Json) -> list[str]:
-    """The peak rehearsal: each arm's capacity, and each step's figures per arm."""
+    """The peak rehearsal: each arm's capacity, each step's figures per arm (and scope), and both
+    fallbacks rehearsed at peak."""
     found = report.get("rehearsal")
     if not found:
         return []
     lines = [
-        "## Peak rehearsal",
+        "## Peak and fallback rehearsal",
         "",
         f"{found['phase']}: {found['message']}",
         "",
@@ -200,20 +246,12 @@ def _rehearsal(report: Json) -> list[str]:
     ]
     for index, step in enumerate(found.get("steps", []), start=1):
         for arm in REHEARSED_ARMS:
-            f = step.get(arm)
-            if f is None:
-                continue
-            kept = {True: "yes", False: "no"}.get(f.get("keptUp"), "")
-            tpct = f.get("timePerCommittedToken")
-            lines.append(
-                f"| {index}{_kind(step)} | {_f(step['load'])} | {arm} | "
-                f"{_f(f.get('completedPerReplica'))} | {kept} | {_f(f.get('onTime'), '.1%')} | "
-                f"{_f(f.get('ttftP50'), '.3f')} / {_f(f.get('ttftP99'), '.3f')} | {_f(f.get('endToEndP95'), '.2f')} | "
-                f"{_f(tpct * 1000 if tpct is not None else None, '.1f')} | {_f(f.get('timeoutShare'), '.1%')} | "
-                f"{_f(f.get('rejectionShare'), '.1%')} | {_f(f.get('peakKvUsage'), '.0%')} | "
-                f"{_f(f.get('preemptions'), 'd')} |"
-            )
-    return [*lines, ""]
+            if step.get(arm) is not None:
+                lines.append(_step_row(f"{index}{_kind(step)}", step["load"], arm, step[arm]))
+            for scope in step.get("scopes", []):
+                if scope.get(arm) is not None:
+                    lines.append(_step_row(f"{index}", step["load"], f"{arm}: {scope['name']}", scope[arm]))
+    return [*lines, "", *_fallbacks(found)]
 
 
 def markdown(report: Json, plots: Sequence[str]) -> str:

@@ -220,18 +220,21 @@ def share_plot(report: Json, plt: Any) -> Any:
 
 
 def rehearsal_plot(report: Json, plt: Any) -> Any:
-    """The peak rehearsal's steps per arm: on-time share and TTFT p99 against the step's load; None
-    without a measured step."""
-    steps = [step for step in (report.get("rehearsal") or {}).get("steps", []) if step.get("speculative")]
+    """The peak rehearsal's ladder per arm: on-time share and TTFT p99 against the step's load, and the
+    burst apart (x); None without a measured step. The fallbacks' steps are in the report's text."""
+    found = (report.get("rehearsal") or {}).get("steps", [])
+    steps = [s for s in found if s.get("speculative") and not (s.get("burst") or s.get("flip") or s.get("restart"))]
     if not steps:
         return None
+    bursts = [step for step in found if step.get("burst")]
     fig, (on_time, ttft) = plt.subplots(1, 2, figsize=(11, 4.5))
     for arm in ("speculative", "control"):
-        measured = [(step["load"], step[arm]) for step in steps if step.get(arm)]
-        loads = [load for load, _ in measured]
-        shown = [f["onTime"] if f.get("keptUp") else 0.0 for _, f in measured]
-        on_time.plot(loads, shown, marker="o", color=COLORS[arm], label=arm)
-        ttft.plot(loads, [f.get("ttftP99") for _, f in measured], marker="o", color=COLORS[arm], label=arm)
+        for marker, shown_steps, label in (("o", steps, arm), ("x", bursts, None)):
+            measured = [(step["load"], step[arm]) for step in shown_steps if step.get(arm)]
+            loads = [load for load, _ in measured]
+            shown = [f["onTime"] if f.get("keptUp") else 0.0 for _, f in measured]
+            on_time.plot(loads, shown, marker=marker, color=COLORS[arm], label=label)
+            ttft.plot(loads, [f.get("ttftP99") for _, f in measured], marker=marker, color=COLORS[arm], label=label)
         capacity = report["rehearsal"].get(f"{arm}Capacity")
         if capacity is not None:
             on_time.axvline(capacity, color=COLORS[arm], linestyle=":", linewidth=0.8)
@@ -241,7 +244,7 @@ def rehearsal_plot(report: Json, plt: Any) -> Any:
     for ax in (on_time, ttft):
         ax.set_xlabel(LOAD_AXIS)
         ax.legend(loc="best", fontsize=8)
-    fig.suptitle("Peak rehearsal: each step's last window per arm (dotted: each arm's capacity)")
+    fig.suptitle("Peak rehearsal: each step's last window per arm (x: the burst; dotted: each arm's capacity)")
     return fig
 
 

@@ -19,9 +19,9 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from specpilot.router.core.decide import Endpoint, Fallback, Routes
+from specpilot.router.core.decide import Endpoint, Routes
 from specpilot.wire.names import Arm
-from specpilot.wire.samples import RequestOutcome, RequestSample
+from specpilot.wire.samples import Fallback, RequestOutcome, RequestSample
 
 _K = TypeVar("_K", bound=tuple[str, ...])
 

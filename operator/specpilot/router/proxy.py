@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from specpilot.router.core.decide import UNAVAILABLE, Endpoint, Fallback, affinity_draw, choose_arm, classify_scope
+from specpilot.router.core.decide import UNAVAILABLE, Endpoint, affinity_draw, choose_arm, classify_scope
 from specpilot.router.core.measure import StreamMeter, usage_tokens
 from specpilot.router.core.outcome import Facts, Failure, StreamEnd, other_status_label, request_outcome
 from specpilot.router.core.samples import SampleLog
@@ -30,7 +30,7 @@ from specpilot.router.server import ERROR_TYPES, ClientConnection, Request
 from specpilot.router.upstream import UpstreamConnection, UpstreamPool
 from specpilot.wire.names import SCOPE_HEADER, Arm
 from specpilot.wire.routerconfig import RouterConfig
-from specpilot.wire.samples import RequestSample, deadline_met
+from specpilot.wire.samples import Fallback, RequestSample, deadline_met
 
 log = logging.getLogger("specpilot.router")
 

@@ -23,6 +23,7 @@ ENGINE_COMPONENT = "engine"
 ROUTER_COMPONENT = "router"
 REHEARSAL_ROUTER_COMPONENT = "rehearsal-router"  # the peak rehearsal's own router
 REHEARSAL_LOAD_COMPONENT = "rehearsal-load"  # the load generator Job of a rehearsal step
+REHEARSAL_RESTART_COMPONENT = "rehearsal-restart"  # a speculative replica restarted as ordinary decoding
 
 # Request header naming a scope explicitly (header names are case-insensitive).
 SCOPE_HEADER = "x-specpilot-scope"
@@ -95,6 +96,11 @@ def rehearsal_pilot(pilot: str) -> str:
 def rehearsal_step_name(pilot: str, step: int) -> str:
     """Name of the load generator Job of a rehearsal step."""
     return f"{rehearsal_pilot(pilot)}-{step}"
+
+
+def rehearsal_restart_name(pilot: str) -> str:
+    """Name of the Deployment of the replica the restart fallback brings up as ordinary decoding."""
+    return f"{rehearsal_pilot(pilot)}-restart"
 
 
 def pilot_labels(pilot: str) -> dict[str, str]:

@@ -32,6 +32,18 @@ _T = TypeVar("_T")
 _E = TypeVar("_E", bound=StrEnum)
 
 
+class Fallback(StrEnum):
+    """Why a scope runs ordinary decoding although the table says otherwise."""
+
+    TABLE_MISSING = "table_missing"
+    TABLE_INVALID = "table_invalid"
+    TABLE_STALE = "table_stale"
+    SPECULATIVE_UNAVAILABLE = "speculative_unavailable"
+    CONTROL_UNAVAILABLE = "control_unavailable"
+    ALTERNATIVE_UNAVAILABLE = "alternative_unavailable"
+    BASELINE_UNAVAILABLE = "baseline_unavailable"  # only where the baseline is not the ordinary arm
+
+
 class RequestOutcome(StrEnum):
     """How a request ended, as the arm it went to is judged."""
 

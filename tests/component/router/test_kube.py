@@ -16,11 +16,12 @@ from aiohttp import web
 from tests.component.router.conftest import Harness
 
 from specpilot.kubeaccess import KubeAccess
-from specpilot.router.core.decide import Endpoint, Fallback
+from specpilot.router.core.decide import Endpoint
 from specpilot.router.core.state import RouterState
 from specpilot.router.kube import ClusterSource, Reflector
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
+from specpilot.wire.samples import Fallback
 
 NS = "ns1"
 _DROP = {"drop": True}

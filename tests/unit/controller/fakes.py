@@ -43,6 +43,7 @@ from specpilot.wire.names import (
     MEASURED_ARMS,
     PILOT_LABEL,
     REHEARSAL_LOAD_COMPONENT,
+    REHEARSAL_RESTART_COMPONENT,
     Arm,
     rehearsal_pilot,
     routes_name,
@@ -262,6 +263,8 @@ class Harness:
         self.seq = itertools.count(1)
         self.ready_pods = False
         self.pod_ips: dict[str, str] = {}
+        self.pods_seen: dict[str, datetime] = {}  # when each pod was first observed
+        self.restart_seconds = 0.0  # how long a replica the restart fallback brings up takes to be Ready
         self.evidence: ConfigMapEvidence | MemoryEvidence = (
             MemoryEvidence(self.kube.calls) if evidence_in_memory else ConfigMapEvidence(self.kube)
         )
@@ -332,10 +335,19 @@ class Harness:
                 component = labels.get(ARM_LABEL) or (
                     labels[COMPONENT_LABEL] if labels.get(COMPONENT_LABEL) in ROUTER_COMPONENTS else ""
                 )
+                role = labels.get(COMPONENT_LABEL, "")
                 for index in range(replicas):
                     pod = f"{name}-{index}"
                     ip = self.pod_ips.setdefault(pod, f"198.18.0.{len(self.pod_ips) + 1}")
-                    pods.append(PodView(pod, component, (), ip if self.ready_pods else None))
+                    since = self.pods_seen.setdefault(pod, self.clock.now) + timedelta(
+                        seconds=self.restart_seconds if role == REHEARSAL_RESTART_COMPONENT else 0
+                    )
+                    ready = self.ready_pods and since <= self.clock.now
+                    pods.append(
+                        PodView(
+                            pod, component, (), ip if ready else None, role=role, ready_since=since if ready else None
+                        )
+                    )
             children[(kind, name)] = summarize(body)
         annotations = dict(self.body["metadata"].get("annotations") or {})
         return Observation(children=children, pods=tuple(pods), annotations=annotations)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -12,6 +13,7 @@ from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.spec import Burst, Peak, Rehearsal, SpeculationPilotSpec
 from specpilot.api.status import ArmStepFigures, RehearsalPhase, RehearsalStatus, RehearsalStep
 from specpilot.controller.core.rehearsal import arm_figures, capacity_of, ladder
+from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.controller.fakes import Harness, Json, pilot_doc
@@ -31,9 +33,11 @@ def test_the_ladder_climbs_evenly_from_productions_median_to_its_peak_then_burst
     steps = ladder(Rehearsal(peak=Peak(production_factor=2.0), steps=4, burst=Burst(factor=1.5)), observed)
     assert not isinstance(steps, str)
     loads = [step.load for step in steps]
-    assert [step.burst for step in steps] == [False, False, False, False, True, False]
-    assert [step.flip for step in steps] == [False] * 5 + [True]  # the routing fallback, at the peak
-    assert loads[5] == loads[3]
+    assert [step.burst for step in steps] == [False, False, False, False, True, False, False]
+    assert [step.flip for step in steps] == [False] * 5 + [True, False]  # the routing fallback, at the peak
+    assert [step.restart for step in steps] == [False] * 6 + [True]  # then the restart fallback
+    assert loads[5] == loads[6] == loads[3]
+    assert [step.on_ladder for step in steps] == [True] * 4 + [False] * 3
     median, highest = loads[0], loads[3]
     assert 2.0 <= median <= 2.0 * 2 ** (1 / 4)  # the upper edge of the median's bin
     assert 7.8 <= highest <= 8.0 + 1e-3  # twice the upper edge of the highest bin
@@ -42,13 +46,13 @@ def test_the_ladder_climbs_evenly_from_productions_median_to_its_peak_then_burst
 
 
 def test_a_peak_given_per_replica_needs_no_production_record_and_a_relative_one_does() -> None:
-    steps = ladder(Rehearsal(peak=Peak(per_replica=9.0), steps=3, burst=None), {})
+    steps = ladder(Rehearsal(peak=Peak(per_replica=9.0), steps=3, burst=None, restart=False), {})
     assert not isinstance(steps, str)
     assert [step.load for step in steps] == [3.0, 6.0, 9.0, 9.0]
     assert "never measured" in str(ladder(Rehearsal(peak=Peak(production_factor=2.0)), {}))
     # a peak below production's median: the ladder does not climb down
     low = ladder(Rehearsal(peak=Peak(per_replica=1.0), steps=2, burst=None), production(4.0))
-    assert not isinstance(low, str) and [step.load for step in low] == [1.0, 1.0, 1.0]
+    assert not isinstance(low, str) and [step.load for step in low] == [1.0, 1.0, 1.0, 1.0]
 
 
 def figures(on_time: float | None, *, kept_up: bool = True) -> ArmStepFigures:
@@ -151,8 +155,8 @@ async def test_after_the_decision_the_rehearsal_climbs_its_ladder_on_its_own_rou
             break
     rehearsal = h.status()["rehearsal"]
     assert rehearsal["phase"] == "Completed", rehearsal
-    assert sorted(set(seen_loads)) == [f"demo-rehearsal-{index}" for index in range(4)]
-    steps = rehearsal["steps"][:3]  # the ladder; the last step is the routing fallback
+    assert sorted(set(seen_loads)) == [f"demo-rehearsal-{index}" for index in range(5)]
+    steps = rehearsal["steps"][:3]  # the ladder; then the routing and the restart fallback
     measured = [step["control"]["completedPerReplica"] for step in steps]
     assert measured == pytest.approx([step["load"] for step in steps], rel=0.15)
     assert [step["speculative"]["onTime"] >= 0.99 for step in steps] == [True, True, False]
@@ -168,7 +172,7 @@ async def test_after_the_decision_the_rehearsal_climbs_its_ladder_on_its_own_rou
     table = h.table()
     assert table is not None and all(route.weights.speculative == 33 for route in table.scopes)
     reasons = h.reasons()
-    assert reasons.count("RehearsalStep") == 4 and reasons.count("RehearsalCompleted") == 1
+    assert reasons.count("RehearsalStep") == 5 and reasons.count("RehearsalCompleted") == 1
     assert "RehearsalStopped" not in reasons
     # the routing fallback at the peak: the control arm takes twice the peak, past its capacity
     flip = rehearsal["routingFlip"]
@@ -196,6 +200,51 @@ async def test_the_routing_fallback_at_peak_flips_the_rehearsal_table_and_times_
     assert "recovered in 0 s" in rehearsal["message"]
     # the flip step is not a ladder step: capacity comes from the ladder
     assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["load"]
+
+
+async def test_the_restart_fallback_at_peak_replaces_a_speculative_replica_and_times_its_readiness() -> None:
+    h = Harness(rehearsed_doc())
+    h.restart_seconds = 15.0  # the replacement loads its model for this long
+    await decided(h)
+    during: list[tuple[int, bool]] = []
+    for _ in range(40):
+        await h.step(10)
+        rehearsal = h.status()["rehearsal"]
+        if rehearsal["phase"] == "Running" and rehearsal["steps"][rehearsal["step"]].get("restart"):
+            speculative = h.children()[("Deployment", "demo-speculative")]["spec"]["replicas"]
+            during.append((speculative, ("Deployment", "demo-rehearsal-restart") in h.children()))
+        if rehearsal["phase"] == "Completed":
+            break
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Completed", rehearsal
+    # while it runs, one speculative replica fewer and one ordinary-decoding replica in its place
+    assert during and set(during) == {(0, True)}, during
+    restart = h.children().get(("Deployment", "demo-rehearsal-restart"))
+    assert restart is None, "the replacement goes with the rehearsal"
+    assert h.children()[("Deployment", "demo-speculative")]["spec"]["replicas"] == 1
+    fallback = rehearsal["restartFallback"]
+    assert fallback["secondsToReady"] == pytest.approx(15.0, abs=10.0), fallback
+    assert fallback["requests"] > 0 and fallback["missed"] == 0 and fallback["onTime"] == 1.0
+    assert "restarted as ordinary decoding was Ready in" in rehearsal["message"]
+    # two scopes rehearsed: each step has each scope's figures besides the arm's
+    step = rehearsal["steps"][0]
+    assert [scope["name"] for scope in step["scopes"]] == ["chat", "code"]
+    assert sum(scope["speculative"]["requests"] for scope in step["scopes"]) == step["speculative"]["requests"]
+    assert "keptUp" not in step["scopes"][0]["speculative"] and "peakKvUsage" not in step["scopes"][0]["speculative"]
+    # the restart step is not a ladder step: capacity comes from the ladder
+    assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["load"]
+
+
+def test_the_replacement_replica_runs_the_control_arms_engine_under_the_speculative_arms_label() -> None:
+    spec = SpeculationPilotSpec.from_wire(rehearsed_doc()["spec"])
+    ref = PilotRef(name="demo", namespace="team-a", uid="u")
+    restart = render_restart(ref, spec)
+    control = render_arm(ref, spec, Arm.CONTROL).deployment
+    assert restart["spec"]["template"]["spec"] == control["spec"]["template"]["spec"]
+    labels = restart["spec"]["template"]["metadata"]["labels"]
+    assert labels["specpilot.io/arm"] == "speculative" and labels["app.kubernetes.io/component"] == "rehearsal-restart"
+    assert restart["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert "--speculative-config" not in json.dumps(restart)
 
 
 async def test_a_flip_during_the_rehearsal_stops_it_at_once_and_removes_its_load() -> None:
@@ -231,7 +280,7 @@ async def test_a_saturated_production_holds_the_rehearsal_before_it_moves_any_sh
 
 
 async def test_the_cap_stops_a_rehearsal_whatever_step_it_is_on() -> None:
-    h = Harness(rehearsed_doc(stepDuration="2m", maxDuration="8m"))
+    h = Harness(rehearsed_doc(stepDuration="2m", maxDuration="10m"))
     await decided(h)
     for _ in range(60):
         await h.step(10)
@@ -239,7 +288,7 @@ async def test_the_cap_stops_a_rehearsal_whatever_step_it_is_on() -> None:
             break
     rehearsal = h.status()["rehearsal"]
     assert rehearsal["phase"] == "Stopped" and "maxDuration" in rehearsal["message"], rehearsal
-    started = h.clock.now - timedelta(minutes=8)
+    started = h.clock.now - timedelta(minutes=10)
     assert rehearsal["startedAt"] <= (started + timedelta(seconds=20)).isoformat().replace("+00:00", "Z")
 
 
@@ -266,7 +315,7 @@ async def test_a_restarted_operator_resumes_the_step_it_was_on_without_a_second_
         if h.status()["rehearsal"]["phase"] == "Completed":
             break
     assert h.status()["rehearsal"]["phase"] == "Completed"
-    assert h.reasons().count("RehearsalStep") == 4 and h.reasons().count("RehearsalCompleted") == 1
+    assert h.reasons().count("RehearsalStep") == 5 and h.reasons().count("RehearsalCompleted") == 1
 
 
 async def test_deleting_the_pilot_mid_rehearsal_removes_its_router_and_load_with_the_arms() -> None:

@@ -262,14 +262,38 @@ def test_a_rehearsal_in_status_is_reported_with_each_arms_capacity_and_a_plot(
             "steps": steps,
             "speculativeCapacity": 4.0,
             "controlCapacity": 2.0,
+            "routingFlip": {
+                "at": "2026-12-01T12:03:30Z",
+                "recovered": True,
+                "recoverySeconds": 4.5,
+                "missed": 3,
+                "requests": 120,
+            },
+            "restartFallback": {
+                "at": "2026-12-01T12:04:00Z",
+                "readyAt": "2026-12-01T12:04:42Z",
+                "secondsToReady": 42.0,
+                "requests": 80,
+                "missed": 2,
+                "onTime": 0.975,
+                "fellBack": 0,
+            },
         }
     }
+    steps[0]["scopes"] = [
+        {"name": name, "speculative": {"requests": 50, "onTime": on_time}}
+        for name, on_time in (("a", 1.0), ("b", 0.98))
+    ]
     folder = write_package(doc, evidence, tmp_path / "pkg")
     md = (folder / "report.md").read_text()
-    assert "## Peak rehearsal" in md
+    assert "## Peak and fallback rehearsal" in md
     assert "- Speculative arm's capacity: 4.00 requests/s per replica" in md
     assert "- Control arm's capacity: 2.00 requests/s per replica" in md
     assert "| 3 | 6.00 | speculative | 3.00 | no | 90.0% |" in md
+    assert "| 1 | 2.00 | speculative: b | n/a |  | 98.0% |" in md  # each scope's figures, when several ran
+    assert "- Routing fallback (the speculative share flipped to the control arm at 2026-12-01T12:03:30Z): " in md
+    assert "recovered in 4.50 s; 3 of 120 requests on the control arm late meanwhile." in md
+    assert "restarted as ordinary decoding at 2026-12-01T12:04:00Z): Ready in 42.00 s; meanwhile 2 of 80" in md
     png = folder / "plots/rehearsal.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
     assert json.loads((folder / "report.json").read_text())["rehearsal"]["controlCapacity"] == 2.0

@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.router.core.decide import Endpoint, Fallback
+from specpilot.router.core.decide import Endpoint
 from specpilot.router.core.state import ENDPOINTS, TABLE, RouterState
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
+from specpilot.wire.samples import Fallback
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 B1, B2, S1 = Endpoint("10.0.0.1", 8000), Endpoint("10.0.0.2", 8000), Endpoint("10.0.0.9", 8000)

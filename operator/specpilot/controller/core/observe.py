@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from specpilot.controller.core.status import DeploymentState, PodTrouble
@@ -84,13 +85,32 @@ class PodView:
     component: str  # an Arm value, or "router"
     troubles: tuple[PodTrouble, ...]
     ready_ip: str | None  # set while the pod is Ready and not being deleted
+    role: str = ""  # its component label: an engine, a router, a rehearsal's restarted replica
+    ready_since: datetime | None = None  # when it last became Ready, while it is
 
 
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta, status = body.get("metadata") or {}, body.get("status") or {}
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
-    ip = status.get("podIP") if ready and not meta.get("deletionTimestamp") else None
-    return PodView(name=str(meta.get("name", "")), component=_component(meta), troubles=pod_troubles(body), ready_ip=ip)
+    ready = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Ready" and c.get("status") == "True"), None
+    )
+    ip = status.get("podIP") if ready is not None and not meta.get("deletionTimestamp") else None
+    since = ready.get("lastTransitionTime") if ready is not None else None
+    return PodView(
+        name=str(meta.get("name", "")),
+        component=_component(meta),
+        troubles=pod_troubles(body),
+        ready_ip=ip,
+        role=str((meta.get("labels") or {}).get(COMPONENT_LABEL, "")),
+        ready_since=_timestamp(since) if ip and isinstance(since, str) else None,
+    )
+
+
+def _timestamp(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text)
+    except ValueError:
+        return None
 
 
 def _component(meta: Mapping[str, Any]) -> str:

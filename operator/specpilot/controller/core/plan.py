@@ -17,15 +17,11 @@ from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.quality import probe_check, webhook_check
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
-from specpilot.api.pilot import REHEARSE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
-    ArmStepFigures,
-    RehearsalPhase,
     RehearsalStatus,
     RoutesStatus,
-    RoutingFlip,
     ScopeStatus,
     SpeculationPilotStatus,
     Verdict,
@@ -44,43 +40,26 @@ from specpilot.controller.core.progress import (
     production_saturation,
     warm,
 )
-from specpilot.controller.core.rehearsal import advance as advance_rehearsal
-from specpilot.controller.core.rehearsal import events as rehearsal_events
-from specpilot.controller.core.rehearsal import (
-    flipped_at,
-    rehearsing,
-    routing_flip,
-    running,
-    step_duration,
-    step_figures,
-    step_rate,
-)
-from specpilot.controller.core.rehearsal import mix as rehearsal_mix
-from specpilot.controller.core.rehearsal import table as rehearsal_table
+from specpilot.controller.core.rehearsal import rehearsing
+from specpilot.controller.core.rehearse import leftovers, load_changed_at, rehearsal_children, rehearsal_tick
 from specpilot.controller.core.render import (
     ArmPlan,
-    Json,
     PilotRef,
-    Rendered,
     arms_of,
     content_hash,
     render,
     render_arm,
-    render_rehearsal,
     render_routes_configmap,
-    render_step_load,
 )
 from specpilot.controller.core.routing import ordinary, routing_table, table_hash
-from specpilot.controller.core.snapshot import Observation, Snapshot
+from specpilot.controller.core.snapshot import Child, Observation, Snapshot
 from specpilot.controller.core.status import Observed, carry_scopes, invalid_status, reconciled_status
 from specpilot.wire.names import (
-    COMPONENT_LABEL,
     REHEARSAL_LOAD_COMPONENT,
     REHEARSAL_ROUTER_COMPONENT,
     ROUTER_COMPONENT,
     Arm,
     arm_name,
-    rehearsal_step_name,
     router_name,
     routes_name,
 )
@@ -210,24 +189,23 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         rehearsal=last_rehearsal,
         now=now,
     )
-    requested = REHEARSE_ANNOTATION in seen.annotations
-    rehearsal = _rehearsal(
+    rehearsal = rehearsal_tick(
         snapshot,
         spec,
         replicas=replicas,
-        decided=decided,
+        scopes=decided.scopes,
+        decision=decided.decision,
         evidence=evidence,
         saturated=saturated,
-        requested=requested,
     )
-    off = rehearsal.scopes if rehearsal is not None and running(rehearsal) else ()
-    routes, table = _routes(ref.name, spec, previous, decided, now, off=off)
+    routes, table = _routes(ref.name, spec, previous, decided, now, off=rehearsal.off)
     rendered = render(
         ref,
         spec,
         table=table,
         router_image=snapshot.router_image,
-        extra=_rehearsal_objects(snapshot, spec, evidence, rehearsal),
+        extra=rehearsal.objects,
+        restarting=rehearsal.restarting,
     )
     applies, restored = changes(
         rendered,
@@ -257,12 +235,11 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
             *progress.events,
             *restored,
             *decided.events,
-            *rehearsal_events(last_rehearsal, rehearsal),
-            *(_rehearse_refused(spec, last_rehearsal, rehearsal, now) if requested else ()),
+            *rehearsal.events,
         ],
         fallbacks=progress.fallbacks,
         decision=decided.decision,
-        rehearsal=rehearsal,
+        rehearsal=rehearsal.status,
         saturated=saturated,
         now=now,
     )
@@ -272,7 +249,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         status_changed=landed.status != previous,
         events=landed.events,
         applies=applies,
-        removes=_leftovers(seen, rendered, keep=_current_load(ref.name, rehearsal)),
+        removes=leftovers(seen, rendered.objects, keep=rehearsal.keep),
         confirm=Confirm(routes.generation, progress.flipped, routers) if progress.flipped else None,
         clear_annotations=tuple(key for key in ACTED_ON if key in seen.annotations),
         evidence=evidence,
@@ -394,135 +371,8 @@ def _evidence(
         replicas=replicas,
         flipped=progress.flipped,
         draining=draining,
-        load_changed_at=_load_changed_at(rehearsal, spec, snapshot.now),
+        load_changed_at=load_changed_at(rehearsal, spec, snapshot.now),
         rehearsing=rehearsing,
-    )
-
-
-def _load_changed_at(rehearsal: RehearsalStatus | None, spec: SpeculationPilotSpec, now: datetime) -> datetime | None:
-    """When the rehearsal last changed the arms' load: its current step began, its routing fallback
-    flipped, or it ended."""
-    if rehearsal is None:
-        return None
-    if rehearsal.finished_at is not None:
-        return rehearsal.finished_at
-    flip = flipped_at(spec.rehearsal, rehearsal) if spec.rehearsal is not None else None
-    if flip is not None and flip <= now:
-        return flip
-    return rehearsal.steps[rehearsal.step].started_at if rehearsal.steps else None
-
-
-def _rehearsal(
-    snapshot: Snapshot,
-    spec: SpeculationPilotSpec,
-    *,
-    replicas: Mapping[Arm, int],
-    decided: Decided,
-    evidence: Evidence,
-    saturated: str | None,
-    requested: bool,
-) -> RehearsalStatus | None:
-    previous = snapshot.pilot.status.rehearsal if snapshot.pilot.status is not None else None
-    figures = (
-        step_figures(snapshot.measurements, spec, previous, replicas=replicas)
-        if previous is not None and previous.phase is RehearsalPhase.RUNNING
-        else None
-    )
-    return advance_rehearsal(
-        spec,
-        previous,
-        scopes=decided.scopes,
-        decision=decided.decision,
-        evidence=evidence,
-        saturated=saturated,
-        router_ready=bool(snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)),
-        figures=figures,
-        flip=_flip(snapshot, spec, previous, figures),
-        requested=requested,
-        now=snapshot.now,
-    )
-
-
-def _rehearse_refused(
-    spec: SpeculationPilotSpec, before: RehearsalStatus | None, after: RehearsalStatus | None, now: datetime
-) -> tuple[Event, ...]:
-    """A Warning when the rehearse annotation could not start a rehearsal, saying why."""
-    if after is not None and after.started_at == now and after != before:
-        return ()
-    if spec.rehearsal is None:
-        why = "spec.rehearsal is not set"
-    elif before is not None and before.phase not in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED):
-        why = f"a rehearsal is {before.phase.value.lower()} already"
-    else:
-        why = "no scope runs on the speculative arm"
-    return (Event(EventType.WARNING, Reason.MANUAL_ACTION_REFUSED, f"{REHEARSE_ANNOTATION} refused: {why}"),)
-
-
-def _flip(
-    snapshot: Snapshot,
-    spec: SpeculationPilotSpec,
-    previous: RehearsalStatus | None,
-    figures: Mapping[Arm, ArmStepFigures] | None,
-) -> RoutingFlip | None:
-    """What the routing fallback measured since its flip, while its step runs."""
-    if spec.rehearsal is None or previous is None:
-        return None
-    at = flipped_at(spec.rehearsal, previous)
-    if at is None:
-        return None
-    control = figures.get(Arm.CONTROL) if figures is not None else None
-    return routing_flip(snapshot.measurements, spec, previous, at=at, control=control)
-
-
-def _rehearsal_objects(
-    snapshot: Snapshot, spec: SpeculationPilotSpec, evidence: Evidence, status: RehearsalStatus | None
-) -> tuple[Json, ...]:
-    """While the rehearsal runs: its router, table and arms, and the current step's load once the
-    rehearsal router is ready (kept, not re-rendered, while it is not: a Job cannot be edited)."""
-    if spec.rehearsal is None or status is None or not running(status):
-        return ()
-    ref = snapshot.pilot.ref
-    flip = flipped_at(spec.rehearsal, status)
-    flipped = flip is not None and snapshot.now >= flip
-    table = rehearsal_table(ref.name, spec, status.scopes, flipped=flipped, now=snapshot.now)
-    objects = render_rehearsal(ref, spec, table=table, image=snapshot.router_image)
-    routers = snapshot.seen.ready(REHEARSAL_ROUTER_COMPONENT)
-    if status.phase is not RehearsalPhase.RUNNING or not routers:
-        return objects
-    step = status.steps[status.step]
-    load = render_step_load(
-        ref,
-        step=status.step,
-        router_ip=routers[0][1],
-        mix=rehearsal_mix(spec, evidence, status.scopes),
-        rate=step_rate(spec, step),
-        seconds=step_duration(spec.rehearsal, step).total_seconds(),
-        timeout=spec.router.request_timeout.total_seconds(),
-        image=snapshot.router_image,
-    )
-    return (*objects, load)
-
-
-def _current_load(pilot: str, status: RehearsalStatus | None) -> tuple[str, str] | None:
-    """The current step's Job, while the rehearsal runs."""
-    if status is None or status.phase is not RehearsalPhase.RUNNING:
-        return None
-    return ("Job", rehearsal_step_name(pilot, status.step))
-
-
-def _leftovers(seen: Observation, rendered: Rendered, *, keep: tuple[str, str] | None) -> tuple[Child, ...]:
-    """The rehearsal's objects that exist and were not rendered this tick: it ended, or moved on a step.
-    The current step's Job is kept even while its router restarts (and it is not rendered)."""
-    wanted = {(obj["kind"], obj["metadata"]["name"]) for obj in rendered.objects} | {keep}
-    return tuple(child for child in _rehearsal_children(seen) if (child.kind, child.name) not in wanted)
-
-
-def _rehearsal_children(seen: Observation) -> tuple[Child, ...]:
-    """The rehearsal's objects that exist: its router, table and arms, and its steps' Jobs."""
-    return tuple(
-        Child(API_VERSIONS[kind], kind, name)
-        for (kind, name), child in seen.children.items()
-        if child.managed.get("labels", {}).get(COMPONENT_LABEL) in REHEARSAL_COMPONENTS and kind in API_VERSIONS
     )
 
 
@@ -552,13 +402,6 @@ def observed_table(ref: PilotRef, seen: Observation) -> RoutingTable | None:
         return parse_routes(child.managed.get("data") if child else None, pilot=ref.name)
     except TableError:
         return None
-
-
-@dataclass(frozen=True)
-class Child:
-    api_version: str
-    kind: str
-    name: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -591,7 +434,7 @@ def teardown(ref: PilotRef, seen: Observation, now: datetime) -> Teardown:
         generation=(flip or table).generation if table is not None else None,
         routers=tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT)),
         first=(
-            *_rehearsal_children(seen),
+            *rehearsal_children(seen),
             *(Child(*deployments, arm_name(ref.name, arm)) for arm in (Arm.SPECULATIVE, Arm.CONTROL, Arm.ALTERNATIVE)),
             Child(*deployments, router_name(ref.name)),
         ),

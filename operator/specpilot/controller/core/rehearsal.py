@@ -3,13 +3,14 @@ each step measured.
 
 After the live stages (the pilot's decision stated, some scope on speculative decoding), the rehearsal
 replays the scopes' own mix through a router of its own at a ladder of loads, from production's median
-load per replica to the peak, then a burst, then the routing fallback at peak (halfway through one more
-step at the peak, the speculative share goes to the control arm). The rehearsal router runs under
-`rehearsal_pilot`: its arms
-are two Services of that name selecting the speculative and control pods, and its ordinary arm is the
-control arm, so no rehearsal request can reach a production pod. Meanwhile the live table sends the
-rehearsed scopes to production, once production is not saturated. Each step's load is a Job of the
-project's load generator; its figures are read over the step's last analysis window. Production
+load per replica to the peak, then a burst, then both fallbacks at peak: routing (halfway through one
+more step at the peak, the speculative share goes to the control arm) and restart (at the start of one
+more, a speculative replica is replaced by one running ordinary decoding). The rehearsal router runs
+under `rehearsal_pilot`: its arms are two Services of that name selecting the speculative and control
+pods, and its ordinary arm is the control arm, so no rehearsal request can reach a production pod.
+Meanwhile the live table sends the rehearsed scopes to production, once production is not saturated.
+Each step's load is a Job of the project's load generator; its figures are read over the step's last
+analysis window. Production
 saturated, a scope flipped or the time cap stop it at once; its objects go when it is not running.
 """
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from specpilot.analysis.evidence import Evidence, production_quantile, rehearsal_peak
@@ -33,16 +35,18 @@ from specpilot.api.status import (
     RehearsalPhase,
     RehearsalStatus,
     RehearsalStep,
+    RestartFallback,
     RoutingFlip,
     ScopeState,
     ScopeStatus,
+    ScopeStepFigures,
 )
 from specpilot.controller.core.measurements import Measurements
 from specpilot.controller.core.routing import reweighted, scope_route
 from specpilot.metrics.samples import arm_requests, finished_at
 from specpilot.wire.names import Arm, rehearsal_pilot
 from specpilot.wire.routes import ArmWeights, RoutingTable
-from specpilot.wire.samples import RequestOutcome, RequestSample
+from specpilot.wire.samples import Fallback, RequestOutcome, RequestSample
 
 REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)
 FLIPPED = ArmWeights(control=100)  # the routing fallback rehearsed: the speculative share on the control arm
@@ -55,7 +59,8 @@ def running(status: RehearsalStatus | None) -> bool:
 
 def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[RehearsalStep, ...] | str:
     """The planned steps: evenly spaced from production's median load per replica to the peak, then
-    the burst; or why there is no ladder (a peak relative to a production never measured)."""
+    the burst and the fallbacks at peak; or why there is no ladder (a peak relative to a production
+    never measured)."""
     median = production_quantile(production, 0.5)
     peak = rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, production)
     if peak is None:
@@ -66,6 +71,8 @@ def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[Rehears
     if rehearsal.burst is not None:
         steps.append(RehearsalStep(load=round(peak * rehearsal.burst.factor, 4), burst=True))
     steps.append(RehearsalStep(load=steps[count - 1].load, flip=True))
+    if rehearsal.restart:
+        steps.append(RehearsalStep(load=steps[count - 1].load, restart=True))
     return tuple(steps)
 
 
@@ -77,6 +84,15 @@ def flipped_at(rehearsal: Rehearsal, status: RehearsalStatus) -> datetime | None
     if not step.flip or step.started_at is None:
         return None
     return step.started_at + step_duration(rehearsal, step) / 2
+
+
+def restarting(status: RehearsalStatus | None) -> datetime | None:
+    """When the restart fallback's step began, while it runs: one speculative replica is down or
+    coming back as ordinary decoding."""
+    if status is None or status.phase is not RehearsalPhase.RUNNING:
+        return None
+    step = status.steps[status.step]
+    return step.started_at if step.restart else None
 
 
 def step_duration(rehearsal: Rehearsal, step: RehearsalStep) -> timedelta:
@@ -98,13 +114,14 @@ def advance(
     evidence: Evidence,
     saturated: str | None,
     router_ready: bool,
-    figures: Mapping[Arm, ArmStepFigures] | None,
+    figures: StepFigures | None,
     flip: RoutingFlip | None = None,
+    restart: RestartFallback | None = None,
     requested: bool = False,
     now: datetime,
 ) -> RehearsalStatus | None:
     """The rehearsal's next state. `figures` are each rehearsed arm's over the last analysis window
-    (None before anything was collected); `flip` what the routing fallback's step measured so far.
+    (None before anything was collected); `flip` and `restart` what the fallbacks' steps measured so far.
     Due once the decision is stated, on the scopes on speculative decoding; or when `requested`
     (the rehearse annotation) and none runs, on the scopes the speculative arm serves."""
     rehearsal = spec.rehearsal
@@ -139,7 +156,7 @@ def advance(
             message = f"waiting: production cannot take the rehearsed scopes' shares ({saturated})"
             return previous.model_copy(update={"phase": RehearsalPhase.WAITING, "message": message})
         return _start(previous, router_ready, now)
-    return _run(rehearsal, previous, figures, flip, now)
+    return _run(rehearsal, previous, figures=figures, flip=flip, restart=restart, now=now)
 
 
 def _due(scopes: Sequence[ScopeStatus], *, decision: Decision | None, requested: bool) -> list[str]:
@@ -182,8 +199,10 @@ def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> Rehe
 def _run(
     rehearsal: Rehearsal,
     previous: RehearsalStatus,
-    figures: Mapping[Arm, ArmStepFigures] | None,
+    *,
+    figures: StepFigures | None,
     flip: RoutingFlip | None,
+    restart: RestartFallback | None,
     now: datetime,
 ) -> RehearsalStatus:
     index, steps = previous.step, list(previous.steps)
@@ -191,12 +210,18 @@ def _run(
     assert current.started_at is not None
     if now < current.started_at + step_duration(rehearsal, current):
         return previous
-    found = figures or {}
+    found = figures.arms if figures is not None else {}
     steps[index] = current.model_copy(
-        update={"speculative": found.get(Arm.SPECULATIVE), "control": found.get(Arm.CONTROL)}
+        update={
+            "speculative": found.get(Arm.SPECULATIVE),
+            "control": found.get(Arm.CONTROL),
+            "scopes": list(figures.scopes) if figures is not None else [],
+        }
     )
     if current.flip:
         previous = previous.model_copy(update={"routing_flip": flip})
+    if current.restart:
+        previous = previous.model_copy(update={"restart_fallback": restart})
     if index + 1 == len(steps):
         done = previous.model_copy(update={"steps": steps})
         return _finish(rehearsal, done, RehearsalPhase.COMPLETED, "every step ran", now)
@@ -207,7 +232,15 @@ def _run(
 
 
 def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
-    kind = "burst" if step.burst else "routing fallback at peak" if step.flip else "step"
+    kind = (
+        "burst"
+        if step.burst
+        else "routing fallback at peak"
+        if step.flip
+        else "restart fallback at peak"
+        if step.restart
+        else "step"
+    )
     return f"{kind} {index + 1} of {len(steps)}: {step.load:g} requests/s per replica"
 
 
@@ -253,6 +286,8 @@ def _finish(
     flip = status.routing_flip
     if flip is not None:
         message += "; " + _flip_sentence(flip)
+    if status.restart_fallback is not None:
+        message += "; " + _restart_sentence(status.restart_fallback)
     return status.model_copy(
         update={
             "phase": phase,
@@ -273,6 +308,43 @@ def _flip_sentence(flip: RoutingFlip) -> str:
     return (
         f"flipped at peak, the control arm recovered in {flip.recovery_seconds or 0:g} s "
         f"({flip.missed} of {flip.requests} requests late meanwhile)"
+    )
+
+
+def _restart_sentence(restart: RestartFallback) -> str:
+    meanwhile = (
+        f"{restart.missed} of {restart.requests} requests on the speculative arm late meanwhile"
+        if restart.requests
+        else "no request finished on the speculative arm meanwhile"
+    )
+    if restart.fell_back:
+        meanwhile += f", {restart.fell_back} sent to the control arm"
+    if restart.seconds_to_ready is None:
+        return f"the replica restarted as ordinary decoding was not Ready by the step's end ({meanwhile})"
+    return f"a replica restarted as ordinary decoding was Ready in {restart.seconds_to_ready:g} s ({meanwhile})"
+
+
+def restart_fallback(
+    measurements: Measurements, status: RehearsalStatus, *, at: datetime, ready_at: datetime | None
+) -> RestartFallback | None:
+    """What the restart fallback measured since `at`: when its replacement replica became Ready, and
+    the speculative arm's requests that finished until then (or until the last collection)."""
+    end = measurements.collected_at
+    if end is None or end <= at:
+        return None
+    ready = ready_at if ready_at is not None and ready_at >= at else None
+    until = min(ready, end) if ready is not None else end
+    finished = [sample for sample in measurements.samples.samples(at, until) if sample.scope in status.scopes]
+    served = [sample for sample in finished if sample.arm is Arm.SPECULATIVE]
+    late = sum(1 for sample in served if _late(sample) or sample.outcome is not RequestOutcome.OK)
+    return RestartFallback(
+        at=at,
+        ready_at=ready,
+        seconds_to_ready=round((ready - at).total_seconds(), 3) if ready is not None else None,
+        requests=len(served),
+        missed=late,
+        on_time=round((len(served) - late) / len(served), 4) if served else None,
+        fell_back=sum(1 for sample in finished if sample.fallback == Fallback.SPECULATIVE_UNAVAILABLE),
     )
 
 
@@ -335,10 +407,11 @@ def _met(figures: ArmStepFigures | None, target: float) -> bool:
 
 
 def arm_figures(
-    requests: Sequence[ArmRequests], engine: ArmEngine, *, seconds: float, replicas: int, load: float
+    requests: Sequence[ArmRequests], engine: ArmEngine | None, *, seconds: float, replicas: int, load: float
 ) -> ArmStepFigures:
     """One arm's figures over a step's last window from its requests of every rehearsed scope, the step
-    sending it `load` requests per second per replica."""
+    sending it `load` requests per second per replica (0: unknown, so nothing on keeping up); the
+    engine's figures are the arm's, none for part of its requests."""
     routed = sum(r.routed for r in requests)
     ok = sum(r.count(RequestOutcome.OK) for r in requests)
     late = sum(r.late for r in requests)
@@ -360,8 +433,8 @@ def arm_figures(
         timeout_share=round((timeouts + late) / routed, 4) if routed else None,
         rejection_share=round(rejected / routed, 4) if routed else None,
         on_time=round(max(0, ok - late) / routed, 4) if routed else None,
-        peak_kv_usage=max((usage for _, usage in engine.kv_usage), default=None),
-        preemptions=engine.preemptions,
+        peak_kv_usage=max((usage for _, usage in engine.kv_usage), default=None) if engine is not None else None,
+        preemptions=engine.preemptions if engine is not None else None,
     )
 
 
@@ -395,13 +468,22 @@ def mix(spec: SpeculationPilotSpec, evidence: Evidence, scopes: Sequence[str]) -
     return json.dumps(workload, separators=(",", ":"), sort_keys=True)
 
 
+@dataclass(frozen=True)
+class StepFigures:
+    """What a step measured over its last analysis window: per arm, and per scope and arm when more
+    than one scope is rehearsed."""
+
+    arms: Mapping[Arm, ArmStepFigures]
+    scopes: tuple[ScopeStepFigures, ...] = ()
+
+
 def step_figures(
     measurements: Measurements,
     spec: SpeculationPilotSpec,
     status: RehearsalStatus,
     *,
     replicas: Mapping[Arm, int],
-) -> dict[Arm, ArmStepFigures] | None:
+) -> StepFigures | None:
     """Each rehearsed arm's figures over the last analysis window collected (None before any)."""
     end = measurements.collected_at
     if end is None:
@@ -410,16 +492,38 @@ def step_figures(
     samples = measurements.samples.samples(start, end)
     engines = measurements.engines(start=start, end=end, analysis=spec.analysis)
     sent = _sent(spec, status, start=start, end=end)
-    return {
+    seconds = spec.analysis.window.total_seconds()
+    requests = {
+        (scope, arm): arm_requests(samples, scope=scope, arm=arm, start=start, end=end)
+        for scope in status.scopes
+        for arm in REHEARSED_ARMS
+    }
+    arms = {
         arm: arm_figures(
-            [arm_requests(samples, scope=scope, arm=arm, start=start, end=end) for scope in status.scopes],
+            [requests[scope, arm] for scope in status.scopes],
             engines.get(arm, ArmEngine()),
-            seconds=spec.analysis.window.total_seconds(),
+            seconds=seconds,
             replicas=replicas.get(arm, 0),
             load=sent[arm],
         )
         for arm in REHEARSED_ARMS
     }
+    if len(status.scopes) < 2:
+        return StepFigures(arms)
+    # a scope's part of a step's load is not planned on its own: keeping up is the arm's alone
+    by_scope = {
+        (scope, arm): arm_figures([requests[scope, arm]], None, seconds=seconds, replicas=replicas.get(arm, 0), load=0)
+        for scope, arm in requests
+    }
+    return StepFigures(
+        arms,
+        tuple(
+            ScopeStepFigures(
+                name=scope, speculative=by_scope[scope, Arm.SPECULATIVE], control=by_scope[scope, Arm.CONTROL]
+            )
+            for scope in status.scopes
+        ),
+    )
 
 
 def _sent(spec: SpeculationPilotSpec, status: RehearsalStatus, *, start: datetime, end: datetime) -> dict[Arm, float]:

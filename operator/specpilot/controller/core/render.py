@@ -26,6 +26,7 @@ from specpilot.wire.names import (
     EVIDENCE_KEY,
     EVIDENCE_LABEL,
     REHEARSAL_LOAD_COMPONENT,
+    REHEARSAL_RESTART_COMPONENT,
     REHEARSAL_ROUTER_COMPONENT,
     ROUTER_ADMIN_PORT,
     ROUTER_COMPONENT,
@@ -36,6 +37,7 @@ from specpilot.wire.names import (
     evidence_name,
     pilot_labels,
     rehearsal_pilot,
+    rehearsal_restart_name,
     rehearsal_step_name,
     router_name,
     router_selector,
@@ -421,6 +423,29 @@ def render_rehearsal(ref: PilotRef, spec: SpeculationPilotSpec, *, table: Routin
     return (routes, *services, router)
 
 
+def render_restart(ref: PilotRef, spec: SpeculationPilotSpec) -> Json:
+    """The replica the restart fallback brings up in place of a speculative one: the control arm's pod
+    (ordinary decoding), labelled as the speculative arm's so that its Services reach it once Ready."""
+    selector = {**arm_selector(ref.name, Arm.SPECULATIVE), COMPONENT_LABEL: REHEARSAL_RESTART_COMPONENT}
+    pod, _ = _arm_pod(spec, Arm.CONTROL)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _meta(ref, rehearsal_restart_name(ref.name), **{COMPONENT_LABEL: REHEARSAL_RESTART_COMPONENT}),
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "progressDeadlineSeconds": ENGINE_PROGRESS_DEADLINE_SECONDS,
+            "template": {"metadata": {"labels": {**pilot_labels(ref.name), **selector}}, "spec": _hardened(pod)},
+        },
+    }
+
+
+def _one_replica_fewer(deployment: Json) -> Json:
+    spec = {**deployment["spec"], "replicas": max(0, int(deployment["spec"]["replicas"]) - 1)}
+    return {**deployment, "spec": spec}
+
+
 def render_step_load(
     ref: PilotRef, *, step: int, router_ip: str, mix: str, rate: float, seconds: float, timeout: float, image: str
 ) -> Json:
@@ -498,18 +523,25 @@ def render(
     table: RoutingTable,
     router_image: str,
     extra: Sequence[Json] = (),
+    restarting: bool = False,
 ) -> Rendered:
-    """Every object; `extra` (the rehearsal's, while it runs) after the rest."""
+    """Every object; `extra` (the rehearsal's, while it runs) after the rest. While the restart fallback
+    is rehearsed (`restarting`), one speculative replica runs ordinary decoding in its own Deployment."""
     arms = tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
     routes = render_routes_configmap(ref, table)
     deployment, service = render_router(ref, spec, image=router_image)
+    deployments = tuple(
+        _one_replica_fewer(plan.deployment) if restarting and plan.arm is Arm.SPECULATIVE else plan.deployment
+        for plan in arms
+    )
     objects = (
         *router_rbac(ref, spec),
         routes,
         *(plan.service for plan in arms),
-        *(plan.deployment for plan in arms),
+        *deployments,
         service,
         deployment,
         *extra,
+        *((render_restart(ref, spec),) if restarting else ()),
     )
     return Rendered(arms=arms, routes=routes, objects=objects)

@@ -27,6 +27,15 @@ Key = tuple[str, str]  # (kind, name) of a child
 
 
 @dataclass(frozen=True)
+class Child:
+    """A child to delete."""
+
+    api_version: str
+    kind: str
+    name: str
+
+
+@dataclass(frozen=True)
 class Observation:
     """A pilot's children and pods as the operator's indices hold them, and the pilot's annotations."""
 
@@ -41,6 +50,10 @@ class Observation:
     def ready(self, component: str) -> list[tuple[str, str]]:
         """(pod name, IP) of the ready pods of an arm (an Arm value) or of the router."""
         return [(pod.name, pod.ready_ip) for pod in self.pods if pod.component == component and pod.ready_ip]
+
+    def ready_since(self, role: str) -> datetime | None:
+        """When the earliest of the ready pods with this component label became Ready."""
+        return min((pod.ready_since for pod in self.pods if pod.role == role and pod.ready_since), default=None)
 
     def count(self, component: str) -> int:
         """Pods of an arm or of the router that exist, ready or not."""

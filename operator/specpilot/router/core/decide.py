@@ -10,27 +10,15 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from enum import StrEnum
 
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ORDINARY, ArmWeights, RoutingTable
+from specpilot.wire.samples import Fallback
 
 # Arms in the order their shares are laid out on [0, 1): growing the speculative weight only
 # widens the speculative interval, so a conversation pinned by affinity to it stays there (one on
 # the control arm may move to the baseline, which runs the same engine).
 ARM_ORDER = (Arm.SPECULATIVE, Arm.CONTROL, Arm.ALTERNATIVE, Arm.BASELINE)
-
-
-class Fallback(StrEnum):
-    """Why a scope runs ordinary decoding although the table says otherwise."""
-
-    TABLE_MISSING = "table_missing"
-    TABLE_INVALID = "table_invalid"
-    TABLE_STALE = "table_stale"
-    SPECULATIVE_UNAVAILABLE = "speculative_unavailable"
-    CONTROL_UNAVAILABLE = "control_unavailable"
-    ALTERNATIVE_UNAVAILABLE = "alternative_unavailable"
-    BASELINE_UNAVAILABLE = "baseline_unavailable"  # only where the baseline is not the ordinary arm
 
 
 UNAVAILABLE = {
