@@ -17,6 +17,15 @@ the loads both arms were measured at).
 `--profile` (a mock profile as JSON, e.g. a pilot's SPECPILOT_MOCK_PROFILE_JSON) and `--scope`
 (whose acceptance to use) sweep the arms of a pilot directly, to check the crossover its report
 estimates from the windows.
+
+With `--rates`, the sweep is open-loop instead, the way a peak rehearsal loads the arms: Poisson
+arrivals at each offered load (requests per second, one replica per arm), every request waited for.
+Per arm and load it prints the share completed within `--deadline`, and the capacity: the highest load
+at which at least `--on-time-target` of them were on time (and every lower load too). The crossover
+is read off each arm's time per committed token at the same offered load.
+
+    .venv/bin/python bench/mockvllm_concurrency.py --rates 0.5,1,1.5,2,3,4 [--deadline 20]
+        [--on-time-target 0.99] [--level-seconds 60] [--profile JSON] [--scope NAME] [--json PATH]
 """
 
 from __future__ import annotations
@@ -27,6 +36,7 @@ import dataclasses
 import itertools
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -52,6 +62,7 @@ INPUT_TOKENS, OUTPUT_TOKENS = 256, 128
 PROFILE: dict[str, Any] = {"cost": dataclasses.asdict(COST), "acceptance": {"default": ALPHA}}
 SPECULATIVE: dict[str, Any] = {"method": "draft_model", "model": "draft-1b", "num_speculative_tokens": K}
 SCOPE = "default"
+DEADLINE = 20.0  # seconds: on time in the open-loop sweep
 
 
 def configure(profile: dict[str, Any] | None, draft_tokens: int | None, scope: str | None) -> None:
@@ -168,6 +179,98 @@ async def closed_loop(target: Target, concurrency: int, seconds: float) -> list[
     return outcomes
 
 
+async def open_loop(target: Target, rate: float, seconds: float, seed: int) -> list[ClientOutcome]:
+    """Poisson arrivals at `rate` per (model) second for `seconds`, each request waited for."""
+    draw, at, planned = random.Random(seed), 0.0, []
+    while (at := at + draw.expovariate(rate)) < seconds:
+        planned.append(at)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        start = time.monotonic()
+
+        async def one(index: int, offset: float) -> ClientOutcome:
+            await asyncio.sleep(max(0.0, start + offset * target.time_scale - time.monotonic()))
+            request = PlannedRequest(
+                at=offset, scope=SCOPE, input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS, deadline_s=DEADLINE
+            )
+            return await send(session, target, request, index)
+
+        return list(await asyncio.gather(*(one(i, offset) for i, offset in enumerate(planned))))
+
+
+def capacity(rows: list[tuple[float, float]], target: float) -> float | None:
+    """The highest offered load at which the on-time share met `target`, as at every lower load."""
+    found = None
+    for rate, on_time in sorted(rows):
+        if on_time < target:
+            break
+        found = rate
+    return found
+
+
+async def offered(url: str, target: Target, rate: float, seconds: float, seed: int) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session:
+        before = await counters(session, url)
+        outcomes = await open_loop(target, rate, seconds, seed)
+        after = await counters(session, url)
+    delta = {name: after[name] - before[name] for name in COUNTERS}
+    tokens = delta["vllm:generation_tokens_total"] - delta["vllm:request_decode_time_seconds_count"]
+    ttfts = sorted(o.ttft_s for o in outcomes if o.status is Status.OK and o.ttft_s is not None)
+    return {
+        "rate": rate,
+        "requests": len(outcomes),
+        "on_time": sum(o.on_time for o in outcomes) / len(outcomes) if outcomes else float("nan"),
+        "tpct_s": delta["vllm:request_decode_time_seconds_sum"] / tokens if tokens else float("nan"),
+        "ttft_p99_s": quantile(ttfts, 0.99) if ttfts else float("nan"),
+    }
+
+
+async def sweep(rates: list[float], seconds: float, time_scale: float, on_time_target: float) -> dict[str, Any]:
+    """The open-loop sweep: both arms at once at each offered load."""
+    ports = (free_port(), free_port())
+    servers = [start_mock(ports[0], time_scale, False), start_mock(ports[1], time_scale, True)]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    try:
+        async with aiohttp.ClientSession() as session:
+            for url in urls:
+                await wait_ready(session, url)
+        targets = [Target(base_url=u, model="bench-model", time_scale=time_scale, timeout_s=600) for u in urls]
+        print(f"profile {json.dumps(PROFILE)}; speculative arm: {json.dumps(SPECULATIVE)}")
+        print(
+            f"open loop (Poisson), {INPUT_TOKENS} input / {OUTPUT_TOKENS} output tokens, deadline {DEADLINE:g} s, "
+            f"{seconds:g} model s per load, time scale {time_scale:g}"
+        )
+        print(f"{'load':>6} | {'ord on time':>11} {'spec on time':>12} | {'ord tpct ms':>11} {'spec tpct ms':>12}")
+        rows: dict[str, list[dict[str, Any]]] = {"ordinary": [], "speculative": []}
+        for index, rate in enumerate(rates):
+            ordinary, speculative = await asyncio.gather(
+                *(offered(u, t, rate, seconds, index) for u, t in zip(urls, targets, strict=True))
+            )
+            rows["ordinary"].append(ordinary)
+            rows["speculative"].append(speculative)
+            print(
+                f"{rate:>6.2f} | {ordinary['on_time']:>11.1%} {speculative['on_time']:>12.1%} | "
+                f"{ordinary['tpct_s'] * 1e3:>11.2f} {speculative['tpct_s'] * 1e3:>12.2f}",
+                flush=True,
+            )
+        capacities = {
+            arm: capacity([(r["rate"], r["on_time"]) for r in measured], on_time_target)
+            for arm, measured in rows.items()
+        }
+        crossing = offered_crossover(
+            [(r["rate"], r["tpct_s"]) for r in rows["ordinary"]],
+            [(r["rate"], r["tpct_s"]) for r in rows["speculative"]],
+        )
+        for arm, found in capacities.items():
+            print(f"{arm} capacity at {on_time_target:g} on time: " + (f"{found:g}" if found else "below every load"))
+        print("crossover: " + (f"{crossing:.2f} requests per second per replica" if crossing else "none measured"))
+        return {"scope": SCOPE, "rows": rows, "capacity": capacities, "offered_crossover": crossing}
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=10)
+
+
 def analytic(concurrency: int, k: int) -> float:
     """Decode-only time per committed token for `concurrency` running sequences."""
     duration = step_time(COST, k, decode_seqs=concurrency, prefill_seqs=0, prefill_tokens=0)
@@ -263,11 +366,18 @@ if __name__ == "__main__":
     parser.add_argument("--input-tokens", type=int, default=INPUT_TOKENS)
     parser.add_argument("--output-tokens", type=int, default=OUTPUT_TOKENS)
     parser.add_argument("--json", help="also write the ratios and the crossover here")
+    parser.add_argument("--rates", help="comma-separated offered loads: an open-loop sweep instead")
+    parser.add_argument("--deadline", type=float, default=DEADLINE, help="seconds: on time in the open-loop sweep")
+    parser.add_argument("--on-time-target", type=float, default=0.99, help="what capacity means (open loop)")
     options = parser.parse_args()
     configure(json.loads(options.profile) if options.profile else None, options.draft_tokens, options.scope)
-    INPUT_TOKENS, OUTPUT_TOKENS = options.input_tokens, options.output_tokens
-    levels = [int(x) for x in options.levels.split(",")]
-    result = asyncio.run(main(levels, options.level_seconds, options.time_scale))
+    INPUT_TOKENS, OUTPUT_TOKENS, DEADLINE = options.input_tokens, options.output_tokens, options.deadline
+    if options.rates:
+        rates = [float(x) for x in options.rates.split(",")]
+        result = asyncio.run(sweep(rates, options.level_seconds, options.time_scale, options.on_time_target))
+    else:
+        levels = [int(x) for x in options.levels.split(",")]
+        result = asyncio.run(main(levels, options.level_seconds, options.time_scale))
     if options.json:
         with open(options.json, "w") as out:
             json.dump(result, out)

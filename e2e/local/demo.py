@@ -34,7 +34,7 @@ CLUSTER_DIR = Path(os.environ.get("SPECPILOT_CLUSTER_DIR", ROOT / ".cluster"))
 REPORT_DIR = Path(os.environ.get("SPECPILOT_DEMO_REPORT", ROOT / "demo-report"))
 REHEARSE = os.environ.get("SPECPILOT_DEMO_REHEARSAL", "") not in ("", "0")
 # The peak rehearsal of `make demo REHEARSAL=1`: from production's median load per replica to twice its
-# highest, three steps of 30 s, then a 20 s burst at 1.5 times the peak.
+# highest, three steps of 30 s, then a 20 s burst at 1.5 times the peak, then both fallbacks at peak.
 REHEARSAL = {
     "peak": {"productionFactor": 2.0},
     "steps": 3,
@@ -43,6 +43,7 @@ REHEARSAL = {
     "maxDuration": "5m",
 }
 REHEARSAL_SECONDS = 300
+MODEL_LOAD_SECONDS = 15  # with the rehearsal, engines load their model this long: what a restart costs
 
 
 def say(text: str) -> None:
@@ -181,13 +182,24 @@ def rehearse() -> None:
             shown = line
         if found.get("phase") in ("Completed", "Stopped"):
             for index, step in enumerate(found.get("steps", []), start=1):
-                kind = "burst" if step.get("burst") else "fallback" if step.get("flip") else "step"
+                kind = (
+                    "burst"
+                    if step.get("burst")
+                    else "routing fallback"
+                    if step.get("flip")
+                    else "restart fallback"
+                    if step.get("restart")
+                    else "step"
+                )
                 for arm in ("speculative", "control"):
                     f = step.get(arm) or {}
                     print(
                         f"    {kind} {index} at {step['load']:.2f}/s per replica, {arm:<11} kept up {f.get('keptUp')}, "
                         f"on time {f.get('onTime')}, TTFT p99 {f.get('ttftP99')} s"
                     )
+            for name, fallback in (("routing", found.get("routingFlip")), ("restart", found.get("restartFallback"))):
+                if fallback is not None:
+                    print(f"    {name} fallback: {json.dumps(fallback)}")
             return
         time.sleep(2)
     print(f"  the rehearsal did not finish within {REHEARSAL_SECONDS} s")
@@ -200,7 +212,9 @@ def pilot_manifest() -> str:
         return text
     doc = yaml.safe_load(text)
     doc["spec"]["rehearsal"] = REHEARSAL
-    print(f"  with spec.rehearsal: {json.dumps(REHEARSAL)}")
+    engine = doc["spec"]["engine"]
+    engine["extraArgs"] = [*engine.get("extraArgs", []), f"--model-load-seconds={MODEL_LOAD_SECONDS}"]
+    print(f"  with spec.rehearsal: {json.dumps(REHEARSAL)}, engines loading their model for {MODEL_LOAD_SECONDS} s")
     return json.dumps(doc)
 
 

@@ -32,12 +32,15 @@ pytestmark = pytest.mark.cluster
 
 PEAK = 4.0  # requests per second per replica: well past the crossover
 LIVE_RATE = 2.0  # the live traffic: 0.5 per second per replica on each compared arm at a quarter share
+MODEL_LOAD_SECONDS = 8
 
 
 def rehearsed_pilot() -> dict[str, Any]:
     doc = copy.deepcopy(judged_pilot())
     spec = doc["spec"]
     spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    # a restarted engine loads its model first: the restart fallback's replacement takes this long at least
+    spec["engine"]["extraArgs"] = [f"--model-load-seconds={MODEL_LOAD_SECONDS}"]
     spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
     spec["scopes"] = [
         {"name": "mid", "deadline": "20s", "stages": [{"weight": 25, "minRequests": 5, "minDuration": "10s"}]}
@@ -75,6 +78,7 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     load = live_load(cluster, router_ip(cluster, namespace), tmp_path, seconds=420)
     rehearsal_router: list[str] = []
     seen_samples: list[dict[str, Any]] = []
+    replacement: set[str] = set()  # the restart fallback's replica, by IP
 
     def running() -> dict[str, Any] | None:
         found = pilot(cluster, namespace).get("status", {}).get("rehearsal")
@@ -98,6 +102,8 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
                 ip = pod["status"].get("podIP")
                 if ip and ip not in rehearsal_router:
                     rehearsal_router.append(ip)
+            restarted = cluster.get_json("pods", "-n", namespace, "-l", "app.kubernetes.io/component=rehearsal-restart")
+            replacement.update(ip for pod in restarted["items"] if (ip := pod["status"].get("podIP")))
             for ip in rehearsal_router:
                 try:
                     fresh = samples(ip)
@@ -113,7 +119,9 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
         load.terminate()
     status = pilot(cluster, namespace)["status"]
     assert done["phase"] == "Completed", (done, operator.tail(60))
-    steps, fallback = done["steps"][:-1], done["steps"][-1]  # the ladder, then the routing fallback at peak
+    # the ladder, then the routing and the restart fallback at peak
+    steps = [step for step in done["steps"] if not (step.get("flip") or step.get("restart"))]
+    fallback, restart_step = done["steps"][-2:]
     print(json.dumps(done, indent=1))
     # every step sent its planned load: the requests the rehearsal router saw begin within the step,
     # per second and per replica of the two arms
@@ -158,7 +166,7 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     assert table["scopes"][0]["weights"]["speculative"] == 25, table
     reasons = [event["reason"] for event in events(cluster, namespace)]
     # one Event per step although the operator was killed mid-rehearsal, and no Job left behind
-    assert reasons.count("RehearsalStep") == 5 and reasons.count("RehearsalCompleted") == 1, reasons
+    assert reasons.count("RehearsalStep") == 6 and reasons.count("RehearsalCompleted") == 1, reasons
     assert cluster.get_json("jobs", "-n", namespace)["items"] == []
     # the routing fallback at peak ran on the rehearsal router: the control arm took the whole share
     assert fallback["flip"] and fallback["load"] == pytest.approx(PEAK)
@@ -166,8 +174,28 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     assert flip["requests"] > 0, flip
     assert flip["recovered"] == ("recoverySeconds" in flip), flip
     flipped_at = datetime.fromisoformat(flip["at"]).timestamp()
-    after = [s for s in seen_samples if s["at"] >= flipped_at + 1]
+    after = [s for s in seen_samples if flipped_at + 1 <= s["at"] < flipped_at + 14]
     assert after and {s["arm"] for s in after} == {"control"}, {s["arm"] for s in after}
+    # the restart fallback at peak: the one speculative replica went and a replica running ordinary
+    # decoding came up in its place, Ready only after loading its model; meanwhile the speculative
+    # share fell back to the control arm, and once Ready the replacement served the speculative share
+    assert restart_step["restart"] and restart_step["load"] == pytest.approx(PEAK)
+    restart = done["restartFallback"]
+    print(json.dumps(restart, indent=1))
+    assert MODEL_LOAD_SECONDS <= restart["secondsToReady"] < 30, restart
+    assert restart["fellBack"] > 0, restart
+    assert replacement, "the replacement's pod was seen"
+    ready_at = datetime.fromisoformat(restart["readyAt"]).timestamp()
+    served = {
+        s["endpoint"].rpartition(":")[0] for s in seen_samples if s["arm"] == "speculative" and s["at"] > ready_at
+    }
+    assert served & replacement, (served, replacement)
+    # and the speculative arm is back at its size, running the speculative config
+    wait_until(
+        "the speculative arm back at one ready replica",
+        lambda: cluster.get_json("deployment", "demo-speculative", "-n", namespace)["status"].get("readyReplicas") == 1,
+        timeout=60,
+    )
 
 
 def test_a_fault_mid_rehearsal_stops_it_flips_the_scope_and_leaves_production_serving(

@@ -439,15 +439,16 @@ class RestartFallback(ApiModel):
     seconds_to_ready: float | None = None
     """From `at` to `readyAt`."""
     requests: Count = 0
-    """Requests on the speculative arm that finished between `at` and the replacement's readiness (or the
-    step's end): the remaining replicas', and those the restart interrupted."""
+    """Requests on the speculative arm in flight at `at` or sent until the replacement was Ready (or the
+    step's end), as far as they finished by then: those the restart interrupted, and the remaining
+    replicas'."""
     missed: Count = 0
     """Those that timed out or missed their deadline."""
     on_time: float | None = None
     """The share of them that completed within their deadline."""
     fell_back: Count = 0
     """Requests of the speculative share sent to the control arm meanwhile, as no speculative replica
-    was ready."""
+    was ready (with one replica, all of them)."""
 
 
 class ScopeStepFigures(ApiModel):

@@ -328,14 +328,19 @@ def restart_fallback(
     measurements: Measurements, status: RehearsalStatus, *, at: datetime, ready_at: datetime | None
 ) -> RestartFallback | None:
     """What the restart fallback measured since `at`: when its replacement replica became Ready, and
-    the speculative arm's requests that finished until then (or until the last collection)."""
+    the rehearsed requests in flight at `at` or sent until then (or until the last collection), among
+    those finished by the last collection."""
     end = measurements.collected_at
     if end is None or end <= at:
         return None
     ready = ready_at if ready_at is not None and ready_at >= at else None
-    until = min(ready, end) if ready is not None else end
-    finished = [sample for sample in measurements.samples.samples(at, until) if sample.scope in status.scopes]
-    served = [sample for sample in finished if sample.arm is Arm.SPECULATIVE]
+    until = (min(ready, end) if ready is not None else end).timestamp()
+    meanwhile = [
+        sample
+        for sample in measurements.samples.samples(at, end)
+        if sample.scope in status.scopes and sample.at < until
+    ]
+    served = [sample for sample in meanwhile if sample.arm is Arm.SPECULATIVE]
     late = sum(1 for sample in served if _late(sample) or sample.outcome is not RequestOutcome.OK)
     return RestartFallback(
         at=at,
@@ -344,7 +349,7 @@ def restart_fallback(
         requests=len(served),
         missed=late,
         on_time=round((len(served) - late) / len(served), 4) if served else None,
-        fell_back=sum(1 for sample in finished if sample.fallback == Fallback.SPECULATIVE_UNAVAILABLE),
+        fell_back=sum(1 for sample in meanwhile if sample.fallback == Fallback.SPECULATIVE_UNAVAILABLE),
     )
 
 
