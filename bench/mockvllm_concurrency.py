@@ -20,8 +20,9 @@ estimates from the windows.
 
 With `--rates`, the sweep is open-loop instead, the way a peak rehearsal loads the arms: Poisson
 arrivals at each offered load (requests per second, one replica per arm), every request waited for.
-Per arm and load it prints the share completed within `--deadline`, and the capacity: the highest load
-at which at least `--on-time-target` of them were on time (and every lower load too). The crossover
+Per arm and load it prints the share completed within `--deadline` ("behind" where the arm did not
+finish as many requests over the level's second half as arrived), and the capacity: the highest load
+at which it kept up and at least `--on-time-target` of them were on time (and every lower load too). The crossover
 is read off each arm's time per committed token at the same offered load.
 
     .venv/bin/python bench/mockvllm_concurrency.py --rates 0.5,1,1.5,2,3,4 [--deadline 20]
@@ -35,6 +36,7 @@ import asyncio
 import dataclasses
 import itertools
 import json
+import math
 import os
 import random
 import socket
@@ -179,8 +181,9 @@ async def closed_loop(target: Target, concurrency: int, seconds: float) -> list[
     return outcomes
 
 
-async def open_loop(target: Target, rate: float, seconds: float, seed: int) -> list[ClientOutcome]:
-    """Poisson arrivals at `rate` per (model) second for `seconds`, each request waited for."""
+async def open_loop(target: Target, rate: float, seconds: float, seed: int) -> list[tuple[float, ClientOutcome]]:
+    """Poisson arrivals at `rate` per (model) second for `seconds`, each request waited for: (when it
+    was sent, what happened)."""
     draw, at, planned = random.Random(seed), 0.0, []
     while (at := at + draw.expovariate(rate)) < seconds:
         planned.append(at)
@@ -188,37 +191,52 @@ async def open_loop(target: Target, rate: float, seconds: float, seed: int) -> l
     async with aiohttp.ClientSession(connector=connector) as session:
         start = time.monotonic()
 
-        async def one(index: int, offset: float) -> ClientOutcome:
+        async def one(index: int, offset: float) -> tuple[float, ClientOutcome]:
             await asyncio.sleep(max(0.0, start + offset * target.time_scale - time.monotonic()))
             request = PlannedRequest(
                 at=offset, scope=SCOPE, input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS, deadline_s=DEADLINE
             )
-            return await send(session, target, request, index)
+            return offset, await send(session, target, request, index)
 
         return list(await asyncio.gather(*(one(i, offset) for i, offset in enumerate(planned))))
 
 
-def capacity(rows: list[tuple[float, float]], target: float) -> float | None:
-    """The highest offered load at which the on-time share met `target`, as at every lower load."""
+def capacity(rows: list[dict[str, Any]], target: float) -> float | None:
+    """The highest offered load at which the arm kept up and met the on-time `target`, as at every
+    lower load."""
     found = None
-    for rate, on_time in sorted(rows):
-        if on_time < target:
+    for row in sorted(rows, key=lambda r: float(r["rate"])):
+        if not met(row, target):
             break
-        found = rate
+        found = row["rate"]
     return found
+
+
+def met(row: dict[str, Any], target: float) -> bool:
+    return bool(row["kept_up"]) and float(row["on_time"]) >= target
+
+
+def kept_up(sent: list[tuple[float, ClientOutcome]], rate: float, seconds: float) -> bool:
+    """The arm finished as many requests over the level's second half as arrive in it, within three
+    standard deviations of Poisson arrivals (as a rehearsal step reads it over its last window)."""
+    expected = rate * seconds / 2
+    finished = sum(1 for at, o in sent if o.e2e_s is not None and seconds / 2 <= at + o.e2e_s < seconds)
+    return finished >= expected - 3 * math.sqrt(expected)
 
 
 async def offered(url: str, target: Target, rate: float, seconds: float, seed: int) -> dict[str, Any]:
     async with aiohttp.ClientSession() as session:
         before = await counters(session, url)
-        outcomes = await open_loop(target, rate, seconds, seed)
+        sent = await open_loop(target, rate, seconds, seed)
         after = await counters(session, url)
+    outcomes = [outcome for _, outcome in sent]
     delta = {name: after[name] - before[name] for name in COUNTERS}
     tokens = delta["vllm:generation_tokens_total"] - delta["vllm:request_decode_time_seconds_count"]
     ttfts = sorted(o.ttft_s for o in outcomes if o.status is Status.OK and o.ttft_s is not None)
     return {
         "rate": rate,
         "requests": len(outcomes),
+        "kept_up": kept_up(sent, rate, seconds),
         "on_time": sum(o.on_time for o in outcomes) / len(outcomes) if outcomes else float("nan"),
         "tpct_s": delta["vllm:request_decode_time_seconds_sum"] / tokens if tokens else float("nan"),
         "ttft_p99_s": quantile(ttfts, 0.99) if ttfts else float("nan"),
@@ -234,29 +252,38 @@ async def sweep(rates: list[float], seconds: float, time_scale: float, on_time_t
         async with aiohttp.ClientSession() as session:
             for url in urls:
                 await wait_ready(session, url)
-        targets = [Target(base_url=u, model="bench-model", time_scale=time_scale, timeout_s=600) for u in urls]
+        # a request three deadlines late is a timeout: an overloaded arm's queue does not hold the sweep
+        timeout = 3 * DEADLINE
+        targets = [Target(base_url=u, model="bench-model", time_scale=time_scale, timeout_s=timeout) for u in urls]
         print(f"profile {json.dumps(PROFILE)}; speculative arm: {json.dumps(SPECULATIVE)}")
         print(
             f"open loop (Poisson), {INPUT_TOKENS} input / {OUTPUT_TOKENS} output tokens, deadline {DEADLINE:g} s, "
             f"{seconds:g} model s per load, time scale {time_scale:g}"
         )
         print(f"{'load':>6} | {'ord on time':>11} {'spec on time':>12} | {'ord tpct ms':>11} {'spec tpct ms':>12}")
+        arms = dict(zip(("ordinary", "speculative"), zip(urls, targets, strict=True), strict=True))
         rows: dict[str, list[dict[str, Any]]] = {"ordinary": [], "speculative": []}
         for index, rate in enumerate(rates):
-            ordinary, speculative = await asyncio.gather(
-                *(offered(u, t, rate, seconds, index) for u, t in zip(urls, targets, strict=True))
+            # an arm that missed the target at a lower load is not loaded further: its capacity is known
+            active = [arm for arm in arms if all(met(r, on_time_target) for r in rows[arm])]
+            if not active:
+                break
+            measured = dict(
+                zip(
+                    active,
+                    await asyncio.gather(*(offered(*arms[a], rate, seconds, index) for a in active)),
+                    strict=True,
+                )
             )
-            rows["ordinary"].append(ordinary)
-            rows["speculative"].append(speculative)
-            print(
-                f"{rate:>6.2f} | {ordinary['on_time']:>11.1%} {speculative['on_time']:>12.1%} | "
-                f"{ordinary['tpct_s'] * 1e3:>11.2f} {speculative['tpct_s'] * 1e3:>12.2f}",
-                flush=True,
-            )
-        capacities = {
-            arm: capacity([(r["rate"], r["on_time"]) for r in measured], on_time_target)
-            for arm, measured in rows.items()
-        }
+            for arm, row_ in measured.items():
+                rows[arm].append(row_)
+            on_time = [
+                f"{measured[a]['on_time']:.1%}{'' if measured[a]['kept_up'] else ' behind'}" if a in measured else "-"
+                for a in arms
+            ]
+            tpct = [f"{measured[a]['tpct_s'] * 1e3:.2f}" if a in measured else "-" for a in arms]
+            print(f"{rate:>6.2f} | {on_time[0]:>11} {on_time[1]:>12} | {tpct[0]:>11} {tpct[1]:>12}", flush=True)
+        capacities = {arm: capacity(swept, on_time_target) for arm, swept in rows.items()}
         crossing = offered_crossover(
             [(r["rate"], r["tpct_s"]) for r in rows["ordinary"]],
             [(r["rate"], r["tpct_s"]) for r in rows["speculative"]],

@@ -209,7 +209,7 @@ def _fallbacks(found: Json) -> list[str]:
 
 
 def _step_row(label: str, load: float, arm: str, f: Json) -> str:
-    kept = {True: "yes", False: "no"}.get(f.get("keptUp"), "")
+    kept = {True: "yes", False: "no"}.get(bool(f["keptUp"]), "") if f.get("keptUp") is not None else ""
     tpct = f.get("timePerCommittedToken")
     return (
         f"| {label} | {_f(load)} | {arm} | "
