@@ -196,6 +196,14 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
         lambda: cluster.get_json("deployment", "demo-speculative", "-n", namespace)["status"].get("readyReplicas") == 1,
         timeout=60,
     )
+    # the handover package reports both fallbacks with their measured times
+    folder = tmp_path / "report"
+    argv = [sys.executable, "-m", "specpilot.cli", "report", "demo", "-n", namespace, "-o", str(folder)]
+    subprocess.run(argv, check=True, capture_output=True, text=True, env=cluster.env(), timeout=120)
+    text = (folder / "report.md").read_text()
+    assert "## Peak and fallback rehearsal" in text
+    assert "- Routing fallback (the speculative share flipped to the control arm at " in text, text
+    assert f"Ready in {restart['secondsToReady']:.2f} s" in text, text
 
 
 def test_a_fault_mid_rehearsal_stops_it_flips_the_scope_and_leaves_production_serving(

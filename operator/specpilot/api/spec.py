@@ -121,13 +121,13 @@ class EnvVar(ApiModel):
 
 
 class Resources(ApiModel):
-    """Compute resources of one engine replica, as in a container's `resources`."""
+    """Compute resources of a container, as in its `resources`."""
 
     requests: Annotated[dict[str, Quantity], Field(max_length=16)] = {}
     """Minimum resources, e.g. cpu: "8", memory: 64Gi."""
     limits: Annotated[dict[str, Quantity], Field(max_length=16)] = {}
-    """Maximum resources. `nvidia.com/gpu`, when set, must equal the engine's tensorParallelSize: vLLM
-    uses one GPU per tensor-parallel rank, and the GPU budget of every arm is computed that way."""
+    """Maximum resources. For the engine, `nvidia.com/gpu`, when set, must equal its tensorParallelSize:
+    vLLM uses one GPU per tensor-parallel rank, and the GPU budget of every arm is computed that way."""
 
 
 class TolerationOperator(StrEnum):
@@ -154,7 +154,7 @@ TOLERATION_EXISTS_WITHOUT_VALUE = Rule(
 
 
 class Toleration(ApiModel):
-    """A toleration of the engine pods, as in a Pod's `tolerations`."""
+    """A toleration, as in a Pod's `tolerations`."""
 
     model_config = ConfigDict(json_schema_extra=cel(TOLERATION_EXISTS_WITHOUT_VALUE))
 
@@ -448,6 +448,15 @@ class Router(ApiModel):
     """Scope for requests that match no scope; without it they go to the baseline and are not piloted."""
     request_timeout: Annotated[Duration, duration_within("1s", "1h")] = Duration("10m")
     """Upper bound on one proxied request."""
+    image_pull_secrets: Annotated[list[Name], Field(max_length=16)] = []
+    """Secrets in the pilot's namespace to pull the router's image with (the operator's --router-image);
+    the rehearsal's load Jobs run that image too."""
+    node_selector: Annotated[dict[str, Annotated[str, StringConstraints(max_length=63)]], Field(max_length=32)] = {}
+    """Node labels the router pods (and the rehearsal's load Jobs) require."""
+    tolerations: Annotated[list[Toleration], Field(max_length=32)] = []
+    """Tolerations of the router pods (and the rehearsal's load Jobs)."""
+    resources: Resources | None = None
+    """Resources of a router container; by default it requests 100m CPU and 128Mi, limited to 512Mi."""
 
 
 # --- analysis -----------------------------------------------------------------------------------

@@ -35,6 +35,11 @@ from specpilot.wire.samples import Fallback, RequestSample, deadline_met
 log = logging.getLogger("specpilot.router")
 
 MEASURED_PATHS = frozenset({"/v1/completions", "/v1/chat/completions"})
+# The engine's endpoints beside /v1 that clients, load tools and load balancers use: to the ordinary arm,
+# unmeasured. /health the router answers itself, from its readiness and its upstreams'.
+ENGINE_PATHS = frozenset({"/ping", "/version", "/tokenize", "/detokenize"})
+HEALTH_PATH = "/health"
+SERVED = sorted({HEALTH_PATH, *ENGINE_PATHS})
 ARM_HEADER = "X-Specpilot-Arm"
 HOP_BY_HOP = frozenset(
     h.lower()
@@ -271,8 +276,11 @@ class Proxy:
 
     async def handle(self, request: Request, client: ClientConnection) -> None:
         try:
-            if not request.path.startswith("/v1/"):
-                client.error(404, "not found: the router serves /v1/ only")
+            if request.path == HEALTH_PATH:
+                self._health(client)
+                return
+            if not request.path.startswith("/v1/") and request.path not in ENGINE_PATHS:
+                client.error(404, f"not found: the router serves /v1/ and {', '.join(SERVED)}")
                 return
             if any(segment in (".", "..") for segment in request.path.split("/")):
                 # "/v1/../metrics" must not reach the engine's other endpoints.
@@ -284,6 +292,15 @@ class Proxy:
         except _Refused as refused:
             self._metrics.refused.labels(refused.reason).inc()
             client.error(refused.status, refused.message)
+
+    def _health(self, client: ClientConnection) -> None:
+        """As vLLM's: 200 with no body while the router is ready (its routing sources synced and an
+        ordinary-decoding endpoint ready), else 503."""
+        if not self._state.ready:
+            client.error(503, f"not ready: waiting for the routing sources or a ready {self._state.ordinary} endpoint")
+            return
+        client.respond(200, "OK", b"", 0)
+        client.finish()
 
     # Measured requests
 

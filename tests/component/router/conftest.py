@@ -63,6 +63,8 @@ class FakeVllm:
         app.router.add_post("/v1/chat/completions", self._completion)
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_get("/v1/models", self._models)
+        for path in ("/ping", "/version", "/tokenize", "/detokenize", "/health"):
+            app.router.add_route("*", path, self._engine)
         self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -80,6 +82,11 @@ class FakeVllm:
     async def _models(self, request: web.Request) -> web.Response:
         self.received.append(Received(request.path, request.headers, b""))
         return web.json_response({"object": "list", "data": [{"id": "m", "object": "model"}]})
+
+    async def _engine(self, request: web.Request) -> web.Response:
+        """The engine's endpoints beside /v1: answered with which arm and path took them."""
+        self.received.append(Received(request.path, request.headers, await request.read()))
+        return web.json_response({"arm": self.name, "path": request.path, "method": request.method})
 
     async def _completion(self, request: web.Request) -> web.StreamResponse:
         self.active += 1

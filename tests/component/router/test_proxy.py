@@ -181,7 +181,39 @@ async def test_other_v1_requests_go_to_baseline_unmeasured(make_router: HarnessF
     assert h.baseline.received[-1].path == "/v1/models"
     assert (await h.samples())["samples"] == []
     async with h.client.get(f"{h.url}/metrics") as resp:
-        assert resp.status == 404  # nothing but /v1 on the traffic port
+        assert resp.status == 404  # the admin port's pages are not on the traffic port
+        assert "/v1/ and /detokenize, /health, /ping, /tokenize, /version" in (await resp.json())["error"]["message"]
+
+
+async def test_the_engines_other_endpoints_go_to_baseline_and_health_is_the_routers_own(
+    make_router: HarnessFactory,
+) -> None:
+    h = await make_router()
+    for method, path in (
+        ("GET", "/ping"),
+        ("POST", "/ping"),
+        ("GET", "/version"),
+        ("POST", "/tokenize"),
+        ("POST", "/detokenize"),
+    ):
+        async with h.client.request(method, f"{h.url}{path}", json={"model": "m", "prompt": "hi"}) as resp:
+            assert resp.status == 200, path
+            assert await resp.json() == {"arm": "baseline", "path": path, "method": method}
+    assert [r.path for r in h.baseline.received] == ["/ping", "/ping", "/version", "/tokenize", "/detokenize"]
+    assert h.baseline.received[-1].body == b'{"model": "m", "prompt": "hi"}'
+    assert h.speculative.received == [] and (await h.samples())["samples"] == []
+    # /health is answered by the router: as vLLM's, 200 and no body while it can serve
+    async with h.client.get(f"{h.url}/health") as resp:
+        assert resp.status == 200 and await resp.read() == b""
+    assert "/health" not in [r.path for r in h.baseline.received]
+
+
+async def test_health_is_503_while_no_baseline_endpoint_is_ready(make_router: HarnessFactory) -> None:
+    h = await make_router()
+    h.router.state.set_endpoints({})  # the baseline's endpoints went
+    async with h.client.get(f"{h.url}/health") as resp:
+        assert resp.status == 503
+        assert "not ready" in (await resp.json())["error"]["message"]
 
 
 async def test_concurrent_streams_all_finish(make_router: HarnessFactory) -> None:

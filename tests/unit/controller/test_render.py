@@ -22,6 +22,7 @@ from specpilot.controller.core.render import (
     render,
     render_arm,
     render_router,
+    render_step_load,
     router_rbac,
 )
 from specpilot.controller.core.routing import routing_table
@@ -255,3 +256,35 @@ def test_engine_pods_are_hardened_outside_the_config_hash_and_the_router_keeps_i
     router = next(o for o in out.objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-router"))
     assert router["spec"]["template"]["spec"].get("automountServiceAccountToken", True) is True
     assert router["spec"]["template"]["spec"]["serviceAccountName"] == f"{ref.name}-router"
+
+
+def test_router_pods_take_pull_secrets_placement_and_resources_from_spec_router_and_meet_restricted() -> None:
+    ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
+    default = render_router(ref, spec, image=IMAGE)[0]["spec"]["template"]["spec"]
+    assert "imagePullSecrets" not in default and "nodeSelector" not in default and "tolerations" not in default
+    assert default["containers"][0]["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
+    router = {
+        "imagePullSecrets": ["registry-a", "registry-b"],
+        "nodeSelector": {"pool": "cpu"},
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "serving", "effect": "NoSchedule"}],
+        "resources": {"requests": {"cpu": "2", "memory": "1Gi"}, "limits": {"memory": "2Gi"}},
+    }
+    custom = with_spec(spec, "router", {**spec.router.to_wire(), **router})
+    deployment, service = render_router(ref, custom, image=IMAGE)
+    load_job = render_step_load(ref, custom, step=0, router_ip="10.0.0.1", mix="{}", rate=1.0, seconds=60, image=IMAGE)
+    for pod in (deployment["spec"]["template"]["spec"], load_job["spec"]["template"]["spec"]):
+        assert pod["imagePullSecrets"] == [{"name": "registry-a"}, {"name": "registry-b"}]
+        assert pod["nodeSelector"] == {"pool": "cpu"}
+        assert pod["tolerations"] == [
+            {"key": "dedicated", "operator": "Equal", "value": "serving", "effect": "NoSchedule"}
+        ]
+        # the restricted Pod Security Standard
+        assert pod["securityContext"] == {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+        (box,) = pod["containers"]
+        context = box["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False and context["runAsNonRoot"] is True
+        assert context["capabilities"] == {"drop": ["ALL"]} and context["readOnlyRootFilesystem"] is True
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["resources"] == router["resources"]
+    # clients' Service: the traffic port only; the admin port is reached on the pods
+    assert [port["name"] for port in service["spec"]["ports"]] == ["http"]
+    assert "admin" in [port["name"] for port in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]]

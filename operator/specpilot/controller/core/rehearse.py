@@ -171,12 +171,12 @@ def _objects(
     step = status.steps[status.step]
     load = render_step_load(
         ref,
+        spec,
         step=status.step,
         router_ip=routers[0][1],
         mix=mix(spec, evidence, status.scopes),
         rate=step_rate(spec, step),
         seconds=step_duration(spec.rehearsal, step).total_seconds(),
-        timeout=spec.router.request_timeout.total_seconds(),
         image=snapshot.router_image,
     )
     return (*objects, load)

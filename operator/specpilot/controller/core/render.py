@@ -346,7 +346,8 @@ def render_router(ref: PilotRef, spec: SpeculationPilotSpec, *, image: str) -> t
     name, selector = router_name(ref.name), router_selector(ref.name)
     labels = {COMPONENT_LABEL: ROUTER_COMPONENT}
     deployment = _router_deployment(ref, spec, name=name, selector=selector, image=image, rehearsal=False)
-    return deployment, _service(ref, name, selector, labels, [("http", ROUTER_PORT), ("admin", ROUTER_ADMIN_PORT)])
+    # the admin port (/samples, /routes, /metrics) is reached on the pods, never through the clients' Service
+    return deployment, _service(ref, name, selector, labels, [("http", ROUTER_PORT)])
 
 
 def _router_deployment(
@@ -366,13 +367,8 @@ def _router_deployment(
         ],
         "readinessProbe": {"httpGet": {"path": "/readyz", "port": "admin"}, "periodSeconds": 1},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "admin"}, "periodSeconds": 10, "failureThreshold": 3},
-        "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}},
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "runAsNonRoot": True,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "resources": _router_resources(spec),
+        "securityContext": RESTRICTED_CONTAINER,
     }
     return {
         "apiVersion": "apps/v1",
@@ -389,10 +385,43 @@ def _router_deployment(
                     # In-flight requests finish within the drain and the request timeout.
                     "terminationGracePeriodSeconds": int(ROUTER_DRAIN_SECONDS + 30),
                     "containers": [container],
+                    **_project_pod(spec),
                 },
             },
         },
     }
+
+
+# The `restricted` Pod Security Standard, which the project's image (a non-root user) meets.
+RESTRICTED_CONTAINER = {
+    "allowPrivilegeEscalation": False,
+    "readOnlyRootFilesystem": True,
+    "runAsNonRoot": True,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+ROUTER_RESOURCES = {"requests": {"cpu": "100m", "memory": "128Mi"}, "limits": {"memory": "512Mi"}}
+
+
+def _router_resources(spec: SpeculationPilotSpec) -> Json:
+    found = spec.router.resources
+    if found is None:
+        return ROUTER_RESOURCES
+    return {key: dict(value) for key, value in (("requests", found.requests), ("limits", found.limits)) if value}
+
+
+def _project_pod(spec: SpeculationPilotSpec) -> Json:
+    """What pods of the project's image (routers, load Jobs) take from spec.router: pull secrets and
+    placement; and the restricted standard's pod-level fields."""
+    router = spec.router
+    pod: Json = {"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}}
+    if router.image_pull_secrets:
+        pod["imagePullSecrets"] = [{"name": name} for name in router.image_pull_secrets]
+    if router.node_selector:
+        pod["nodeSelector"] = dict(sorted(router.node_selector.items()))
+    if router.tolerations:
+        pod["tolerations"] = [t.to_wire() for t in router.tolerations]
+    return pod
 
 
 def render_routes_configmap(ref: PilotRef, table: RoutingTable) -> Json:
@@ -447,12 +476,21 @@ def _one_replica_fewer(deployment: Json) -> Json:
 
 
 def render_step_load(
-    ref: PilotRef, *, step: int, router_ip: str, mix: str, rate: float, seconds: float, timeout: float, image: str
+    ref: PilotRef,
+    spec: SpeculationPilotSpec,
+    *,
+    step: int,
+    router_ip: str,
+    mix: str,
+    rate: float,
+    seconds: float,
+    image: str,
 ) -> Json:
     """A rehearsal step's load: the project's load generator as a Job, open-loop Poisson arrivals of
     the scopes' own mix at `rate` for `seconds`, into the rehearsal router's pod (the one seen ready:
     a router that goes mid-step fails the step's Job rather than retrying it elsewhere)."""
     labels = {COMPONENT_LABEL: REHEARSAL_LOAD_COMPONENT}
+    timeout = spec.router.request_timeout.total_seconds()
     args = [
         "loadgen",
         f"--url=http://{router_ip}:{ROUTER_PORT}",
@@ -485,14 +523,10 @@ def render_step_load(
                                 "requests": {"cpu": "200m", "memory": "128Mi"},
                                 "limits": {"memory": "512Mi"},
                             },
-                            "securityContext": {
-                                "allowPrivilegeEscalation": False,
-                                "readOnlyRootFilesystem": True,
-                                "runAsNonRoot": True,
-                                "capabilities": {"drop": ["ALL"]},
-                            },
+                            "securityContext": RESTRICTED_CONTAINER,
                         }
                     ],
+                    **_project_pod(spec),
                 },
             },
         },
