@@ -1,0 +1,58 @@
+"""The pods of the project's image (routers, the rehearsal's load Jobs) pass the `restricted` Pod Security
+Standard where the API server enforces it; an engine pod, which runs vLLM as its image has it, does not."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.cluster.conftest import Cluster
+from tests.unit.controller.specs import load
+
+from specpilot.controller.core.render import render_arm, render_router, render_step_load
+from specpilot.wire.names import Arm
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = sorted((Path(__file__).resolve().parents[3] / "manifests" / "examples").glob("*.yaml"))
+IMAGE = "specpilot/specpilot:dev"
+
+
+@pytest.fixture(scope="module")
+def restricted(api: Cluster) -> Iterator[str]:
+    name = f"t-psa-{uuid.uuid4().hex[:8]}"
+    api.kubectl("create", "namespace", name)
+    api.kubectl("label", "namespace", name, "pod-security.kubernetes.io/enforce=restricted")
+    yield name
+    api.kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def _create(api: Cluster, namespace: str, name: str, template: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """A pod of `template`, created in a server-side dry run (admission runs, nothing is stored)."""
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace}}
+    manifest = json.dumps({**pod, "spec": template["spec"]})
+    return api.kubectl("create", "--dry-run=server", "-n", namespace, "-f", "-", input=manifest, check=False)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)
+def test_router_and_load_pods_are_admitted_under_restricted(api: Cluster, restricted: str, path: Path) -> None:
+    ref, spec = load(path)
+    router, _ = render_router(ref, spec, image=IMAGE)
+    account = router["spec"]["template"]["spec"]["serviceAccountName"]
+    api.kubectl("create", "serviceaccount", account, "-n", restricted, check=False)
+    job = render_step_load(ref, spec, step=0, router_ip="10.0.0.1", mix="{}", rate=1.0, seconds=60, image=IMAGE)
+    for name, template in (("router", router["spec"]["template"]), ("load", job["spec"]["template"])):
+        done = _create(api, restricted, name, template)
+        assert done.returncode == 0, f"{name} pod of {path.stem} refused: {done.stderr}"
+
+
+def test_an_engine_pod_is_refused_there_so_the_check_is_real(api: Cluster, restricted: str) -> None:
+    ref, spec = load(EXAMPLES[0])
+    engine = render_arm(ref, spec, Arm.BASELINE).deployment["spec"]["template"]
+    done = _create(api, restricted, "engine", engine)
+    assert done.returncode != 0 and "restricted" in done.stderr, done.stderr
