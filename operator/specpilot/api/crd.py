@@ -59,6 +59,7 @@ _KEYWORDS = (
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
     "x-kubernetes-validations",
+    "x-kubernetes-preserve-unknown-fields",
 )
 _DROPPED = ("title", "$defs", "propertyNames")
 

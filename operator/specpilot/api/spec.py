@@ -13,9 +13,9 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from itertools import pairwise
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, StringConstraints
+from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema
 
 from specpilot.api.common import (
     DNS_LABEL_PATTERN,
@@ -170,6 +170,54 @@ class Toleration(ApiModel):
     """How long a NoExecute taint is tolerated before eviction."""
 
 
+# A Kubernetes object passed through as written (an affinity, a volume, a probe): the API server checks it
+# when the operator applies the Deployment that carries it.
+KubeObject = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]
+
+
+class EngineContainerTemplate(ApiModel):
+    """What the engine container takes from the pod template besides what the operator renders."""
+
+    volume_mounts: Annotated[list[KubeObject], Field(max_length=32)] = []
+    """Mounts of the template's volumes, e.g. the model weights at the path spec.engine.model names."""
+    security_context: KubeObject | None = None
+    """The container's security context; the operator's hardening (no privilege escalation, no
+    capabilities) wins where they differ."""
+    startup_probe: KubeObject | None = None
+    """A startup probe, e.g. long enough for a large model to load."""
+    readiness_probe: KubeObject | None = None
+    """Replaces the operator's readiness probe (GET /health every 2 s)."""
+    liveness_probe: KubeObject | None = None
+    """A liveness probe."""
+
+
+class PodTemplate(ApiModel):
+    """Fields of the engine pods' template that a vLLM pod may need and the rest of spec.engine does not
+    express, merged under what the operator renders: where both set a field, the operator's wins, except
+    the probes, which replace its own."""
+
+    labels: Annotated[dict[str, Annotated[str, StringConstraints(max_length=63)]], Field(max_length=32)] = {}
+    """Pod labels, e.g. for a service mesh."""
+    annotations: Annotated[dict[str, Annotated[str, StringConstraints(max_length=4096)]], Field(max_length=32)] = {}
+    """Pod annotations, e.g. for log shippers."""
+    service_account_name: Name | None = None
+    """The engine pods' ServiceAccount; with one, its token is mounted (without, none is)."""
+    image_pull_secrets: Annotated[list[Name], Field(max_length=16)] = []
+    """Secrets to pull spec.engine.image with."""
+    priority_class_name: Annotated[str, StringConstraints(max_length=253)] | None = None
+    """The pods' priority class."""
+    affinity: KubeObject | None = None
+    """Node and pod (anti-)affinity."""
+    topology_spread_constraints: Annotated[list[KubeObject], Field(max_length=8)] = []
+    """How the pods spread over zones or nodes."""
+    security_context: KubeObject | None = None
+    """The pod's security context; its seccomp profile stays the runtime's default."""
+    volumes: Annotated[list[KubeObject], Field(max_length=32)] = []
+    """Volumes, e.g. a PersistentVolumeClaim holding the model weights."""
+    container: EngineContainerTemplate = EngineContainerTemplate()
+    """The engine container's part."""
+
+
 class Sampling(ApiModel):
     """Sampling parameters the pilot's traffic is expected to use.
 
@@ -242,6 +290,10 @@ class Engine(ApiModel):
     """Tolerations of the engine pods."""
     sampling: Sampling = Sampling()
     """Sampling parameters the traffic is expected to use."""
+    pod_template: PodTemplate | None = None
+    """What else the engine pods need: volumes, pull secrets, a ServiceAccount, placement, probes,
+    labels and annotations. Its pod fields are part of the frozen engine: a change to them restarts the
+    scopes from ordinary decoding."""
 
 
 # --- arms ---------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ ALLOWED = {
     "x-kubernetes-list-type",
     "x-kubernetes-list-map-keys",
     "x-kubernetes-validations",
+    "x-kubernetes-preserve-unknown-fields",  # a Kubernetes object passed through (an affinity, a volume)
 }
 
 

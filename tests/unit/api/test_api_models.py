@@ -26,7 +26,13 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
 def test_the_examples() -> None:
-    assert {path.stem for path in EXAMPLES} == {"minimal", "three-arm", "local-demo", "prometheus-source"}
+    assert {path.stem for path in EXAMPLES} == {
+        "minimal",
+        "three-arm",
+        "local-demo",
+        "prometheus-source",
+        "pod-template",
+    }
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda path: path.stem)

@@ -245,8 +245,11 @@ def test_engine_pods_are_hardened_outside_the_config_hash_and_the_router_keeps_i
     out = rendered(ref, spec)
     for plan in out.arms:
         pod = plan.deployment["spec"]["template"]["spec"]
-        assert pod["automountServiceAccountToken"] is False
-        assert "serviceAccountName" not in pod
+        if spec.engine.pod_template is None or spec.engine.pod_template.service_account_name is None:
+            assert pod["automountServiceAccountToken"] is False
+            assert "serviceAccountName" not in pod
+        else:  # a pod template that names an account gets its token
+            assert "automountServiceAccountToken" not in pod
         assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
         for engine in pod["containers"]:
             assert engine["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
@@ -288,3 +291,58 @@ def test_router_pods_take_pull_secrets_placement_and_resources_from_spec_router_
     # clients' Service: the traffic port only; the admin port is reached on the pods
     assert [port["name"] for port in service["spec"]["ports"]] == ["http"]
     assert "admin" in [port["name"] for port in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]]
+
+
+def test_the_pod_template_reaches_every_arm_under_the_operators_own_fields() -> None:
+    ref, spec = load(ROOT / "manifests/examples/pod-template.yaml")
+    out = rendered(ref, spec)
+    for plan in out.arms:
+        template = plan.deployment["spec"]["template"]
+        pod, (engine,) = template["spec"], template["spec"]["containers"]
+        assert pod["serviceAccountName"] == "vllm" and pod["imagePullSecrets"] == [{"name": "registry-example"}]
+        assert pod["priorityClassName"] == "serving-critical"
+        assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
+        # tensor parallel size 4: the operator's shared memory, then the template's model cache
+        assert [v["name"] for v in pod["volumes"]] == ["dshm", "models"]
+        assert [m["mountPath"] for m in engine["volumeMounts"]] == ["/dev/shm", "/models"]
+        assert engine["startupProbe"]["failureThreshold"] == 90
+        assert engine["readinessProbe"]["httpGet"]["path"] == "/health"  # the operator's, not replaced
+        assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
+        assert template["metadata"]["annotations"]["fluentbit.io/parser"] == "json"
+        assert template["metadata"]["labels"][ARM_LABEL] == plan.arm.value
+
+
+def test_where_the_template_and_the_operator_both_set_a_field_the_operators_wins_but_probes_replace() -> None:
+    ref, spec = load(ROOT / "manifests/examples/pod-template.yaml")
+    template = spec.engine.pod_template.to_wire()  # type: ignore[union-attr]
+    template["labels"] = {ARM_LABEL: "baseline", "team": "serving"}
+    template["volumes"] = [*template["volumes"], {"name": "dshm", "hostPath": {"path": "/tmp"}}]
+    template["securityContext"] = {"runAsUser": 1000, "seccompProfile": {"type": "Unconfined"}}
+    template["container"] = {
+        **template["container"],
+        "volumeMounts": [{"name": "scratch", "mountPath": "/dev/shm"}],
+        "securityContext": {"allowPrivilegeEscalation": True, "runAsGroup": 1000},
+        "readinessProbe": {"httpGet": {"path": "/v1/models", "port": "http"}, "periodSeconds": 5},
+    }
+    custom = with_spec(spec, "engine.podTemplate", template)
+    speculative = render_arm(ref, custom, Arm.SPECULATIVE).deployment["spec"]["template"]
+    pod, (engine,) = speculative["spec"], speculative["spec"]["containers"]
+    assert speculative["metadata"]["labels"][ARM_LABEL] == "speculative"  # the arm's selector label
+    assert speculative["metadata"]["labels"]["team"] == "serving"
+    assert [v for v in pod["volumes"] if v["name"] == "dshm"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    assert engine["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    assert pod["securityContext"] == {"runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert (
+        engine["securityContext"]["allowPrivilegeEscalation"] is False
+        and engine["securityContext"]["runAsGroup"] == 1000
+    )
+    assert engine["readinessProbe"] == {"httpGet": {"path": "/v1/models", "port": "http"}, "periodSeconds": 5}
+    # the template is part of the frozen engine: the arms still differ by the speculative config alone,
+    # and a change to it changes every arm's configuration hash
+    baseline = render_arm(ref, custom, Arm.BASELINE).deployment["spec"]["template"]["spec"]
+    assert {k: v for k, v in pod.items() if k != "containers"} == {
+        k: v for k, v in baseline.items() if k != "containers"
+    }
+    before = {arm: render_arm(ref, spec, arm).config_hash for arm in (Arm.BASELINE, Arm.SPECULATIVE)}
+    after = {arm: render_arm(ref, custom, arm).config_hash for arm in (Arm.BASELINE, Arm.SPECULATIVE)}
+    assert all(before[arm] != after[arm] for arm in before)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api.pilot import API_VERSION, KIND
-from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, SpeculationPilotSpec
+from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, PodTemplate, SpeculationPilotSpec
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
@@ -184,7 +184,58 @@ def engine_pod(engine: Engine, *, tensor_parallel_size: int, extra_args: Sequenc
         pod["nodeSelector"] = dict(sorted(engine.node_selector.items()))
     if engine.tolerations:
         pod["tolerations"] = [t.to_wire() for t in engine.tolerations]
-    return pod
+    return _templated(pod, engine.pod_template) if engine.pod_template is not None else pod
+
+
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+
+
+def _templated(pod: Json, template: PodTemplate) -> Json:
+    """The engine pod with the pilot's pod template merged under it: where both set a field, the
+    operator's wins (a volume or mount by its name or path), except the probes, which replace its own."""
+    (container,) = pod["containers"]
+    part = template.container
+    mounts = container.get("volumeMounts", [])
+    taken = {mount.get("mountPath") for mount in mounts} | {mount.get("name") for mount in mounts}
+    merged_container = {
+        **({"securityContext": dict(part.security_context)} if part.security_context is not None else {}),
+        **container,
+        **{
+            key: dict(probe)
+            for key, probe in zip(PROBES, (part.startup_probe, part.readiness_probe, part.liveness_probe), strict=True)
+            if probe is not None
+        },
+    }
+    extra_mounts = [
+        dict(m) for m in part.volume_mounts if m.get("mountPath") not in taken and m.get("name") not in taken
+    ]
+    if mounts or extra_mounts:
+        merged_container["volumeMounts"] = [*mounts, *extra_mounts]
+    volumes = pod.get("volumes", [])
+    named = {volume.get("name") for volume in volumes}
+    extra_volumes = [dict(v) for v in template.volumes if v.get("name") not in named]
+    given: Json = {
+        "serviceAccountName": template.service_account_name,
+        "imagePullSecrets": [{"name": name} for name in template.image_pull_secrets] or None,
+        "priorityClassName": template.priority_class_name,
+        "affinity": dict(template.affinity) if template.affinity is not None else None,
+        "topologySpreadConstraints": [dict(c) for c in template.topology_spread_constraints] or None,
+        "securityContext": dict(template.security_context) if template.security_context is not None else None,
+    }
+    merged = {**{key: value for key, value in given.items() if value is not None}, **pod}
+    merged["containers"] = [merged_container]
+    if volumes or extra_volumes:
+        merged["volumes"] = [*volumes, *extra_volumes]
+    return merged
+
+
+def _pod_metadata(engine: Engine, labels: Mapping[str, str], annotations: Mapping[str, str]) -> Json:
+    """An engine pod template's metadata: the pod template's labels and annotations under the operator's."""
+    template = engine.pod_template
+    return {
+        "labels": {**(template.labels if template is not None else {}), **labels},
+        "annotations": {**(template.annotations if template is not None else {}), **annotations},
+    }
 
 
 def _arm_pod(spec: SpeculationPilotSpec, arm: Arm) -> tuple[Json, int]:
@@ -237,10 +288,11 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
             "progressDeadlineSeconds": ENGINE_PROGRESS_DEADLINE_SECONDS,
             "strategy": {"type": "RollingUpdate", "rollingUpdate": surge},
             "template": {
-                "metadata": {
-                    "labels": {**pilot_labels(ref.name), **selector, COMPONENT_LABEL: ENGINE_COMPONENT},
-                    "annotations": {CONFIG_HASH_ANNOTATION: config_hash},
-                },
+                "metadata": _pod_metadata(
+                    spec.engine,
+                    {**pilot_labels(ref.name), **selector, COMPONENT_LABEL: ENGINE_COMPONENT},
+                    {CONFIG_HASH_ANNOTATION: config_hash},
+                ),
                 "spec": _hardened(pod),
             },
         },
@@ -262,18 +314,20 @@ ENGINE_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": [
 
 
 def _hardened(pod: Json) -> Json:
-    """The engine pod as deployed: no service-account token (the engine calls no Kubernetes API), no
-    capabilities or privilege escalation, the runtime's seccomp profile. Outside the config hash,
-    which covers what the engine runs."""
+    """The engine pod as deployed: no service-account token (the engine calls no Kubernetes API) unless
+    its pod template names an account, no capabilities or privilege escalation, the runtime's seccomp
+    profile. Outside the config hash, which covers what the engine runs."""
     containers = [
-        {**c, "securityContext": {**ENGINE_SECURITY, **c.get("securityContext", {})}} for c in pod["containers"]
+        {**c, "securityContext": {**c.get("securityContext", {}), **ENGINE_SECURITY}} for c in pod["containers"]
     ]
-    return {
+    hardened = {
         **pod,
         "containers": containers,
-        "automountServiceAccountToken": False,
-        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}, **pod.get("securityContext", {})},
+        "securityContext": {**pod.get("securityContext", {}), "seccompProfile": {"type": "RuntimeDefault"}},
     }
+    if "serviceAccountName" not in pod:  # a pod template that names an account gets its token
+        hardened["automountServiceAccountToken"] = False
+    return hardened
 
 
 def _service(ref: PilotRef, name: str, selector: Mapping[str, str], labels: Mapping[str, str], ports: Any) -> Json:
@@ -465,7 +519,10 @@ def render_restart(ref: PilotRef, spec: SpeculationPilotSpec) -> Json:
             "replicas": 1,
             "selector": {"matchLabels": selector},
             "progressDeadlineSeconds": ENGINE_PROGRESS_DEADLINE_SECONDS,
-            "template": {"metadata": {"labels": {**pilot_labels(ref.name), **selector}}, "spec": _hardened(pod)},
+            "template": {
+                "metadata": _pod_metadata(spec.engine, {**pilot_labels(ref.name), **selector}, {}),
+                "spec": _hardened(pod),
+            },
         },
     }
 
