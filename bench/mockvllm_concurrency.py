@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -43,6 +44,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
@@ -149,6 +151,23 @@ async def wait_ready(session: aiohttp.ClientSession, url: str) -> None:
     raise RuntimeError(f"{url} did not become healthy")
 
 
+@contextlib.asynccontextmanager
+async def both_arms(time_scale: float) -> AsyncIterator[list[str]]:
+    """An ordinary and a speculative mock server on loopback, ready: their URLs."""
+    ports = (free_port(), free_port())
+    servers = [start_mock(ports[0], time_scale, False), start_mock(ports[1], time_scale, True)]
+    urls = [f"http://127.0.0.1:{p}" for p in ports]
+    try:
+        async with aiohttp.ClientSession() as session:
+            for url in urls:
+                await wait_ready(session, url)
+        yield urls
+    finally:
+        for server in servers:
+            server.terminate()
+            server.wait(timeout=10)
+
+
 async def counters(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
     async with session.get(url + "/metrics") as response:
         text = await response.text()
@@ -245,13 +264,7 @@ async def offered(url: str, target: Target, rate: float, seconds: float, seed: i
 
 async def sweep(rates: list[float], seconds: float, time_scale: float, on_time_target: float) -> dict[str, Any]:
     """The open-loop sweep: both arms at once at each offered load."""
-    ports = (free_port(), free_port())
-    servers = [start_mock(ports[0], time_scale, False), start_mock(ports[1], time_scale, True)]
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    try:
-        async with aiohttp.ClientSession() as session:
-            for url in urls:
-                await wait_ready(session, url)
+    async with both_arms(time_scale) as urls:
         # a request three deadlines late is a timeout: an overloaded arm's queue does not hold the sweep
         timeout = 3 * DEADLINE
         targets = [Target(base_url=u, model="bench-model", time_scale=time_scale, timeout_s=timeout) for u in urls]
@@ -292,10 +305,6 @@ async def sweep(rates: list[float], seconds: float, time_scale: float, on_time_t
             print(f"{arm} capacity at {on_time_target:g} on time: " + (f"{found:g}" if found else "below every load"))
         print("crossover: " + (f"{crossing:.2f} requests per second per replica" if crossing else "none measured"))
         return {"scope": SCOPE, "rows": rows, "capacity": capacities, "offered_crossover": crossing}
-    finally:
-        for server in servers:
-            server.terminate()
-            server.wait(timeout=10)
 
 
 def analytic(concurrency: int, k: int) -> float:
@@ -343,13 +352,7 @@ def row(concurrency: int, ordinary: dict[str, Any], speculative: dict[str, Any])
 
 
 async def main(levels: list[int], seconds: float, time_scale: float) -> dict[str, Any]:
-    ports = (free_port(), free_port())
-    servers = [start_mock(ports[0], time_scale, False), start_mock(ports[1], time_scale, True)]
-    urls = [f"http://127.0.0.1:{p}" for p in ports]
-    try:
-        async with aiohttp.ClientSession() as session:
-            for url in urls:
-                await wait_ready(session, url)
+    async with both_arms(time_scale) as urls:
         targets = [Target(base_url=u, model="bench-model", time_scale=time_scale, timeout_s=600) for u in urls]
         print(f"profile {json.dumps(PROFILE)}; speculative arm: {json.dumps(SPECULATIVE)}")
         print(
@@ -376,10 +379,6 @@ async def main(levels: list[int], seconds: float, time_scale: float) -> dict[str
             + (f"{offered:.2f} requests per second per replica" if offered else "none within both arms' loads")
         )
         return {"scope": SCOPE, "ratios": ratios, "crossover": found, "curves": curves, "offered_crossover": offered}
-    finally:
-        for server in servers:
-            server.terminate()
-            server.wait(timeout=10)
 
 
 if __name__ == "__main__":
