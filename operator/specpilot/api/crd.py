@@ -21,6 +21,7 @@ from specpilot.api.pilot import (
     CATEGORIES,
     GROUP,
     KIND,
+    NAME_LEAVES_REHEARSAL,
     NAME_RULE,
     PLURAL,
     SHORT_NAMES,
@@ -110,7 +111,7 @@ def openapi_schema() -> dict[str, Any]:
             "spec": _generate(SpeculationPilotSpec.model_json_schema(mode="validation"), defaults=True),
             "status": _generate(SpeculationPilotStatus.model_json_schema(mode="validation"), defaults=False),
         },
-        "x-kubernetes-validations": [NAME_RULE.to_schema()],
+        "x-kubernetes-validations": [NAME_RULE.to_schema(), NAME_LEAVES_REHEARSAL.to_schema()],
     }
 
 

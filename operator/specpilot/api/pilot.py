@@ -9,6 +9,7 @@ from pydantic import Field
 from specpilot.api.common import ApiModel, Rule
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import SpeculationPilotStatus
+from specpilot.wire.names import REHEARSAL_SUFFIX
 
 GROUP = "specpilot.io"
 VERSION = "v1alpha1"
@@ -27,6 +28,12 @@ NAME_RULE = Rule(
     cel=f"self.metadata.name.size() <= {NAME_MAX_LENGTH} && self.metadata.name.matches('{NAME_PATTERN}')",
     message=f"must be an RFC 1035 label of at most {NAME_MAX_LENGTH} characters: it prefixes "
     "the names of the Services and Deployments the pilot owns",
+    field_path=".metadata.name",
+)
+NAME_LEAVES_REHEARSAL = Rule(
+    cel=f"!self.metadata.name.endsWith('{REHEARSAL_SUFFIX}')",
+    message=f"must not end in {REHEARSAL_SUFFIX}: the peak rehearsal of the pilot named without it gives its "
+    "router, table and Services those names",
     field_path=".metadata.name",
 )
 

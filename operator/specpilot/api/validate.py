@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from specpilot.api.common import Rule
-from specpilot.api.pilot import NAME_MAX_LENGTH, NAME_PATTERN, NAME_RULE
+from specpilot.api.pilot import NAME_LEAVES_REHEARSAL, NAME_MAX_LENGTH, NAME_PATTERN, NAME_RULE
 from specpilot.api.spec import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
@@ -53,6 +53,7 @@ from specpilot.api.spec import (
     SpeculationPilotSpec,
     TolerationOperator,
 )
+from specpilot.wire.names import REHEARSAL_SUFFIX
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,8 @@ def _name_problems(name: object) -> Iterator[Problem]:
         return
     if len(name) > NAME_MAX_LENGTH or not re.fullmatch(NAME_PATTERN, name):
         yield Problem("metadata.name", NAME_RULE.message)
+    elif name.endswith(REHEARSAL_SUFFIX):
+        yield Problem("metadata.name", NAME_LEAVES_REHEARSAL.message)
 
 
 def _unique(field: str, names: Sequence[str]) -> Iterator[Problem]:

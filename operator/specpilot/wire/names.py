@@ -86,11 +86,14 @@ def router_name(pilot: str) -> str:
     return f"{pilot}-router"
 
 
+REHEARSAL_SUFFIX = "-rehearsal"  # no pilot's own name ends so (the API refuses it)
+
+
 def rehearsal_pilot(pilot: str) -> str:
     """The pilot name the rehearsal router runs under: its table is `routes_name` of it and its arms are
     the Services `arm_name` of it, which select the pilot's speculative and control pods. No Service
     of that name selects a production pod, so the rehearsal router cannot reach one."""
-    return f"{pilot}-rehearsal"
+    return f"{pilot}{REHEARSAL_SUFFIX}"
 
 
 def rehearsal_step_name(pilot: str, step: int) -> str:

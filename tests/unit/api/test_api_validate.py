@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from specpilot.api import Problem, validate
-from specpilot.api.pilot import NAME_RULE
+from specpilot.api.pilot import NAME_LEAVES_REHEARSAL, NAME_RULE
 from specpilot.api.spec import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
@@ -201,6 +201,12 @@ RULES = [
         "stage weights must be strictly increasing",
     ),
     ("name", {**_pilot(), "metadata": {"name": "Pilot"}}, "metadata.name", NAME_RULE.message),
+    (
+        "name-ends-in-rehearsal",
+        {**_pilot(), "metadata": {"name": "chat-rehearsal"}},
+        "metadata.name",
+        NAME_LEAVES_REHEARSAL.message,
+    ),
     (
         "prometheus-arms-identical",
         _prometheus(arms={"baseline": {"arm": "a"}, "speculative": {"arm": "a"}, "control": {"arm": "c"}}),
