@@ -15,7 +15,8 @@ from specpilot.api.spec import SpeculationPilotSpec
 Json = dict[str, Any]
 
 
-def _round(value: float | None, digits: int = 6) -> float | None:
+def rounded(value: float | None, digits: int = 6) -> float | None:
+    """`value` rounded for a report or a manifest; None for none, or for what is not a finite number."""
     return None if value is None or not math.isfinite(value) else round(value, digits)
 
 
@@ -27,9 +28,9 @@ def length_summary(lengths: Lengths) -> Json | None:
     sigma = sd or 0.0
     return {
         "n": lengths.log.n,
-        "geometricMean": _round(math.exp(mean), 1),
-        "mean": _round(math.exp(mean + sigma * sigma / 2), 1),
-        "sigmaOfLog": _round(sigma, 4),
+        "geometricMean": rounded(math.exp(mean), 1),
+        "mean": rounded(math.exp(mean + sigma * sigma / 2), 1),
+        "sigmaOfLog": rounded(sigma, 4),
         "min": lengths.min,
         "max": lengths.max,
     }
@@ -68,7 +69,7 @@ def replay_workload(
         total += rate
         entry: Json = {
             "name": scope.name,
-            "weight": _round(rate, 4),
+            "weight": rounded(rate, 4),
             "input_tokens": _mix_length(found.prompt_tokens),
             "output_tokens": _mix_length(found.output_tokens),
         }

@@ -27,7 +27,7 @@ from specpilot.analysis.decision import (
     envelope_peak,
 )
 from specpilot.analysis.evidence import ArmTotals, Evidence, Moments, ScopeEvidence, production_quantile
-from specpilot.analysis.replay import length_summary, replay_workload
+from specpilot.analysis.replay import length_summary, replay_workload, rounded
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -44,10 +44,6 @@ Json = dict[str, Any]
 QUALITY_REASONS = frozenset({FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED})
 
 
-def _round(value: float | None, digits: int = 6) -> float | None:
-    return None if value is None or not math.isfinite(value) else round(value, digits)
-
-
 def _source(band: Band, rehearsed: Mapping[int, int]) -> str:
     """Where a band's windows came from: the live stages, the peak rehearsal, or both."""
     marked = sum(rehearsed.get(index, 0) for index in range(band.first, band.last + 1))
@@ -59,15 +55,15 @@ def _source(band: Band, rehearsed: Mapping[int, int]) -> str:
 def _band(band: Band, rehearsed: Mapping[int, int]) -> Json:
     return {
         "source": _source(band, rehearsed),
-        "loadLow": _round(band.low, 3),
-        "loadHigh": _round(band.high, 3),
-        "load": _round(band.load, 3),
-        "inFlightPerReplica": _round(band.in_flight, 3),
+        "loadLow": rounded(band.low, 3),
+        "loadHigh": rounded(band.high, 3),
+        "load": rounded(band.load, 3),
+        "inFlightPerReplica": rounded(band.in_flight, 3),
         "windows": band.windows,
-        "timePerCommittedTokenSeconds": _round(band.tpct),
-        "timePerCommittedTokenStandardError": _round(band.tpct_se),
-        "ttftP99Seconds": _round(band.ttft_p99),
-        "e2eMeanSeconds": _round(band.e2e),
+        "timePerCommittedTokenSeconds": rounded(band.tpct),
+        "timePerCommittedTokenStandardError": rounded(band.tpct_se),
+        "ttftP99Seconds": rounded(band.ttft_p99),
+        "e2eMeanSeconds": rounded(band.e2e),
         "routed": band.routed,
         "onTime": band.on_time,
     }
@@ -82,10 +78,10 @@ def _progress(totals: ArmTotals | None) -> Json | None:
         "ok": totals.ok,
         "onTime": totals.on_time,
         "committedTokens": totals.committed_tokens,
-        "decodeSeconds": _round(totals.decode_seconds, 3),
-        "offeredPerReplicaMean": _round(totals.load.mean, 3),
-        "runningPerReplicaMean": _round(totals.running.mean, 3),
-        "waitingPerReplicaMean": _round(totals.waiting.mean, 3),
+        "decodeSeconds": rounded(totals.decode_seconds, 3),
+        "offeredPerReplicaMean": rounded(totals.load.mean, 3),
+        "runningPerReplicaMean": rounded(totals.running.mean, 3),
+        "waitingPerReplicaMean": rounded(totals.waiting.mean, 3),
     }
 
 
@@ -120,10 +116,10 @@ def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None
     return {
         "recommendation": True,
         "derivedFrom": findings.scope,
-        "crossoverLoad": _round(decision.crossover_load, 3),
-        "crossoverLow": _round(decision.crossover_low, 3),
-        "batchMeasuredAtLoad": _round(band.load, 3),
-        "inFlightPerReplica": _round(band.in_flight, 3),
+        "crossoverLoad": rounded(decision.crossover_load, 3),
+        "crossoverLow": rounded(decision.crossover_low, 3),
+        "batchMeasuredAtLoad": rounded(band.load, 3),
+        "inFlightPerReplica": rounded(band.in_flight, 3),
         "lastSpeculativeBatchSize": batch,
         "speculativeConfig": config,
     }
@@ -186,10 +182,10 @@ def _scope_json(
         "bands": {arm.value: [_band(b, found.rehearsed) for b in findings.bands.get(arm, ())] for arm in arms},
         "comparisons": [
             {
-                "load": _round(c.band.load, 3),
-                "speculativeSeconds": _round(c.band.tpct),
-                "comparedSeconds": _round(c.compared.tpct) if c.compared is not None else None,
-                "ratio": _round(c.ratio, 4),
+                "load": rounded(c.band.load, 3),
+                "speculativeSeconds": rounded(c.band.tpct),
+                "comparedSeconds": rounded(c.compared.tpct) if c.compared is not None else None,
+                "ratio": rounded(c.ratio, 4),
                 "measured": c.measured,
                 "speculationWins": c.wins,
             }
@@ -198,25 +194,25 @@ def _scope_json(
         "crossover": None
         if cross is None
         else {
-            "load": _round(cross.load, 3),
-            "low": _round(cross.low, 3),
-            "high": _round(cross.high, 3),
+            "load": rounded(cross.load, 3),
+            "low": rounded(cross.low, 3),
+            "high": rounded(cross.high, 3),
             "confidence": cross.confidence,
-            "drawsCrossing": _round(cross.draws_crossing, 4),
+            "drawsCrossing": rounded(cross.draws_crossing, 4),
             "nonMonotone": cross.non_monotone,
         },
         "timing": None
         if share is None
         else {
-            "ttftSeconds": _round(share.ttft),
-            "decodeSeconds": _round(share.decode),
-            "otherSeconds": _round(max(0.0, share.e2e - share.ttft - share.decode)),
-            "e2eSeconds": _round(share.e2e),
-            "decodeShare": _round(share.share, 4),
-            "decodeRatio": _round(share.decode_ratio, 4),
-            "decodeOnlyGain": _round(share.decode_gain, 4),
-            "impliedEndToEndGain": _round(share.implied_gain, 4),
-            "observedEndToEndGain": _round(share.observed_gain, 4),
+            "ttftSeconds": rounded(share.ttft),
+            "decodeSeconds": rounded(share.decode),
+            "otherSeconds": rounded(max(0.0, share.e2e - share.ttft - share.decode)),
+            "e2eSeconds": rounded(share.e2e),
+            "decodeShare": rounded(share.share, 4),
+            "decodeRatio": rounded(share.decode_ratio, 4),
+            "decodeOnlyGain": rounded(share.decode_gain, 4),
+            "impliedEndToEndGain": rounded(share.implied_gain, 4),
+            "observedEndToEndGain": rounded(share.observed_gain, 4),
         },
         "progress": {arm.value: _progress(found.totals.get(arm)) for arm in arms},
         "quality": {
@@ -226,30 +222,30 @@ def _scope_json(
         "peak": None
         if peak is None
         else {
-            "load": _round(peak.band.load, 3),
-            "ratio": _round(peak.ratio, 4),
-            "speculativeTtftP99Seconds": _round(peak.band.ttft_p99),
-            "speculativeOnTimeShare": _round(peak.band.on_time / peak.band.routed, 4) if peak.band.routed else None,
+            "load": rounded(peak.band.load, 3),
+            "ratio": rounded(peak.ratio, 4),
+            "speculativeTtftP99Seconds": rounded(peak.band.ttft_p99),
+            "speculativeOnTimeShare": rounded(peak.band.on_time / peak.band.routed, 4) if peak.band.routed else None,
         },
         "cost": {
-            "kvCost": _round(cost.kv_cost, 4),
+            "kvCost": rounded(cost.kv_cost, 4),
             "arms": {
                 c.arm.value: {
                     "gpus": c.gpus,
                     "kvBlocksPerReplica": c.kv_blocks,
-                    "onTimeCompletionsPerGpuHour": _round(c.on_time_per_gpu_hour, 1),
-                    "atLoad": _round(c.at_load, 3),
+                    "onTimeCompletionsPerGpuHour": rounded(c.on_time_per_gpu_hour, 1),
+                    "atLoad": rounded(c.at_load, 3),
                 }
                 for c in cost.arms
             },
         },
         "chunkGaps": _chunk_gaps(spec, found, findings.compared),
         "acceptance": {
-            "length": _round(found.acceptance_length.mean, 4),
-            "perPosition": [_round(m.mean, 4) for m in found.per_position],
+            "length": rounded(found.acceptance_length.mean, 4),
+            "perPosition": [rounded(m.mean, 4) for m in found.per_position],
         },
         "workload": {
-            "arrivalRatePerSecond": _round(found.arrival_rate.mean, 4),
+            "arrivalRatePerSecond": rounded(found.arrival_rate.mean, 4),
             "promptTokens": length_summary(found.prompt_tokens),
             "outputTokens": length_summary(found.output_tokens),
         },
@@ -275,8 +271,8 @@ def _production(evidence: Evidence, findings: Sequence[ScopeFindings]) -> Json:
     quantiles = (("p50", 0.5), ("p95", 0.95), ("max", 1.0))
     return {
         "windows": sum(evidence.production.values()),
-        "offeredPerReplica": {key: _round(production_quantile(evidence.production, q), 3) for key, q in quantiles},
-        "productionCovered": {f.scope: _round(f.decision.production_covered, 4) for f in findings},
+        "offeredPerReplica": {key: rounded(production_quantile(evidence.production, q), 3) for key, q in quantiles},
+        "productionCovered": {f.scope: rounded(f.decision.production_covered, 4) for f in findings},
     }
 
 
@@ -290,8 +286,8 @@ def _comparison_cost(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | N
     hours = windows * _seconds(spec.analysis.interval) / 3600
     return {
         "gpus": gpus,
-        "hoursCovered": _round(hours, 3),
-        "gpuHours": _round(gpus * hours, 3) if gpus is not None else None,
+        "hoursCovered": rounded(hours, 3),
+        "gpuHours": rounded(gpus * hours, 3) if gpus is not None else None,
     }
 
 
@@ -314,11 +310,9 @@ def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | None:
     mean = sum(rate * length for rate, length in tokens) / sum(rate for rate, _ in tokens)
     size = evidence.block_size or DEFAULT_BLOCK_SIZE
     per_request = math.ceil(mean / size)
-    limit = next(
-        (int(arg.partition("=")[2]) for arg in spec.engine.extra_args if arg.startswith("--max-num-seqs=")), None
-    )
+    limit = _flag_value(spec.engine.extra_args, "--max-num-seqs")
     return {
-        "tokensPerRequest": _round(mean, 1),
+        "tokensPerRequest": rounded(mean, 1),
         "blockSize": size,
         "blockSizeReported": evidence.block_size is not None,
         "blocksPerRequest": per_request,
@@ -338,9 +332,9 @@ def _chunk_gaps(spec: SpeculationPilotSpec, found: ScopeEvidence, compared: Arm)
     thresholds = spec.analysis.thresholds
     return {
         "quantile": thresholds.itl_quantile,
-        "speculativeSeconds": _round(spec_gap),
-        "comparedSeconds": _round(compared_gap),
-        "ratio": _round(spec_gap / compared_gap, 4) if spec_gap is not None and compared_gap else None,
+        "speculativeSeconds": rounded(spec_gap),
+        "comparedSeconds": rounded(compared_gap),
+        "ratio": rounded(spec_gap / compared_gap, 4) if spec_gap is not None and compared_gap else None,
         "judged": thresholds.inter_token_latency is not None,
     }
 
@@ -395,7 +389,7 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
                 "configHash": getattr(arms_status, arm.value).config_hash
                 if arms_status is not None and getattr(arms_status, arm.value) is not None
                 else evidence.config_hashes.get(arm),
-                "kvUsageMax": _round(max((p.usage for p in evidence.kv_usage.get(arm, [])), default=None), 4),
+                "kvUsageMax": rounded(max((p.usage for p in evidence.kv_usage.get(arm, [])), default=None), 4),
             }
             for arm in Arm
             if arm in replicas
@@ -410,16 +404,16 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         "envelope": {
             "sampling": spec.engine.sampling.to_wire(),
             "maxModelLen": spec.engine.max_model_len,
-            "totalArrivalRatePerSecond": _round(rate, 4),
+            "totalArrivalRatePerSecond": rounded(rate, 4),
         },
         "fallbacks": [f.to_wire() for f in fallbacks],
         "kvUsage": {
-            arm.value: [[p.at.isoformat(), _round(p.usage, 4)] for p in points]
+            arm.value: [[p.at.isoformat(), rounded(p.usage, 4)] for p in points]
             for arm, points in sorted(evidence.kv_usage.items())
         },
         "kvUsageLimit": spec.analysis.thresholds.kv_cache_usage.max,
         "schedules": schedules,
-        "replay": {"mix": mix, "ratePerSecond": _round(rate, 4)},
+        "replay": {"mix": mix, "ratePerSecond": rounded(rate, 4)},
         "rehearsal": status.rehearsal.to_wire() if status is not None and status.rehearsal is not None else None,
     }
 
@@ -433,3 +427,16 @@ def pilot_manifest(pilot: Mapping[str, Any]) -> Json:
         "metadata": {"name": meta.get("name"), **({"namespace": meta["namespace"]} if "namespace" in meta else {})},
         "spec": pilot["spec"],
     }
+
+
+def _flag_value(args: Sequence[str], flag: str) -> int | None:
+    """An integer flag's value in `args`, given as `--flag=N` or `--flag N` (the last one counts, as
+    with argparse); None when absent or not a number."""
+    found = None
+    for index, arg in enumerate(args):
+        name, equals, value = arg.partition("=")
+        if name != flag:
+            continue
+        text = value if equals else (args[index + 1] if index + 1 < len(args) else "")
+        found = int(text) if text.isdigit() else None
+    return found

@@ -326,3 +326,14 @@ def test_the_report_says_how_many_requests_each_arms_cache_holds_at_the_scopes_l
     assert f"{per_request} blocks of 16 tokens" in md and "--max-num-seqs" in md
     unreported = build(manifest(), evidence)["concurrency"]
     assert unreported["blockSize"] == 16 and not unreported["blockSizeReported"]
+    assert found["schedulerLimit"] is None
+    # the scheduler's limit as vLLM takes it: `--max-num-seqs=N` or `--max-num-seqs N`, the last one counting
+    for args, limit in (
+        (["--max-num-seqs=64"], 64),
+        (["--max-num-seqs", "32"], 32),
+        (["--max-num-seqs=8", "--enforce-eager", "--max-num-seqs", "16"], 16),
+        (["--max-num-seqs"], None),
+    ):
+        doc = manifest()
+        doc["spec"]["engine"]["extraArgs"] = args
+        assert build(doc, sized)["concurrency"]["schedulerLimit"] == limit, args
