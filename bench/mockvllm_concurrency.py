@@ -18,15 +18,18 @@ the loads both arms were measured at).
 (whose acceptance to use) sweep the arms of a pilot directly, to check the crossover its report
 estimates from the windows.
 
-With `--rates`, the sweep is open-loop instead, the way a peak rehearsal loads the arms: Poisson
-arrivals at each offered load (requests per second, one replica per arm), every request waited for.
-Per arm and load it prints the share completed within `--deadline` ("behind" where the arm did not
-finish as many requests over the level's second half as arrived), and the capacity: the highest load
-at which it kept up and at least `--on-time-target` of them were on time (and every lower load too). The crossover
-is read off each arm's time per committed token at the same offered load.
+With `--rates`, the sweep is open-loop instead, the way a peak rehearsal loads the arms: one stream of
+Poisson arrivals climbing through the offered loads (requests per second, one replica per arm), never
+drained between them, so that an arm near its capacity carries its queue on as it would in service.
+Each load is read over its last `--window` from the requests that finished in it: the share completed
+within `--deadline` ("behind" where the arm finished fewer than arrived), time per committed token
+from the engine's counters, and the capacity: the highest load at which the arm kept up and at least
+`--on-time-target` were on time (and at every lower load). The crossover is read off each arm's time
+per committed token at the same offered load.
 
     .venv/bin/python bench/mockvllm_concurrency.py --rates 0.5,1,1.5,2,3,4 [--deadline 20]
-        [--on-time-target 0.99] [--level-seconds 60] [--profile JSON] [--scope NAME] [--json PATH]
+        [--on-time-target 0.99] [--level-seconds 60] [--window 15] [--profile JSON] [--scope NAME]
+        [--json PATH]
 """
 
 from __future__ import annotations
@@ -200,24 +203,66 @@ async def closed_loop(target: Target, concurrency: int, seconds: float) -> list[
     return outcomes
 
 
-async def open_loop(target: Target, rate: float, seconds: float, seed: int) -> list[tuple[float, ClientOutcome]]:
-    """Poisson arrivals at `rate` per (model) second for `seconds`, each request waited for: (when it
-    was sent, what happened)."""
-    draw, at, planned = random.Random(seed), 0.0, []
-    while (at := at + draw.expovariate(rate)) < seconds:
-        planned.append(at)
+async def climb(
+    url: str, target: Target, rates: list[float], *, seconds: float, window: float, on_time_target: float
+) -> list[dict[str, Any]]:
+    """One Poisson stream whose rate climbs through `rates`, `seconds` each and never drained between,
+    as a rehearsal's ladder loads an arm; each level is read over its last `window` seconds from the
+    requests that finished in it. Stops after the first level the arm does not meet."""
+    scale, draw, rows = target.time_scale, random.Random(7), []
+    finished: list[tuple[float, ClientOutcome]] = []  # (model seconds from the start when it ended, outcome)
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
-        start = time.monotonic()
+        start, at = time.monotonic(), 0.0
+        sent: list[asyncio.Task[None]] = []
 
-        async def one(index: int, offset: float) -> tuple[float, ClientOutcome]:
-            await asyncio.sleep(max(0.0, start + offset * target.time_scale - time.monotonic()))
+        async def one(index: int, offset: float) -> None:
+            await asyncio.sleep(max(0.0, start + offset * scale - time.monotonic()))
             request = PlannedRequest(
                 at=offset, scope=SCOPE, input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS, deadline_s=DEADLINE
             )
-            return offset, await send(session, target, request, index)
+            outcome = await send(session, target, request, index)
+            finished.append(((time.monotonic() - start) / scale, outcome))
 
-        return list(await asyncio.gather(*(one(i, offset) for i, offset in enumerate(planned))))
+        async def until(offset: float) -> None:
+            await asyncio.sleep(max(0.0, start + offset * scale - time.monotonic()))
+
+        try:
+            for level, rate in enumerate(rates):
+                end = (level + 1) * seconds
+                while (at := at + draw.expovariate(rate)) < end:
+                    sent.append(asyncio.create_task(one(len(sent), at)))
+                at = end
+                await until(end - window)
+                before = await counters(session, url)
+                await until(end)
+                after = await counters(session, url)
+                read = [outcome for ended, outcome in finished if end - window <= ended < end]
+                rows.append(level_row(rate, read, before, after, window))
+                if not met(rows[-1], on_time_target):
+                    break
+        finally:
+            for task in sent:
+                task.cancel()
+            await asyncio.gather(*sent, return_exceptions=True)
+    return rows
+
+
+def level_row(
+    rate: float, read: list[ClientOutcome], before: dict[str, float], after: dict[str, float], window: float
+) -> dict[str, Any]:
+    """A level's figures from the requests that finished in its window and the engine's counters."""
+    delta = {name: after[name] - before[name] for name in COUNTERS}
+    tokens = delta["vllm:generation_tokens_total"] - delta["vllm:request_decode_time_seconds_count"]
+    expected = rate * window
+    return {
+        "rate": rate,
+        "requests": len(read),
+        # it kept up: it finished as many as arrived, within three standard deviations of Poisson arrivals
+        "kept_up": len(read) >= expected - 3 * math.sqrt(expected),
+        "on_time": sum(o.on_time for o in read) / len(read) if read else float("nan"),
+        "tpct_s": delta["vllm:request_decode_time_seconds_sum"] / tokens if tokens else float("nan"),
+    }
 
 
 def capacity(rows: list[dict[str, Any]], target: float) -> float | None:
@@ -235,74 +280,40 @@ def met(row: dict[str, Any], target: float) -> bool:
     return bool(row["kept_up"]) and float(row["on_time"]) >= target
 
 
-def kept_up(sent: list[tuple[float, ClientOutcome]], rate: float, seconds: float) -> bool:
-    """The arm finished as many requests over the level's second half as arrive in it, within three
-    standard deviations of Poisson arrivals (as a rehearsal step reads it over its last window)."""
-    expected = rate * seconds / 2
-    finished = sum(1 for at, o in sent if o.e2e_s is not None and seconds / 2 <= at + o.e2e_s < seconds)
-    return finished >= expected - 3 * math.sqrt(expected)
-
-
-async def offered(url: str, target: Target, rate: float, seconds: float, seed: int) -> dict[str, Any]:
-    async with aiohttp.ClientSession() as session:
-        before = await counters(session, url)
-        sent = await open_loop(target, rate, seconds, seed)
-        after = await counters(session, url)
-    outcomes = [outcome for _, outcome in sent]
-    delta = {name: after[name] - before[name] for name in COUNTERS}
-    tokens = delta["vllm:generation_tokens_total"] - delta["vllm:request_decode_time_seconds_count"]
-    ttfts = sorted(o.ttft_s for o in outcomes if o.status is Status.OK and o.ttft_s is not None)
-    return {
-        "rate": rate,
-        "requests": len(outcomes),
-        "kept_up": kept_up(sent, rate, seconds),
-        "on_time": sum(o.on_time for o in outcomes) / len(outcomes) if outcomes else float("nan"),
-        "tpct_s": delta["vllm:request_decode_time_seconds_sum"] / tokens if tokens else float("nan"),
-        "ttft_p99_s": quantile(ttfts, 0.99) if ttfts else float("nan"),
-    }
-
-
-async def sweep(rates: list[float], seconds: float, time_scale: float, on_time_target: float) -> dict[str, Any]:
-    """The open-loop sweep: both arms at once at each offered load."""
+async def sweep(
+    rates: list[float], seconds: float, window: float, time_scale: float, on_time_target: float
+) -> dict[str, Any]:
+    """The open-loop climb: both arms at once, on the same arrivals."""
     async with both_arms(time_scale) as urls:
         # a request three deadlines late is a timeout: an overloaded arm's queue does not hold the sweep
         timeout = 3 * DEADLINE
         targets = [Target(base_url=u, model="bench-model", time_scale=time_scale, timeout_s=timeout) for u in urls]
         print(f"profile {json.dumps(PROFILE)}; speculative arm: {json.dumps(SPECULATIVE)}")
         print(
-            f"open loop (Poisson), {INPUT_TOKENS} input / {OUTPUT_TOKENS} output tokens, deadline {DEADLINE:g} s, "
-            f"{seconds:g} model s per load, time scale {time_scale:g}"
+            f"open loop (Poisson) climbing {len(rates)} loads, {INPUT_TOKENS} input / {OUTPUT_TOKENS} output tokens, "
+            f"deadline {DEADLINE:g} s, {seconds:g} model s per load read over its last {window:g}, "
+            f"time scale {time_scale:g}"
         )
-        print(f"{'load':>6} | {'ord on time':>11} {'spec on time':>12} | {'ord tpct ms':>11} {'spec tpct ms':>12}")
-        arms = dict(zip(("ordinary", "speculative"), zip(urls, targets, strict=True), strict=True))
-        rows: dict[str, list[dict[str, Any]]] = {"ordinary": [], "speculative": []}
-        for index, rate in enumerate(rates):
-            # an arm that missed the target at a lower load is not loaded further: its capacity is known
-            active = [arm for arm in arms if all(met(r, on_time_target) for r in rows[arm])]
-            if not active:
-                break
-            measured = dict(
-                zip(
-                    active,
-                    await asyncio.gather(*(offered(*arms[a], rate, seconds, index) for a in active)),
-                    strict=True,
-                )
+        climbed = await asyncio.gather(
+            *(
+                climb(url, target, rates, seconds=seconds, window=window, on_time_target=on_time_target)
+                for url, target in zip(urls, targets, strict=True)
             )
-            for arm, row_ in measured.items():
-                rows[arm].append(row_)
-            on_time = [
-                f"{measured[a]['on_time']:.1%}{'' if measured[a]['kept_up'] else ' behind'}" if a in measured else "-"
-                for a in arms
-            ]
-            tpct = [f"{measured[a]['tpct_s'] * 1e3:.2f}" if a in measured else "-" for a in arms]
-            print(f"{rate:>6.2f} | {on_time[0]:>11} {on_time[1]:>12} | {tpct[0]:>11} {tpct[1]:>12}", flush=True)
+        )
+        rows = dict(zip(("ordinary", "speculative"), climbed, strict=True))
+        print(f"{'load':>6} | {'ord on time':>14} {'spec on time':>14} | {'ord tpct ms':>11} {'spec tpct ms':>12}")
+        for index, rate in enumerate(rates):
+            found = [arm_rows[index] if index < len(arm_rows) else None for arm_rows in rows.values()]
+            on_time = [f"{f['on_time']:.1%}{'' if f['kept_up'] else ' behind'}" if f else "-" for f in found]
+            tpct = [f"{f['tpct_s'] * 1e3:.2f}" if f else "-" for f in found]
+            print(f"{rate:>6.2f} | {on_time[0]:>14} {on_time[1]:>14} | {tpct[0]:>11} {tpct[1]:>12}", flush=True)
         capacities = {arm: capacity(swept, on_time_target) for arm, swept in rows.items()}
         crossing = offered_crossover(
             [(r["rate"], r["tpct_s"]) for r in rows["ordinary"]],
             [(r["rate"], r["tpct_s"]) for r in rows["speculative"]],
         )
-        for arm, found in capacities.items():
-            print(f"{arm} capacity at {on_time_target:g} on time: " + (f"{found:g}" if found else "below every load"))
+        for arm, value in capacities.items():
+            print(f"{arm} capacity at {on_time_target:g} on time: " + (f"{value:g}" if value else "below every load"))
         print("crossover: " + (f"{crossing:.2f} requests per second per replica" if crossing else "none measured"))
         return {"scope": SCOPE, "rows": rows, "capacity": capacities, "offered_crossover": crossing}
 
@@ -395,12 +406,14 @@ if __name__ == "__main__":
     parser.add_argument("--rates", help="comma-separated offered loads: an open-loop sweep instead")
     parser.add_argument("--deadline", type=float, default=DEADLINE, help="seconds: on time in the open-loop sweep")
     parser.add_argument("--on-time-target", type=float, default=0.99, help="what capacity means (open loop)")
+    parser.add_argument("--window", type=float, help="model seconds each load is read over (open loop; a quarter)")
     options = parser.parse_args()
     configure(json.loads(options.profile) if options.profile else None, options.draft_tokens, options.scope)
     INPUT_TOKENS, OUTPUT_TOKENS, DEADLINE = options.input_tokens, options.output_tokens, options.deadline
     if options.rates:
         rates = [float(x) for x in options.rates.split(",")]
-        result = asyncio.run(sweep(rates, options.level_seconds, options.time_scale, options.on_time_target))
+        window = options.window or options.level_seconds / 4
+        result = asyncio.run(sweep(rates, options.level_seconds, window, options.time_scale, options.on_time_target))
     else:
         levels = [int(x) for x in options.levels.split(",")]
         result = asyncio.run(main(levels, options.level_seconds, options.time_scale))
