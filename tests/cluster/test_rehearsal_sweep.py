@@ -59,6 +59,8 @@ def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sw
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
     doc = rehearsed_pilot()
+    # the live stage runs long enough for its windows to form a band of their own below the crossover
+    doc["spec"]["scopes"][0]["stages"] = [{"weight": 25, "minRequests": 5, "minDuration": "2m"}]
     doc["spec"]["rehearsal"] = {
         "peak": {"perReplica": PEAK},
         "steps": STEPS,

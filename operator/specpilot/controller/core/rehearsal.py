@@ -10,8 +10,8 @@ under `rehearsal_pilot`: its arms are two Services of that name selecting the sp
 pods, and its ordinary arm is the control arm, so no rehearsal request can reach a production pod.
 Meanwhile the live table sends the rehearsed scopes to production, once production is not saturated.
 Each step's load is a Job of the project's load generator; its figures are read over the step's last
-analysis window. Production
-saturated, a scope flipped or the time cap stop it at once; its objects go when it is not running.
+analysis window. Production saturated, a scope flipped or the time cap stop it at once; its objects go
+when it is not running.
 """
 
 from __future__ import annotations
