@@ -41,9 +41,9 @@ def rendered_pilot() -> Rendered:
     image = "specpilot/specpilot:test"
     # with a rehearsal running, so that its kinds (a step's Job) are counted too
     spec = spec.model_copy(update={"rehearsal": Rehearsal()})
-    load = render_step_load(ref, step=0, router_ip="10.0.0.1", mix="{}", rate=1, seconds=60, timeout=60, image=image)
+    load = render_step_load(ref, spec, step=0, router_ip="10.0.0.1", mix="{}", rate=1, seconds=60, image=image)
     extra = (*render_rehearsal(ref, spec, table=table, image=image), load)
-    return render(ref, spec, table=table, router_image=image, extra=extra)
+    return render(ref, spec, table=table, router_image=image, extra=extra, restarting=True)
 
 
 def group_of(api_version: str) -> str:
