@@ -47,6 +47,9 @@ def rehearsed_pilot() -> dict[str, Any]:
     ]
     spec["analysis"]["failureLimit"] = 12
     spec["analysis"]["minSamples"] = 5
+    # Production takes the whole live load while the rehearsal runs: two replicas keep it clear of the
+    # saturation guard (one replica of this profile at the live rate sits at its edge, and stops it).
+    spec["baseline"] = {"replicas": 2}
     spec["rehearsal"] = {"peak": {"perReplica": PEAK}, "steps": 4, "stepDuration": "30s", "maxDuration": "6m"}
     return doc
 
