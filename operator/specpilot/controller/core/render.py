@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api.pilot import API_VERSION, KIND
-from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, PodTemplate, SpeculationPilotSpec
+from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, PodTemplate, SpeculationPilotSpec, Toleration
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
@@ -180,11 +180,18 @@ def engine_pod(engine: Engine, *, tensor_parallel_size: int, extra_args: Sequenc
         # NCCL between tensor-parallel ranks needs more shared memory than a container's default 64 MiB.
         container["volumeMounts"] = [{"name": "dshm", "mountPath": "/dev/shm"}]
         pod["volumes"] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-    if engine.node_selector:
-        pod["nodeSelector"] = dict(sorted(engine.node_selector.items()))
-    if engine.tolerations:
-        pod["tolerations"] = [t.to_wire() for t in engine.tolerations]
+    pod.update(_placement(engine.node_selector, engine.tolerations))
     return _templated(pod, engine.pod_template) if engine.pod_template is not None else pod
+
+
+def _placement(node_selector: Mapping[str, str], tolerations: Sequence[Toleration]) -> Json:
+    """A pod's nodeSelector and tolerations, each only when given."""
+    placed: Json = {}
+    if node_selector:
+        placed["nodeSelector"] = dict(sorted(node_selector.items()))
+    if tolerations:
+        placed["tolerations"] = [t.to_wire() for t in tolerations]
+    return placed
 
 
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
@@ -471,11 +478,7 @@ def _project_pod(spec: SpeculationPilotSpec) -> Json:
     pod: Json = {"securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}}
     if router.image_pull_secrets:
         pod["imagePullSecrets"] = [{"name": name} for name in router.image_pull_secrets]
-    if router.node_selector:
-        pod["nodeSelector"] = dict(sorted(router.node_selector.items()))
-    if router.tolerations:
-        pod["tolerations"] = [t.to_wire() for t in router.tolerations]
-    return pod
+    return {**pod, **_placement(router.node_selector, router.tolerations)}
 
 
 def render_routes_configmap(ref: PilotRef, table: RoutingTable) -> Json:
