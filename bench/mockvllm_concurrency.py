@@ -252,8 +252,6 @@ def level_row(
     rate: float, read: list[ClientOutcome], before: dict[str, float], after: dict[str, float], window: float
 ) -> dict[str, Any]:
     """A level's figures from the requests that finished in its window and the engine's counters."""
-    delta = {name: after[name] - before[name] for name in COUNTERS}
-    tokens = delta["vllm:generation_tokens_total"] - delta["vllm:request_decode_time_seconds_count"]
     expected = rate * window
     return {
         "rate": rate,
@@ -261,8 +259,18 @@ def level_row(
         # it kept up: it finished as many as arrived, within three standard deviations of Poisson arrivals
         "kept_up": len(read) >= expected - 3 * math.sqrt(expected),
         "on_time": sum(o.on_time for o in read) / len(read) if read else float("nan"),
-        "tpct_s": delta["vllm:request_decode_time_seconds_sum"] / tokens if tokens else float("nan"),
+        "tpct_s": tpct(before, after),
     }
+
+
+def tpct(before: dict[str, float], after: dict[str, float]) -> float:
+    """Time per committed token between two reads of the engine's counters, as the operator computes it:
+    decode seconds over the tokens after each request's first."""
+    tokens = (after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]) - (
+        after["vllm:request_decode_time_seconds_count"] - before["vllm:request_decode_time_seconds_count"]
+    )
+    decode = after["vllm:request_decode_time_seconds_sum"] - before["vllm:request_decode_time_seconds_sum"]
+    return decode / tokens if tokens else float("nan")
 
 
 def capacity(rows: list[dict[str, Any]], target: float) -> float | None:
@@ -330,11 +338,10 @@ async def measure(url: str, target: Target, concurrency: int, seconds: float) ->
         outcomes = await closed_loop(target, concurrency, seconds)
         after = await counters(session, url)
     delta = {name: after[name] - before[name] for name in COUNTERS}
-    tokens = delta["vllm:generation_tokens_total"] - delta["vllm:request_decode_time_seconds_count"]
     ttfts = sorted(o.ttft_s for o in outcomes if o.status is Status.OK and o.ttft_s is not None)
     drafts = delta["vllm:spec_decode_num_drafts_total"]
     return {
-        "tpct_s": delta["vllm:request_decode_time_seconds_sum"] / tokens if tokens else float("nan"),
+        "tpct_s": tpct(before, after),
         "ttft_p99_s": quantile(ttfts, 0.99) if ttfts else float("nan"),
         "acceptance_length": 1 + delta["vllm:spec_decode_num_accepted_tokens_total"] / drafts if drafts else 1.0,
         "requests": len(outcomes),
