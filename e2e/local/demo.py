@@ -43,6 +43,7 @@ REHEARSAL = {
     "maxDuration": "5m",
 }
 REHEARSAL_SECONDS = 300
+BASELINE_REPLICAS = 3
 MODEL_LOAD_SECONDS = 15  # with the rehearsal, engines load their model this long: what a restart costs
 
 
@@ -212,9 +213,15 @@ def pilot_manifest() -> str:
         return text
     doc = yaml.safe_load(text)
     doc["spec"]["rehearsal"] = REHEARSAL
+    # While the rehearsal runs, production serves every scope's live traffic, longform's long answers
+    # included: at two replicas it sits at the saturation guard's edge, which stops the rehearsal.
+    doc["spec"]["baseline"]["replicas"] = BASELINE_REPLICAS
     engine = doc["spec"]["engine"]
     engine["extraArgs"] = [*engine.get("extraArgs", []), f"--model-load-seconds={MODEL_LOAD_SECONDS}"]
-    print(f"  with spec.rehearsal: {json.dumps(REHEARSAL)}, engines loading their model for {MODEL_LOAD_SECONDS} s")
+    print(
+        f"  with spec.rehearsal: {json.dumps(REHEARSAL)}, {BASELINE_REPLICAS} baseline replicas, engines loading "
+        f"their model for {MODEL_LOAD_SECONDS} s"
+    )
     return json.dumps(doc)
 
 

@@ -684,8 +684,8 @@ def revisions(
     after: Mapping[str, ScopeDecision],
 ) -> list[str]:
     """What moved between a stated decision and a new one, worth stating again: an outcome or a defer
-    reason, an envelope that moved by a load bin or more, a crossover outside the stated interval, or
-    the alternative arm's verdict.
+    reason, an envelope that moved by a load bin or more, a crossover measured or lost, or one outside
+    the stated interval, or the alternative arm's verdict.
     Empty when the new one says the same within its noise (a scope not decided before is not a move)."""
     moved = _outcome_moved("the pilot", previous, decision)
     for name, new in after.items():
@@ -717,7 +717,10 @@ def _figures_moved(name: str, old: ScopeDecision, new: ScopeDecision) -> list[st
     if top is not None and was is not None and abs(math.log2(top / was)) >= 1 / BINS_PER_OCTAVE:
         out.append(f"{name}: envelope {was:.2f} -> {top:.2f} requests per second per replica")
     cross, low, high = new.crossover_load, old.crossover_low, old.crossover_high
-    if cross is not None and low is not None and high is not None and not low <= cross <= high:
+    if (old.crossover_load is None) != (cross is None):
+        stated = [f"{d.crossover_load:.2f}" if d.crossover_load is not None else "none" for d in (old, new)]
+        out.append(f"{name}: crossover {stated[0]} -> {stated[1]}")
+    elif cross is not None and low is not None and high is not None and not low <= cross <= high:
         out.append(f"{name}: crossover {old.crossover_load:.2f} -> {cross:.2f}, outside {low:.2f} to {high:.2f}")
     return out
 

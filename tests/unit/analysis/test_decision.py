@@ -192,6 +192,15 @@ def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_
     said = revisions(decision, decision, before=before, after=moved)
     assert len(said) == 2 and said[0].startswith("always: envelope ")
     assert said[1].startswith("low: crossover") and "outside" in said[1]
+    # a crossover measured where none was (or lost) is a move whatever the envelope did
+    found = {"always": always.model_copy(update={"crossover_load": always.max_load}), "low": low}
+    assert revisions(decision, decision, before=before, after=found) == [
+        f"always: crossover none -> {always.max_load:.2f}"
+    ]
+    lost = {"always": always, "low": low.model_copy(update={"crossover_load": None})}
+    assert revisions(decision, decision, before=before, after=lost) == [
+        f"low: crossover {low.crossover_load:.2f} -> none"
+    ]
     deferred = {"always": always, "low": low.model_copy(update={"outcome": DecisionOutcome.DEFER})}
     assert revisions(decision, decision, before=before, after=deferred) == ["low: AdoptInLowLoadWindows -> Defer"]
     assert revisions(decision, decision, before={}, after=before) == [], "a scope decided anew is no move"

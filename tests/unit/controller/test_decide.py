@@ -5,10 +5,20 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, load_bin
+from specpilot.analysis.rollout import Event
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
-from specpilot.api.status import DecisionOutcome, DecisionTrigger, ScopeState, ScopeStatus, Verdict, WindowSummary
+from specpilot.api.status import (
+    DecisionOutcome,
+    DecisionTrigger,
+    RehearsalPhase,
+    RehearsalStatus,
+    ScopeState,
+    ScopeStatus,
+    Verdict,
+    WindowSummary,
+)
 from specpilot.controller.core.decide import decide, fresh_for, record
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
@@ -142,6 +152,46 @@ def test_a_stated_decision_is_kept_while_the_evidence_says_the_same_and_revised_
         "chat": DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
         "code": DecisionOutcome.DEFER,
     }
+
+
+def test_a_rehearsal_that_ended_after_the_decision_restates_it_once_its_windows_are_in() -> None:
+    settled = [ScopeStatus(name=name, state=ScopeState.SPECULATIVE) for name in NAMES]
+    alphas = {"chat": 0.95, "code": 0.95}
+    first = decide(pilot(alphas), spec=SPEC, scopes=settled, fallbacks=[], annotations={}, previous=None, now=END)
+    assert first.decision is not None
+    more = pilot(alphas, seed=7)  # the same outcome within its noise: no revision by itself
+    ended = RehearsalStatus(phase=RehearsalPhase.COMPLETED, scopes=["chat"], finished_at=END + HOUR)
+
+    def later(at: datetime, rehearsal: RehearsalStatus | None = ended) -> list[Event]:
+        assert first.decision is not None
+        return decide(
+            more,
+            spec=SPEC,
+            scopes=first.scopes,
+            fallbacks=[],
+            annotations={},
+            previous=first.decision,
+            rehearsal=rehearsal,
+            now=at,
+        ).events
+
+    assert later(END + HOUR + SPEC.analysis.window / 2) == [], "its last window is not recorded yet"
+    assert later(END + 2 * HOUR, rehearsal=None) == []
+    restated = later(END + HOUR + SPEC.analysis.window)
+    assert [event.reason for event in restated] == [Reason.DECISION_REVISED]
+    assert restated[0].message.startswith("the peak rehearsal measured loads the live stages had not reached")
+    # stated after the rehearsal ended: back to moving on what `revisions` counts
+    again = decide(
+        more,
+        spec=SPEC,
+        scopes=first.scopes,
+        fallbacks=[],
+        annotations={},
+        previous=first.decision.model_copy(update={"decided_at": END + 2 * HOUR}),
+        rehearsal=ended,
+        now=END + 3 * HOUR,
+    )
+    assert again.events == []
 
 
 def test_a_window_the_weight_changed_within_stays_out_of_the_load_bins_and_production_is_watched() -> None:

@@ -168,7 +168,8 @@ def decide(
     now: datetime,
 ) -> Decided:
     """The decisions, when due (every scope settled, or asked for), stated once and again only when
-    the evidence moves them (`revisions`); else status keeps what it had."""
+    the evidence moves them (`revisions`), or with whatever changed once a peak rehearsal's windows
+    are all in; else status keeps what it had."""
     trigger = decision_due(scopes, annotations, annotation=DECIDE_ANNOTATION)
     if trigger is None:
         return Decided(evidence, scopes, previous, [])
@@ -180,14 +181,21 @@ def decide(
         return Decided(
             evidence, decided, decision, [Event(EventType.NORMAL, Reason.DECISION_STATED, decision.reasons[0])]
         )
-    moved = revisions(
-        previous,
-        decision,
-        before={scope.name: scope.decision for scope in scopes},
-        after={name: f.decision for name, f in found.items()},
-    )
+    before = {scope.name: scope.decision for scope in scopes}
+    after = {name: f.decision for name, f in found.items()}
+    moved = revisions(previous, decision, before=before, after=after)
+    if not moved and _rehearsed_since(rehearsal, previous, spec, now) and before != after:
+        moved = ["the peak rehearsal measured loads the live stages had not reached"]
     if not moved:
         kept = [scope if scope.decision is not None else new for scope, new in zip(scopes, decided, strict=True)]
         return Decided(evidence, kept, previous, [])
     message = f"{'; '.join(moved)}. {decision.reasons[0]}"
     return Decided(evidence, decided, decision, [Event(EventType.NORMAL, Reason.DECISION_REVISED, message)])
+
+
+def _rehearsed_since(
+    rehearsal: RehearsalStatus | None, previous: Decision, spec: SpeculationPilotSpec, now: datetime
+) -> bool:
+    """A rehearsal ended after the decision was stated, and its last windows are recorded."""
+    end = rehearsal.finished_at if rehearsal is not None else None
+    return end is not None and end > previous.decided_at and now - end >= spec.analysis.window
