@@ -296,6 +296,36 @@ class Engine(ApiModel):
     scopes from ordinary decoding."""
 
 
+DeploymentName = Annotated[
+    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", max_length=253)
+]
+
+
+class WorkloadApiVersion(StrEnum):
+    APPS_V1 = "apps/v1"
+
+
+class WorkloadKind(StrEnum):
+    DEPLOYMENT = "Deployment"
+
+
+class WorkloadRef(ApiModel):
+    """The vLLM Deployment a team already runs, piloted as it is: it stays production's baseline and
+    is never edited; every other arm runs a copy of its pod template, the speculative arm with the one
+    switch `--speculative-config` added to the engine container."""
+
+    api_version: WorkloadApiVersion = WorkloadApiVersion.APPS_V1
+    """apps/v1."""
+    kind: WorkloadKind = WorkloadKind.DEPLOYMENT
+    """Deployment, in the pilot's namespace."""
+    name: DeploymentName
+    """The Deployment's name."""
+    container: Name | None = None
+    """The engine container; by default the one running `vllm serve` (or vLLM's OpenAI server module)."""
+    sampling: Sampling = Sampling()
+    """Sampling parameters the traffic is expected to use."""
+
+
 # --- arms ---------------------------------------------------------------------------------------
 
 
@@ -805,7 +835,8 @@ class Rehearsal(ApiModel):
 
 ALTERNATIVE_GPU_BUDGET = Rule(
     cel=(
-        "!has(self.alternative) || self.alternative.replicas * (has(self.alternative.tensorParallelSize)"
+        "!has(self.alternative) || !has(self.engine)"
+        " || self.alternative.replicas * (has(self.alternative.tensorParallelSize)"
         " ? self.alternative.tensorParallelSize : self.engine.tensorParallelSize)"
         " <= self.speculative.replicas * self.engine.tensorParallelSize"
     ),
@@ -814,7 +845,8 @@ ALTERNATIVE_GPU_BUDGET = Rule(
 )
 DRAFT_TENSOR_PARALLEL = Rule(
     cel=(
-        "!has(self.speculative.draft.tensorParallelSize) || self.speculative.draft.tensorParallelSize == 1"
+        "!has(self.speculative.draft.tensorParallelSize) || !has(self.engine)"
+        " || self.speculative.draft.tensorParallelSize == 1"
         " || self.speculative.draft.tensorParallelSize == self.engine.tensorParallelSize"
     ),
     message="must be 1 or engine.tensorParallelSize",
@@ -850,7 +882,8 @@ STAGE_SPANS_SAMPLES = Rule(
 )
 ALTERNATIVE_DIFFERS = Rule(
     cel=(
-        "!has(self.alternative) || (has(self.alternative.extraArgs) && size(self.alternative.extraArgs) > 0)"
+        "!has(self.alternative) || !has(self.engine)"
+        " || (has(self.alternative.extraArgs) && size(self.alternative.extraArgs) > 0)"
         " || self.alternative.replicas != self.baseline.replicas"
         " || (has(self.alternative.tensorParallelSize)"
         " && self.alternative.tensorParallelSize != self.engine.tensorParallelSize)"
@@ -915,7 +948,27 @@ CONTROL_LABELS_GIVEN = Rule(
     field_path=".analysis.metricsSource.prometheus.arms",
 )
 
+ONE_ENGINE_SOURCE = Rule(
+    cel="has(self.engine) != has(self.workloadRef)",
+    message="set exactly one of spec.engine (an engine described here) and spec.workloadRef (a Deployment "
+    "already running vLLM)",
+)
+WORKLOAD_KEEPS_ITS_SIZE = Rule(
+    cel="!has(self.workloadRef) || !has(self.baseline)",
+    message="with spec.workloadRef the baseline is that Deployment at its own replicas: remove spec.baseline",
+    field_path=".baseline",
+)
+WORKLOAD_WITHOUT_ALTERNATIVE = Rule(
+    cel="!has(self.workloadRef) || !has(self.alternative)",
+    message="an alternative arm changes the engine's flags or size, which spec.workloadRef leaves as the "
+    "Deployment has them: remove spec.alternative, or describe the engine in spec.engine",
+    field_path=".alternative",
+)
+
 SPEC_RULES = (
+    ONE_ENGINE_SOURCE,
+    WORKLOAD_KEEPS_ITS_SIZE,
+    WORKLOAD_WITHOUT_ALTERNATIVE,
     CONTROL_SHARE_FITS,
     CONTROL_LABELS_GIVEN,
     REHEARSAL_NEEDS_CONTROL,
@@ -939,8 +992,10 @@ class SpeculationPilotSpec(ApiModel):
 
     model_config = ConfigDict(json_schema_extra=cel(*SPEC_RULES))
 
-    engine: Engine
-    """The frozen engine shared by every arm."""
+    engine: Engine | None = None
+    """The frozen engine shared by every arm (or spec.workloadRef)."""
+    workload_ref: WorkloadRef | None = None
+    """A Deployment already running vLLM, piloted as it is (or spec.engine)."""
     baseline: Baseline = Baseline()
     """The arm with ordinary decoding."""
     speculative: Speculative
@@ -970,3 +1025,15 @@ class SpeculationPilotSpec(ApiModel):
     """A peak rehearsal after the live stages (none: the pilot runs live stages only)."""
     suspend: Annotated[bool, Field(strict=True)] = False
     """Freeze the pilot: stages stop advancing and no new windows are judged; routing stays as is."""
+
+    @property
+    def served_model(self) -> str:
+        """The model name clients send to an engine described in spec.engine."""
+        assert self.engine is not None, "a workload's is read from its Deployment"
+        return self.engine.served_model_name or self.engine.model
+
+    @property
+    def sampling(self) -> Sampling:
+        """The sampling parameters the traffic is expected to use, wherever the engine is named."""
+        source = self.engine or self.workload_ref
+        return source.sampling if source is not None else Sampling()

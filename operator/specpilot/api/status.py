@@ -521,6 +521,17 @@ class RehearsalStatus(ApiModel):
     """The restart fallback rehearsed at peak, once its step ran."""
 
 
+class WorkloadStatus(ApiModel):
+    """spec.workloadRef's Deployment as the arms last copied it: what a change to it is named by."""
+
+    name: Annotated[str, StringConstraints(max_length=253)]
+    """The Deployment."""
+    image: Annotated[str, StringConstraints(max_length=512)] = ""
+    """Its engine container's image."""
+    args: Annotated[list[Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=128)] = []
+    """Its engine container's command line."""
+
+
 class SpeculationPilotStatus(ApiModel):
     """Observed state of a pilot."""
 
@@ -552,3 +563,5 @@ class SpeculationPilotStatus(ApiModel):
     """The conclusion, once stated."""
     rehearsal: RehearsalStatus | None = None
     """The peak rehearsal, once due."""
+    workload: WorkloadStatus | None = None
+    """spec.workloadRef's Deployment as last read."""

@@ -38,6 +38,7 @@ from specpilot.api.spec import (
     GPU_RESOURCE,
     METHODS_WITH_DRAFT_MODEL,
     METHODS_WITHOUT_DRAFT_MODEL,
+    ONE_ENGINE_SOURCE,
     PEAK_ONE_SOURCE,
     REHEARSAL_FITS_CAP,
     REHEARSAL_NEEDS_CONTROL,
@@ -47,13 +48,15 @@ from specpilot.api.spec import (
     TOLERATION_EXISTS_WITHOUT_VALUE,
     WINDOW_COVERS_INTERVAL,
     WINDOW_COVERS_KV_CACHE,
+    WORKLOAD_KEEPS_ITS_SIZE,
+    WORKLOAD_WITHOUT_ALTERNATIVE,
     Engine,
     HeaderMatchType,
     ScopeMatch,
     SpeculationPilotSpec,
     TolerationOperator,
 )
-from specpilot.wire.names import REHEARSAL_SUFFIX
+from specpilot.wire.names import REHEARSAL_SUFFIX, deployment_names
 
 
 @dataclass(frozen=True)
@@ -69,18 +72,29 @@ class Problem:
 
 def validate(body: Mapping[str, Any]) -> list[Problem]:
     """Judge a SpeculationPilot object as the API server returns it; an empty list means deployable."""
-    problems = list(_name_problems(body.get("metadata", {}).get("name")))
+    name = body.get("metadata", {}).get("name")
+    problems = list(_name_problems(name))
     try:
         spec = SpeculationPilotSpec.from_wire(body.get("spec"))
     except ValidationError as error:
         return problems + [Problem(_field_path(("spec", *e["loc"])), e["msg"]) for e in error.errors()]
+    ref = spec.workload_ref
+    if isinstance(name, str) and ref is not None and ref.name in deployment_names(name):
+        problems.append(
+            Problem(
+                "spec.workloadRef.name",
+                f"{ref.name} is a name the operator gives a Deployment of this pilot, and deletes with it: "
+                "rename the pilot",
+            )
+        )
     return problems + check_spec(spec)
 
 
 def check_spec(spec: SpeculationPilotSpec) -> list[Problem]:
     """The rules that relate several fields of a parsed spec."""
     return [
-        *_engine_problems(spec.engine),
+        *_source_problems(spec),
+        *(_engine_problems(spec.engine) if spec.engine is not None else ()),
         *_arm_problems(spec),
         *_scope_problems(spec),
         *_analysis_problems(spec),
@@ -112,6 +126,19 @@ def _unique(field: str, names: Sequence[str]) -> Iterator[Problem]:
             yield Problem(f"{field}[{index}]", f"duplicate name {name!r}")
 
 
+def _source_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
+    """Exactly one of spec.engine and spec.workloadRef, and with a workload nothing that would resize it
+    or change its flags."""
+    if (spec.engine is None) == (spec.workload_ref is None):
+        yield _problem("spec.engine", ONE_ENGINE_SOURCE)
+    if spec.workload_ref is None:
+        return
+    if "baseline" in spec.model_fields_set:
+        yield _problem("spec.baseline", WORKLOAD_KEEPS_ITS_SIZE)
+    if spec.alternative is not None:
+        yield _problem("spec.alternative", WORKLOAD_WITHOUT_ALTERNATIVE)
+
+
 def _engine_problems(engine: Engine) -> Iterator[Problem]:
     gpu_counts = [m.get(GPU_RESOURCE) for m in (engine.resources.limits, engine.resources.requests)]
     if any(str(count) != str(engine.tensor_parallel_size) for count in gpu_counts if count is not None):
@@ -125,13 +152,16 @@ def _engine_problems(engine: Engine) -> Iterator[Problem]:
 
 
 def _arm_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
-    draft, engine_tp = spec.speculative.draft, spec.engine.tensor_parallel_size
+    draft = spec.speculative.draft
     if draft.method in METHODS_WITH_DRAFT_MODEL and draft.model is None:
         yield _problem("spec.speculative.draft.model", DRAFT_MODEL_REQUIRED)
     if draft.method in METHODS_WITHOUT_DRAFT_MODEL and draft.model is not None:
         yield _problem("spec.speculative.draft.model", DRAFT_MODEL_FORBIDDEN)
     if draft.revision is not None and draft.model is None:
         yield _problem("spec.speculative.draft.revision", DRAFT_REVISION_NEEDS_MODEL)
+    if spec.engine is None:
+        return  # the workload's tensor parallel size is checked once it is read
+    engine_tp = spec.engine.tensor_parallel_size
     if draft.tensor_parallel_size not in (None, 1, engine_tp):
         yield _problem("spec.speculative.draft.tensorParallelSize", DRAFT_TENSOR_PARALLEL)
     alternative = spec.alternative

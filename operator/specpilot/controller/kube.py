@@ -116,6 +116,12 @@ class Kube:
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Json | None:
         return await self._call("GET", object_path(api_version, kind, namespace, name))
 
+    async def pods(self, namespace: str, selector: Mapping[str, str]) -> list[Json]:
+        """The namespace's pods with every label of `selector` (a workload's, which the operator does not own)."""
+        labels = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))
+        found = await self._call("GET", object_path("v1", "Pod", namespace), labelSelector=labels)
+        return list((found or {}).get("items") or [])
+
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Delete in the background (dependents are collected after); False when already gone."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}

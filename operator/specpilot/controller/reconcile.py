@@ -26,15 +26,18 @@ from specpilot.api.pilot import API_VERSION, KIND, PLURAL
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import SpeculationPilotStatus
+from specpilot.api.validate import Problem
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.changes import Apply
 from specpilot.controller.core.measurements import Measurements, cadence
+from specpilot.controller.core.observe import baseline_pod_view
 from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, plan, refused, teardown, windows_due
 from specpilot.controller.core.policy import DEFAULT, Policy
 from specpilot.controller.core.progress import probe_due, window_due, window_summary
 from specpilot.controller.core.render import PilotRef
 from specpilot.controller.core.routing import table_hash
 from specpilot.controller.core.snapshot import Applied, Observation, Snapshot, Written, read_pilot, status_of
+from specpilot.controller.core.workload import Workload, read_workload, served_model
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import EvidenceStore, KubeApi, QualityGates, RouteOwner
@@ -78,6 +81,7 @@ class PilotMemory:
     status: SpeculationPilotStatus | None = None  # the last status written, newer than a lagging watch
     measurements: Measurements = field(default_factory=Measurements)
     probe: tuple[ProbeResult, datetime] | None = None  # the latest probe round, and when it began
+    workload: Workload | None = None  # spec.workloadRef's Deployment as the last reconcile read it
 
 
 def _now() -> datetime:
@@ -167,13 +171,36 @@ class Controller:
             await self._land(snapshot.pilot.ref, memory, tick, confirmed)
             return tick.delay.total_seconds()
 
+    async def _workload(self, ref: PilotRef, spec: SpeculationPilotSpec) -> Workload | list[Problem]:
+        """spec.workloadRef's Deployment as read now, or why it cannot be piloted."""
+        assert spec.workload_ref is not None
+        obj = await self.kube.get("apps/v1", "Deployment", ref.namespace, spec.workload_ref.name)
+        found = read_workload(obj, spec.workload_ref)
+        if isinstance(found, list):
+            return found
+        return list(self.policy.image_problems(found.image, "spec.workloadRef.name")) or found
+
+    async def _with_baseline(self, ref: PilotRef, seen: Observation, workload: Workload) -> Observation:
+        """The observation with the workload's pods, production's baseline, which the index does not hold."""
+        pods = await self.kube.pods(ref.namespace, workload.selector)
+        return replace(seen, pods=(*seen.pods, *(baseline_pod_view(pod) for pod in pods)))
+
     async def _gather(self, body: Mapping[str, Any], seen: Observation, memory: PilotMemory) -> Snapshot:
         """The tick's snapshot: read once, frozen, before anything is decided."""
         pilot = read_pilot(body, last_written=memory.status, policy=self.policy)
         spec = pilot.spec if not pilot.deleting else None
+        workload = None
+        if spec is not None and spec.workload_ref is not None:
+            found = await self._workload(pilot.ref, spec)
+            if isinstance(found, list):
+                pilot, spec = replace(pilot, spec=None, problems=tuple(found)), None
+            else:
+                workload, seen = found, await self._with_baseline(pilot.ref, seen, found)
+        memory.workload = workload
         snapshot = Snapshot(
             pilot=pilot,
             seen=seen,
+            workload=workload,
             now=self.clock(),
             router_image=self.router_image,
             measurements=memory.measurements,
@@ -268,6 +295,11 @@ class Controller:
             return INVALID_SPEC_TICK.total_seconds()
         if self.policy.problems(spec):  # nothing is called for a pilot outside the operator's policy
             return INVALID_SPEC_TICK.total_seconds()
+        workload = memory.workload
+        if spec.workload_ref is not None:
+            if workload is None:  # not read yet, or refused: nothing to measure
+                return INVALID_SPEC_TICK.total_seconds()
+            seen = await self._with_baseline(ref, seen, workload)
         now = self.clock()
         arms = {arm: seen.ready(arm.value) for arm in MEASURED_ARMS}
         memory.measurements = await memory.collector.collect(
@@ -287,7 +319,7 @@ class Controller:
                 baseline=arms[Arm.BASELINE][0][1],
                 speculative=arms[Arm.SPECULATIVE][0][1],
                 probes=probes,
-                model=spec.engine.served_model_name or spec.engine.model,
+                model=served_model(workload) if workload is not None else spec.served_model,
             )
             memory.probe = (result, now)
         return cadence(spec.analysis)

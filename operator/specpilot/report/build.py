@@ -310,7 +310,7 @@ def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | None:
     mean = sum(rate * length for rate, length in tokens) / sum(rate for rate, _ in tokens)
     size = evidence.block_size or DEFAULT_BLOCK_SIZE
     per_request = math.ceil(mean / size)
-    limit = _flag_value(spec.engine.extra_args, "--max-num-seqs")
+    limit = _flag_value(spec.engine.extra_args, "--max-num-seqs") if spec.engine is not None else None
     return {
         "tokensPerRequest": rounded(mean, 1),
         "blockSize": size,
@@ -395,15 +395,16 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
             if arm in replicas
         },
         "configurations": {
-            "engine": spec.engine.to_wire(),
+            **({"engine": spec.engine.to_wire()} if spec.engine is not None else {}),
+            **({"workloadRef": spec.workload_ref.to_wire()} if spec.workload_ref is not None else {}),
             "baseline": spec.baseline.to_wire(),
             "speculative": spec.speculative.to_wire(),
             "control": spec.control.to_wire(),
             **({"alternative": spec.alternative.to_wire()} if spec.alternative else {}),
         },
         "envelope": {
-            "sampling": spec.engine.sampling.to_wire(),
-            "maxModelLen": spec.engine.max_model_len,
+            "sampling": spec.sampling.to_wire(),
+            "maxModelLen": spec.engine.max_model_len if spec.engine is not None else None,
             "totalArrivalRatePerSecond": rounded(rate, 4),
         },
         "fallbacks": [f.to_wire() for f in fallbacks],

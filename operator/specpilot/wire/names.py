@@ -119,3 +119,16 @@ def arm_selector(pilot: str, arm: Arm) -> dict[str, str]:
 def router_selector(pilot: str) -> dict[str, str]:
     """Labels that select the pilot's router pods."""
     return {PILOT_LABEL: pilot, COMPONENT_LABEL: ROUTER_COMPONENT}
+
+
+def deployment_names(pilot: str) -> frozenset[str]:
+    """Every Deployment the operator may make for a pilot, which it deletes by name."""
+    rehearsal = rehearsal_pilot(pilot)
+    return frozenset(
+        {
+            *(arm_name(pilot, arm) for arm in Arm),
+            router_name(pilot),
+            router_name(rehearsal),
+            rehearsal_restart_name(pilot),
+        }
+    )

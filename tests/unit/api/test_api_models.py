@@ -32,6 +32,7 @@ def test_the_examples() -> None:
         "local-demo",
         "prometheus-source",
         "pod-template",
+        "workload-ref",
     }
 
 

@@ -104,6 +104,13 @@ class FakeKube:
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
 
+    async def pods(self, namespace: str, selector: Mapping[str, str]) -> list[Json]:
+        return [
+            copy.deepcopy(obj)
+            for (kind, where, _), obj in self.objects.items()
+            if kind == "Pod" and where == namespace and selector.items() <= obj["metadata"].get("labels", {}).items()
+        ]
+
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         self.calls.append(("delete", kind, name))
         return self.objects.pop((kind, namespace, name), None) is not None

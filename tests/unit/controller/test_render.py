@@ -29,9 +29,10 @@ from specpilot.controller.core.routing import routing_table
 from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
 from specpilot.wire.routerconfig import RouterConfig
 from specpilot.wire.routes import ArmWeights, parse_routes
-from tests.unit.controller.specs import ROOT, load, with_spec
+from tests.unit.controller.specs import ROOT, load, with_spec, workload_of
 
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
+INLINE = [path for path in EXAMPLES if load(path)[1].engine is not None]  # not a workload's copies
 GOLDEN = Path(__file__).parent / "golden"
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 IMAGE = "specpilot/specpilot:test"
@@ -39,7 +40,7 @@ IMAGE = "specpilot/specpilot:test"
 
 def rendered(ref: PilotRef, spec: SpeculationPilotSpec, weights: dict[str, int] | None = None) -> Rendered:
     table = routing_table(ref.name, spec, weights or {}, generation=1, now=NOW)
-    return render(ref, spec, table=table, router_image=IMAGE)
+    return render(ref, spec, table=table, router_image=IMAGE, workload=workload_of(spec))
 
 
 def container(plan: ArmPlan) -> dict[str, Any]:
@@ -77,11 +78,20 @@ def test_every_object_is_owned_labelled_and_namespaced(example: Path) -> None:
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_baseline_and_speculative_differ_by_the_speculative_config_alone(example: Path) -> None:
+    """A workload's baseline is its own Deployment: the control arm runs its pod as it is."""
     ref, spec = load(example)
-    baseline, speculative = (render_arm(ref, spec, arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE))
-    base_pod, spec_pod = (copy.deepcopy(p.deployment["spec"]["template"]["spec"]) for p in (baseline, speculative))
-    spec_args = spec_pod["containers"][0].pop("args")
-    base_args = base_pod["containers"][0].pop("args")
+    workload = workload_of(spec)
+    plans = [render_arm(ref, spec, arm, workload) for arm in (Arm.BASELINE, Arm.CONTROL, Arm.SPECULATIVE)]
+    baseline, control, speculative = plans
+    pods = [copy.deepcopy(p.deployment["spec"]["template"]["spec"]) if p.deployment else None for p in plans]
+    if workload is not None:
+        assert baseline.deployment is None and pods[1] == workload.template["spec"]
+        assert baseline.config_hash == control.config_hash
+    base_pod, spec_pod = pods[1] if workload is not None else pods[0], pods[2]
+    assert base_pod is not None and spec_pod is not None
+    engine = workload.container if workload is not None else 0
+    spec_args = spec_pod["containers"][engine].pop("args")
+    base_args = base_pod["containers"][engine].pop("args")
     assert spec_pod == base_pod
     assert spec_args[: len(base_args)] == base_args
     flag, config = spec_args[len(base_args) :]
@@ -239,11 +249,13 @@ def test_the_control_and_alternative_arms_take_the_speculative_arms_share() -> N
     assert code is not None and code.weights == ArmWeights(baseline=80, speculative=20)
 
 
-@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", INLINE, ids=lambda p: p.stem)
 def test_engine_pods_are_hardened_outside_the_config_hash_and_the_router_keeps_its_token(example: Path) -> None:
     ref, spec = load(example)
+    assert spec.engine is not None
     out = rendered(ref, spec)
     for plan in out.arms:
+        assert plan.deployment is not None
         pod = plan.deployment["spec"]["template"]["spec"]
         if spec.engine.pod_template is None or spec.engine.pod_template.service_account_name is None:
             assert pod["automountServiceAccountToken"] is False

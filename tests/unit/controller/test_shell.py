@@ -7,6 +7,7 @@ Each scenario drives the real `Controller` (gather, plan, apply, land) against t
 from __future__ import annotations
 
 import asyncio
+import copy
 from dataclasses import replace
 from datetime import datetime
 
@@ -14,7 +15,7 @@ from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION
 from specpilot.controller.kube import ApiError
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights
-from tests.unit.controller.fakes import Harness, pilot_doc
+from tests.unit.controller.fakes import Harness, Json, pilot_doc
 
 INTERVAL = 10.0  # the local demo's analysis interval
 
@@ -302,3 +303,82 @@ async def test_without_a_control_arm_status_says_so_and_the_baseline_is_compared
     assert "demo-control" not in {name for _, name in h.children()}
     assert h.scope("chat")["stage"] == 1, "judged against the production baseline, and promoted"
     assert h.stored_evidence is not None and h.stored_evidence.compared is Arm.BASELINE
+
+
+def workload_pilot() -> tuple[Harness, Json]:
+    """The demo's pilot on a Deployment the team runs (two replicas, a sidecar beside the engine)."""
+    doc = pilot_doc()
+    spec = doc["spec"]
+    engine = spec.pop("engine")
+    spec.pop("alternative")
+    spec["workloadRef"] = {"name": "vllm"}
+    labels = {"app": "vllm", "tier": "serving"}
+    deployment: Json = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "vllm", "namespace": "team-a", "generation": 3},
+        "spec": {
+            "replicas": 2,
+            "selector": {"matchLabels": {"app": "vllm"}},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "containers": [
+                        {"name": "shipper", "image": "fluent-bit:3"},
+                        {
+                            "name": "vllm",
+                            "image": engine["image"],
+                            "command": engine["command"],
+                            "args": [engine["model"], "--served-model-name", engine["servedModelName"]],
+                        },
+                    ]
+                },
+            },
+        },
+        "status": {
+            "observedGeneration": 3,
+            "replicas": 2,
+            "updatedReplicas": 2,
+            "readyReplicas": 2,
+            "availableReplicas": 2,
+        },
+    }
+    h = Harness(doc)
+    h.kube.objects[("Deployment", "team-a", "vllm")] = deployment
+    for index in range(2):
+        ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2026-12-01T00:00:00Z"}
+        h.kube.objects[("Pod", "team-a", f"vllm-{index}")] = {
+            "metadata": {"name": f"vllm-{index}", "namespace": "team-a", "labels": labels},
+            "status": {"podIP": f"198.18.1.{index + 1}", "conditions": [ready]},
+        }
+    return h, copy.deepcopy(deployment)
+
+
+async def test_a_workload_is_copied_never_edited_and_its_own_pods_are_the_baseline() -> None:
+    h, before = workload_pilot()
+    await warm(h)
+    assert weights(h) == {"chat": 25, "code": 25}, "its pods are production's ready baseline"
+    deployments = {name for kind, name in h.kube.verbs("apply") if kind == "Deployment"}
+    assert deployments == {"demo-speculative", "demo-control", "demo-router"}
+    assert ("Service", "demo-baseline") in h.kube.verbs("apply")
+    assert h.kube.objects[("Deployment", "team-a", "vllm")] == before, "the team's Deployment is never edited"
+    status = h.status()
+    assert status["workload"]["name"] == "vllm" and status["arms"]["baseline"]["readyReplicas"] == 2
+    speculative = h.kube.objects[("Deployment", "team-a", "demo-speculative")]["spec"]["template"]
+    assert "app" not in speculative["metadata"]["labels"], "a copy never joins the team's Deployment"
+    assert speculative["metadata"]["labels"]["tier"] == "serving"
+    assert [c["name"] for c in speculative["spec"]["containers"]] == ["shipper", "vllm"]
+
+    # The Deployment goes: the pilot says so naming the field, and applies nothing more.
+    del h.kube.objects[("Deployment", "team-a", "vllm")]
+    applied = len(h.kube.verbs("apply"))
+    await h.step(INTERVAL)
+    invalid = next(c for c in h.status()["conditions"] if c["type"] == "InvalidSpec")
+    assert invalid["status"] == "True" and "spec.workloadRef.name" in invalid["message"]
+    assert [v for v in h.kube.verbs("apply")[applied:] if v[0] != "ConfigMap"] == []
+
+    h.kube.objects[("Deployment", "team-a", "vllm")] = copy.deepcopy(before)
+    await h.step(INTERVAL)
+    while not await h.delete():
+        h.clock.advance(1)
+    assert h.kube.objects[("Deployment", "team-a", "vllm")] == before, "teardown leaves production as it was"

@@ -8,18 +8,77 @@ Pure functions of a body.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from specpilot.controller.core.status import DeploymentState, PodTrouble
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
+    ENGINE_COMPONENT,
     REHEARSAL_LOAD_COMPONENT,
     REHEARSAL_ROUTER_COMPONENT,
     ROUTER_COMPONENT,
+    Arm,
 )
+
+# Waiting reasons of a container that will not resolve by waiting: the arm is unavailable.
+FATAL_WAITING = frozenset(
+    {
+        "ImageNotRunnable",
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "CrashLoopBackOff",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+    }
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeploymentState:
+    """What a Deployment reports about its rollout."""
+
+    generation: int = 0
+    observed_generation: int = 0
+    replicas: int = 0
+    current: int = 0  # status.replicas: pods of every revision
+    updated: int = 0
+    ready: int = 0
+    available: int = 0
+    deadline_exceeded: bool = False
+
+    @property
+    def rolled_out(self) -> bool:
+        """The current generation is observed and every replica runs it and is ready."""
+        return (
+            self.observed_generation >= self.generation
+            and self.updated >= self.replicas
+            and self.ready >= self.replicas
+            and self.available >= self.replicas
+            and self.current <= self.replicas
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class PodTrouble:
+    """A pod of an arm or of the router that is not running, and why."""
+
+    component: str  # an Arm value, or "router"
+    pod: str
+    reason: str
+    message: str
+
+    @property
+    def fatal(self) -> bool:
+        return self.reason in FATAL_WAITING
+
+    def describe(self) -> str:
+        text = f"pod {self.pod}: {self.reason}"
+        return f"{text}: {self.message}" if self.message else text
+
 
 # Pods other than engines that the operator tells apart: the routers, and a rehearsal step's load.
 ROUTER_COMPONENTS = (ROUTER_COMPONENT, REHEARSAL_ROUTER_COMPONENT, REHEARSAL_LOAD_COMPONENT)
@@ -104,6 +163,12 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         role=str((meta.get("labels") or {}).get(COMPONENT_LABEL, "")),
         ready_since=_timestamp(since) if ip and isinstance(since, str) else None,
     )
+
+
+def baseline_pod_view(body: Mapping[str, Any]) -> PodView:
+    """A pod of the team's own Deployment (spec.workloadRef): production's baseline, which carries none
+    of the operator's labels."""
+    return replace(pod_view(body), component=Arm.BASELINE.value, role=ENGINE_COMPONENT)
 
 
 def _timestamp(text: str) -> datetime | None:

@@ -54,6 +54,7 @@ from specpilot.controller.core.render import (
 from specpilot.controller.core.routing import ordinary, routing_table, table_hash
 from specpilot.controller.core.snapshot import Child, Observation, Snapshot
 from specpilot.controller.core.status import Observed, carry_scopes, invalid_status, reconciled_status
+from specpilot.controller.core.workload import Workload, workload_status
 from specpilot.wire.names import (
     REHEARSAL_LOAD_COMPONENT,
     REHEARSAL_ROUTER_COMPONENT,
@@ -104,7 +105,8 @@ def windows_due(snapshot: Snapshot) -> dict[str, ScopeWindow]:
     spec = snapshot.pilot.spec
     if spec is None or snapshot.pilot.deleting:
         return {}
-    scopes, _ = carry_scopes(snapshot.pilot.status, spec, _arms(snapshot.pilot.ref, spec), now=snapshot.now)
+    arms = _arms(snapshot.pilot.ref, spec, snapshot.workload)
+    scopes, _ = carry_scopes(snapshot.pilot.status, spec, arms, now=snapshot.now)
     return _windows(snapshot, spec, scopes)
 
 
@@ -154,8 +156,9 @@ def _invalid(snapshot: Snapshot, problems: Sequence[Problem]) -> Plan:
 def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     pilot, seen, now = snapshot.pilot, snapshot.seen, snapshot.now
     ref, previous = pilot.ref, pilot.status
-    arms = _arms(ref, spec)
-    scopes, scope_events = carry_scopes(previous, spec, arms, now=now)
+    arms = _arms(ref, spec, snapshot.workload)
+    workload = workload_status(snapshot.workload) if snapshot.workload is not None else None
+    scopes, scope_events = carry_scopes(previous, spec, arms, now=now, workload=workload)
     measured = _measured(snapshot, spec, scopes, _windows(snapshot, spec, scopes))
     names = [scope.name for scope in scopes]
     manual = manual_actions(seen.annotations, names)
@@ -206,6 +209,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         router_image=snapshot.router_image,
         extra=rehearsal.objects,
         restarting=rehearsal.restarting,
+        workload=snapshot.workload,
     )
     applies, restored = changes(
         rendered,
@@ -224,7 +228,10 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         router_deployment=router_name(ref.name),
         observed=Observed(
             deployments={
-                name: child.deployment for (_, name), child in seen.children.items() if child.deployment is not None
+                **{
+                    name: child.deployment for (_, name), child in seen.children.items() if child.deployment is not None
+                },
+                **({snapshot.workload.name: snapshot.workload.state} if snapshot.workload is not None else {}),
             },
             troubles=seen.troubles,
         ),
@@ -241,6 +248,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         decision=decided.decision,
         rehearsal=rehearsal.status,
         saturated=saturated,
+        workload=workload,
         now=now,
     )
     routers = tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT))
@@ -263,8 +271,8 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     )
 
 
-def _arms(ref: PilotRef, spec: SpeculationPilotSpec) -> tuple[ArmPlan, ...]:
-    return tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
+def _arms(ref: PilotRef, spec: SpeculationPilotSpec, workload: Workload | None) -> tuple[ArmPlan, ...]:
+    return tuple(render_arm(ref, spec, arm, workload) for arm in arms_of(spec))
 
 
 def _saturation(snapshot: Snapshot, spec: SpeculationPilotSpec) -> str | None:

@@ -54,10 +54,14 @@ class Policy:
         return any(fnmatchcase(host, p) or fnmatchcase(f"{host}:{port}", p) for p in (*IN_CLUSTER, *self.outbound))
 
     def _image(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
-        image = spec.engine.image
+        if spec.engine is not None:
+            yield from self.image_problems(spec.engine.image, "spec.engine.image")
+
+    def image_problems(self, image: str, field: str) -> Iterator[Problem]:
+        """An engine image outside the allowed patterns, named by `field` (a workload's is read each tick)."""
         if self.images and not any(fnmatchcase(image, pattern) for pattern in self.images):
             yield Problem(
-                "spec.engine.image",
+                field,
                 f"image {image!r} is not one the operator runs: allowed are {', '.join(self.images)} (the operator's "
                 "--allow-image, the chart's policy.engineImages)",
             )

@@ -17,6 +17,7 @@ from typing import Any
 
 from specpilot.api.pilot import API_VERSION, KIND
 from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, PodTemplate, SpeculationPilotSpec, Toleration
+from specpilot.controller.core.workload import Workload, copied_metadata, copied_pod, tensor_parallel_size
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
@@ -68,19 +69,16 @@ class PilotRef:
 
 @dataclass(frozen=True, kw_only=True)
 class ArmPlan:
-    """One arm as rendered: its Deployment and Service, GPU count and configuration hash."""
+    """One arm as rendered: its Deployment (by name, and as applied where the operator owns it) and
+    Service, GPU count and configuration hash."""
 
     arm: Arm
+    name: str  # of its Deployment
     replicas: int
     gpus: int
     config_hash: str
-    deployment: Json
+    deployment: Json | None  # None: the team's own Deployment (spec.workloadRef), never the operator's
     service: Json
-
-    @property
-    def name(self) -> str:
-        """Name of the arm's Deployment and Service."""
-        return str(self.deployment["metadata"]["name"])
 
 
 def _meta(ref: PilotRef, name: str, **labels: str) -> Json:
@@ -245,9 +243,15 @@ def _pod_metadata(engine: Engine, labels: Mapping[str, str], annotations: Mappin
     }
 
 
-def _arm_pod(spec: SpeculationPilotSpec, arm: Arm) -> tuple[Json, int]:
-    """An arm's pod spec and its tensor parallel size: the one place where arms differ."""
+def _arm_pod(spec: SpeculationPilotSpec, arm: Arm, workload: Workload | None) -> tuple[Json, int]:
+    """An arm's pod spec and its tensor parallel size: the one place where arms differ. From a workload,
+    a copy of its pod, with `--speculative-config` for the speculative arm."""
     engine = spec.engine
+    if engine is None:
+        assert workload is not None, "a pilot without spec.engine pilots a workload"
+        flag = ["--speculative-config", speculative_config(spec.speculative.draft)]
+        pod = copied_pod(workload, flag if arm is Arm.SPECULATIVE else ())
+        return pod, tensor_parallel_size(workload)
     if arm is Arm.SPECULATIVE:
         flag = ["--speculative-config", speculative_config(spec.speculative.draft)]
         return engine_pod(engine, tensor_parallel_size=engine.tensor_parallel_size, extra_args=flag), (
@@ -275,12 +279,36 @@ def arms_of(spec: SpeculationPilotSpec) -> tuple[Arm, ...]:
     return (Arm.BASELINE, Arm.SPECULATIVE, *control, *((Arm.ALTERNATIVE,) if spec.alternative is not None else ()))
 
 
-def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
-    pod, tp = _arm_pod(spec, arm)
+def _engine_template(
+    spec: SpeculationPilotSpec, workload: Workload | None, pod: Json, labels: Mapping[str, str], config_hash: str | None
+) -> Json:
+    """An engine Deployment's pod template: the operator's labels and config hash over the pod template's
+    (or the workload's) own; an engine described in the spec is hardened, a workload's copy runs as the
+    team runs it."""
+    annotations = {CONFIG_HASH_ANNOTATION: config_hash} if config_hash is not None else {}
+    if spec.engine is None:
+        assert workload is not None
+        return {"metadata": copied_metadata(workload, labels, annotations), "spec": pod}
+    return {"metadata": _pod_metadata(spec.engine, labels, annotations), "spec": _hardened(pod)}
+
+
+def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm, workload: Workload | None = None) -> ArmPlan:
+    pod, tp = _arm_pod(spec, arm, workload)
     config_hash = content_hash(pod)
-    replicas = arm_replicas(spec, arm)
     name, selector = arm_name(ref.name, arm), arm_selector(ref.name, arm)
     labels = {ARM_LABEL: arm.value, COMPONENT_LABEL: ENGINE_COMPONENT}
+    if workload is not None and arm is Arm.BASELINE:
+        # Production runs as the team runs it: the routers reach its pods through a Service of the pilot's.
+        return ArmPlan(
+            arm=arm,
+            name=workload.name,
+            replicas=workload.state.replicas,
+            gpus=workload.state.replicas * tp,
+            config_hash=config_hash,
+            deployment=None,
+            service=_engine_service(ref, spec, name, workload.selector, labels),
+        )
+    replicas = arm_replicas(spec, arm)
     # Speculative, control and alternative arms take no spare GPUs to roll: the router sends their share
     # to the baseline while a replica restarts. The baseline keeps serving through a surge replica. The
     # control arm's pod is the baseline's own, so the two share a config hash.
@@ -294,23 +322,23 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm) -> ArmPlan:
             "selector": {"matchLabels": selector},
             "progressDeadlineSeconds": ENGINE_PROGRESS_DEADLINE_SECONDS,
             "strategy": {"type": "RollingUpdate", "rollingUpdate": surge},
-            "template": {
-                "metadata": _pod_metadata(
-                    spec.engine,
-                    {**pilot_labels(ref.name), **selector, COMPONENT_LABEL: ENGINE_COMPONENT},
-                    {CONFIG_HASH_ANNOTATION: config_hash},
-                ),
-                "spec": _hardened(pod),
-            },
+            "template": _engine_template(
+                spec,
+                workload,
+                pod,
+                {**pilot_labels(ref.name), **selector, COMPONENT_LABEL: ENGINE_COMPONENT},
+                config_hash,
+            ),
         },
     }
     return ArmPlan(
         arm=arm,
+        name=name,
         replicas=replicas,
         gpus=replicas * tp,
         config_hash=config_hash,
         deployment=deployment,
-        service=_service(ref, name, selector, {**labels}, [("http", ENGINE_PORT)]),
+        service=_engine_service(ref, spec, name, selector, labels),
     )
 
 
@@ -347,6 +375,17 @@ def _service(ref: PilotRef, name: str, selector: Mapping[str, str], labels: Mapp
             "ports": [{"name": n, "port": p, "targetPort": n, "protocol": "TCP"} for n, p in ports],
         },
     }
+
+
+def _engine_service(
+    ref: PilotRef, spec: SpeculationPilotSpec, name: str, selector: Mapping[str, str], labels: Json
+) -> Json:
+    """A Service of engine pods: to their port named http where the operator renders them, to vLLM's
+    port by number where they are a workload's (or its copies), which name their ports as they like."""
+    service = _service(ref, name, selector, labels, [("http", ENGINE_PORT)])
+    if spec.engine is None:
+        service["spec"]["ports"][0]["targetPort"] = ENGINE_PORT
+    return service
 
 
 def max_table_age_seconds(spec: SpeculationPilotSpec) -> float:
@@ -495,7 +534,7 @@ def render_rehearsal(ref: PilotRef, spec: SpeculationPilotSpec, *, table: Routin
     `rehearsal_pilot` selecting the pilot's speculative and control pods (none selects production)."""
     rehearsal, labels = rehearsal_pilot(ref.name), {COMPONENT_LABEL: REHEARSAL_ROUTER_COMPONENT}
     services = tuple(
-        _service(ref, arm_name(rehearsal, arm), arm_selector(ref.name, arm), labels, [("http", ENGINE_PORT)])
+        _engine_service(ref, spec, arm_name(rehearsal, arm), arm_selector(ref.name, arm), labels)
         for arm in (Arm.SPECULATIVE, Arm.CONTROL)
     )
     routes = {
@@ -509,11 +548,11 @@ def render_rehearsal(ref: PilotRef, spec: SpeculationPilotSpec, *, table: Routin
     return (routes, *services, router)
 
 
-def render_restart(ref: PilotRef, spec: SpeculationPilotSpec) -> Json:
+def render_restart(ref: PilotRef, spec: SpeculationPilotSpec, workload: Workload | None = None) -> Json:
     """The replica the restart fallback brings up in place of a speculative one: the control arm's pod
     (ordinary decoding), labelled as the speculative arm's so that its Services reach it once Ready."""
     selector = {**arm_selector(ref.name, Arm.SPECULATIVE), COMPONENT_LABEL: REHEARSAL_RESTART_COMPONENT}
-    pod, _ = _arm_pod(spec, Arm.CONTROL)
+    pod, _ = _arm_pod(spec, Arm.CONTROL, workload)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -522,10 +561,7 @@ def render_restart(ref: PilotRef, spec: SpeculationPilotSpec) -> Json:
             "replicas": 1,
             "selector": {"matchLabels": selector},
             "progressDeadlineSeconds": ENGINE_PROGRESS_DEADLINE_SECONDS,
-            "template": {
-                "metadata": _pod_metadata(spec.engine, {**pilot_labels(ref.name), **selector}, {}),
-                "spec": _hardened(pod),
-            },
+            "template": _engine_template(spec, workload, pod, {**pilot_labels(ref.name), **selector}, None),
         },
     }
 
@@ -618,15 +654,18 @@ def render(
     router_image: str,
     extra: Sequence[Json] = (),
     restarting: bool = False,
+    workload: Workload | None = None,
 ) -> Rendered:
     """Every object; `extra` (the rehearsal's, while it runs) after the rest. While the restart fallback
-    is rehearsed (`restarting`), one speculative replica runs ordinary decoding in its own Deployment."""
-    arms = tuple(render_arm(ref, spec, arm) for arm in arms_of(spec))
+    is rehearsed (`restarting`), one speculative replica runs ordinary decoding in its own Deployment.
+    With a `workload`, the baseline is the team's Deployment, which is read and never rendered."""
+    arms = tuple(render_arm(ref, spec, arm, workload) for arm in arms_of(spec))
     routes = render_routes_configmap(ref, table)
     deployment, service = render_router(ref, spec, image=router_image)
     deployments = tuple(
         _one_replica_fewer(plan.deployment) if restarting and plan.arm is Arm.SPECULATIVE else plan.deployment
         for plan in arms
+        if plan.deployment is not None
     )
     objects = (
         *router_rbac(ref, spec),
@@ -636,6 +675,6 @@ def render(
         service,
         deployment,
         *extra,
-        *((render_restart(ref, spec),) if restarting else ()),
+        *((render_restart(ref, spec, workload),) if restarting else ()),
     )
     return Rendered(arms=arms, routes=routes, objects=objects)

@@ -18,10 +18,10 @@ from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
 from specpilot.controller.core.measurements import Measurements
-from specpilot.controller.core.observe import ChildSummary, PodView
+from specpilot.controller.core.observe import ChildSummary, PodTrouble, PodView
 from specpilot.controller.core.policy import DEFAULT, Policy
 from specpilot.controller.core.render import PilotRef
-from specpilot.controller.core.status import PodTrouble
+from specpilot.controller.core.workload import Workload
 
 Key = tuple[str, str]  # (kind, name) of a child
 
@@ -136,4 +136,5 @@ class Snapshot:
     probe: ProbeResult | None = None  # the latest probe round
     webhooks: Mapping[str, Sequence[WebhookResult]] = field(default_factory=dict)  # by scope, for due windows
     evidence: Evidence | None = None  # the evidence store as last stored
+    workload: Workload | None = None  # spec.workloadRef's Deployment, as read this tick
     written: Written = field(default_factory=Written)

@@ -30,68 +30,15 @@ from specpilot.api.status import (
     ScopeState,
     ScopeStatus,
     SpeculationPilotStatus,
+    WorkloadStatus,
 )
 from specpilot.api.validate import Problem
+from specpilot.controller.core.observe import DeploymentState, PodTrouble
 from specpilot.controller.core.render import ArmPlan, content_hash
+from specpilot.controller.core.workload import what_changed
 from specpilot.wire.names import ROUTER_COMPONENT, Arm
 
-# Waiting reasons of a container that will not resolve by waiting: the arm is unavailable.
-FATAL_WAITING = frozenset(
-    {
-        "ImageNotRunnable",
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "CrashLoopBackOff",
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-    }
-)
 _IMAGE_REASONS = frozenset({"ImageNotRunnable", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
-
-
-@dataclass(frozen=True, kw_only=True)
-class DeploymentState:
-    """What a Deployment reports about its rollout."""
-
-    generation: int = 0
-    observed_generation: int = 0
-    replicas: int = 0
-    current: int = 0  # status.replicas: pods of every revision
-    updated: int = 0
-    ready: int = 0
-    available: int = 0
-    deadline_exceeded: bool = False
-
-    @property
-    def rolled_out(self) -> bool:
-        """The current generation is observed and every replica runs it and is ready."""
-        return (
-            self.observed_generation >= self.generation
-            and self.updated >= self.replicas
-            and self.ready >= self.replicas
-            and self.available >= self.replicas
-            and self.current <= self.replicas
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class PodTrouble:
-    """A pod of an arm or of the router that is not running, and why."""
-
-    component: str  # an Arm value, or "router"
-    pod: str
-    reason: str
-    message: str
-
-    @property
-    def fatal(self) -> bool:
-        return self.reason in FATAL_WAITING
-
-    def describe(self) -> str:
-        text = f"pod {self.pod}: {self.reason}"
-        return f"{text}: {self.message}" if self.message else text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,11 +114,16 @@ def scope_hash(scope: Scope) -> str:
 
 
 def carry_scopes(
-    previous: SpeculationPilotStatus | None, spec: SpeculationPilotSpec, arms: Sequence[ArmPlan], *, now: datetime
+    previous: SpeculationPilotStatus | None,
+    spec: SpeculationPilotSpec,
+    arms: Sequence[ArmPlan],
+    *,
+    now: datetime,
+    workload: WorkloadStatus | None = None,
 ) -> tuple[list[ScopeStatus], list[Event]]:
     """Per-scope status for this spec: kept where nothing it depends on changed, restarted from
-    ordinary decoding where it did. An engine or draft change restarts every scope; a change to one
-    scope's spec restarts that scope alone."""
+    ordinary decoding where it did. An engine or draft change restarts every scope (a `workload`'s is
+    named by what changed in it); a change to one scope's spec restarts that scope alone."""
     hashes = {plan.arm: plan.config_hash for plan in arms}
     before = {scope.name: scope for scope in (previous.scopes if previous is not None else [])}
     old_arms = previous.arms if previous is not None else None
@@ -181,9 +133,11 @@ def carry_scopes(
     for arm, reason, what in changes if old_arms is not None else ():
         old = getattr(old_arms, arm.value).config_hash
         if old not in (None, hashes[arm]):
-            message = (
-                f"{what} configuration changed ({old} -> {hashes[arm]}): every scope restarts from ordinary decoding"
-            )
+            was = previous.workload if previous is not None else None
+            change = f"{what} configuration changed ({old} -> {hashes[arm]})"
+            if arm is Arm.BASELINE and workload is not None and was is not None:
+                change = f"Deployment {workload.name} changed its engine ({what_changed(was, workload)})"
+            message = f"{change}: every scope restarts from ordinary decoding"
             events.append(Event(EventType.NORMAL, reason, message))
             break
     restart_all = bool(events)
@@ -311,6 +265,7 @@ def reconciled_status(
     decision: Decision | None = None,
     rehearsal: RehearsalStatus | None = None,
     saturated: str | None = None,
+    workload: WorkloadStatus | None = None,
     now: datetime,
 ) -> StatusPlan:
     """Status after applying a valid spec, and the Events it implies; `saturated` says why production's
@@ -325,9 +280,7 @@ def reconciled_status(
         now=now,
     )
     router_state = observed.deployments.get(router_deployment)
-    by_arm = {
-        plan.arm: _arm_status(plan, observed.deployments.get(plan.deployment["metadata"]["name"])) for plan in arms
-    }
+    by_arm = {plan.arm: _arm_status(plan, observed.deployments.get(plan.name)) for plan in arms}
     speculative = sum(1 for scope in scopes if scope.state is ScopeState.SPECULATIVE)
     status = SpeculationPilotStatus(
         observed_generation=generation,
@@ -348,6 +301,7 @@ def reconciled_status(
         fallbacks=list(fallbacks) if fallbacks is not None else (previous.fallbacks if previous is not None else []),
         decision=decision,
         rehearsal=rehearsal,
+        workload=workload,
     )
     events = list(scope_events)
     if previous is None or previous.observed_generation is None:
