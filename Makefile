@@ -7,7 +7,7 @@ PYTEST_ARGS ?=
 .PHONY: help venv binaries tools test test-unit test-cluster lint lint-delivery crd manifests chart-readme cluster-up cluster-down cluster-reset demo bench clean
 
 help:
-	@echo "make demo         run a pilot on the local cluster with mock vLLM pods (REHEARSAL=1: and its peak rehearsal)"
+	@echo "make demo         run a pilot on the local cluster with mock vLLM pods (REHEARSAL=1: and its peak rehearsal; WORKLOAD=1: on a Deployment the team runs)"
 	@echo "make test         lint-free unit, component and cluster tests (sets everything up)"
 	@echo "make lint         ruff, mypy, import layering; helm lint, shellcheck, actionlint"
 	@echo "make cluster-up   start the local control plane + node agent (idempotent)"
@@ -76,7 +76,7 @@ cluster-reset:
 	@e2e/local/cluster.sh reset
 
 demo: venv
-	@SPECPILOT_DEMO_REHEARSAL=$(REHEARSAL) e2e/local/demo.sh
+	@SPECPILOT_DEMO_REHEARSAL=$(REHEARSAL) SPECPILOT_DEMO_WORKLOAD=$(WORKLOAD) e2e/local/demo.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

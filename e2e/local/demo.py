@@ -33,6 +33,10 @@ TIMEOUT = float(os.environ.get("SPECPILOT_DEMO_TIMEOUT", "300"))
 CLUSTER_DIR = Path(os.environ.get("SPECPILOT_CLUSTER_DIR", ROOT / ".cluster"))
 REPORT_DIR = Path(os.environ.get("SPECPILOT_DEMO_REPORT", ROOT / "demo-report"))
 REHEARSE = os.environ.get("SPECPILOT_DEMO_REHEARSAL", "") not in ("", "0")
+# `make demo WORKLOAD=1`: the same pilot on the engine as a team already runs it (manifests/demo/team-vllm.yaml),
+# named by spec.workloadRef instead of described in spec.engine.
+WORKLOAD = os.environ.get("SPECPILOT_DEMO_WORKLOAD", "") not in ("", "0")
+TEAM_MANIFEST = ROOT / "manifests/demo/team-vllm.yaml"
 # The peak rehearsal of `make demo REHEARSAL=1`: from production's median load per replica to twice its
 # highest, three steps of 30 s, then a 20 s burst at 1.5 times the peak, then both fallbacks at peak.
 REHEARSAL = {
@@ -206,12 +210,41 @@ def rehearse() -> None:
     print(f"  the rehearsal did not finish within {REHEARSAL_SECONDS} s")
 
 
+def team_service() -> str:
+    """The team's own engine (WORKLOAD=1): its Deployment and what it needs, with a volume bound to its
+    claim so that it schedules."""
+    docs = list(yaml.safe_load_all(TEAM_MANIFEST.read_text()))
+    claim = next(doc for doc in docs if doc["kind"] == "PersistentVolumeClaim")
+    volume = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolume",
+        "metadata": {"name": f"{NAMESPACE}-{claim['metadata']['name']}"},
+        "spec": {
+            "storageClassName": claim["spec"]["storageClassName"],
+            "capacity": claim["spec"]["resources"]["requests"],
+            "accessModes": claim["spec"]["accessModes"],
+            "hostPath": {"path": f"/tmp/{NAMESPACE}-models"},
+            "claimRef": {"namespace": NAMESPACE, "name": claim["metadata"]["name"]},
+        },
+    }
+    print(f"  the team's engine: kubectl apply -f {TEAM_MANIFEST.relative_to(ROOT)} (and a volume for its claim)")
+    return yaml.safe_dump_all([volume, *docs])
+
+
 def pilot_manifest() -> str:
-    """The demo pilot, with the peak rehearsal when asked for."""
+    """The demo pilot, with the peak rehearsal when asked for, on the team's Deployment with WORKLOAD=1."""
     text = (ROOT / "manifests/demo/pilot.yaml").read_text()
-    if not REHEARSE:
+    if not REHEARSE and not WORKLOAD:
         return text
     doc = yaml.safe_load(text)
+    if WORKLOAD:
+        team = next(d for d in yaml.safe_load_all(TEAM_MANIFEST.read_text()) if d["kind"] == "Deployment")
+        doc["spec"].pop("engine")
+        doc["spec"].pop("baseline")  # the team's Deployment, at its own replicas
+        doc["spec"]["workloadRef"] = {"name": team["metadata"]["name"]}
+        print(f"  with spec.workloadRef: {json.dumps(doc['spec']['workloadRef'])} in place of spec.engine")
+    if not REHEARSE:
+        return json.dumps(doc)
     doc["spec"]["rehearsal"] = REHEARSAL
     # While the rehearsal runs, production serves every scope's live traffic, longform's long answers
     # included: at two replicas it sits at the saturation guard's edge, which stops the rehearsal.
@@ -226,6 +259,8 @@ def pilot_manifest() -> str:
 
 
 def main() -> int:
+    if REHEARSE and WORKLOAD:
+        sys.exit("REHEARSAL=1 runs on the inline engine: the team's Deployment keeps the size and flags it has")
     say(f"The SpeculationPilot API and the operator, in namespace {NAMESPACE}")
     subprocess.run(["kubectl", "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True)
     subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=False)
@@ -236,6 +271,8 @@ def main() -> int:
         say("The demo pilot: kubectl apply -f manifests/demo/pilot.yaml")
         # a pilot an interrupted run left behind would carry its status over: it goes first
         kubectl("delete", "speculationpilot", PILOT, "--ignore-not-found", "--timeout=120s", check=False)
+        if WORKLOAD:
+            kubectl("apply", "-f", "-", input=team_service())
         kubectl("apply", "-f", "-", input=pilot_manifest())
         waited = subprocess.run(
             [

@@ -28,6 +28,7 @@ from specpilot.analysis.decision import (
 )
 from specpilot.analysis.evidence import ArmTotals, Evidence, Moments, ScopeEvidence, production_quantile
 from specpilot.analysis.replay import length_summary, replay_workload, rounded
+from specpilot.api.flags import flag_value
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -37,6 +38,7 @@ from specpilot.api.status import (
     FallbackRecord,
     ScopeStatus,
     SpeculationPilotStatus,
+    WorkloadStatus,
 )
 from specpilot.wire.names import Arm
 
@@ -294,7 +296,7 @@ def _comparison_cost(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | N
 DEFAULT_BLOCK_SIZE = 16  # vLLM's KV-cache block size on GPUs, where the engines do not report theirs
 
 
-def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | None:
+def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence, workload: WorkloadStatus | None) -> Json | None:
     """The concurrency the draft costs: how many requests of the scopes' mean length (prompt and answer,
     weighted by their arrival rates) each arm's KV cache holds at once per replica, beside the scheduler's
     own limit where the engine's flags set one; None before any length or KV block count is known."""
@@ -310,7 +312,8 @@ def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence) -> Json | None:
     mean = sum(rate * length for rate, length in tokens) / sum(rate for rate, _ in tokens)
     size = evidence.block_size or DEFAULT_BLOCK_SIZE
     per_request = math.ceil(mean / size)
-    limit = _flag_value(spec.engine.extra_args, "--max-num-seqs") if spec.engine is not None else None
+    args = spec.engine.extra_args if spec.engine is not None else (workload.args if workload is not None else [])
+    limit = _flag_value(args, "--max-num-seqs")
     return {
         "tokensPerRequest": rounded(mean, 1),
         "blockSize": size,
@@ -378,7 +381,7 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         "compared": {"arm": evidence.compared.value, "name": COMPARED_NAMES[evidence.compared]},
         "production": _production(evidence, findings),
         "comparisonCost": _comparison_cost(spec, evidence),
-        "concurrency": _concurrency(spec, evidence),
+        "concurrency": _concurrency(spec, evidence, status.workload if status is not None else None),
         "scopes": scopes,
         "arms": {
             arm.value: {
@@ -431,13 +434,6 @@ def pilot_manifest(pilot: Mapping[str, Any]) -> Json:
 
 
 def _flag_value(args: Sequence[str], flag: str) -> int | None:
-    """An integer flag's value in `args`, given as `--flag=N` or `--flag N` (the last one counts, as
-    with argparse); None when absent or not a number."""
-    found = None
-    for index, arg in enumerate(args):
-        name, equals, value = arg.partition("=")
-        if name != flag:
-            continue
-        text = value if equals else (args[index + 1] if index + 1 < len(args) else "")
-        found = int(text) if text.isdigit() else None
-    return found
+    """An integer flag's value in `args`; None when absent or not a number."""
+    text = flag_value(args, flag)
+    return int(text) if text is not None and text.isdigit() else None

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from itertools import pairwise
 from typing import Any
 
+from specpilot.api.flags import flag_value
 from specpilot.api.spec import WorkloadRef
 from specpilot.api.status import WorkloadStatus
 from specpilot.api.validate import Problem
@@ -91,7 +92,7 @@ def read_workload(obj: Mapping[str, Any] | None, ref: WorkloadRef) -> Workload |
     index = _engine_container(containers, ref)
     if isinstance(index, Problem):
         return [*problems, index]
-    port = _flag(_argv(containers[index]), "--port")
+    port = flag_value(_argv(containers[index]), "--port")
     if port is not None and port != str(ENGINE_PORT):
         problems.append(
             Problem(
@@ -127,25 +128,15 @@ def _engine_container(containers: Sequence[Mapping[str, Any]], ref: WorkloadRef)
     )
 
 
-def _flag(argv: Sequence[str], *names: str) -> str | None:
-    """The value of the last of `names` in argv (`--flag value` or `--flag=value`)."""
-    found = None
-    for index, word in enumerate(argv):
-        flag, eq, value = word.partition("=")
-        if flag in names:
-            found = value if eq else (argv[index + 1] if index + 1 < len(argv) else None)
-    return found
-
-
 def served_model(workload: Workload) -> str:
     """The model name clients send: --served-model-name's first, else the model served."""
     argv = workload.argv
-    named = _flag(argv, "--served-model-name")
+    named = flag_value(argv, "--served-model-name")
     return named or _model(argv)
 
 
 def _model(argv: Sequence[str]) -> str:
-    flagged = _flag(argv, "--model")
+    flagged = flag_value(argv, "--model")
     if flagged:
         return flagged
     at = _serve_at(argv)
@@ -155,13 +146,8 @@ def _model(argv: Sequence[str]) -> str:
 
 
 def tensor_parallel_size(workload: Workload) -> int:
-    value = _flag(workload.argv, "--tensor-parallel-size", "-tp")
+    value = flag_value(workload.argv, "--tensor-parallel-size", "-tp")
     return int(value) if value is not None and value.isdigit() else 1
-
-
-def flag_value(workload: Workload, name: str) -> str | None:
-    """A flag of the engine's command line, as the Deployment runs it."""
-    return _flag(workload.argv, name)
 
 
 def copied_pod(workload: Workload, extra_args: Sequence[str] = ()) -> Json:
