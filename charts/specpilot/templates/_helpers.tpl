@@ -74,6 +74,10 @@ Derived from the operator's calls; tests/component/chart/test_rbac.py holds it t
 - apiGroups: [""]
   resources: [services, serviceaccounts]
   verbs: [list, watch, create, patch, delete]
+# spec.router.takeover's Service: read each tick, merge-patched to select the routers and back.
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get]
 # The routing ConfigMap is a child too; get because the router's Role grants get on it, and
 # RBAC lets the operator grant only what it holds itself.
 - apiGroups: [""]
@@ -82,6 +86,10 @@ Derived from the operator's calls; tests/component/chart/test_rbac.py holds it t
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [list, watch, create, patch, delete]
+# spec.workloadRef's Deployment: read each tick (its pods through the pods rule), never written.
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get]
 # A peak rehearsal step's load generator.
 - apiGroups: [batch]
   resources: [jobs]

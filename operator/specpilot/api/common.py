@@ -227,3 +227,8 @@ def endpoint(url: str) -> tuple[str, str, int] | None:
     except ValueError:
         return None
     return parts.scheme, (parts.hostname or "").lower(), port
+
+
+# A Kubernetes object passed through as written (an affinity, a volume, a probe, a Service port): the API
+# server checks it where the object that carries it is applied.
+KubeObject = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]

@@ -13,15 +13,16 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from itertools import pairwise
-from typing import Annotated, Any
+from typing import Annotated
 
-from pydantic import ConfigDict, Field, StringConstraints, WithJsonSchema
+from pydantic import ConfigDict, Field, StringConstraints
 
 from specpilot.api.common import (
     DNS_LABEL_PATTERN,
     ApiModel,
     Check,
     Duration,
+    KubeObject,
     Quantity,
     Rule,
     cel,
@@ -168,11 +169,6 @@ class Toleration(ApiModel):
     """Taint effect to match; empty matches all effects."""
     toleration_seconds: Annotated[int, Field(strict=True, ge=0, le=86400)] | None = None
     """How long a NoExecute taint is tolerated before eviction."""
-
-
-# A Kubernetes object passed through as written (an affinity, a volume, a probe): the API server checks it
-# when the operator applies the Deployment that carries it.
-KubeObject = Annotated[dict[str, Any], WithJsonSchema({"type": "object", "x-kubernetes-preserve-unknown-fields": True})]
 
 
 class EngineContainerTemplate(ApiModel):
@@ -519,6 +515,14 @@ class Scope(ApiModel):
     speculative; below 100 it keeps measuring both arms on the same traffic."""
 
 
+class Takeover(ApiModel):
+    """A Service clients already use, re-pointed at the routers once they are ready and put back as it
+    was when the pilot ends (its original selector and ports are recorded in status first)."""
+
+    service: Name
+    """The Service, in the pilot's namespace."""
+
+
 class Router(ApiModel):
     """The per-pilot router that classifies requests into scopes and splits them between arms."""
 
@@ -539,6 +543,8 @@ class Router(ApiModel):
     """Tolerations of the router pods (and the rehearsal's load Jobs)."""
     resources: Resources | None = None
     """Resources of a router container; by default it requests 100m CPU and 128Mi, limited to 512Mi."""
+    takeover: Takeover | None = None
+    """Serve through a Service clients already use (none: clients are pointed at `<pilot>-router`)."""
 
 
 # --- analysis -----------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field, StringConstraints
 
-from specpilot.api.common import ApiModel
+from specpilot.api.common import ApiModel, KubeObject
 from specpilot.api.reasons import FallbackReason, MetricName
 
 FALLBACK_LIMIT = 20
@@ -521,6 +521,31 @@ class RehearsalStatus(ApiModel):
     """The restart fallback rehearsed at peak, once its step ran."""
 
 
+class TakeoverPhase(StrEnum):
+    WAITING = "Waiting"
+    RECORDED = "Recorded"
+    TAKEN = "Taken"
+    RESTORED = "Restored"
+
+
+class TakeoverStatus(ApiModel):
+    """spec.router.takeover's Service: what it selected before, and where it stands."""
+
+    service: Annotated[str, StringConstraints(max_length=63)]
+    """The Service."""
+    phase: TakeoverPhase
+    """Waiting (for the Service or the routers), Recorded (its original is kept here; it is re-pointed next),
+    Taken (it selects the routers) or Restored (put back as it was)."""
+    selector: Annotated[dict[str, Annotated[str, StringConstraints(max_length=63)]], Field(max_length=32)] = {}
+    """Its original selector."""
+    ports: Annotated[list[KubeObject], Field(max_length=32)] = []
+    """Its original ports."""
+    at: datetime | None = None
+    """When the phase last changed."""
+    message: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """Why it stands where it does."""
+
+
 class WorkloadStatus(ApiModel):
     """spec.workloadRef's Deployment as the arms last copied it: what a change to it is named by."""
 
@@ -565,3 +590,5 @@ class SpeculationPilotStatus(ApiModel):
     """The peak rehearsal, once due."""
     workload: WorkloadStatus | None = None
     """spec.workloadRef's Deployment as last read."""
+    takeover: TakeoverStatus | None = None
+    """spec.router.takeover's Service, once taken over (kept until it is restored)."""

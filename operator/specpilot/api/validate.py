@@ -56,7 +56,7 @@ from specpilot.api.spec import (
     SpeculationPilotSpec,
     TolerationOperator,
 )
-from specpilot.wire.names import REHEARSAL_SUFFIX, deployment_names
+from specpilot.wire.names import REHEARSAL_SUFFIX, owned_names
 
 
 @dataclass(frozen=True)
@@ -79,12 +79,20 @@ def validate(body: Mapping[str, Any]) -> list[Problem]:
     except ValidationError as error:
         return problems + [Problem(_field_path(("spec", *e["loc"])), e["msg"]) for e in error.errors()]
     ref = spec.workload_ref
-    if isinstance(name, str) and ref is not None and ref.name in deployment_names(name):
+    if isinstance(name, str) and ref is not None and ref.name in owned_names(name):
         problems.append(
             Problem(
                 "spec.workloadRef.name",
                 f"{ref.name} is a name the operator gives a Deployment of this pilot, and deletes with it: "
                 "rename the pilot",
+            )
+        )
+    taken = spec.router.takeover
+    if isinstance(name, str) and taken is not None and taken.service in owned_names(name):
+        problems.append(
+            Problem(
+                "spec.router.takeover.service",
+                f"{taken.service} is a Service the operator makes for this pilot: name the Service clients use",
             )
         )
     return problems + check_spec(spec)

@@ -116,6 +116,18 @@ class Kube:
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Json | None:
         return await self._call("GET", object_path(api_version, kind, namespace, name))
 
+    async def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: Json) -> bool:
+        """A JSON merge patch of an object the operator does not own (a taken-over Service); False when
+        it is gone."""
+        path = object_path(api_version, kind, namespace, name)
+        try:
+            await self._call("PATCH", path, body=body, content_type="application/merge-patch+json")
+        except ApiError as error:
+            if error.code == 404:
+                return False
+            raise
+        return True
+
     async def pods(self, namespace: str, selector: Mapping[str, str]) -> list[Json]:
         """The namespace's pods with every label of `selector` (a workload's, which the operator does not own)."""
         labels = ",".join(f"{key}={value}" for key, value in sorted(selector.items()))

@@ -37,6 +37,7 @@ from specpilot.controller.core.progress import probe_due, window_due, window_sum
 from specpilot.controller.core.render import PilotRef
 from specpilot.controller.core.routing import table_hash
 from specpilot.controller.core.snapshot import Applied, Observation, Snapshot, Written, read_pilot, status_of
+from specpilot.controller.core.takeover import ServicePatch, restoring
 from specpilot.controller.core.workload import Workload, read_workload, served_model
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
@@ -82,6 +83,7 @@ class PilotMemory:
     measurements: Measurements = field(default_factory=Measurements)
     probe: tuple[ProbeResult, datetime] | None = None  # the latest probe round, and when it began
     workload: Workload | None = None  # spec.workloadRef's Deployment as the last reconcile read it
+    restored: bool = False  # the taken-over Service was put back by this teardown
 
 
 def _now() -> datetime:
@@ -163,6 +165,8 @@ class Controller:
                 await self._apply(snapshot, tick.applies, memory)
                 for child in tick.removes:
                     await self.kube.delete(child.api_version, child.kind, snapshot.pilot.ref.namespace, child.name)
+                if tick.patch is not None:
+                    await self._patch(snapshot.pilot.ref, tick.patch)
                 confirmed = [await self._confirm(tick.confirm)] if tick.confirm is not None else []
             except ApiError as error:
                 if error.code not in (400, 403, 422):
@@ -185,6 +189,11 @@ class Controller:
         pods = await self.kube.pods(ref.namespace, workload.selector)
         return replace(seen, pods=(*seen.pods, *(baseline_pod_view(pod) for pod in pods)))
 
+    async def _patch(self, ref: PilotRef, patch: ServicePatch) -> None:
+        """Re-point the taken-over Service, or put it back; a Service deleted meanwhile needs neither."""
+        if not await self.kube.merge_patch("v1", "Service", ref.namespace, patch.service, patch.body):
+            log.warning("%s/%s: Service %s is gone; nothing to re-point", ref.namespace, ref.name, patch.service)
+
     async def _gather(self, body: Mapping[str, Any], seen: Observation, memory: PilotMemory) -> Snapshot:
         """The tick's snapshot: read once, frozen, before anything is decided."""
         pilot = read_pilot(body, last_written=memory.status, policy=self.policy)
@@ -197,10 +206,13 @@ class Controller:
             else:
                 workload, seen = found, await self._with_baseline(pilot.ref, seen, found)
         memory.workload = workload
+        takeover = spec.router.takeover if spec is not None else None
+        service = await self.kube.get("v1", "Service", pilot.ref.namespace, takeover.service) if takeover else None
         snapshot = Snapshot(
             pilot=pilot,
             seen=seen,
             workload=workload,
+            service=service,
             now=self.clock(),
             router_image=self.router_image,
             measurements=memory.measurements,
@@ -329,7 +341,15 @@ class Controller:
     async def teardown(self, body: Mapping[str, Any], seen: Observation) -> bool:
         """One pass of the ordered teardown; True when everything the pilot made is gone."""
         ref = pilot_ref(body)
-        async with self.memory(ref).lock:
+        memory = self.memory(ref)
+        async with memory.lock:
+            status = status_of(body)
+            taken = restoring(ref.name, status.takeover if status else None, "the pilot is deleted", self.clock())
+            if taken.patch is not None and not memory.restored:
+                # first: clients go back to production before anything of the pilot goes
+                await self._patch(ref, taken.patch)
+                await self.announce(ref, taken.events)
+                memory.restored = True
             steps = teardown(ref, seen, self.clock())
             if steps.flip is not None:
                 await self.routes.write(ref, steps.flip)

@@ -121,8 +121,8 @@ def router_selector(pilot: str) -> dict[str, str]:
     return {PILOT_LABEL: pilot, COMPONENT_LABEL: ROUTER_COMPONENT}
 
 
-def deployment_names(pilot: str) -> frozenset[str]:
-    """Every Deployment the operator may make for a pilot, which it deletes by name."""
+def owned_names(pilot: str) -> frozenset[str]:
+    """Every Deployment and Service the operator may make for a pilot, which it deletes by name."""
     rehearsal = rehearsal_pilot(pilot)
     return frozenset(
         {
@@ -130,5 +130,6 @@ def deployment_names(pilot: str) -> frozenset[str]:
             router_name(pilot),
             router_name(rehearsal),
             rehearsal_restart_name(pilot),
+            *(arm_name(rehearsal, arm) for arm in Arm),
         }
     )

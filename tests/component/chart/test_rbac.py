@@ -60,7 +60,10 @@ def operator_needs(peering_resource: str) -> set[Permission]:
     # Children: applied server-side (create when absent, patch), watched by Kopf indices, deleted in
     # the teardown.
     needs |= {(g, res, verb, None) for g, res in children for verb in ("create", "patch", "list", "watch", "delete")}
-    needs |= {("", "pods", verb, None) for verb in ("list", "watch")}  # the pods index
+    needs |= {("", "pods", verb, None) for verb in ("list", "watch")}  # the pods index, a workload's pods
+    # Read each tick: spec.workloadRef's Deployment (never written) and spec.router.takeover's Service
+    # (merge-patched, as children are: `patch`).
+    needs |= {("apps", "deployments", "get", None), ("", "services", "get", None)}
     needs |= {("", "events", "create", None)}  # Kube.event, and Kopf's warnings
     needs |= {(GROUP, PLURAL, verb, None) for verb in ("list", "watch", "patch")}  # Kopf; manual annotations
     needs |= {(GROUP, f"{PLURAL}/status", "patch", None)}  # Kube.replace_status

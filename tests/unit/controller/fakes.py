@@ -69,6 +69,19 @@ class Clock:
         self.now += timedelta(seconds=seconds)
 
 
+def _merged(target: Any, patch: Any) -> Any:
+    """RFC 7386: a JSON merge patch applied to `target`."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    out = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = _merged(out.get(key), value)
+    return out
+
+
 class FakeKube:
     """An API server in memory: objects by (kind, namespace, name), every call recorded in order."""
 
@@ -103,6 +116,14 @@ class FakeKube:
     async def get(self, api_version: str, kind: str, namespace: str, name: str) -> Json | None:
         found = self.objects.get((kind, namespace, name))
         return copy.deepcopy(found) if found is not None else None
+
+    async def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, body: Json) -> bool:
+        self.calls.append(("patch", kind, name))
+        found = self.objects.get((kind, namespace, name))
+        if found is None:
+            return False
+        self.objects[(kind, namespace, name)] = _merged(found, body)
+        return True
 
     async def pods(self, namespace: str, selector: Mapping[str, str]) -> list[Json]:
         return [

@@ -11,7 +11,7 @@ import copy
 from dataclasses import replace
 from datetime import datetime
 
-from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION
+from specpilot.api.pilot import ABORT_ANNOTATION, KIND, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.controller.kube import ApiError
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights
@@ -382,3 +382,77 @@ async def test_a_workload_is_copied_never_edited_and_its_own_pods_are_the_baseli
     while not await h.delete():
         h.clock.advance(1)
     assert h.kube.objects[("Deployment", "team-a", "vllm")] == before, "teardown leaves production as it was"
+
+
+def with_service(h: Harness) -> Json:
+    """The Service clients already use, selecting the baseline's pods on a port of its own."""
+    service: Json = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "llm", "namespace": "team-a"},
+        "spec": {
+            "selector": {"specpilot.io/arm": "baseline", "specpilot.io/pilot": "demo"},
+            "ports": [{"name": "web", "port": 80, "targetPort": 8000, "protocol": "TCP"}],
+            "type": "ClusterIP",
+        },
+    }
+    h.kube.objects[("Service", "team-a", "llm")] = copy.deepcopy(service)
+    return service
+
+
+def takeover_doc() -> Json:
+    doc = pilot_doc()
+    doc["spec"]["router"]["takeover"] = {"service": "llm"}
+    return doc
+
+
+async def test_a_taken_over_service_is_recorded_first_re_pointed_next_and_put_back_exactly_on_deletion() -> None:
+    h = Harness(takeover_doc())
+    original = with_service(h)
+    await h.reconcile()
+    assert h.status()["takeover"]["phase"] == "Waiting", "not before the routers are ready"
+    assert h.kube.objects[("Service", "team-a", "llm")] == original
+    h.ready_pods = True
+    await h.reconcile()
+    recorded = h.status()["takeover"]
+    assert recorded["phase"] == "Recorded" and recorded["selector"] == original["spec"]["selector"]
+    assert h.kube.objects[("Service", "team-a", "llm")] == original, "recorded in status before any change"
+    await h.reconcile()
+    taken = h.kube.objects[("Service", "team-a", "llm")]["spec"]
+    assert taken["selector"] == {"specpilot.io/pilot": "demo", "app.kubernetes.io/component": "router"}
+    assert taken["ports"] == [{"name": "web", "port": 80, "targetPort": 8080, "protocol": "TCP"}]
+    assert h.status()["takeover"]["phase"] == "Taken" and "ServiceTakenOver" in h.reasons()
+
+    # A restarted operator puts it back too, before the routers go, and says so once.
+    h.restart()
+    await h.delete()
+    assert h.kube.objects[("Service", "team-a", "llm")] == original
+    patches = h.kube.verbs("patch")
+    first_delete = next(i for i, (verb, _, _) in enumerate(h.kube.calls) if verb == "delete")
+    assert h.kube.calls.index(("patch", "Service", "llm")) < first_delete
+    while not await h.delete():
+        h.clock.advance(1)
+    assert h.kube.verbs("patch") == patches and h.reasons().count("ServiceRestored") == 1
+
+
+async def test_a_taken_over_service_goes_back_on_an_invalid_spec_and_on_abort_until_a_resume() -> None:
+    h = Harness(takeover_doc())
+    original = with_service(h)
+    h.ready_pods = True
+    await warm(h)
+    assert h.status()["takeover"]["phase"] == "Taken"
+    h.annotate(**{ABORT_ANNOTATION: "*"})
+    await h.step(INTERVAL)
+    assert h.kube.objects[("Service", "team-a", "llm")] == original and h.status()["takeover"]["phase"] == "Restored"
+    await h.step(INTERVAL)
+    assert h.status()["takeover"]["phase"] == "Restored", "every scope aborted: it stays with production"
+    h.annotate(**{RESUME_ANNOTATION: "chat"})
+    for _ in range(3):
+        await h.step(INTERVAL)
+    assert h.status()["takeover"]["phase"] == "Taken"
+    # a spec only the operator can refuse (a draft tensor parallel size the engine cannot run) puts it back
+    body = h.kube.objects[(KIND, "team-a", "demo")]
+    body["spec"]["speculative"]["draft"]["tensorParallelSize"] = 3
+    await h.step(INTERVAL)
+    assert any(c["type"] == "InvalidSpec" and c["status"] == "True" for c in h.status()["conditions"])
+    assert h.kube.objects[("Service", "team-a", "llm")] == original and h.status()["takeover"]["phase"] == "Restored"

@@ -25,7 +25,7 @@ from specpilot.controller.core.workload import (
     tensor_parallel_size,
     workload_status,
 )
-from specpilot.wire.names import ARM_LABEL, Arm, deployment_names
+from specpilot.wire.names import ARM_LABEL, Arm, owned_names
 from tests.unit.controller.specs import ROOT, load
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -196,7 +196,7 @@ def test_a_spec_names_one_engine_source_and_leaves_the_workload_as_it_runs() -> 
     alternative = {**spec, "alternative": {"extraArgs": ["--max-num-seqs=64"]}}
     assert "spec.alternative" in {p.field for p in validate(_pilot(alternative))}
     # the operator deletes its own Deployments by name: a workload may not carry one of them
-    taken = sorted(deployment_names("llama3"))[0]
+    taken = sorted(owned_names("llama3"))[0]
     collide = {**spec, "workloadRef": {**spec["workloadRef"], "name": taken}}
     (problem,) = validate(_pilot(collide))
     assert problem.field == "spec.workloadRef.name" and "rename the pilot" in problem.message

@@ -9,7 +9,7 @@ in the order the design requires: dry-run, apply, status, then Events.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from specpilot.analysis.checks import Check
@@ -17,6 +17,7 @@ from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.quality import probe_check, webhook_check
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
+from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
@@ -24,6 +25,7 @@ from specpilot.api.status import (
     RoutesStatus,
     ScopeStatus,
     SpeculationPilotStatus,
+    TakeoverStatus,
     Verdict,
 )
 from specpilot.api.validate import Problem
@@ -54,6 +56,7 @@ from specpilot.controller.core.render import (
 from specpilot.controller.core.routing import ordinary, routing_table, table_hash
 from specpilot.controller.core.snapshot import Child, Observation, Snapshot
 from specpilot.controller.core.status import Observed, carry_scopes, invalid_status, reconciled_status
+from specpilot.controller.core.takeover import ServicePatch, TakeoverTick, restoring, takeover_tick
 from specpilot.controller.core.workload import Workload, workload_status
 from specpilot.wire.names import (
     REHEARSAL_LOAD_COMPONENT,
@@ -92,6 +95,7 @@ class Plan:
     events: tuple[Event, ...] = ()
     applies: tuple[Apply, ...] = ()
     removes: tuple[Child, ...] = ()  # the rehearsal's objects once it no longer needs them, after the applies
+    patch: ServicePatch | None = None  # the taken-over Service re-pointed or put back, after the applies
     confirm: Confirm | None = None
     clear_annotations: tuple[str, ...] = ()  # manual actions acted on, removed once the status landed
     evidence: Evidence | None = None  # the store to keep (None: unchanged)
@@ -138,6 +142,10 @@ def _invalid(snapshot: Snapshot, problems: Sequence[Problem]) -> Plan:
     """Status says why; what runs keeps running, and its routing table is kept fresh."""
     pilot, now = snapshot.pilot, snapshot.now
     landed = invalid_status(pilot.status, problems=problems, generation=pilot.generation, now=now)
+    taken = restoring(pilot.ref.name, _taken(pilot.status), "the spec is invalid", now)
+    if taken.patch is not None:
+        status = landed.status.model_copy(update={"takeover": taken.status})
+        landed = replace(landed, status=status, events=(*landed.events, *taken.events))
     table, last = observed_table(pilot.ref, snapshot.seen), snapshot.written.routes
     applies: tuple[Apply, ...] = ()
     if table is not None and (last is None or now - last[1] >= INVALID_SPEC_TICK):
@@ -149,6 +157,7 @@ def _invalid(snapshot: Snapshot, problems: Sequence[Problem]) -> Plan:
         status_changed=landed.status != pilot.status,
         events=landed.events,
         applies=applies,
+        patch=taken.patch,
         delay=INVALID_SPEC_TICK,
     )
 
@@ -220,6 +229,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         now=now,
         refresh=spec.analysis.interval * 0.9,  # reconciles land a little after the interval
     )
+    taken = _takeover(snapshot, spec, decided.scopes)
     landed = reconciled_status(
         previous,
         spec=spec,
@@ -243,12 +253,14 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
             *restored,
             *decided.events,
             *rehearsal.events,
+            *taken.events,
         ],
         fallbacks=progress.fallbacks,
         decision=decided.decision,
         rehearsal=rehearsal.status,
         saturated=saturated,
         workload=workload,
+        takeover=taken.status,
         now=now,
     )
     routers = tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT))
@@ -258,6 +270,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         events=landed.events,
         applies=applies,
         removes=leftovers(seen, rendered.objects, keep=rehearsal.keep),
+        patch=taken.patch,
         confirm=Confirm(routes.generation, progress.flipped, routers) if progress.flipped else None,
         clear_annotations=tuple(key for key in ACTED_ON if key in seen.annotations),
         evidence=evidence,
@@ -268,6 +281,22 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         ),
         flipped=progress.flipped,
         delay=spec.analysis.interval,
+    )
+
+
+def _taken(status: SpeculationPilotStatus | None) -> TakeoverStatus | None:
+    return status.takeover if status is not None else None
+
+
+def _takeover(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[ScopeStatus]) -> TakeoverTick:
+    """The taken-over Service this tick: put back when every scope is aborted, else the next step."""
+    pilot, now = snapshot.pilot, snapshot.now
+    previous = _taken(pilot.status)
+    if snapshot.seen.annotations.get(ABORT_ANNOTATION) == ALL_SCOPES:
+        return restoring(pilot.ref.name, previous, "every scope was aborted", now)
+    ready = len(snapshot.seen.ready(ROUTER_COMPONENT)) >= spec.router.replicas
+    return takeover_tick(
+        pilot.ref.name, spec.router.takeover, previous, snapshot.service, routers_ready=ready, scopes=scopes, now=now
     )
 
 

@@ -137,4 +137,5 @@ class Snapshot:
     webhooks: Mapping[str, Sequence[WebhookResult]] = field(default_factory=dict)  # by scope, for due windows
     evidence: Evidence | None = None  # the evidence store as last stored
     workload: Workload | None = None  # spec.workloadRef's Deployment, as read this tick
+    service: Mapping[str, Any] | None = None  # spec.router.takeover's Service, as read this tick
     written: Written = field(default_factory=Written)

@@ -30,6 +30,7 @@ from specpilot.api.status import (
     ScopeState,
     ScopeStatus,
     SpeculationPilotStatus,
+    TakeoverStatus,
     WorkloadStatus,
 )
 from specpilot.api.validate import Problem
@@ -266,6 +267,7 @@ def reconciled_status(
     rehearsal: RehearsalStatus | None = None,
     saturated: str | None = None,
     workload: WorkloadStatus | None = None,
+    takeover: TakeoverStatus | None = None,
     now: datetime,
 ) -> StatusPlan:
     """Status after applying a valid spec, and the Events it implies; `saturated` says why production's
@@ -302,6 +304,7 @@ def reconciled_status(
         decision=decision,
         rehearsal=rehearsal,
         workload=workload,
+        takeover=takeover,
     )
     events = list(scope_events)
     if previous is None or previous.observed_generation is None:
