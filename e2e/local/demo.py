@@ -210,24 +210,23 @@ def rehearse() -> None:
     print(f"  the rehearsal did not finish within {REHEARSAL_SECONDS} s")
 
 
-def team_service() -> str:
-    """The team's own engine (WORKLOAD=1): its Deployment and what it needs, with a volume bound to its
-    claim so that it schedules."""
+def team_service(namespace: str) -> str:
+    """The team's own engine (WORKLOAD=1) in `namespace`: its Deployment and what it needs, with a volume
+    bound to its claim so that it schedules."""
     docs = list(yaml.safe_load_all(TEAM_MANIFEST.read_text()))
     claim = next(doc for doc in docs if doc["kind"] == "PersistentVolumeClaim")
     volume = {
         "apiVersion": "v1",
         "kind": "PersistentVolume",
-        "metadata": {"name": f"{NAMESPACE}-{claim['metadata']['name']}"},
+        "metadata": {"name": f"{namespace}-{claim['metadata']['name']}"},
         "spec": {
             "storageClassName": claim["spec"]["storageClassName"],
             "capacity": claim["spec"]["resources"]["requests"],
             "accessModes": claim["spec"]["accessModes"],
-            "hostPath": {"path": f"/tmp/{NAMESPACE}-models"},
-            "claimRef": {"namespace": NAMESPACE, "name": claim["metadata"]["name"]},
+            "hostPath": {"path": f"/tmp/{namespace}-models"},
+            "claimRef": {"namespace": namespace, "name": claim["metadata"]["name"]},
         },
     }
-    print(f"  the team's engine: kubectl apply -f {TEAM_MANIFEST.relative_to(ROOT)} (and a volume for its claim)")
     return yaml.safe_dump_all([volume, *docs])
 
 
@@ -272,7 +271,10 @@ def main() -> int:
         # a pilot an interrupted run left behind would carry its status over: it goes first
         kubectl("delete", "speculationpilot", PILOT, "--ignore-not-found", "--timeout=120s", check=False)
         if WORKLOAD:
-            kubectl("apply", "-f", "-", input=team_service())
+            print(
+                f"  the team's engine: kubectl apply -f {TEAM_MANIFEST.relative_to(ROOT)} (and a volume for its claim)"
+            )
+            kubectl("apply", "-f", "-", input=team_service(NAMESPACE))
         kubectl("apply", "-f", "-", input=pilot_manifest())
         waited = subprocess.run(
             [
