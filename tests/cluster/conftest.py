@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -22,6 +23,19 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "e2e" / "local" / "cluster.sh"
 BUILD_SH = ROOT / "e2e" / "local" / "build.sh"
+
+
+@contextmanager
+def in_background(work: Callable[[threading.Event], None]) -> Iterator[None]:
+    """`work` in a thread while the block runs; it returns once the event it is given is set."""
+    stop = threading.Event()
+    thread = threading.Thread(target=work, args=(stop,), daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(timeout=60)
 
 
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from specpilot.wire.names import MANAGER
-from tests.cluster.conftest import ROOT, Cluster
+from tests.cluster.conftest import ROOT, Cluster, in_background
 
 TEAM = next(
     d for d in yaml.safe_load_all((ROOT / "manifests/demo/team-vllm.yaml").read_text()) if d["kind"] == "Deployment"
@@ -105,9 +105,8 @@ def _as_written(deployment: dict[str, Any]) -> dict[str, Any]:
 def watching(cluster: Cluster, namespace: str) -> Iterator[dict[str, list[Any]]]:
     """The team's Deployment as written, and the speculative arm's pod template, every 2 s while the demo runs."""
     seen: dict[str, list[Any]] = {"team": [], "copies": []}
-    stop = threading.Event()
 
-    def watch() -> None:
+    def watch(stop: threading.Event) -> None:
         while not stop.wait(2):
             team = _team(cluster, namespace)
             if team is not None:
@@ -116,13 +115,8 @@ def watching(cluster: Cluster, namespace: str) -> Iterator[dict[str, list[Any]]]
             if arm.returncode == 0:
                 seen["copies"].append(json.loads(arm.stdout)["spec"]["template"])
 
-    thread = threading.Thread(target=watch, daemon=True)
-    thread.start()
-    try:
+    with in_background(watch):
         yield seen
-    finally:
-        stop.set()
-        thread.join()
 
 
 def test_the_demo_on_the_teams_own_deployment_reaches_the_same_outcomes_and_leaves_it_as_it_was(

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from e2e.local.demo import team_service
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.conftest import ROOT, Cluster, in_background, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 
 pytestmark = pytest.mark.cluster
@@ -87,9 +87,8 @@ class Sent:
 def clients(cluster: Cluster, namespace: str) -> Iterator[list[Sent]]:
     """Requests through the Service one after another, each to an endpoint resolved just before it."""
     sent: list[Sent] = []
-    stop = threading.Event()
 
-    def run() -> None:
+    def run(stop: threading.Event) -> None:
         body = json.dumps({"model": "demo", "prompt": "hello", "max_tokens": 8}).encode()
         turn = 0
         while not stop.is_set():
@@ -110,13 +109,8 @@ def clients(cluster: Cluster, namespace: str) -> Iterator[list[Sent]]:
             except OSError as error:
                 sent.append(Sent(started, endpoint, False, str(error)))
 
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    try:
+    with in_background(run):
         yield sent
-    finally:
-        stop.set()
-        thread.join(timeout=60)
 
 
 def test_the_service_serves_the_routers_and_is_put_back_exactly_after_a_sigkill(
