@@ -492,11 +492,13 @@ def decide_scope(
     state: ScopeState | None = None,
     ttft: QuantileRatio = DEFAULT_TTFT,
     peak: float | None = None,
+    gated: bool = True,
 ) -> ScopeFindings:
     """The scope's findings and decision from everything recorded for it; `state` is where the scope
     is now (a scope rolled back for speed or latency is not adopted, whatever its bands say), `ttft`
-    the TTFT limit an adopted scope's matched bands must meet, and `peak` the load its envelope must
-    reach to be adopted at every load (`envelope_peak`; None: production's p95)."""
+    the TTFT limit an adopted scope's matched bands must meet, `peak` the load its envelope must
+    reach to be adopted at every load (`envelope_peak`; None: production's p95), and `gated` whether a
+    probe or webhook checks its answers (an adoption without one says it rests on speed alone)."""
     scope = evidence.scopes.get(name, ScopeEvidence())
     compared = evidence.compared
     arm_bands = {
@@ -557,6 +559,7 @@ def decide_scope(
         figures = _figures(share)
         gain, tail = observed_gain(over), tail_of(over)
         seen = _seen_sentence(gain, tail.ratio if tail is not None else None, ttft, compared)
+        speed = None if gated else f"{name}'s adoption rests on speed alone: no probe or webhook checked its answers."
         return findings(
             ScopeDecision(
                 outcome=outcome,
@@ -567,7 +570,7 @@ def decide_scope(
                 observed_gain=gain,
                 ttft_ratio=tail.ratio if tail is not None else None,
                 production_covered=covered,
-                reasons=[sentence, *(s for s in (seen, production, _share_sentence(share), coverage) if s)],
+                reasons=[sentence, *(s for s in (speed, seen, production, _share_sentence(share), coverage) if s)],
                 decode_share=figures[0],
                 decode_gain=figures[1],
                 implied_gain=figures[2],

@@ -89,6 +89,10 @@ class Reason(StrEnum):
     NO_CONTROL_ARM = "NoControlArm"
     """spec.control.enabled is false: the speculative arm is compared with the production baseline, only
     at loads both ran at."""
+    NO_QUALITY_GATE = "NoQualityGate"
+    """A scope is judged without a quality gate (no probe and no webhook): its adoption rests on speed alone."""
+    QUALITY_GATED = "QualityGated"
+    """Every scope's answers are checked by a probe or a webhook besides its speed."""
     PRODUCTION_SATURATED = "ProductionSaturated"
     """Production's baseline queues requests or fills its KV cache: promotion pauses until it recovers."""
     PRODUCTION_HEADROOM = "ProductionHeadroom"

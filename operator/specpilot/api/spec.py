@@ -1033,6 +1033,12 @@ class SpeculationPilotSpec(ApiModel):
     """Freeze the pilot: stages stop advancing and no new windows are judged; routing stays as is."""
 
     @property
+    def speed_only(self) -> list[str]:
+        """The scopes judged without a quality gate: no probe and no webhook checks their answers."""
+        gated = self.quality.probes is not None or bool(self.quality.webhooks)
+        return [] if gated else [scope.name for scope in self.scopes]
+
+    @property
     def served_model(self) -> str:
         """The model name clients send to an engine described in spec.engine."""
         assert self.engine is not None, "a workload's is read from its Deployment"

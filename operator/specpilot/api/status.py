@@ -49,6 +49,7 @@ class ConditionType(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     CONTROLLED = "Controlled"
     PRODUCTION_SATURATED = "ProductionSaturated"
+    SPEED_ONLY = "SpeedOnly"
 
 
 class ConditionStatus(StrEnum):

@@ -595,3 +595,14 @@ def test_rehearsed_windows_go_to_the_bins_alone_and_are_marked() -> None:
     marked = {index for index, count in scope.rehearsed.items() if count}
     assert marked and marked == set(scope.bins[Arm.CONTROL]) - set(only_live.bins[Arm.CONTROL])
     assert sum(scope.rehearsed.values()) == 8  # four windows at each rehearsed load
+
+
+def test_an_adoption_without_a_quality_gate_says_it_rests_on_speed_alone() -> None:
+    evidence = pilot({"always": 0.95, "never": 0.1})
+    gated = decide(evidence, "always").decision
+    ungated = decide_scope("always", evidence, fallbacks=[], confidence=0.9, gated=False).decision
+    assert gated.outcome is ungated.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    speed = "always's adoption rests on speed alone: no probe or webhook checked its answers."
+    assert speed not in gated.reasons and ungated.reasons[1] == speed
+    deferred = decide_scope("never", evidence, fallbacks=[], confidence=0.9, gated=False).decision
+    assert deferred.outcome is DecisionOutcome.DEFER and speed.replace("always", "never") not in deferred.reasons

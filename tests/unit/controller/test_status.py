@@ -229,3 +229,17 @@ def test_invalid_spec_keeps_the_arms_and_names_the_field() -> None:
     assert "spec.scopes[0].match.headers[0].value: bad regex" in invalid.message
     assert [e.reason for e in plan.events] == [Reason.SPEC_INVALID], "one Event, not one per condition"
     assert invalid_status(plan.status, problems=[Problem("x", "y")], generation=2, now=T0).events == ()
+
+
+def test_scopes_judged_on_speed_alone_carry_a_warning_condition() -> None:
+    gated = condition(plan_for(None).status, ConditionType.SPEED_ONLY)
+    assert gated is not None and gated.status is ConditionStatus.FALSE and gated.reason == Reason.QUALITY_GATED
+    ungated = plan_for(None, **{"quality.probes": None})
+    speed = condition(ungated.status, ConditionType.SPEED_ONLY)
+    assert speed is not None and speed.status is ConditionStatus.TRUE and speed.reason == Reason.NO_QUALITY_GATE
+    assert speed.message.startswith("chat, code: judged on speed alone")
+    (warning,) = [e for e in ungated.events if e.reason == Reason.NO_QUALITY_GATE]
+    assert warning.type.value == "Warning"
+    webhook = [{"name": "evals", "url": "http://evals.team-a.svc/check"}]
+    hooked = plan_for(None, **{"quality.probes": None, "quality.webhooks": webhook}).status
+    assert condition(hooked, ConditionType.SPEED_ONLY).status is ConditionStatus.FALSE  # type: ignore[union-attr]

@@ -135,7 +135,8 @@ def findings(
     scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
     ttft = spec.analysis.thresholds.ttft
     peak = envelope_peak(spec, evidence, rehearsal)
-    return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes, peak=peak))
+    ungated = tuple(spec.speed_only)
+    return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes, peak=peak, ungated=ungated))
 
 
 @lru_cache(maxsize=128)
@@ -147,11 +148,21 @@ def _findings(
     scopes: tuple[tuple[str, ScopeState | None], ...],
     *,
     peak: float | None,
+    ungated: tuple[str, ...] = (),
 ) -> tuple[ScopeFindings, ...]:
     store = load(evidence)
     records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
     return tuple(
-        decide_scope(name, store, fallbacks=records, confidence=confidence, state=state, ttft=ttft, peak=peak)
+        decide_scope(
+            name,
+            store,
+            fallbacks=records,
+            confidence=confidence,
+            state=state,
+            ttft=ttft,
+            peak=peak,
+            gated=name not in ungated,
+        )
         for name, state in scopes
     )
 

@@ -399,6 +399,7 @@ def _updates(
             "spec.suspend is set: stages do not advance" if spec.suspend else "spec.suspend is not set",
         ),
         _controlled(spec),
+        _speed_only(spec),
         (
             ConditionType.PRODUCTION_SATURATED,
             saturated is not None,
@@ -408,6 +409,17 @@ def _updates(
             else "production's baseline has headroom",
         ),
     ]
+
+
+def _speed_only(spec: SpeculationPilotSpec) -> tuple[ConditionType, bool, Reason, str]:
+    ungated = spec.speed_only
+    if not ungated:
+        return ConditionType.SPEED_ONLY, False, Reason.QUALITY_GATED, "every scope's answers are checked besides speed"
+    message = (
+        f"{', '.join(ungated)}: judged on speed alone, with no probe or webhook checking the answers, so an "
+        "adoption rests on speed alone; set spec.quality.probes or spec.quality.webhooks"
+    )
+    return ConditionType.SPEED_ONLY, True, Reason.NO_QUALITY_GATE, message
 
 
 def _controlled(spec: SpeculationPilotSpec) -> tuple[ConditionType, bool, Reason, str]:
@@ -446,6 +458,7 @@ _WATCHED: tuple[tuple[ConditionType, EventType | None, EventType | None], ...] =
     (ConditionType.READY, EventType.NORMAL, EventType.NORMAL),  # unready for a bad reason: Degraded warns
     (ConditionType.SUSPENDED, EventType.NORMAL, EventType.NORMAL),
     (ConditionType.PRODUCTION_SATURATED, EventType.WARNING, EventType.NORMAL),
+    (ConditionType.SPEED_ONLY, EventType.WARNING, EventType.NORMAL),
 )
 
 
