@@ -54,10 +54,14 @@ class Workload:
 
 def _argv(container: Mapping[str, Any]) -> list[str]:
     words = [str(word) for word in (*(container.get("command") or ()), *(container.get("args") or ()))]
-    if "-c" in words[:-1]:
-        at = words.index("-c") + 1
-        return [*words[:at], *shlex.split(words[at]), *words[at + 1 :]]
-    return words
+    if "-c" not in words[:-1]:
+        return words
+    at = words.index("-c") + 1
+    try:
+        script = shlex.split(words[at])
+    except ValueError:  # quoting a shell would refuse too: read it as one word
+        script = [words[at]]
+    return [*words[:at], *script, *words[at + 1 :]]
 
 
 def _serve_at(argv: Sequence[str]) -> int | None:
