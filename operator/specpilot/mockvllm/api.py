@@ -2,8 +2,10 @@
 
 Shapes follow vLLM 0.33 (see the reference): every response field present (nulls included),
 SSE chunks ending with `data: [DONE]`, a usage chunk with `stream_options.include_usage`, errors
-as `{"error": {message, type, param, code}}`. The admin app (fault injection, engine stats)
-listens on its own port so that traffic to the API never reaches it.
+as `{"error": {message, type, param, code}}`, tool calls as `message.tool_calls` or streamed
+`delta.tool_calls`. Requests are validated in `protocol`, answers planned in `answers`; the
+handlers here only wire those to the engine and the faults. The admin app (fault injection,
+engine stats) listens on its own port so that traffic to the API never reaches it.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import random
 import time
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -22,12 +25,15 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from specpilot.mockvllm.answers import Answer, Slips, plan
 from specpilot.mockvllm.config import VLLM_VERSION, EngineLimits, ServeConfig
 from specpilot.mockvllm.engine import Engine, EngineDead, QueueFull, Request
-from specpilot.mockvllm.faults import FaultBoard, FaultError, parse_fault
-from specpilot.mockvllm.metrics import HttpMetrics
+from specpilot.mockvllm.faults import FaultBoard, FaultError, FaultKind, parse_fault
+from specpilot.mockvllm.metrics import HttpMetrics, ToolParserMetrics
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile
-from specpilot.mockvllm.textgen import TokenSource, chat_prompt, count_tokens, scope_tag, text_seed
+from specpilot.mockvllm.protocol import BadRequest, Generation, parse_generation
+from specpilot.mockvllm.textgen import draw_divergence, scope_tag, text_seed
+from specpilot.mockvllm.tools import ToolMode, call_entry, finish_reason, message_content, new_call_id, whole_call
 from specpilot.wire.names import SCOPE_HEADER
 
 _ERROR_TYPES = {
@@ -38,7 +44,6 @@ _ERROR_TYPES = {
     503: "ServiceUnavailableError",
 }
 ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
-_CHAT_ROLES = {"system", "developer", "user", "assistant", "tool"}
 
 
 @dataclass(frozen=True)
@@ -53,15 +58,7 @@ class ServerState:
     registry: CollectorRegistry
     http_metrics: HttpMetrics
     started: int
-
-
-class BadRequest(Exception):
-    """A request vLLM would answer with an error status."""
-
-    def __init__(self, message: str, status: int = 400, param: str | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.param = param
+    tool_metrics: ToolParserMetrics | None = None  # with --tool-call-parser
 
 
 def error_response(status: int, message: str, param: str | None = None) -> web.Response:
@@ -69,132 +66,6 @@ def error_response(status: int, message: str, param: str | None = None) -> web.R
     kind = _ERROR_TYPES.get(status, HTTPStatus(status).phrase.replace(" ", "") + "Error")
     body = {"error": {"message": message, "type": kind, "param": param, "code": status}}
     return web.json_response(body, status=status)
-
-
-@dataclass(frozen=True)
-class Generation:
-    """A validated completion or chat request."""
-
-    kind: str  # "completion" or "chat"
-    prompt: str
-    prompt_tokens: int
-    max_tokens: int
-    temperature: float
-    seed: int | None
-    stop: tuple[str, ...]
-    ignore_eos: bool
-    stream: bool
-    include_usage: bool
-    continuous_usage: bool
-
-
-def _number(body: Mapping[str, Any], key: str, default: float | None) -> float | None:
-    value = body.get(key, default)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise BadRequest(f"'{key}' must be a number, got {value!r}", param=key)
-    return float(value)
-
-
-def _integer(body: Mapping[str, Any], key: str) -> int | None:
-    value = body.get(key)
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-        raise BadRequest(f"'{key}' must be an integer, got {value!r}", param=key)
-    return value
-
-
-def _completion_prompt(body: Mapping[str, Any]) -> tuple[str, int]:
-    prompt = body.get("prompt")
-    if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str | list):
-        prompt = prompt[0]
-    if isinstance(prompt, str):
-        if not prompt:
-            raise BadRequest("Prompt cannot be empty", param="prompt")
-        return prompt, count_tokens(prompt)
-    if isinstance(prompt, list) and prompt and all(isinstance(t, int) and not isinstance(t, bool) for t in prompt):
-        return " ".join(map(str, prompt)), len(prompt)
-    if isinstance(prompt, list) and len(prompt) > 1:
-        raise BadRequest("this server takes one prompt per request", param="prompt")
-    raise BadRequest("'prompt' must be a string, a list of token ids, or a list with one of those", param="prompt")
-
-
-def _chat_prompt(body: Mapping[str, Any]) -> tuple[str, int]:
-    messages = body.get("messages")
-    if not isinstance(messages, list) or not messages:
-        raise BadRequest("'messages' must be a non-empty list", param="messages")
-    rendered: list[tuple[str, str]] = []
-    for index, message in enumerate(messages):
-        if not isinstance(message, Mapping) or message.get("role") not in _CHAT_ROLES:
-            raise BadRequest(f"messages[{index}] needs a 'role' in {sorted(_CHAT_ROLES)}", param="messages")
-        content = message.get("content")
-        if isinstance(content, list):
-            texts = [p.get("text") if isinstance(p, Mapping) and p.get("type") == "text" else None for p in content]
-            if not all(isinstance(t, str) for t in texts):
-                raise BadRequest(f"messages[{index}].content: only text parts are supported", param="messages")
-            content = "".join(str(t) for t in texts)
-        if content is not None and not isinstance(content, str):
-            raise BadRequest(f"messages[{index}].content must be a string or text parts", param="messages")
-        rendered.append((str(message["role"]), content or ""))
-    return chat_prompt(rendered)
-
-
-def parse_generation(kind: str, body: Any, limits: EngineLimits, *, force_usage: bool) -> Generation:
-    """Validate a completion or chat body the way vLLM's protocol and SamplingParams do."""
-    if not isinstance(body, Mapping):
-        raise BadRequest("the request body must be a JSON object")
-    prompt, prompt_tokens = _completion_prompt(body) if kind == "completion" else _chat_prompt(body)
-    if (_integer(body, "n") or 1) != 1:
-        raise BadRequest("this server supports n=1 only", param="n")
-    temperature = _number(body, "temperature", 1.0)
-    if temperature is not None and temperature < 0:
-        raise BadRequest(f"temperature must be non-negative, got {temperature}.", param="temperature")
-    top_p = _number(body, "top_p", 1.0)
-    if top_p is not None and not 0 < top_p <= 1:
-        raise BadRequest(f"top_p must be in (0, 1], got {top_p}.", param="top_p")
-    requested = _integer(body, "max_completion_tokens") if kind == "chat" else None
-    if requested is None:
-        requested = _integer(body, "max_tokens")
-    if requested is None and kind == "completion":
-        requested = 16
-    if requested is not None and requested < 1:
-        raise BadRequest(f"max_tokens must be at least 1, got {requested}.", param="max_tokens")
-    length = limits.max_model_len
-    if prompt_tokens >= length:
-        raise BadRequest(
-            f"This model's maximum context length is {length} tokens. However, your request has "
-            f"{prompt_tokens} input tokens. Please reduce the length of the input messages."
-        )
-    if requested is not None and requested > length - prompt_tokens:
-        raise BadRequest(
-            f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's maximum "
-            f"context length is {length} tokens and your request has {prompt_tokens} input tokens "
-            f"({requested} > {length} - {prompt_tokens}).",
-            param="max_tokens",
-        )
-    stop = body.get("stop") or ()
-    if isinstance(stop, str):
-        stop = (stop,)
-    if not isinstance(stop, list | tuple) or not all(isinstance(s, str) and s for s in stop):
-        raise BadRequest("'stop' must be a string or a list of non-empty strings", param="stop")
-    stream = body.get("stream", False)
-    options = body.get("stream_options")
-    if options is not None and not stream:
-        raise BadRequest("Stream options can only be defined when `stream=True`.", param="stream_options")
-    options = options if isinstance(options, Mapping) else {}
-    return Generation(
-        kind=kind,
-        prompt=prompt,
-        prompt_tokens=prompt_tokens,
-        max_tokens=requested if requested is not None else length - prompt_tokens,
-        temperature=1.0 if temperature is None else temperature,
-        seed=_integer(body, "seed"),
-        stop=tuple(stop),
-        ignore_eos=bool(body.get("ignore_eos", False)),
-        stream=bool(stream),
-        include_usage=bool(options.get("include_usage")) or force_usage,
-        continuous_usage=bool(options.get("continuous_usage_stats")),
-    )
 
 
 class OpenAIHandlers:
@@ -248,41 +119,60 @@ class OpenAIHandlers:
 
     async def _generate(self, http: web.Request, kind: str) -> web.StreamResponse:
         state = self.state
+        config = state.config
         try:
             body = await http.json()
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             return error_response(400, f"Invalid JSON body: {exc}")
         try:
             self._check_model(body)
-            gen = parse_generation(kind, body, state.limits, force_usage=state.config.enable_force_include_usage)
+            gen = parse_generation(
+                kind,
+                body,
+                state.limits,
+                force_usage=config.enable_force_include_usage,
+                tool_parser=config.tool_call_parser,
+                auto_tools=config.enable_auto_tool_choice,
+            )
         except BadRequest as exc:
             return error_response(exc.status, str(exc), exc.param)
-        engine = state.engine
+        engine, faults = state.engine, state.faults
         scope = http.headers.get(SCOPE_HEADER) or scope_tag(gen.prompt) or DEFAULT_SCOPE
-        refusal = state.faults.refusal(scope, engine.time())
+        refusal = faults.refusal(scope, engine.time())
         if refusal is not None:
             message = "Too many requests" if refusal == 429 else "Injected fault"
             return error_response(refusal, message)
-        if state.faults.stalls(scope, engine.time()):
+        if faults.strikes(FaultKind.STALLS, scope, engine.time()):
             return await _stall()
-        delay = state.faults.start_delay(scope, engine.time())
+        delay = faults.start_delay(scope, engine.time())
         if delay:
             await engine.clock.sleep_until(engine.time() + delay)
         # Greedy text depends on the prompt and server seed only, so every arm produces the same.
-        key = state.config.seed if gen.temperature == 0 else gen.seed if gen.seed is not None else engine.next_seed()
-        tokens = TokenSource(
-            text_seed(gen.prompt, key),
+        key = config.seed if gen.temperature == 0 else gen.seed if gen.seed is not None else engine.next_seed()
+        now = engine.time()
+        answer = plan(
+            gen,
+            seed=text_seed(gen.prompt, key),
             mean_length=state.profile.model.mean_output_tokens,
-            diverge_at=state.faults.divergence(scope, engine.time()),
+            diverge_at=self._diverge_at(gen, scope),
+            slips=Slips(
+                tool_json=bool(gen.tools) and faults.strikes(FaultKind.TOOL_JSON, scope, now),
+                structured_invalid=gen.structured is not None
+                and faults.strikes(FaultKind.STRUCTURED_INVALID, scope, now),
+            ),
         )
+        overrun = bool(gen.stop) and faults.strikes(FaultKind.STOP_OVERRUN, scope, now)
         try:
             req = engine.submit(
                 scope=scope,
                 prompt_tokens=gen.prompt_tokens,
                 max_tokens=gen.max_tokens,
-                tokens=tokens,
-                stop=gen.stop,
+                tokens=answer.tokens,
+                stop=() if overrun else gen.stop,
                 ignore_eos=gen.ignore_eos,
+                min_tokens=gen.min_tokens,
+                stop_token_ids=gen.stop_token_ids,
+                include_stop=gen.include_stop_str_in_output,
             )
         except QueueFull as exc:
             return error_response(503, f"Server is overloaded: the request queue is full ({exc.reason}).")
@@ -292,14 +182,40 @@ class OpenAIHandlers:
         response_id = f"{prefix}-{http.headers.get('X-Request-Id') or uuid.uuid4().hex}"
         try:
             if gen.stream:
-                return await self._stream(http, gen, req, response_id)
+                return await self._stream(http, gen, req, answer, response_id)
             while not req.done:
                 await req.next_text()
             if req.aborted:
                 return error_response(500, ENGINE_DEAD_MESSAGE)
-            return web.json_response(self._full_response(gen, req, response_id))
+            return web.json_response(self._full_response(gen, req, answer, response_id))
         finally:
-            engine.abort(req)  # a no-op once finished; frees the engine when the client left early
+            # A no-op once finished; frees the engine when the client left early, unless a leak holds it.
+            if not req.done and faults.strikes(FaultKind.CANCEL_LEAK, scope, engine.time()):
+                engine.leak(req)
+            else:
+                engine.abort(req)
+
+    def _diverge_at(self, gen: Generation, scope: str) -> int | None:
+        """Where free text departs from the canonical text: a divergence fault, or (greedy only) the
+        profile's natural variation at the size of the batch the request joins; the earlier wins."""
+        state = self.state
+        engine, model = state.engine, state.profile.model
+        positions = [state.faults.divergence(scope, engine.time())]
+        if gen.temperature == 0 and model.greedy_divergence > 0:
+            positions.append(
+                draw_divergence(
+                    random.Random(engine.next_seed()),
+                    rate=model.greedy_divergence,
+                    batch=len(engine.running) + len(engine.waiting) + 1,
+                    horizon=min(gen.max_tokens, model.mean_output_tokens),
+                )
+            )
+        return min((p for p in positions if p is not None), default=None)
+
+    def _record_parse(self, gen: Generation, *, streaming: bool, tool_call: bool) -> None:
+        """vLLM runs its tool parser (and counts the run) on "auto" answers only."""
+        if self.state.tool_metrics is not None and gen.tool_choice.mode is ToolMode.AUTO:
+            self.state.tool_metrics.record(streaming=streaming, tool_call=tool_call)
 
     def _usage(self, gen: Generation, req: Request) -> dict[str, Any]:
         return {
@@ -308,7 +224,7 @@ class OpenAIHandlers:
             "completion_tokens": req.output_tokens,
         }
 
-    def _full_response(self, gen: Generation, req: Request, response_id: str) -> dict[str, Any]:
+    def _full_response(self, gen: Generation, req: Request, answer: Answer, response_id: str) -> dict[str, Any]:
         chat = gen.kind == "chat"
         base = {
             "id": response_id,
@@ -341,20 +257,24 @@ class OpenAIHandlers:
                 "ec_transfer_params": None,
                 "metrics": None,
             }
-        message = {
+        call = whole_call(answer.tool, new_call_id(), req.text) if answer.tool is not None else None
+        self._record_parse(gen, streaming=False, tool_call=call is not None)
+        message: dict[str, Any] = {
             "role": "assistant",
-            "content": req.text,
+            "content": message_content(answer.tool, req.text),
             "refusal": None,
             "annotations": None,
             "audio": None,
             "function_call": None,
             "reasoning": None,
         }
+        if call is not None:
+            message["tool_calls"] = [call]  # vLLM leaves the key out when there are none
         choice = {
             "index": 0,
             "message": message,
             "logprobs": None,
-            "finish_reason": finish,
+            "finish_reason": finish_reason(answer.tool, called=call is not None, finish=finish),
             "stop_reason": req.stop_reason,
             "token_ids": None,
         }
@@ -371,20 +291,24 @@ class OpenAIHandlers:
             "metrics": None,
         }
 
-    async def _stream(self, http: web.Request, gen: Generation, req: Request, response_id: str) -> web.StreamResponse:
+    async def _stream(
+        self, http: web.Request, gen: Generation, req: Request, answer: Answer, response_id: str
+    ) -> web.StreamResponse:
         response = web.StreamResponse(
             headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
         )
         await response.prepare(http)
         with contextlib.suppress(ConnectionResetError):  # the client left; the caller aborts the request
-            async for event in self._events(gen, req, response_id):
+            async for event in self._events(gen, req, answer, response_id):
                 await response.write(b"data: " + event + b"\n\n")
             await response.write_eof()
         return response
 
-    async def _events(self, gen: Generation, req: Request, response_id: str) -> AsyncIterator[bytes]:
-        """The SSE payloads of one streamed request, one content chunk per engine step."""
+    async def _events(self, gen: Generation, req: Request, answer: Answer, response_id: str) -> AsyncIterator[bytes]:
+        """The SSE payloads of one streamed request, one chunk per engine step that has something to say."""
         chat = gen.kind == "chat"
+        tool = answer.tool if chat else None
+        call_id = new_call_id()
         base = {
             "id": response_id,
             "object": "chat.completion.chunk" if chat else "text_completion",
@@ -399,6 +323,8 @@ class OpenAIHandlers:
             return json.dumps(body).encode()
 
         first = True
+        sent = 0  # model text streamed so far
+        called = False
         while not req.done or first:
             delta = await req.next_text()
             if req.aborted:
@@ -412,10 +338,21 @@ class OpenAIHandlers:
             first = False
             if not delta and not req.done:
                 continue
-            choice: dict[str, Any] = {"index": 0, "delta": {"content": delta}} if chat else {"index": 0, "text": delta}
+            message: dict[str, Any] = {"content": delta}
+            if tool is not None:
+                entry = call_entry(tool, call_id, sent, sent + len(delta))
+                called = called or entry is not None
+                message = {"tool_calls": [entry]} if entry is not None else {}
+            sent += len(delta)
+            if chat:
+                self._record_parse(gen, streaming=True, tool_call="tool_calls" in message)
+            if not message and not req.done:
+                continue  # model text around the call's arguments shows nothing
+            choice: dict[str, Any] = {"index": 0, "delta": message} if chat else {"index": 0, "text": delta}
             choice.update(logprobs=None, finish_reason=None)
             if req.done:
-                choice.update(finish_reason=str(req.finish_reason), stop_reason=req.stop_reason)
+                finish = finish_reason(tool, called=called, finish=str(req.finish_reason))
+                choice.update(finish_reason=finish, stop_reason=req.stop_reason)
             yield chunk([choice], usage)
         if req.finish_reason is not None and gen.include_usage:
             yield chunk([], self._usage(gen, req))

@@ -100,8 +100,6 @@ UNSUPPORTED_FLAGS = frozenset(
         "--kv-transfer-config",
         "--ec-transfer-config",
         "--watermark-config",
-        "--tool-call-parser",
-        "--enable-auto-tool-choice",
     }
 )
 
@@ -158,6 +156,8 @@ class ServeConfig:
     time_scale: float
     admin_port: int | None
     model_load_seconds: float = 0.0  # model seconds before the server listens, as loading weights takes
+    tool_call_parser: str | None = None  # any name: the mock reads back the tool calls it writes itself
+    enable_auto_tool_choice: bool = False
 
     @property
     def served_names(self) -> tuple[str, ...]:
@@ -263,6 +263,8 @@ def _build_parser() -> argparse.ArgumentParser:
     add("--max-num-queued-tokens", type=_positive_int, default=None)
     add("--enable-force-include-usage", action="store_true")
     add("--api-key", default=None)
+    add("--tool-call-parser", default=None)
+    add("--enable-auto-tool-choice", action="store_true")
     # Accepted because deployments pass them; they change nothing the mock models.
     for flag in (
         "--revision",
@@ -402,6 +404,8 @@ def parse_args(argv: Sequence[str]) -> ServeConfig:
         raise ConfigError(
             "the mock runs one engine and one API server: data parallelism and --api-server-count > 1 are not supported"
         )
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise ConfigError("--enable-auto-tool-choice requires --tool-call-parser")
     if not 0 <= args.kv_cache_metrics_sample <= 1:
         raise ConfigError(f"--kv-cache-metrics-sample must be in [0, 1], got {args.kv_cache_metrics_sample}")
     return ServeConfig(
@@ -433,6 +437,8 @@ def parse_args(argv: Sequence[str]) -> ServeConfig:
         time_scale=args.time_scale,
         admin_port=args.admin_port,
         model_load_seconds=args.model_load_seconds,
+        tool_call_parser=args.tool_call_parser,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
     )
 
 

@@ -31,7 +31,7 @@ from specpilot.mockvllm.costmodel import GIB, blocks_for, draw_accepted, step_ti
 from specpilot.mockvllm.faults import FaultBoard
 from specpilot.mockvllm.metrics import EngineMetrics
 from specpilot.mockvllm.profile import Profile
-from specpilot.mockvllm.textgen import TokenSource
+from specpilot.mockvllm.textgen import Tokens
 
 # How often (wall seconds) an idle, hung or blocked engine looks again at its faults.
 IDLE_POLL_S = 0.05
@@ -88,9 +88,11 @@ class Request:
         "first_scheduled",
         "first_token",
         "ignore_eos",
+        "include_stop",
         "kv_tokens",
         "last_token",
         "max_tokens",
+        "min_tokens",
         "output_tokens",
         "preemptions",
         "prefill_target",
@@ -100,6 +102,7 @@ class Request:
         "scope",
         "stop",
         "stop_reason",
+        "stop_token_ids",
         "text",
         "tokens",
     )
@@ -110,17 +113,23 @@ class Request:
         scope: str,
         prompt_tokens: int,
         max_tokens: int,
-        tokens: TokenSource,
+        tokens: Tokens,
         stop: tuple[str, ...],
         ignore_eos: bool,
         arrival: float,
         seed: int,
+        min_tokens: int = 0,
+        stop_token_ids: frozenset[int] = frozenset(),
+        include_stop: bool = False,
     ) -> None:
         self.scope = scope
         self.prompt_tokens = prompt_tokens
         self.max_tokens = max_tokens
+        self.min_tokens = min_tokens
         self.tokens = tokens
         self.stop = stop
+        self.stop_token_ids = stop_token_ids
+        self.include_stop = include_stop
         self.ignore_eos = ignore_eos
         self.arrival = arrival
         self.rng = random.Random(seed)
@@ -135,10 +144,10 @@ class Request:
         self.first_token: float | None = None
         self.last_token = 0.0
         self.finish_reason: FinishReason | None = None
-        self.stop_reason: str | None = None
+        self.stop_reason: str | int | None = None
         self.aborted = False
         # Streaming holds back text that could still turn out to start a stop string.
-        self._held = max((len(s) for s in stop), default=1) - 1
+        self._held = 0 if include_stop else max((len(s) for s in stop), default=1) - 1
         self._sent = 0
         self._event = asyncio.Event()
 
@@ -147,18 +156,29 @@ class Request:
         return self.finish_reason is not None or self.aborted
 
     def commit(self, count: int, now: float) -> int:
-        """Append up to `count` output tokens; return how many were committed before a finish."""
+        """Append up to `count` output tokens; return how many were committed before a finish.
+
+        As vLLM checks them: EOS, then stop token ids (neither can be sampled before `min_tokens`),
+        then the stop strings in the new text (once past `min_tokens`), then the length cap.
+        """
         committed = 0
         while committed < count:
             position = self.output_tokens
             self.output_tokens += 1
             committed += 1
-            if position == self.tokens.eos_at and not self.ignore_eos:
+            if position == max(self.tokens.eos_at, self.min_tokens) and not self.ignore_eos:
                 self.finish_reason = FinishReason.STOP
                 break
             start = len(self.text)
-            self.text += self.tokens.piece(position)
-            if self.stop and self._hit_stop(start):
+            token_id = self.tokens.token_id(position)
+            stopped_by_id = position >= self.min_tokens and token_id in self.stop_token_ids
+            if not stopped_by_id or self.include_stop:
+                self.text += self.tokens.piece(position)
+            if stopped_by_id:
+                self.finish_reason = FinishReason.STOP
+                self.stop_reason = token_id
+                break
+            if self.stop and self.output_tokens > self.min_tokens and self._hit_stop(start):
                 break
             if self.output_tokens >= self.max_tokens:
                 self.finish_reason = FinishReason.LENGTH
@@ -168,11 +188,11 @@ class Request:
         return committed
 
     def _hit_stop(self, start: int) -> bool:
-        """Truncate at the first stop string that the newest piece completes."""
+        """Truncate at the first stop string that the newest piece completes (after it, when included)."""
         for stop in self.stop:
             index = self.text.find(stop, max(0, start - len(stop) + 1))
             if index >= 0:
-                self.text = self.text[:index]
+                self.text = self.text[: index + len(stop) if self.include_stop else index]
                 self.finish_reason = FinishReason.STOP
                 self.stop_reason = stop
                 return True
@@ -229,6 +249,7 @@ class Engine:
         self.alive = True
         self.running: list[Request] = []
         self.waiting: collections.deque[Request] = collections.deque()
+        self.leaked: list[Request] = []  # dropped by their clients, yet holding a slot and their blocks
         self._tp = tensor_parallel_size
         self._chunked = enable_chunked_prefill
         self._max_queued_reqs = max_num_queued_reqs
@@ -261,9 +282,12 @@ class Engine:
         scope: str,
         prompt_tokens: int,
         max_tokens: int,
-        tokens: TokenSource,
+        tokens: Tokens,
         stop: tuple[str, ...],
         ignore_eos: bool,
+        min_tokens: int = 0,
+        stop_token_ids: frozenset[int] = frozenset(),
+        include_stop: bool = False,
     ) -> Request:
         """Queue a new request, unless the engine is dead or a queue limit refuses it."""
         if not self.alive:
@@ -285,6 +309,9 @@ class Engine:
             ignore_eos=ignore_eos,
             arrival=self.time(),
             seed=self.next_seed(),
+            min_tokens=min_tokens,
+            stop_token_ids=stop_token_ids,
+            include_stop=include_stop,
         )
         self.waiting.append(request)
         self._wakeup.set()
@@ -300,6 +327,19 @@ class Engine:
         if request in self.running:
             self.running.remove(request)
             self._free(request)
+        self._wakeup.set()
+
+    def leak(self, request: Request) -> None:
+        """Drop a request whose client went away but keep its slot and KV blocks taken for good, as an
+        engine that misses the abort does (a cancel_leak fault); a request not yet scheduled is aborted."""
+        if request.done:
+            return
+        if request not in self.running:
+            self.abort(request)
+            return
+        request.aborted = True
+        self.running.remove(request)
+        self.leaked.append(request)
         self._wakeup.set()
 
     def wake(self) -> None:
@@ -346,6 +386,7 @@ class Engine:
             request.wake()
         self.running.clear()
         self.waiting.clear()
+        self.leaked.clear()
         self._on_crash(exit_code)
 
     # -- scheduling ---------------------------------------------------------------------------
@@ -388,7 +429,8 @@ class Engine:
             else:
                 decodes.append(request)
             index += 1
-        while not preempted and self.waiting and budget > 0 and len(self.running) < self.limits.max_num_seqs:
+        slots = self.limits.max_num_seqs - len(self.leaked)
+        while not preempted and self.waiting and budget > 0 and len(self.running) < slots:
             request = self.waiting[0]
             pending = request.prompt_tokens + request.output_tokens
             if request.arrival > self._now or (not self._chunked and pending > budget):
@@ -547,7 +589,7 @@ class Engine:
 
     def _update_gauges(self) -> None:
         m = self.metrics
-        m.running.set(len(self.running))
+        m.running.set(len(self.running) + len(self.leaked))
         m.waiting.set(len(self.waiting))
         m.waiting_capacity.set(len(self.waiting))
         m.kv_usage.set((self._used_blocks + self._held_blocks()) / self._usable_blocks())
@@ -564,6 +606,7 @@ class Engine:
             "lag_max_s": self.lag_max,
             "running": len(self.running),
             "waiting": len(self.waiting),
+            "leaked": len(self.leaked),
             "num_gpu_blocks": self.limits.num_gpu_blocks,
             "used_blocks": self._used_blocks,
             "held_blocks": self._held_blocks(),

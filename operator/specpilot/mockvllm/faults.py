@@ -33,6 +33,10 @@ class FaultKind(enum.StrEnum):
     STALLS = "stalls"  # a share of requests is taken and never answered, until the client gives up
     SLOW_START = "slow_start"  # a share of requests waits extra_s before the engine takes it (TTFT tail)
     GARBLED_METRICS = "garbled_metrics"  # /metrics answers a cut, NaN-ridden exposition
+    STOP_OVERRUN = "stop_overrun"  # a share of requests ignores its stop strings: the text runs past them
+    TOOL_JSON = "tool_json"  # a share of tool calls has arguments that are not JSON
+    STRUCTURED_INVALID = "structured_invalid"  # a share of structured answers does not validate
+    CANCEL_LEAK = "cancel_leak"  # a share of dropped requests keeps its slot and KV blocks for good
 
 
 _COMMON = {"kind", "scope", "start_s", "duration_s"}
@@ -48,14 +52,28 @@ _KEYS: dict[FaultKind, set[str]] = {
     FaultKind.STALLS: {"rate"},
     FaultKind.SLOW_START: {"rate", "extra_s"},
     FaultKind.GARBLED_METRICS: set(),
+    FaultKind.STOP_OVERRUN: {"rate"},
+    FaultKind.TOOL_JSON: {"rate"},
+    FaultKind.STRUCTURED_INVALID: {"rate"},
+    FaultKind.CANCEL_LEAK: {"rate"},
 }
+# Faults that strike single requests at a rate: `FaultBoard.strikes` draws them.
+REQUEST_FAULTS = frozenset(
+    {
+        FaultKind.STALLS,
+        FaultKind.STOP_OVERRUN,
+        FaultKind.TOOL_JSON,
+        FaultKind.STRUCTURED_INVALID,
+        FaultKind.CANCEL_LEAK,
+    }
+)
 _SCOPED = {
     FaultKind.ACCEPTANCE,
     FaultKind.ERRORS,
     FaultKind.REJECTIONS,
     FaultKind.DIVERGENCE,
-    FaultKind.STALLS,
     FaultKind.SLOW_START,
+    *REQUEST_FAULTS,
 }
 
 
@@ -202,9 +220,11 @@ class FaultBoard:
                 return fault.spec.status
         return None
 
-    def stalls(self, scope: str, now: float) -> bool:
-        """Whether a new request of `scope` is to be held without an answer."""
-        return any(self._rng.random() < fault.spec.rate for fault in self._live(FaultKind.STALLS, now, scope))
+    def strikes(self, kind: FaultKind, scope: str, now: float) -> bool:
+        """Whether a request fault of `kind` (see REQUEST_FAULTS) strikes a request of `scope` now."""
+        if kind not in REQUEST_FAULTS:
+            raise ValueError(f"{kind} is not a per-request fault")
+        return any(self._rng.random() < fault.spec.rate for fault in self._live(kind, now, scope))
 
     def start_delay(self, scope: str, now: float) -> float:
         """Model seconds a new request of `scope` waits before the engine takes it."""

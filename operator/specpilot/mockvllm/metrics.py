@@ -394,6 +394,37 @@ class EngineMetrics:
             ]
 
 
+class ToolParserMetrics:
+    """`vllm:tool_call_parser_invocations_total`, registered with `--tool-call-parser` (log stats or not).
+
+    vLLM counts the tool parser's runs on "auto" answers: once per choice unstreamed, once per
+    delta streamed, by whether that run found a tool call.
+    """
+
+    def __init__(self, registry: CollectorRegistry, *, model_name: str) -> None:
+        family = Counter(
+            "vllm:tool_call_parser_invocations_total",
+            "Total number of ToolParser invocations. Non-streaming increments once per choice; "
+            "streaming increments once per delta.",
+            ["model_name", "mode", "outcome", "request_type"],
+            registry=registry,
+        )
+        series = {
+            (mode, outcome, request_type): family.labels(
+                model_name=model_name, mode=mode, outcome=outcome, request_type=request_type
+            )
+            for mode in ("streaming", "non_streaming")
+            for outcome in ("tool_call", "no_tool_call")
+            for request_type in ("chat_completions", "responses", "other")
+        }
+        self._chat = {key[:2]: child for key, child in series.items() if key[2] == "chat_completions"}
+
+    def record(self, *, streaming: bool, tool_call: bool) -> None:
+        """One parser run on a chat completion."""
+        mode = "streaming" if streaming else "non_streaming"
+        self._chat[mode, "tool_call" if tool_call else "no_tool_call"].inc()
+
+
 class HttpMetrics:
     """The prometheus-fastapi-instrumentator families vLLM's API server exposes."""
 

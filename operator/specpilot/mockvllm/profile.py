@@ -4,7 +4,7 @@ Read from a YAML file (`--profile PATH`, else env `SPECPILOT_MOCK_PROFILE`), wit
 `SPECPILOT_MOCK_PROFILE_JSON` (inline JSON or YAML) merged on top. Every field has a default,
 so `specpilot mock-vllm my-model` needs no profile. Example::
 
-    model: {max_model_len: 4096, mean_output_tokens: 256, params_billion: 8}
+    model: {max_model_len: 4096, mean_output_tokens: 256, params_billion: 8, greedy_divergence: 0.001}
     cost: {step_time_s: 0.02, per_seq_s: 0.00005, per_token_s: 0.00008,
            prefill_per_token_s: 0.00008, draft_cost_ratio: 0.1}
     memory: {gpu_memory_gib: 80, weights_gib: 16, kv_bytes_per_token: 131072,
@@ -30,8 +30,9 @@ PROFILE_ENV = "SPECPILOT_MOCK_PROFILE"
 PROFILE_INLINE_ENV = "SPECPILOT_MOCK_PROFILE_JSON"
 DEFAULT_SCOPE = "default"
 
-# Fields that must be strictly positive; every other number must be non-negative.
+# Fields that must be strictly positive, or probabilities; every other number must be non-negative.
 _POSITIVE = {"step_time_s", "block_size", "max_model_len", "mean_output_tokens", "gpu_memory_gib"}
+_PROBABILITIES = {"greedy_divergence"}
 
 _Section = TypeVar("_Section")
 
@@ -53,11 +54,18 @@ class ProfileError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class ModelParams:
-    """What the mock pretends the target model is."""
+    """What the mock pretends the target model is.
+
+    `greedy_divergence` is natural numerical variation: the chance that a greedy answer departs
+    from the canonical text (at a uniformly drawn position) when it runs alone; it grows with the
+    number of requests in the batch it joins (see `textgen.divergence_chance`). Every arm of a pilot
+    gets the same profile, so the same rate; 0, the default, keeps greedy answers identical everywhere.
+    """
 
     max_model_len: int = 4096
     mean_output_tokens: int = 256
     params_billion: float = 8.0
+    greedy_divergence: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +105,8 @@ def _section(cls: type[_Section], data: Any, name: str) -> _Section:
             raise ProfileError(f"profile field {name}.{key} must be {'an integer' if wants_int else 'a number'}")
         if value < 0 or (key in _POSITIVE and value == 0):
             raise ProfileError(f"profile field {name}.{key} must be {'positive' if key in _POSITIVE else '>= 0'}")
+        if key in _PROBABILITIES and value > 1:
+            raise ProfileError(f"profile field {name}.{key} must be a probability in [0, 1]")
         values[key] = value if wants_int else float(value)
     return cls(**values)
 

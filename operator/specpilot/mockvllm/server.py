@@ -30,7 +30,7 @@ from specpilot.mockvllm.config import (
 )
 from specpilot.mockvllm.engine import Engine, ModelClock
 from specpilot.mockvllm.faults import FaultBoard
-from specpilot.mockvllm.metrics import EngineMetrics, HttpMetrics, new_registry
+from specpilot.mockvllm.metrics import EngineMetrics, HttpMetrics, ToolParserMetrics, new_registry
 from specpilot.mockvllm.profile import Profile, ProfileError, load_profile
 
 log = logging.getLogger("specpilot.mockvllm")
@@ -140,6 +140,7 @@ class MockServer:
             registry=registry,
             http_metrics=HttpMetrics(registry),
             started=int(time.time()),
+            tool_metrics=ToolParserMetrics(registry, model_name=config.model_name) if config.tool_call_parser else None,
         )
         self.app = build_app(state)
         self.admin_app = build_admin_app(state)

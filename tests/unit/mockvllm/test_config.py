@@ -71,6 +71,14 @@ def test_real_vllm_features_the_mock_does_not_model_are_refused_by_name() -> Non
         parse_args(["m", "--enable-lora"])
 
 
+def test_tool_calling_flags_need_a_parser_for_auto_tool_choice() -> None:
+    config = parse_args(["m", "--enable-auto-tool-choice", "--tool-call-parser", "hermes"])
+    assert (config.tool_call_parser, config.enable_auto_tool_choice) == ("hermes", True)
+    assert parse_args(["m"]).tool_call_parser is None
+    with pytest.raises(ConfigError, match="--enable-auto-tool-choice requires --tool-call-parser"):
+        parse_args(["m", "--enable-auto-tool-choice"])
+
+
 def test_a_speculative_config_turns_speculation_on() -> None:
     spec_json = json.dumps({"method": "draft_model", "model": "org/draft-1b", "num_speculative_tokens": 4})
     spec = parse_args(["m", "--speculative-config", spec_json]).speculative

@@ -25,8 +25,9 @@ REFERENCE = json.loads((Path(__file__).parents[2] / "data" / "vllm-0.33-metrics.
 FAMILIES: dict[str, dict[str, Any]] = {f["name"]: f for f in REFERENCE["families"]}
 SPEC_DECODE = {n for n in FAMILIES if n.startswith("vllm:spec_decode_")}
 KV_RESIDENCY = {n for n in FAMILIES if n.startswith("vllm:kv_block_")}
+TOOL_PARSER = {"vllm:tool_call_parser_invocations_total"}
 # Registered only under conditions the mock never meets (KV transfer, watermarking, LoRA,
-# NaN checks, diffusion models, tool parsers, dev-mode routes, realtime speech).
+# NaN checks, diffusion models, dev-mode routes, realtime speech).
 NEVER = {
     "vllm:num_requests_kv_fetch_by_stage",
     "vllm:watermark_requests",
@@ -35,7 +36,6 @@ NEVER = {
     "vllm:diffusion_num_denoising_steps",
     "vllm:diffusion_num_canvas_positions",
     "vllm:diffusion_num_committed_tokens",
-    "vllm:tool_call_parser_invocations_total",
     "vllm:sleep_mode_operation_duration_seconds",
     "vllm:sleep_mode_operations_in_flight",
     "vllm:rl_weight_update_operation_duration_seconds",
@@ -72,7 +72,11 @@ def expected_bounds(reference: dict[str, Any], max_model_len: int = 4096) -> lis
 SPEC = '{"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 3}'
 
 
-@pytest.mark.parametrize("flags", [(), ("-sc", SPEC), ("--kv-cache-metrics",)], ids=["ordinary", "spec", "kv"])
+@pytest.mark.parametrize(
+    "flags",
+    [(), ("-sc", SPEC), ("--kv-cache-metrics",), ("--tool-call-parser", "hermes")],
+    ids=["ordinary", "spec", "kv", "tool-parser"],
+)
 def test_every_exposed_family_is_vllms_own(flags: tuple[str, ...]) -> None:
     for name, family in exposition(*flags).items():
         reference = FAMILIES.get(name)
@@ -110,7 +114,7 @@ def test_help_lines_match_byte_for_byte() -> None:
 
 def test_unconditional_families_are_all_there_and_conditional_ones_absent() -> None:
     exposed = set(exposition())
-    conditional = SPEC_DECODE | KV_RESIDENCY | NEVER
+    conditional = SPEC_DECODE | KV_RESIDENCY | TOOL_PARSER | NEVER
     assert exposed == set(FAMILIES) - conditional
 
 
@@ -127,6 +131,17 @@ def test_speculation_adds_exactly_the_spec_decode_counters_with_one_position_per
 
 def test_kv_cache_metrics_add_the_residency_histograms() -> None:
     assert set(exposition("--kv-cache-metrics")) - set(exposition()) == KV_RESIDENCY
+
+
+def test_a_tool_call_parser_adds_its_counter_with_every_series_precreated_even_without_log_stats() -> None:
+    exposed = exposition("--tool-call-parser", "hermes", "--disable-log-stats")
+    assert {name for name in exposed if name.startswith("vllm:")} == TOOL_PARSER
+    series = {
+        (s.labels["mode"], s.labels["outcome"], s.labels["request_type"])
+        for s in exposed["vllm:tool_call_parser_invocations_total"].samples
+        if s.name.endswith("_total")
+    }
+    assert len(series) == 12 and ("streaming", "tool_call", "chat_completions") in series
 
 
 def test_disable_log_stats_leaves_only_http_and_process_families() -> None:

@@ -53,6 +53,7 @@ def test_the_env_path_and_inline_override_merge(tmp_path: Path) -> None:
         ({"memory": {"block_size": 16.5}}, "must be an integer"),
         ({"acceptance": {"scopes": {"code": 1.5}}}, "probability"),
         ({"faults": [{"kind": "meteor"}]}, "must be one of"),
+        ({"model": {"greedy_divergence": 1.5}}, "model.greedy_divergence must be a probability"),
     ],
 )
 def test_bad_profiles_name_the_field(data: object, message: str) -> None:
@@ -141,3 +142,22 @@ def test_fault_listing_is_json_ready() -> None:
     }
     open_ended = board.add(parse_fault({"kind": "hang"}), 0.0)
     assert open_ended.to_dict()["end"] is None
+
+
+def test_natural_variation_is_a_model_parameter_off_by_default() -> None:
+    assert Profile().model.greedy_divergence == 0.0
+    assert parse_profile({"model": {"greedy_divergence": 0.002}}).model.greedy_divergence == 0.002
+
+
+@pytest.mark.parametrize("kind", ["stop_overrun", "tool_json", "structured_invalid", "cancel_leak"])
+def test_quality_faults_strike_a_share_of_one_scopes_requests(kind: str) -> None:
+    board = FaultBoard(seed=1)
+    board.add(parse_fault({"kind": kind, "rate": 0.5, "scope": "code"}), 0.0)
+    hits = [board.strikes(FaultKind(kind), "code", 1.0) for _ in range(2000)]
+    assert sum(hits) / len(hits) == pytest.approx(0.5, abs=0.05)
+    assert not board.strikes(FaultKind(kind), "chat", 1.0)
+
+
+def test_only_per_request_faults_are_drawn_per_request() -> None:
+    with pytest.raises(ValueError, match="not a per-request fault"):
+        FaultBoard(seed=0).strikes(FaultKind.LATENCY, "code", 0.0)

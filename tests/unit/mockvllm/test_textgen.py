@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 
 import pytest
@@ -9,11 +10,16 @@ import pytest
 from specpilot.mockvllm.textgen import (
     CHAT_GENERATION_PROMPT,
     CHAT_MESSAGE_OVERHEAD,
+    VOCAB,
+    ScriptedTokens,
     TokenSource,
     chat_prompt,
     count_tokens,
+    divergence_chance,
+    draw_divergence,
     scope_tag,
     text_seed,
+    token_id,
 )
 
 
@@ -55,3 +61,33 @@ def test_chat_prompts_count_template_tokens() -> None:
     text, tokens = chat_prompt([("system", "be brief"), ("user", "hello there")])
     assert text.endswith("<|im_start|>assistant\n")
     assert tokens == 2 * CHAT_MESSAGE_OVERHEAD + 2 + 2 + CHAT_GENERATION_PROMPT
+
+
+@pytest.mark.parametrize("text", ['{"a": [1, 2.5], "b": "x y"}', "  lead and trail  ", "<tool_call>\n{}\n</tool_call>"])
+def test_a_scripted_answer_is_its_text_cut_into_tokens(text: str) -> None:
+    tokens = ScriptedTokens(text)
+    pieces = [tokens.piece(i) for i in range(tokens.eos_at)]
+    assert "".join(pieces) == text and all(pieces)
+    assert tokens.piece(tokens.eos_at) == ""
+
+
+def test_token_ids_are_vocabulary_indexes_and_stable_hashes_elsewhere() -> None:
+    source = TokenSource(text_seed("ids", 0), mean_length=64)
+    assert all(VOCAB[source.token_id(i)] == source.piece(i).strip() for i in range(30))
+    assert token_id(" model") == VOCAB.index("model")
+    assert token_id("{") == token_id(" {") >= len(VOCAB)
+
+
+def test_the_chance_of_natural_divergence_grows_with_the_batch() -> None:
+    chances = [divergence_chance(0.01, batch) for batch in (1, 2, 8, 64, 512)]
+    assert chances[0] == pytest.approx(0.01) and chances == sorted(chances) and chances[-1] < 1
+    assert divergence_chance(0.0, 512) == 0.0
+
+
+def test_natural_divergence_falls_below_the_horizon_at_its_rate() -> None:
+    rng = random.Random(3)
+    draws = [draw_divergence(rng, rate=0.05, batch=4, horizon=20) for _ in range(4000)]
+    hits = [d for d in draws if d is not None]
+    assert len(hits) / len(draws) == pytest.approx(divergence_chance(0.05, 4), abs=0.03)
+    assert all(0 <= d < 20 for d in hits)
+    assert draw_divergence(rng, rate=0.0, batch=100, horizon=20) is None
