@@ -1,15 +1,15 @@
-"""Opt-in (`-m long`; about 30 minutes on two cores): does a peak rehearsal measure what a direct sweep
+"""Opt-in (`-m long`; about 35 minutes on two cores): does a peak rehearsal measure what a direct sweep
 of the same engines does?
 
 A pilot of the "mid" profile runs live below its crossover, and its rehearsal climbs a ladder of 60 s
 steps past both arms' capacities, through the operator, the rehearsal router and the load Jobs. Then
 the sweep (bench/mockvllm_concurrency.py, open loop) loads two mock engines of that profile directly,
-one with the draft and one without, at the live load and the ladder's own loads, and reads each one's capacity (the
-highest load it kept up with, completing 99% of requests within the 20 s deadline) and the crossover
-(where their times per committed token cross at the same offered load). Each arm's rehearsed capacity
-and the decision's crossover, combining live and rehearsal evidence, must land within 15% of the
-sweep's. Both read the same grid of loads, so this checks what the rehearsal measures, not how fine a
-ladder is.
+one with the draft and one without, at the live load and the ladder's own loads, and reads each one's
+capacity (the highest load it kept up with, completing 99% of requests within the 20 s deadline) and
+the crossover (where their times per committed token cross at the same offered load). Each arm's
+rehearsed capacity must land within 15% of the sweep's on the same grid of loads (so this checks what
+the rehearsal measures, not how fine a ladder is), and the decision's crossover, combining live and
+rehearsal evidence, within 15% of a second, finer sweep between the two loads that bracket it.
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from tests.cluster.test_rehearsal import LIVE_RATE, live_load, rehearsed_pilot
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long]
 
-PEAK = 5.0  # requests per second per replica: past both arms' capacities (about 2 and 4)
-STEPS = 12
+PEAK = 4.8  # requests per second per replica: past both arms' capacities (about 2 and 4)
+STEPS = 15  # 0.3 apart: a ladder step is the resolution of a capacity, within 15% from 2 per replica up
 LIVE = LIVE_RATE / 4  # requests per second per replica of each compared arm, at a quarter share
 TOLERANCE = 0.15
 
@@ -66,7 +66,7 @@ def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sw
         "steps": STEPS,
         "stepDuration": "60s",  # 4 analysis windows: each step forms a load band of its own
         "restart": False,
-        "maxDuration": "20m",
+        "maxDuration": "25m",
     }
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
@@ -105,6 +105,14 @@ def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sw
         assert swept is not None and rehearsed[arm] is not None, (arm, rehearsed, capacities)
         assert rehearsed[arm] == pytest.approx(swept, rel=TOLERANCE), (arm, rehearsed, capacities)
     # the live stages ran below the crossover; the rehearsal's bands reach past it
-    assert sweep["offered_crossover"] is not None and LIVE < sweep["offered_crossover"] < ladder[-1], sweep
+    coarse = sweep["offered_crossover"]
+    assert coarse is not None and LIVE < coarse < ladder[-1], sweep
+    # the sweep again between the two loads that bracket its crossover, so that the reference is finer
+    # than the grid both share
+    low = max(load for load in [LIVE, *ladder] if load <= coarse)
+    high = min(load for load in ladder if load > coarse)
+    fine = direct_sweep(tmp_path, [round(low + (high - low) * i / 5, 4) for i in range(6)])["offered_crossover"]
+    print(f"crossover swept between {low} and {high}: {fine}")
+    assert fine is not None, "the finer sweep crosses where the coarse one did"
     assert decision.get("crossoverLoad") is not None, decision
-    assert decision["crossoverLoad"] == pytest.approx(sweep["offered_crossover"], rel=TOLERANCE), decision
+    assert decision["crossoverLoad"] == pytest.approx(fine, rel=TOLERANCE), decision
