@@ -12,10 +12,21 @@ from dataclasses import dataclass
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import Verdict
 
+# The probes' checks: one per probe kind, or probeAgreement while no round has answered.
+PROBE_METRICS = frozenset(
+    {
+        MetricName.PROBE_AGREEMENT,
+        MetricName.PROBE_GREEDY,
+        MetricName.PROBE_STOP,
+        MetricName.PROBE_TOOL_CALL,
+        MetricName.PROBE_STRUCTURED,
+        MetricName.PROBE_CANCEL,
+    }
+)
 # Why a hard check that fails flips its scope: the record's reason, by the metric that tripped.
 FALLBACK_FOR = {
     MetricName.KV_CACHE_USAGE: FallbackReason.KV_CACHE_PRESSURE,
-    MetricName.PROBE_AGREEMENT: FallbackReason.QUALITY_REGRESSION,
+    **dict.fromkeys(PROBE_METRICS, FallbackReason.QUALITY_REGRESSION),
     MetricName.WEBHOOK: FallbackReason.CRITICAL_WEBHOOK_FAILED,
 }
 

@@ -15,7 +15,7 @@ import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-from specpilot.analysis.checks import Check, finite, inconclusive
+from specpilot.analysis.checks import PROBE_METRICS, Check, finite, inconclusive
 from specpilot.analysis.limits import PressureFlip, acceptance_check, kv_cache_check, rate_checks
 from specpilot.analysis.ratios import RatioPolicy, inter_token_latency_check, quantile_check, time_per_token_check
 from specpilot.analysis.stats import nearest_rank
@@ -74,7 +74,7 @@ def judge_window(
 ) -> WindowVerdict:
     """Judge one window of one scope, speculative arm against the arm it is compared with.
 
-    `extra` holds the quality gates' checks (`quality.probe_check`, `quality.webhook_check`); a gate
+    `extra` holds the quality gates' checks (`quality.probe_checks`, `quality.webhook_check`); a gate
     that `quality` configures but `extra` lacks makes the window inconclusive, since a gate that was
     not consulted cannot pass. `pressure_flip` is another scope's latest flip for KV-cache pressure:
     the requests sent before it leave the timeout rate (`limits`)."""
@@ -160,7 +160,7 @@ def kv_fired(verdict: WindowVerdict) -> bool:
 def _missing_gates(extra: Sequence[Check], quality: Quality) -> tuple[Check, ...]:
     given = [check.metric for check in extra]
     missing = []
-    if quality.probes is not None and MetricName.PROBE_AGREEMENT not in given:
+    if quality.probes is not None and not PROBE_METRICS.intersection(given):
         missing.append(inconclusive(MetricName.PROBE_AGREEMENT, "probe agreement: no probe result", hard=True))
     answered = given.count(MetricName.WEBHOOK)
     if answered < len(quality.webhooks):

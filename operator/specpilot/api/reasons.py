@@ -125,7 +125,9 @@ class FallbackReason(StrEnum):
     KV_CACHE_PRESSURE = "KvCachePressure"
     """The speculative arm's KV-cache usage stayed above its limit."""
     QUALITY_REGRESSION = "QualityRegression"
-    """Greedy probes disagreed beyond quality.minAgreement."""
+    """A probe kind failed: greedy text diverged more than the baseline's own, or stop conditions, tool
+    calls, structured outputs or cancellation broke on the speculative arm (the record's metric names
+    the kind)."""
     CRITICAL_WEBHOOK_FAILED = "CriticalWebhookFailed"
     """A critical webhook failed."""
     MANUAL_ABORT = "ManualAbort"
@@ -145,5 +147,10 @@ class MetricName(StrEnum):
     REJECTION_RATE = "rejectionRate"
     ACCEPTANCE_LENGTH = "acceptanceLength"
     PROBE_AGREEMENT = "probeAgreement"
+    PROBE_GREEDY = "probeGreedy"
+    PROBE_STOP = "probeStop"
+    PROBE_TOOL_CALL = "probeToolCall"
+    PROBE_STRUCTURED = "probeStructured"
+    PROBE_CANCEL = "probeCancel"
     WEBHOOK = "webhook"
     MANUAL = "manual"

@@ -486,6 +486,134 @@ class Stage(ApiModel):
     """Time the scope must spend at this weight before promotion; at least analysis.interval."""
 
 
+# --- probes --------------------------------------------------------------------------------------
+
+
+class ProbeKind(StrEnum):
+    """What a probe case checks."""
+
+    GREEDY = "greedy"
+    STOP = "stop"
+    TOOL_CALL = "toolCall"
+    STRUCTURED = "structured"
+    CANCEL = "cancel"
+
+
+FUNCTION_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
+
+
+class ProbeTool(ApiModel):
+    """A function a toolCall case offers the model."""
+
+    name: Annotated[str, StringConstraints(pattern=FUNCTION_NAME_PATTERN, max_length=64)]
+    """Function name, as OpenAI's API allows it (letters, digits, _ and -, at most 64)."""
+    description: Annotated[str, StringConstraints(max_length=1024)] = ""
+    """What the function does, as the model reads it."""
+    parameters: KubeObject = {}
+    """JSON schema of the function's arguments; every returned call's arguments must validate against it."""
+
+
+TOOL_CASE_HAS_TOOLS = Rule(
+    cel="self.kind != 'toolCall' || (has(self.tools) && size(self.tools) > 0)",
+    message="a toolCall case needs tools",
+    field_path=".tools",
+)
+TOOL_CHOICE_KNOWN = Rule(
+    cel="self.kind != 'toolCall' || self.toolChoice == 'auto' || self.toolChoice == 'required' || "
+    "(has(self.tools) && self.tools.exists(t, t.name == self.toolChoice))",
+    message="toolChoice must be auto, required or the name of one of the case's tools",
+    field_path=".toolChoice",
+)
+STRUCTURED_CASE_HAS_SCHEMA = Rule(
+    cel="self.kind != 'structured' || has(self.jsonSchema)",
+    message="a structured case needs jsonSchema",
+    field_path=".jsonSchema",
+)
+MIN_TOKENS_WITHIN_MAX = Rule(
+    cel="!has(self.maxTokens) || !has(self.minTokens) || self.minTokens <= self.maxTokens",
+    message="minTokens must not exceed maxTokens",
+    field_path=".minTokens",
+)
+
+
+class ProbeCase(ApiModel):
+    """One application-behaviour probe, sent to one pod of each arm directly (never through the router)."""
+
+    model_config = ConfigDict(
+        json_schema_extra=cel(TOOL_CASE_HAS_TOOLS, TOOL_CHOICE_KNOWN, STRUCTURED_CASE_HAS_SCHEMA, MIN_TOKENS_WITHIN_MAX)
+    )
+
+    kind: ProbeKind
+    """greedy: temperature-0 text against the baseline's, judged against the baseline's own variation.
+    stop: stop strings, maxTokens and minTokens end the answer as on the baseline. toolCall: the calls
+    parse, validate against their function's schema and stream as they answer whole. structured: the
+    answer validates against jsonSchema. cancel: a stream dropped after afterChunks chunks frees its slot."""
+    prompt: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
+    """The user message (chat) or the prompt (completion)."""
+    chat: Annotated[bool, Field(strict=True)] = True
+    """Send a chat completion; false sends a text completion (toolCall and structured are always chat)."""
+    max_tokens: Annotated[int, Field(strict=True, ge=1, le=4096)] | None = None
+    """Tokens generated at most; defaults to the probes' maxTokens."""
+    min_tokens: Annotated[int, Field(strict=True, ge=0, le=4096)] = 0
+    """stop: tokens generated before a stop string or EOS may end the answer."""
+    stop: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=64)]],
+        Field(max_length=8),
+    ] = []
+    """stop: strings that end the answer; the text must never contain one."""
+    tools: Annotated[list[ProbeTool], Field(max_length=16)] = []
+    """toolCall: the functions offered."""
+    tool_choice: Annotated[str, StringConstraints(min_length=1, max_length=64)] = "auto"
+    """toolCall: auto, required, or the name of one of tools (a named call)."""
+    json_schema: KubeObject | None = None
+    """structured: the JSON schema the answer is constrained to (response_format json_schema)."""
+    after_chunks: Annotated[int, Field(strict=True, ge=1, le=100)] = 2
+    """cancel: streamed chunks read before the request is dropped."""
+    settle: Annotated[Duration, duration_within("1s", "5m")] = Duration("10s")
+    """cancel: how long the arm may take to give the dropped request's slot back (the pod's
+    vllm:num_requests_running back to where it was)."""
+
+
+ProbeCases = Annotated[list[ProbeCase], Field(max_length=32)]
+
+PROBES_GIVEN = Rule(
+    cel="(has(self.prompts) ? size(self.prompts) : 0) + (has(self.cases) ? size(self.cases) : 0) > 0",
+    message="set prompts or cases",
+)
+
+
+class Probes(ApiModel):
+    """Application-behaviour probes sent to one pod of each arm; every scope without its own cases runs
+    these."""
+
+    model_config = ConfigDict(json_schema_extra=cel(PROBES_GIVEN))
+
+    prompts: Annotated[
+        list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]],
+        Field(max_length=32),
+    ] = []
+    """Prompts probed as greedy text completions (shorthand for greedy cases with chat false)."""
+    cases: ProbeCases = []
+    """Probe cases."""
+    max_tokens: Annotated[int, Field(strict=True, ge=1, le=1024)] = 64
+    """Tokens generated per probe, unless a case sets its own."""
+    interval: Annotated[Duration, duration_within("10s", "24h")] = Duration("10m")
+    """How often the probes run."""
+
+    @property
+    def all_cases(self) -> tuple[ProbeCase, ...]:
+        """The prompts as greedy completion cases, then the cases."""
+        greedy = (ProbeCase(kind=ProbeKind.GREEDY, prompt=prompt, chat=False) for prompt in self.prompts)
+        return (*greedy, *self.cases)
+
+
+class ScopeProbes(ApiModel):
+    """A scope's own probe cases; quality.probes' interval and maxTokens still apply."""
+
+    cases: Annotated[list[ProbeCase], Field(min_length=1, max_length=32)]
+    """Cases run for this scope instead of quality.probes'."""
+
+
 STAGES_INCREASING = Check(
     Rule(
         cel="self.map(s, s.weight).isSorted() && self.all(a, self.exists_one(b, b.weight == a.weight))",
@@ -513,6 +641,8 @@ class Scope(ApiModel):
     ]
     """Stages with strictly increasing weights. The last stage's weight is where the scope stays once
     speculative; below 100 it keeps measuring both arms on the same traffic."""
+    probes: ScopeProbes | None = None
+    """Probe cases for this scope instead of quality.probes' (which must be set)."""
 
 
 class Takeover(ApiModel):
@@ -717,20 +847,6 @@ class Analysis(ApiModel):
 # --- quality and rollback -----------------------------------------------------------------------
 
 
-class Probes(ApiModel):
-    """Greedy-output agreement probes: fixed prompts sent to both arms with temperature 0."""
-
-    prompts: Annotated[
-        list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]],
-        Field(min_length=1, max_length=32),
-    ]
-    """Prompts to send."""
-    max_tokens: Annotated[int, Field(strict=True, ge=1, le=1024)] = 64
-    """Tokens generated per probe."""
-    interval: Annotated[Duration, duration_within("10s", "24h")] = Duration("10m")
-    """How often the probes run."""
-
-
 class Webhook(ApiModel):
     """A business regression check called once per window and scope; a non-2xx answer fails it."""
 
@@ -752,7 +868,9 @@ class Quality(ApiModel):
     probes: Probes | None = None
     """Agreement probes; none run unless set."""
     min_agreement: Fraction = 0.95
-    """Lowest share of probes whose speculative output equals the baseline's."""
+    """Lowest share of the speculative arm's stop, toolCall, structured and cancel probe answers that must
+    pass where the baseline's pass (accumulated over rounds). Greedy text is judged against the baseline's
+    own variation at analysis.confidence instead."""
     webhooks: Annotated[
         list[Webhook],
         Field(
@@ -960,9 +1078,10 @@ ONE_ENGINE_SOURCE = Rule(
     "already running vLLM)",
 )
 WORKLOAD_KEEPS_ITS_SIZE = Rule(
-    cel="!has(self.workloadRef) || !has(self.baseline)",
-    message="with spec.workloadRef the baseline is that Deployment at its own replicas: remove spec.baseline",
-    field_path=".baseline",
+    # baseline is defaulted: its replicas are all it holds, and 1 is their default
+    cel="!has(self.workloadRef) || self.baseline.replicas == 1",
+    message="with spec.workloadRef the baseline is that Deployment at its own replicas: remove spec.baseline.replicas",
+    field_path=".baseline.replicas",
 )
 WORKLOAD_WITHOUT_ALTERNATIVE = Rule(
     cel="!has(self.workloadRef) || !has(self.alternative)",
@@ -971,6 +1090,11 @@ WORKLOAD_WITHOUT_ALTERNATIVE = Rule(
     field_path=".alternative",
 )
 
+SCOPE_PROBES_NEED_PROBES = Rule(
+    cel="!self.scopes.exists(s, has(s.probes)) || (has(self.quality) && has(self.quality.probes))",
+    message="a scope's probes need quality.probes (its interval and maxTokens apply)",
+    field_path=".quality.probes",
+)
 SPEC_RULES = (
     ONE_ENGINE_SOURCE,
     WORKLOAD_KEEPS_ITS_SIZE,
@@ -990,6 +1114,7 @@ SPEC_RULES = (
     DEADLINE_WITHIN_TIMEOUT,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
+    SCOPE_PROBES_NEED_PROBES,
 )
 
 

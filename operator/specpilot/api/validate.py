@@ -38,20 +38,28 @@ from specpilot.api.spec import (
     GPU_RESOURCE,
     METHODS_WITH_DRAFT_MODEL,
     METHODS_WITHOUT_DRAFT_MODEL,
+    MIN_TOKENS_WITHIN_MAX,
     ONE_ENGINE_SOURCE,
     PEAK_ONE_SOURCE,
+    PROBES_GIVEN,
     REHEARSAL_FITS_CAP,
     REHEARSAL_NEEDS_CONTROL,
     REHEARSAL_STEP_SPANS_WINDOW,
+    SCOPE_PROBES_NEED_PROBES,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
+    STRUCTURED_CASE_HAS_SCHEMA,
     TOLERATION_EXISTS_WITHOUT_VALUE,
+    TOOL_CASE_HAS_TOOLS,
+    TOOL_CHOICE_KNOWN,
     WINDOW_COVERS_INTERVAL,
     WINDOW_COVERS_KV_CACHE,
     WORKLOAD_KEEPS_ITS_SIZE,
     WORKLOAD_WITHOUT_ALTERNATIVE,
     Engine,
     HeaderMatchType,
+    ProbeCase,
+    ProbeKind,
     ScopeMatch,
     SpeculationPilotSpec,
     TolerationOperator,
@@ -108,7 +116,34 @@ def check_spec(spec: SpeculationPilotSpec) -> list[Problem]:
         *_analysis_problems(spec),
         *_rehearsal_problems(spec),
         *_unique("spec.quality.webhooks", [webhook.name for webhook in spec.quality.webhooks]),
+        *_probe_problems(spec),
     ]
+
+
+def _probe_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
+    probes = spec.quality.probes
+    if probes is not None and not probes.prompts and not probes.cases:
+        yield _problem("spec.quality.probes", PROBES_GIVEN)
+    if probes is None and any(scope.probes is not None for scope in spec.scopes):
+        yield _problem("spec.quality.probes", SCOPE_PROBES_NEED_PROBES)
+    listed = [(f"spec.quality.probes.cases[{i}]", case) for i, case in enumerate(probes.cases if probes else ())]
+    for s, scope in enumerate(spec.scopes):
+        cases = scope.probes.cases if scope.probes is not None else ()
+        listed += [(f"spec.scopes[{s}].probes.cases[{i}]", case) for i, case in enumerate(cases)]
+    for field, case in listed:
+        yield from _case_problems(field, case)
+
+
+def _case_problems(field: str, case: ProbeCase) -> Iterator[Problem]:
+    names = {tool.name for tool in case.tools}
+    if case.kind is ProbeKind.TOOL_CALL and not case.tools:
+        yield _problem(field + ".tools", TOOL_CASE_HAS_TOOLS)
+    if case.kind is ProbeKind.TOOL_CALL and case.tool_choice not in {"auto", "required", *names}:
+        yield _problem(field + ".toolChoice", TOOL_CHOICE_KNOWN)
+    if case.kind is ProbeKind.STRUCTURED and case.json_schema is None:
+        yield _problem(field + ".jsonSchema", STRUCTURED_CASE_HAS_SCHEMA)
+    if case.max_tokens is not None and case.min_tokens > case.max_tokens:
+        yield _problem(field + ".minTokens", MIN_TOKENS_WITHIN_MAX)
 
 
 def _field_path(loc: Sequence[int | str]) -> str:
@@ -141,8 +176,8 @@ def _source_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
         yield _problem("spec.engine", ONE_ENGINE_SOURCE)
     if spec.workload_ref is None:
         return
-    if "baseline" in spec.model_fields_set:
-        yield _problem("spec.baseline", WORKLOAD_KEEPS_ITS_SIZE)
+    if spec.baseline.replicas != 1:
+        yield _problem("spec.baseline.replicas", WORKLOAD_KEEPS_ITS_SIZE)
     if spec.alternative is not None:
         yield _problem("spec.alternative", WORKLOAD_WITHOUT_ALTERNATIVE)
 

@@ -11,7 +11,7 @@ from typing import Any, Protocol
 
 from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.quality import ProbeResult, WebhookResult
-from specpilot.api.spec import Analysis, Probes, Webhook
+from specpilot.api.spec import Analysis, ProbeCase, Probes, Webhook
 from specpilot.controller.core.measurements import EngineReadings
 from specpilot.controller.core.render import PilotRef
 from specpilot.fetch.scrape import ReadFailure
@@ -69,9 +69,11 @@ class EvidenceStore(Protocol):
 
 
 class QualityGates(Protocol):
-    """Greedy probes to both arms and business webhooks (`quality.HttpQuality`)."""
+    """Probe rounds against both arms and business webhooks (`quality.HttpQuality`)."""
 
-    async def probe(self, *, baseline: str, speculative: str, probes: Probes, model: str) -> ProbeResult: ...
+    async def probe(
+        self, *, baseline: str, speculative: str, probes: Probes, cases: Sequence[ProbeCase], model: str
+    ) -> ProbeResult: ...
 
     async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]: ...
 

@@ -1,9 +1,10 @@
-"""Quality gates' I/O: greedy probes sent to both arms directly, and business webhooks.
+"""Quality gates' I/O: application-behaviour probes sent to both arms directly, and business webhooks.
 
-Probes go to the arms' pods, not through the router, so they never count as the pilot's traffic.
-Each prompt is sent streamed and not, at temperature 0, to one baseline and one speculative pod;
-a pair agrees when both texts and finish reasons are equal (target verification is probability
-computation: under greedy decoding the speculative arm must say exactly what the baseline says).
+Probes go to one pod of each arm, not through the router, so they never count as the pilot's traffic.
+Each case is sent whole and streamed (greedy text twice to the baseline, to measure its own
+variation); cancel cases drop a stream and watch the pod's running-requests gauge, one arm at a time
+after the other cases, so that no other probe moves the gauge. What the answers mean is judged in
+`analysis.probes`; only the answers' shape is read here, and nothing of a body is logged.
 """
 
 from __future__ import annotations
@@ -11,68 +12,175 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 
-from specpilot.analysis.quality import ProbeResult, WebhookResult
-from specpilot.api.spec import Probes, Webhook
+from specpilot.analysis.answers import Answer, ToolCall
+from specpilot.analysis.probes import ArmAnswers, CaseTally, Readings, answer_round, cancel_round, greedy_round
+from specpilot.analysis.quality import ProbeResult, WebhookResult, case_key
+from specpilot.api.spec import ProbeCase, ProbeKind, Probes, Webhook
 from specpilot.wire.names import ENGINE_PORT
 
-
-@dataclass(frozen=True)
-class Completion:
-    """One probe answer."""
-
-    text: str
-    finish_reason: str | None
+RUNNING = "vllm:num_requests_running"
+SETTLE_POLL_S = 0.2  # how often a cancel case re-reads the gauge until its bound
 
 
-async def _complete(
-    session: aiohttp.ClientSession, ip: str, *, model: str, prompt: str, max_tokens: int, stream: bool
-) -> Completion:
-    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "stream": stream}
-    async with session.post(f"http://{ip}:{ENGINE_PORT}/v1/completions", json=body) as resp:
+def request_body(case: ProbeCase, *, model: str, max_tokens: int, stream: bool) -> dict[str, Any]:
+    """The OpenAI request a case sends: chat (always for toolCall and structured) or text completion."""
+    chat = case.chat or case.kind in (ProbeKind.TOOL_CALL, ProbeKind.STRUCTURED)
+    body: dict[str, Any] = {"model": model, "max_tokens": case.max_tokens or max_tokens, "temperature": 0}
+    body |= {"messages": [{"role": "user", "content": case.prompt}]} if chat else {"prompt": case.prompt}
+    if case.kind is ProbeKind.STOP:
+        body |= {"stop": list(case.stop), "min_tokens": case.min_tokens}
+    elif case.kind is ProbeKind.TOOL_CALL:
+        body["tools"] = [
+            {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+            for t in case.tools
+        ]
+        named = {"type": "function", "function": {"name": case.tool_choice}}
+        body["tool_choice"] = case.tool_choice if case.tool_choice in ("auto", "required") else named
+    elif case.kind is ProbeKind.STRUCTURED:
+        body["response_format"] = {"type": "json_schema", "json_schema": {"name": "probe", "schema": case.json_schema}}
+    elif case.kind is ProbeKind.CANCEL:
+        body["ignore_eos"] = True  # still running when it is dropped
+    return body | {"stream": True} if stream else body
+
+
+def _path(body: Mapping[str, Any]) -> str:
+    return "/v1/chat/completions" if "messages" in body else "/v1/completions"
+
+
+def _whole(doc: Mapping[str, Any]) -> Answer:
+    choice = doc["choices"][0]
+    message = choice.get("message") or {}
+    calls = tuple(
+        ToolCall(call["function"].get("name"), str(call["function"].get("arguments") or ""))
+        for call in message.get("tool_calls") or ()
+    )
+    text = message.get("content") if "message" in choice else choice.get("text")
+    return Answer(str(text or ""), choice.get("finish_reason"), choice.get("stop_reason"), calls)
+
+
+def _streamed(chunks: Sequence[Mapping[str, Any]]) -> Answer:
+    """The answer a client reassembles from the deltas: text joined, tool calls by index."""
+    text: list[str] = []
+    names: dict[int, str | None] = {}
+    arguments: dict[int, str] = {}
+    finish, stop_reason = None, None
+    for chunk in chunks:
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta")
+            text.append(str((delta.get("content") if delta is not None else choice.get("text")) or ""))
+            for call in (delta or {}).get("tool_calls") or ():
+                index, function = int(call.get("index", 0)), call.get("function") or {}
+                names[index] = names.get(index) or function.get("name")
+                arguments[index] = arguments.get(index, "") + str(function.get("arguments") or "")
+            if choice.get("finish_reason"):
+                finish, stop_reason = choice["finish_reason"], choice.get("stop_reason")
+    calls = tuple(ToolCall(names.get(i), arguments.get(i, "")) for i in sorted(names.keys() | arguments.keys()))
+    return Answer("".join(text), finish, stop_reason, calls)
+
+
+async def _send(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any]) -> Answer:
+    async with session.post(url + _path(body), json=body) as resp:
         if resp.status != 200:
-            raise ValueError(f"{ip} answered {resp.status}")
-        if not stream:
-            doc = await resp.json()
-            choice = doc["choices"][0]
-            return Completion(str(choice.get("text", "")), choice.get("finish_reason"))
-        text, finish = [], None
+            return Answer("", None, status=resp.status)  # the body is the engine's; not kept
+        if not body.get("stream"):
+            return _whole(await resp.json())
+        chunks = []
         async for raw in resp.content:
             line = raw.strip()
-            if not line.startswith(b"data:") or line == b"data: [DONE]":
-                continue
-            chunk = json.loads(line[5:])
-            for choice in chunk.get("choices") or []:
-                text.append(str(choice.get("text") or ""))
-                finish = choice.get("finish_reason") or finish
-        return Completion("".join(text), finish)
+            if line.startswith(b"data:") and line != b"data: [DONE]":
+                chunks.append(json.loads(line[5:]))
+        return _streamed(chunks)
+
+
+async def _answers(
+    session: aiohttp.ClientSession, url: str, case: ProbeCase, *, model: str, max_tokens: int
+) -> ArmAnswers:
+    whole, streamed = await asyncio.gather(
+        *(
+            _send(session, url, request_body(case, model=model, max_tokens=max_tokens, stream=stream))
+            for stream in (False, True)
+        )
+    )
+    return ArmAnswers(whole, streamed)
+
+
+async def _running(session: aiohttp.ClientSession, url: str) -> float | None:
+    """The pod's vllm:num_requests_running (summed over engines), read from its own /metrics."""
+    async with session.get(url + "/metrics") as resp:
+        if resp.status != 200:
+            return None
+        lines = (await resp.text()).splitlines()
+    values = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith((RUNNING + "{", RUNNING + " "))]
+    return sum(values) if values else None
+
+
+async def _cancel(
+    session: aiohttp.ClientSession, url: str, case: ProbeCase, *, model: str, max_tokens: int
+) -> Readings:
+    """Drop a stream after the case's chunks, then read the gauge until it is back or the bound passes."""
+    before = await _running(session, url)
+    body = request_body(case, model=model, max_tokens=max_tokens, stream=True)
+    async with session.post(url + _path(body), json=body) as resp:
+        chunks = 0
+        while resp.status == 200 and chunks < case.after_chunks:
+            line = await resp.content.readline()
+            if not line:
+                break
+            chunks += line.startswith(b"data:")
+        resp.close()  # the connection goes with it: the engine sees the client leave
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + case.settle.total_seconds()
+    after = await _running(session, url)
+    while before is not None and after is not None and after > before and loop.time() < deadline:
+        await asyncio.sleep(SETTLE_POLL_S)
+        after = await _running(session, url)
+    return Readings(before, after)
+
+
+async def probe_case(
+    session: aiohttp.ClientSession, case: ProbeCase, *, baseline: str, speculative: str, model: str, max_tokens: int
+) -> CaseTally:
+    """One round of one case against the arms' base URLs, judged."""
+    if case.kind is ProbeKind.CANCEL:
+        base = await _cancel(session, baseline, case, model=model, max_tokens=max_tokens)
+        spec = await _cancel(session, speculative, case, model=model, max_tokens=max_tokens)
+        return cancel_round(case, baseline=base, speculative=spec)
+    arms = (baseline, baseline, speculative) if case.kind is ProbeKind.GREEDY else (baseline, speculative)
+    answers = await asyncio.gather(*(_answers(session, url, case, model=model, max_tokens=max_tokens) for url in arms))
+    if case.kind is ProbeKind.GREEDY:
+        return greedy_round(case, baseline=answers[0], again=answers[1], speculative=answers[2])
+    return answer_round(case, baseline=answers[0], speculative=answers[1])
 
 
 async def run_probes(
-    session: aiohttp.ClientSession, *, baseline: str, speculative: str, probes: Probes, model: str
+    session: aiohttp.ClientSession,
+    *,
+    baseline: str,
+    speculative: str,
+    probes: Probes,
+    cases: Sequence[ProbeCase],
+    model: str,
 ) -> ProbeResult:
-    """Every prompt, streamed and not, to one baseline pod and one speculative pod (by IP)."""
-    cases = [(index, prompt, stream) for index, prompt in enumerate(probes.prompts) for stream in (False, True)]
-    try:
-        answers = await asyncio.gather(
-            *(
-                _complete(session, ip, model=model, prompt=prompt, max_tokens=probes.max_tokens, stream=stream)
-                for _, prompt, stream in cases
-                for ip in (baseline, speculative)
-            )
+    """One round of every case, against one baseline and one speculative pod (their base URLs); cancel
+    cases last and one by one."""
+
+    def one(case: ProbeCase) -> Any:
+        return probe_case(
+            session, case, baseline=baseline, speculative=speculative, model=model, max_tokens=probes.max_tokens
         )
-    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError) as error:
-        return ProbeResult(agreement=None, pairs=0, error=f"probes failed: {error or type(error).__name__}")
-    mismatches = tuple(
-        f"prompt #{index} ({'streamed' if stream else 'whole'})"
-        for (index, _, stream), base, spec in zip(cases, answers[0::2], answers[1::2], strict=True)
-        if base != spec
-    )
-    return ProbeResult(agreement=1 - len(mismatches) / len(cases), pairs=len(cases), mismatches=mismatches)
+
+    answered = [case for case in cases if case.kind is not ProbeKind.CANCEL]
+    dropped = [case for case in cases if case.kind is ProbeKind.CANCEL]
+    try:
+        tallies = list(await asyncio.gather(*(one(case) for case in answered)))
+        tallies += [await one(case) for case in dropped]
+    except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as error:
+        return ProbeResult(error=f"probes failed: {error or type(error).__name__}")
+    return ProbeResult({case_key(case): tally for case, tally in zip([*answered, *dropped], tallies, strict=True)})
 
 
 async def call_webhooks(
@@ -101,8 +209,17 @@ class HttpQuality:
     def __init__(self, session: aiohttp.ClientSession) -> None:
         self._session = session
 
-    async def probe(self, *, baseline: str, speculative: str, probes: Probes, model: str) -> ProbeResult:
-        return await run_probes(self._session, baseline=baseline, speculative=speculative, probes=probes, model=model)
+    async def probe(
+        self, *, baseline: str, speculative: str, probes: Probes, cases: Sequence[ProbeCase], model: str
+    ) -> ProbeResult:
+        return await run_probes(
+            self._session,
+            baseline=f"http://{baseline}:{ENGINE_PORT}",
+            speculative=f"http://{speculative}:{ENGINE_PORT}",
+            probes=probes,
+            cases=cases,
+            model=model,
+        )
 
     async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]:
         return await call_webhooks(self._session, webhooks, summary)

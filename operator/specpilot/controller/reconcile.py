@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
-from specpilot.analysis.quality import ProbeResult
+from specpilot.analysis.quality import ProbeResult, accumulated, round_cases
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import API_VERSION, KIND, PLURAL
 from specpilot.api.reasons import Reason
@@ -81,7 +81,7 @@ class PilotMemory:
     written: Written = field(default_factory=Written)
     status: SpeculationPilotStatus | None = None  # the last status written, newer than a lagging watch
     measurements: Measurements = field(default_factory=Measurements)
-    probe: tuple[ProbeResult, datetime] | None = None  # the latest probe round, and when it began
+    probe: tuple[ProbeResult, datetime] | None = None  # the probe rounds so far, and when the latest began
     workload: Workload | None = None  # spec.workloadRef's Deployment as the last reconcile read it
     restored: bool = False  # the taken-over Service was put back by this teardown
 
@@ -331,9 +331,10 @@ class Controller:
                 baseline=arms[Arm.BASELINE][0][1],
                 speculative=arms[Arm.SPECULATIVE][0][1],
                 probes=probes,
+                cases=round_cases(spec),
                 model=served_model(workload) if workload is not None else spec.served_model,
             )
-            memory.probe = (result, now)
+            memory.probe = (accumulated(memory.probe[0] if memory.probe else None, result), now)
         return cadence(spec.analysis)
 
     # --- teardown ----------------------------------------------------------------------------

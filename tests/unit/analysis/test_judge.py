@@ -10,10 +10,11 @@ import pytest
 
 from specpilot.analysis.checks import Check
 from specpilot.analysis.judge import WindowVerdict, judge_window, summarize
-from specpilot.analysis.quality import probe_check, webhook_check
+from specpilot.analysis.probes import CaseTally
+from specpilot.analysis.quality import behaviour_check, probe_checks, webhook_check
 from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
-from specpilot.api.spec import Analysis, Probes, Quality, Thresholds, Webhook
+from specpilot.api.spec import Analysis, ProbeKind, Probes, Quality, Thresholds, Webhook
 from specpilot.api.status import Verdict
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
@@ -249,12 +250,22 @@ def test_the_threshold_grows_with_the_looks_spent() -> None:
 PROBES = Quality(probes=Probes(prompts=["p"]), min_agreement=0.9)
 
 
+def stop_probes(share: float) -> Check:
+    """A stop probe's check after 20 answers the baseline passed, `share` of them on the speculative arm."""
+    regressions = round((1 - share) * 20)
+    tally = CaseTally(ProbeKind.STOP, baseline_passed=20, baseline_trials=20, paired=20, regressions=regressions)
+    return behaviour_check(tally, min_agreement=PROBES.min_agreement)
+
+
+NO_ROUND = probe_checks(None, PROBES.probes.all_cases if PROBES.probes else (), quality=PROBES, confidence=0.95)
+
+
 @pytest.mark.parametrize(
     ("extra", "quality", "verdict", "fallback"),
     [
-        ((probe_check(0.95, quality=PROBES),), PROBES, Verdict.PASS, None),
-        ((probe_check(0.5, quality=PROBES, probes=8),), PROBES, Verdict.FAIL, FallbackReason.QUALITY_REGRESSION),
-        ((probe_check(None, quality=PROBES),), PROBES, Verdict.INCONCLUSIVE, None),
+        ((stop_probes(0.95),), PROBES, Verdict.PASS, None),
+        ((stop_probes(0.5),), PROBES, Verdict.FAIL, FallbackReason.QUALITY_REGRESSION),
+        (NO_ROUND, PROBES, Verdict.INCONCLUSIVE, None),
         ((), PROBES, Verdict.INCONCLUSIVE, None),
         (
             (webhook_check("biz", False, critical=True, detail="HTTP 500"),),
@@ -285,7 +296,7 @@ def test_quality_gates(
 
 
 def test_a_quality_gate_fires_even_in_a_window_with_gaps() -> None:
-    judged = judge(window(gaps=("scrape failed",)), quality=PROBES, extra=(probe_check(0.2, quality=PROBES),))
+    judged = judge(window(gaps=("scrape failed",)), quality=PROBES, extra=(stop_probes(0.2),))
     assert judged.fallback is FallbackReason.QUALITY_REGRESSION
 
 

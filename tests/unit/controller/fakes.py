@@ -11,7 +11,7 @@ import asyncio
 import copy
 import itertools
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -20,10 +20,11 @@ import yaml
 
 from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.evidence import load as load_evidence
-from specpilot.analysis.quality import ProbeResult, WebhookResult
+from specpilot.analysis.probes import CaseTally
+from specpilot.analysis.quality import ProbeResult, WebhookResult, case_key
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.pilot import API_VERSION, KIND
-from specpilot.api.spec import Analysis, Probes, Webhook
+from specpilot.api.spec import Analysis, ProbeCase, ProbeKind, Probes, Webhook
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import EngineReadings, Queried
 from specpilot.controller.core.observe import ROUTER_COMPONENTS, ChildSummary, PodView, summarize
@@ -200,7 +201,7 @@ class MemoryEvidence:
 
 
 class FakeQuality:
-    """Probes agree as `agreement` says; every webhook answers `ok`, after `gate` opens when set."""
+    """Greedy probes agree as `agreement` says; every webhook answers `ok`, after `gate` opens when set."""
 
     def __init__(self, *, agreement: float = 1.0, ok: bool = True) -> None:
         self.agreement, self.ok = agreement, ok
@@ -209,9 +210,15 @@ class FakeQuality:
         self.probed = 0
         self._asking = asyncio.Condition()
 
-    async def probe(self, *, baseline: str, speculative: str, probes: Probes, model: str) -> ProbeResult:
+    async def probe(
+        self, *, baseline: str, speculative: str, probes: Probes, cases: Sequence[ProbeCase], model: str
+    ) -> ProbeResult:
+        """Each case as a round of 100 greedy comparisons: `agreement` of them equal on the speculative
+        arm, all of them on the baseline."""
         self.probed += 1
-        return ProbeResult(agreement=self.agreement, pairs=2 * len(probes.prompts))
+        equal = round(self.agreement * 100)
+        tally = CaseTally(ProbeKind.GREEDY, baseline_passed=100, baseline_trials=100, speculative_passed=equal)
+        return ProbeResult({case_key(case): replace(tally, speculative_trials=100) for case in cases})
 
     async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]:
         async with self._asking:

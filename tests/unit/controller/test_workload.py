@@ -192,7 +192,7 @@ def test_a_spec_names_one_engine_source_and_leaves_the_workload_as_it_runs() -> 
     assert fields == {"spec.engine"}
     neither = {k: v for k, v in spec.items() if k != "workloadRef"}
     assert {p.field for p in validate(_pilot(neither))} == {"spec.engine"}
-    assert {p.field for p in validate(_pilot({**spec, "baseline": {"replicas": 2}}))} == {"spec.baseline"}
+    assert {p.field for p in validate(_pilot({**spec, "baseline": {"replicas": 2}}))} == {"spec.baseline.replicas"}
     alternative = {**spec, "alternative": {"extraArgs": ["--max-num-seqs=64"]}}
     assert "spec.alternative" in {p.field for p in validate(_pilot(alternative))}
     # the operator deletes its own Deployments by name: a workload may not carry one of them

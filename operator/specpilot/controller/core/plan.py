@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from specpilot.analysis.checks import Check
 from specpilot.analysis.evidence import Evidence
-from specpilot.analysis.quality import probe_check, webhook_check
+from specpilot.analysis.quality import probe_checks, scope_cases, webhook_check
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES
@@ -358,13 +358,12 @@ def _measured(
 
 
 def _quality(snapshot: Snapshot, spec: SpeculationPilotSpec, scope: str) -> tuple[Check, ...]:
-    """The quality gates' checks for a scope's window: the latest probe round, and each webhook's
+    """The quality gates' checks for a scope's window: one per probe kind of its cases, and each webhook's
     answer (a webhook with no answer fails)."""
     checks: list[Check] = []
     if spec.quality.probes is not None:
-        probe = snapshot.probe
-        agreement, pairs = (probe.agreement, probe.pairs) if probe is not None else (None, None)
-        checks.append(probe_check(agreement, quality=spec.quality, probes=pairs))
+        cases = scope_cases(spec).get(scope, ())
+        checks += probe_checks(snapshot.probe, cases, quality=spec.quality, confidence=spec.analysis.confidence)
     answers = {result.name: result for result in snapshot.webhooks.get(scope, ())}
     for hook in spec.quality.webhooks:
         answer = answers.get(hook.name)

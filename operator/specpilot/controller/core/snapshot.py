@@ -133,7 +133,7 @@ class Snapshot:
     now: datetime
     router_image: str
     measurements: Measurements = field(default_factory=Measurements)
-    probe: ProbeResult | None = None  # the latest probe round
+    probe: ProbeResult | None = None  # the probe rounds so far
     webhooks: Mapping[str, Sequence[WebhookResult]] = field(default_factory=dict)  # by scope, for due windows
     evidence: Evidence | None = None  # the evidence store as last stored
     workload: Workload | None = None  # spec.workloadRef's Deployment, as read this tick
