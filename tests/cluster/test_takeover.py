@@ -160,6 +160,8 @@ def test_the_service_serves_the_routers_and_is_put_back_exactly_after_a_sigkill(
         wait_until("requests to the team's pods again", lambda: sum(s.ok and s.endpoint in team_ips for s in sent) > 5)
     after = [s for s in sent if s.started > restored_at]
     failed = [s for s in after if not s.ok]
+    routed = sum(s.ok and s.endpoint in routers for s in sent)
+    print(f"{len(sent)} requests, {routed} through the routers, {len(after)} after the restore, {len(failed)} failed")
     assert after and not failed, failed[:5]
     assert service_spec(cluster, namespace) == original
     assert set(endpoints(cluster, namespace)) == team_ips

@@ -33,6 +33,7 @@ def test_the_examples() -> None:
         "prometheus-source",
         "pod-template",
         "workload-ref",
+        "probe-cases",
     }
 
 
