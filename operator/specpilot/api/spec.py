@@ -934,7 +934,7 @@ class Rehearsal(ApiModel):
 
     peak: Peak = Peak(production_factor=1.5)
     """The highest step's load."""
-    steps: Annotated[int, Field(strict=True, ge=2, le=12)] = 4
+    steps: Annotated[int, Field(strict=True, ge=2, le=16)] = 4
     """Steps from production's median load per replica (observed live) to the peak, evenly spaced."""
     step_duration: Annotated[Duration, duration_within("30s", "2h")] = Duration("5m")
     """How long each step runs; its figures are read over its last analysis window. At least 4 x

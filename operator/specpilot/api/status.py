@@ -508,7 +508,7 @@ class RehearsalStatus(ApiModel):
     production meanwhile."""
     step: Count = 0
     """Index of the current (or last) step."""
-    steps: Annotated[list[RehearsalStep], Field(max_length=15)] = []
+    steps: Annotated[list[RehearsalStep], Field(max_length=19)] = []
     """The ladder, the burst, then the routing and the restart fallback at peak: planned loads, and
     each step's figures once it ran."""
     speculative_capacity: float | None = None
