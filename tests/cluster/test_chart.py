@@ -88,7 +88,9 @@ def test_operator_account_cannot_touch_secrets(cluster: Cluster, release: Releas
     # ...while it can do what it must, so these answers can tell the two apart.
     assert can_i(cluster, release, "create", "deployments.apps", "-n", pilot_namespace) == "yes"
     assert can_i(cluster, release, "patch", "speculationpilots.specpilot.io/status", "-n", pilot_namespace) == "yes"
-    assert can_i(cluster, release, "get", "deployments.apps", "-n", pilot_namespace) == "no"  # lists and watches
+    # it reads a workload's Deployment (get) and server-side applies its own (patch): it never replaces one
+    assert can_i(cluster, release, "get", "deployments.apps", "-n", pilot_namespace) == "yes"
+    assert can_i(cluster, release, "update", "deployments.apps", "-n", pilot_namespace) == "no"
     listing = can_i(cluster, release, "--list", "-n", pilot_namespace)
     mine = [line for line in listing.splitlines()[1:] if "selfsubject" not in line]
     assert mine and not any("secrets" in line or "[*]" in line for line in mine), listing
