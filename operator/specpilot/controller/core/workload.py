@@ -52,11 +52,16 @@ class Workload:
         return _argv(self.engine)
 
 
+def _script_at(words: Sequence[str]) -> int | None:
+    """Where a shell's `-c` script stands in a command line, if the container starts vLLM from one."""
+    return words.index("-c") + 1 if "-c" in words[:-1] else None
+
+
 def _argv(container: Mapping[str, Any]) -> list[str]:
     words = [str(word) for word in (*(container.get("command") or ()), *(container.get("args") or ()))]
-    if "-c" not in words[:-1]:
+    at = _script_at(words)
+    if at is None:
         return words
-    at = words.index("-c") + 1
     try:
         script = shlex.split(words[at])
     except ValueError:  # quoting a shell would refuse too: read it as one word
@@ -173,10 +178,9 @@ def copied_pod(workload: Workload, extra_args: Sequence[str] = ()) -> Json:
 def _script_index(container: Mapping[str, Any]) -> tuple[str, int] | None:
     """Where a shell's `-c` script sits in the container (its key and index), if it starts vLLM from one."""
     command, args = list(container.get("command") or []), list(container.get("args") or [])
-    words = [*command, *args]
-    if "-c" not in words[:-1]:
+    at = _script_at([*command, *args])
+    if at is None:
         return None
-    at = words.index("-c") + 1
     return ("command", at) if at < len(command) else ("args", at - len(command))
 
 
