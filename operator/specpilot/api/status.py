@@ -383,10 +383,11 @@ class RehearsalPhase(StrEnum):
 
 
 class ArmStepFigures(ApiModel):
-    """What one arm did over a step's last analysis window, every rehearsed scope together."""
+    """What one arm did over a step, every rehearsed scope together: a ladder step past its first
+    analysis window (which still carries the previous step's queue), any other over its last."""
 
     requests: Count = 0
-    """Requests that finished in the window, whatever their outcome."""
+    """Requests that finished in the span read, whatever their outcome."""
     completed_per_replica: float | None = None
     """Those requests per second per replica: the arm's throughput, below the step's load when it
     cannot keep up (the rest wait in its queue)."""
@@ -453,7 +454,7 @@ class RestartFallback(ApiModel):
 
 
 class ScopeStepFigures(ApiModel):
-    """One rehearsed scope's figures over a step's last analysis window, per arm. What the scopes share
+    """One rehearsed scope's figures over a step, per arm. What the scopes share
     is the arm's alone: whether it kept up with the step's load, its KV usage and preemptions."""
 
     name: Annotated[str, StringConstraints(max_length=63)]
@@ -485,7 +486,7 @@ class RehearsalStep(ApiModel):
     started_at: datetime | None = None
     """When its load began."""
     speculative: ArmStepFigures | None = None
-    """The speculative arm's figures over the step's last analysis window."""
+    """The speculative arm's figures over the step."""
     control: ArmStepFigures | None = None
     """The control arm's."""
     scopes: Annotated[list[ScopeStepFigures], Field(max_length=16)] = []
@@ -512,8 +513,9 @@ class RehearsalStatus(ApiModel):
     """The ladder, the burst, then the routing and the restart fallback at peak: planned loads, and
     each step's figures once it ran."""
     speculative_capacity: float | None = None
-    """Highest step load (requests per second per replica) at which the speculative arm kept up and
-    completed at least rehearsal.onTimeTarget of its requests on time; absent when no step met it."""
+    """Highest load the speculative arm completed (requests per second per replica, as measured) on a
+    ladder step where it kept up and completed at least rehearsal.onTimeTarget of its requests on time;
+    absent when no step met it."""
     control_capacity: float | None = None
     """The same for the control arm (ordinary decoding at the same size)."""
     routing_flip: RoutingFlip | None = None

@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 
 import aiohttp
 
-from specpilot.api.spec import Analysis
+from specpilot.api.spec import Analysis, Rehearsal
 from specpilot.controller.core.measurements import (
     EngineReadings,
     Measurements,
@@ -57,7 +57,13 @@ class ScrapeEngines:
         self._scrapes: dict[Arm, deque[Scrape]] = {arm: deque() for arm in MEASURED_ARMS}
 
     async def read(
-        self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
+        self,
+        arms: Mapping[Arm, Pods],
+        *,
+        pilot: tuple[str, str],
+        analysis: Analysis,
+        horizon: timedelta,
+        now: datetime,
     ) -> EngineReadings:
         targets = [
             (arm, ScrapeTarget(pod=name, url=f"http://{ip}:{ENGINE_PORT}/metrics"))
@@ -69,7 +75,7 @@ class ScrapeEngines:
         )
         for (arm, _), result in zip(targets, results, strict=True):
             self._scrapes[arm].append(result)
-        oldest = now - horizon(analysis)
+        oldest = now - horizon
         for series in self._scrapes.values():
             while series and series[0].at < oldest:
                 series.popleft()
@@ -86,7 +92,13 @@ class PrometheusEngines:
         self._auth = auth
 
     async def read(
-        self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
+        self,
+        arms: Mapping[Arm, Pods],
+        *,
+        pilot: tuple[str, str],
+        analysis: Analysis,
+        horizon: timedelta,
+        now: datetime,
     ) -> EngineReadings:
         source = analysis.metrics_source
         assert source is not None, "the Prometheus source reads only for a spec that names one"
@@ -128,15 +140,18 @@ class Collector:
         arms: Mapping[Arm, Pods],
         routers: Sequence[tuple[str, str]],
         analysis: Analysis,
+        rehearsal: Rehearsal | None = None,
         pilot: tuple[str, str],
         now: datetime,
     ) -> Measurements:
         """One collection: the ready pods of both arms and every ready router (name, IP pairs) of the
-        pilot (namespace, name)."""
+        pilot (namespace, name), kept as far back as the analysis and the rehearsal read."""
+        kept = horizon(analysis, rehearsal)
         if self._ledger is None:
-            self._ledger = SampleLedger(horizon=horizon(analysis))
+            self._ledger = SampleLedger(horizon=kept)
+        self._ledger.horizon = kept
         source = self._direct if analysis.metrics_source is None else self._prometheus
-        readings = await source.read(arms, pilot=pilot, analysis=analysis, now=now)
+        readings = await source.read(arms, pilot=pilot, analysis=analysis, horizon=kept, now=now)
         await asyncio.gather(*(self._read(self._ledger, name, ip, now) for name, ip in routers))
         for gone in self._routers - {name for name, _ in routers}:
             self._ledger.forget(gone, at=now)

@@ -6,7 +6,7 @@ Each has the implementation the operator runs (named beside it) and a fake the s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from specpilot.analysis.evidence import Evidence
@@ -83,9 +83,16 @@ class EngineSource(Protocol):
     or a Prometheus (`collect.PrometheusEngines`)."""
 
     async def read(
-        self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
+        self,
+        arms: Mapping[Arm, Pods],
+        *,
+        pilot: tuple[str, str],
+        analysis: Analysis,
+        horizon: timedelta,
+        now: datetime,
     ) -> EngineReadings:
-        """Both judged arms' figures as of `now`, for the pilot (namespace, name)."""
+        """Both judged arms' figures as of `now`, for the pilot (namespace, name), kept as far back as
+        `horizon` where the source keeps them."""
         ...
 
 

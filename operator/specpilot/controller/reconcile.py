@@ -319,6 +319,7 @@ class Controller:
             # the rehearsal router's samples too: its requests are the arms' load while it runs
             routers=[*seen.ready(ROUTER_COMPONENT), *seen.ready(REHEARSAL_ROUTER_COMPONENT)],
             analysis=spec.analysis,
+            rehearsal=spec.rehearsal,
             pilot=(ref.namespace, ref.name),
             now=now,
         )

@@ -51,7 +51,7 @@ class SampleLedger:
     """Samples per router pod within a time horizon, the cursors to read on from, and the gaps."""
 
     def __init__(self, *, horizon: timedelta) -> None:
-        self._horizon = horizon
+        self.horizon = horizon  # may grow (a rehearsal added): what is already let go stays gone
         self._routers: dict[str, _Router] = {}
         self._gone: list[deque[RequestSample]] = []  # samples of forgotten pods, still inside the horizon
         self._gaps: list[_Gap] = []
@@ -131,7 +131,7 @@ class SampleLedger:
                 _Seen(pod, router.seen_until, router.failure) for pod, router in sorted(self._routers.items())
             ),
             lost=tuple(self._gaps),
-            kept_from=self._now - self._horizon if self._now - _BEGINNING > self._horizon else _BEGINNING,
+            kept_from=self._now - self.horizon if self._now - _BEGINNING > self.horizon else _BEGINNING,
         )
 
     def _all(self) -> Iterator[RequestSample]:
@@ -143,7 +143,7 @@ class SampleLedger:
     def _prune(self, at: datetime) -> None:
         """Let go of samples and gaps older than the horizon (samples arrive in the order they finished)."""
         self._now = max(self._now, at)
-        cutoff = self._now - self._horizon
+        cutoff = self._now - self.horizon
         oldest = cutoff.timestamp()
         for samples in (*(router.samples for router in self._routers.values()), *self._gone):
             while samples and finished_at(samples[0]) < oldest:

@@ -233,9 +233,9 @@ def _rehearsal(report: Json) -> list[str]:
         f"{found['phase']}: {found['message']}",
         "",
         "The scopes' own mix, replayed through a rehearsal router that reaches only the speculative and control "
-        "arms, at a ladder of loads (requests per second per replica of each arm); each step is read over its "
-        "last analysis window. An arm's capacity is the highest step load it kept up with (it finished what it was "
-        "sent) while completing the on-time target.",
+        "arms, at a ladder of loads (requests per second per replica of each arm); a ladder step is read past its "
+        "first analysis window, any other step over its last. An arm's capacity is the highest load it completed on "
+        "a ladder step it kept up with (it finished what it was sent) while completing the on-time target.",
         "",
         f"- Speculative arm's capacity: {_f(found.get('speculativeCapacity'), unit=' requests/s per replica')}",
         f"- Control arm's capacity: {_f(found.get('controlCapacity'), unit=' requests/s per replica')}",

@@ -244,7 +244,7 @@ def rehearsal_plot(report: Json, plt: Any) -> Any:
     for ax in (on_time, ttft):
         ax.set_xlabel(LOAD_AXIS)
         ax.legend(loc="best", fontsize=8)
-    fig.suptitle("Peak rehearsal: each step's last window per arm (x: the burst; dotted: each arm's capacity)")
+    fig.suptitle("Peak rehearsal: each step per arm (x: the burst; dotted: each arm's capacity)")
     return fig
 
 

@@ -243,7 +243,13 @@ class FakeEngines:
         self.figures = {arm: ArmEngine(acceptance_length=2.0, inter_token_latency=0.02) for arm in MEASURED_ARMS}
 
     async def read(
-        self, arms: Mapping[Arm, Pods], *, pilot: tuple[str, str], analysis: Analysis, now: datetime
+        self,
+        arms: Mapping[Arm, Pods],
+        *,
+        pilot: tuple[str, str],
+        analysis: Analysis,
+        horizon: timedelta,
+        now: datetime,
     ) -> EngineReadings:
         usage = {arm: tuple((now - timedelta(seconds=s), 0.3) for s in (20, 10, 0)) for arm in self.figures}
         return Queried(now, {arm: ArmEngine(**{**vars(f), "kv_usage": usage[arm]}) for arm, f in self.figures.items()})

@@ -10,9 +10,11 @@ import pytest
 from specpilot.analysis.decision import envelope_peak
 from specpilot.analysis.evidence import Evidence, load_bin
 from specpilot.analysis.window import ArmEngine, ArmRequests
-from specpilot.api.spec import Burst, Peak, Rehearsal, SpeculationPilotSpec
+from specpilot.api.common import Duration
+from specpilot.api.spec import Analysis, Burst, Peak, Rehearsal, SpeculationPilotSpec
 from specpilot.api.status import ArmStepFigures, RehearsalPhase, RehearsalStatus, RehearsalStep
-from specpilot.controller.core.rehearsal import arm_figures, capacity_of, ladder
+from specpilot.controller.core.measurements import horizon
+from specpilot.controller.core.rehearsal import arm_figures, capacity_of, ladder, read_span
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
@@ -55,21 +57,45 @@ def test_a_peak_given_per_replica_needs_no_production_record_and_a_relative_one_
     assert not isinstance(low, str) and [step.load for step in low] == [1.0, 1.0, 1.0, 1.0]
 
 
-def figures(on_time: float | None, *, kept_up: bool = True) -> ArmStepFigures:
-    return ArmStepFigures(requests=100, on_time=on_time, kept_up=kept_up)
+def figures(on_time: float | None, completed: float, *, kept_up: bool = True) -> ArmStepFigures:
+    return ArmStepFigures(requests=100, completed_per_replica=completed, on_time=on_time, kept_up=kept_up)
 
 
-def test_capacity_is_the_highest_step_load_an_arm_kept_up_with_on_time_and_unmeasured_steps_never_count() -> None:
+def test_capacity_is_the_highest_load_an_arm_served_on_a_step_it_kept_up_with_on_time() -> None:
     steps = [
-        RehearsalStep(load=2, speculative=figures(1.0), control=figures(1.0)),
-        RehearsalStep(load=4, speculative=figures(0.995), control=figures(0.9)),
-        RehearsalStep(load=6, speculative=figures(1.0, kept_up=False), control=None),
+        RehearsalStep(load=2, speculative=figures(1.0, 2.1), control=figures(1.0, 1.9)),
+        # its arrivals fell short of the planned 4: capacity is what it served, not what was planned
+        RehearsalStep(load=4, speculative=figures(0.995, 3.5), control=figures(0.9, 4.0)),
+        RehearsalStep(load=6, speculative=figures(1.0, 4.5, kept_up=False), control=None),
     ]
-    assert capacity_of(steps, Arm.SPECULATIVE, 0.99) == 4
-    assert capacity_of(steps, Arm.CONTROL, 0.99) == 2
+    assert capacity_of(steps, Arm.SPECULATIVE, 0.99) == 3.5
+    assert capacity_of(steps, Arm.CONTROL, 0.99) == 1.9
     assert capacity_of(steps[1:], Arm.CONTROL, 0.99) is None
     nothing = [RehearsalStep(load=2, speculative=ArmStepFigures(), control=ArmStepFigures())]
     assert capacity_of(nothing, Arm.SPECULATIVE, 0.5) is None
+
+
+def test_a_ladder_step_is_read_past_its_first_window_and_any_other_step_over_its_last() -> None:
+    window, start = timedelta(seconds=15), datetime(2026, 12, 1, tzinfo=UTC)
+    step = RehearsalStep(load=2, started_at=start)
+    assert read_span(step, window, end=start + timedelta(seconds=60)) == timedelta(seconds=45)
+    # no longer than two windows, or just begun: the last window
+    assert read_span(step, window, end=start + timedelta(seconds=30)) == window
+    assert read_span(step, window, end=start + timedelta(seconds=5)) == window
+    for other in (
+        RehearsalStep(load=2, started_at=start, burst=True),
+        RehearsalStep(load=2, started_at=start, flip=True),
+    ):
+        assert read_span(other, window, end=start + timedelta(seconds=60)) == window
+
+
+def test_measurements_reach_back_over_a_rehearsal_step_longer_than_two_windows() -> None:
+    analysis = Analysis(window=Duration("15s"), interval=Duration("5s"))
+    margin = horizon(analysis) - timedelta(seconds=30)
+    assert horizon(analysis, Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("60s"))) == (
+        timedelta(seconds=60) + margin
+    )
+    assert horizon(analysis, Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("30s"))) == horizon(analysis)
 
 
 def test_arm_figures_pool_the_scopes_and_count_late_answers_as_missed() -> None:
@@ -199,7 +225,7 @@ async def test_the_routing_fallback_at_peak_flips_the_rehearsal_table_and_times_
     assert flip["requests"] > 0
     assert "recovered in 0 s" in rehearsal["message"]
     # the flip step is not a ladder step: capacity comes from the ladder
-    assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["load"]
+    assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["speculative"]["completedPerReplica"]
 
 
 async def test_the_restart_fallback_at_peak_replaces_a_speculative_replica_and_times_its_readiness() -> None:
@@ -232,7 +258,7 @@ async def test_the_restart_fallback_at_peak_replaces_a_speculative_replica_and_t
     assert sum(scope["speculative"]["requests"] for scope in step["scopes"]) == step["speculative"]["requests"]
     assert "keptUp" not in step["scopes"][0]["speculative"] and "peakKvUsage" not in step["scopes"][0]["speculative"]
     # the restart step is not a ladder step: capacity comes from the ladder
-    assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["load"]
+    assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["speculative"]["completedPerReplica"]
 
 
 def test_the_replacement_replica_runs_the_control_arms_engine_under_the_speculative_arms_label() -> None:

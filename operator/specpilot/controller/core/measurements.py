@@ -15,7 +15,7 @@ from typing import Protocol
 
 from specpilot.analysis.evidence import WindowLoad
 from specpilot.analysis.window import ArmEngine, ScopeWindow
-from specpilot.api.spec import Analysis, SpeculationPilotSpec
+from specpilot.api.spec import Analysis, Rehearsal, SpeculationPilotSpec
 from specpilot.metrics.engine import Scrape, engine_window
 from specpilot.metrics.ledger import LedgerView
 from specpilot.metrics.load import cache_config, kv_blocks, window_load
@@ -42,9 +42,11 @@ def cadence(analysis: Analysis) -> float:
     return min(10.0, max(2.0, analysis.interval.total_seconds() / 5))
 
 
-def horizon(analysis: Analysis) -> timedelta:
-    """How far back measurements are kept: two windows (KV loads look that far) and a margin."""
-    return analysis.window * 2 + timedelta(seconds=4 * cadence(analysis))
+def horizon(analysis: Analysis, rehearsal: Rehearsal | None = None) -> timedelta:
+    """How far back measurements are kept: two windows (KV loads look that far), or a rehearsal step
+    where longer (a ladder step is read over most of it), and a margin."""
+    step = rehearsal.step_duration if rehearsal is not None else timedelta(0)
+    return max(analysis.window * 2, step) + timedelta(seconds=4 * cadence(analysis))
 
 
 class EngineReadings(Protocol):

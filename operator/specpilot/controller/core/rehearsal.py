@@ -120,7 +120,7 @@ def advance(
     requested: bool = False,
     now: datetime,
 ) -> RehearsalStatus | None:
-    """The rehearsal's next state. `figures` are each rehearsed arm's over the last analysis window
+    """The rehearsal's next state. `figures` are each rehearsed arm's over the current step's read span
     (None before anything was collected); `flip` and `restart` what the fallbacks' steps measured so far.
     Due once the decision is stated, on the scopes on speculative decoding; or when `requested`
     (the rehearse annotation) and none runs, on the scopes the speculative arm serves."""
@@ -395,10 +395,13 @@ def _status(phase: RehearsalPhase, message: str, *, now: datetime, scopes: Seque
 
 
 def capacity_of(steps: Sequence[RehearsalStep], arm: Arm, target: float) -> float | None:
-    """The highest step load (per replica) at which the arm kept up with its arrivals and met the on-time
-    target: an arm falling behind finishes only part of what it is sent, and the requests still queued
-    would miss their deadlines unseen. A step with no figure for it never counts as met."""
-    met = [step.load for step in steps if _met(_figures(step, arm), target)]
+    """The highest load the arm was measured to complete (per replica) on a step where it kept up with
+    its arrivals and met the on-time target: an arm falling behind finishes only part of what it is
+    sent, and the requests still queued would miss their deadlines unseen. Measured, not planned: the
+    arrivals of a step scatter about its planned load, and capacity claims only a load the arm served.
+    A step with no figure for it never counts as met."""
+    figures = (_figures(step, arm) for step in steps)
+    met = [f.completed_per_replica for f in figures if f is not None and _met(f, target) and f.completed_per_replica]
     return round(max(met), 4) if met else None
 
 
@@ -414,7 +417,7 @@ def _met(figures: ArmStepFigures | None, target: float) -> bool:
 def arm_figures(
     requests: Sequence[ArmRequests], engine: ArmEngine | None, *, seconds: float, replicas: int, load: float
 ) -> ArmStepFigures:
-    """One arm's figures over a step's last window from its requests of every rehearsed scope, the step
+    """One arm's figures over a step's read span from its requests of every rehearsed scope, the step
     sending it `load` requests per second per replica (0: unknown, so nothing on keeping up); the
     engine's figures are the arm's, none for part of its requests."""
     routed = sum(r.routed for r in requests)
@@ -475,7 +478,7 @@ def mix(spec: SpeculationPilotSpec, evidence: Evidence, scopes: Sequence[str]) -
 
 @dataclass(frozen=True)
 class StepFigures:
-    """What a step measured over its last analysis window: per arm, and per scope and arm when more
+    """What a step measured over its read span: per arm, and per scope and arm when more
     than one scope is rehearsed."""
 
     arms: Mapping[Arm, ArmStepFigures]
@@ -489,15 +492,15 @@ def step_figures(
     *,
     replicas: Mapping[Arm, int],
 ) -> StepFigures | None:
-    """Each rehearsed arm's figures over the last analysis window collected (None before any)."""
+    """Each rehearsed arm's figures over the step's read span up to the last collection (None before any)."""
     end = measurements.collected_at
     if end is None:
         return None
-    start = end - spec.analysis.window
+    start = end - read_span(status.steps[status.step], spec.analysis.window, end=end)
     samples = measurements.samples.samples(start, end)
     engines = measurements.engines(start=start, end=end, analysis=spec.analysis)
     sent = _sent(spec, status, start=start, end=end)
-    seconds = spec.analysis.window.total_seconds()
+    seconds = (end - start).total_seconds()
     requests = {
         (scope, arm): arm_requests(samples, scope=scope, arm=arm, start=start, end=end)
         for scope in status.scopes
@@ -529,6 +532,15 @@ def step_figures(
             for scope in status.scopes
         ),
     )
+
+
+def read_span(step: RehearsalStep, window: timedelta, *, end: datetime) -> timedelta:
+    """How far back a step's figures reach from `end`: a ladder step past its first analysis window
+    (which still carries the previous step's queue), so that a longer step reads more of its load; any
+    other step, and a ladder step no longer than two windows, over the last window."""
+    if not step.on_ladder or step.started_at is None:
+        return window
+    return max(window, end - step.started_at - window)
 
 
 def _sent(spec: SpeculationPilotSpec, status: RehearsalStatus, *, start: datetime, end: datetime) -> dict[Arm, float]:
