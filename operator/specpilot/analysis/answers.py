@@ -3,12 +3,14 @@
 The shell sends a probe case to one pod of each arm and hands the answers here; each function says
 whether an arm's answer keeps the behaviour the case checks (vLLM 0.33's contracts for stop
 conditions, tool calls and structured outputs), and when not, which field broke, with short
-excerpts. An answer's body is never kept beyond an excerpt.
+excerpts; a sampled answer gets a score instead (a built-in scalar, or a webhook's reply read here).
+An answer's body is never kept beyond an excerpt.
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,9 +18,10 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from specpilot.api.spec import ProbeCase
+from specpilot.api.spec import BuiltinScore, ProbeCase
 
 EXCERPT = 80  # characters of an answer a finding keeps
+SCORE_REPLY_LIMIT = 4096  # bytes of a score webhook's reply that are read; a longer reply gives no score
 
 
 def excerpt(text: str, start: int = 0) -> str:
@@ -45,6 +48,7 @@ class Answer:
     stop_reason: str | int | None = None
     tool_calls: tuple[ToolCall, ...] = ()
     status: int = 200
+    tokens: int | None = None  # completion tokens, as the whole answer's usage gives them
 
 
 @dataclass(frozen=True)
@@ -163,3 +167,44 @@ def cancel_fault(before: float | None, after: float | None) -> Fault | None:
     if after > before:
         return Fault("vllm:num_requests_running", f"{before:g} before, {after:g} after")
     return None
+
+
+@dataclass(frozen=True)
+class Scored:
+    """A sampled answer and its score; without one, why not."""
+
+    answer: Answer
+    score: float | None
+    why: str = ""
+
+
+ENDED_BY_ITSELF = ("stop", "tool_calls")
+
+
+def builtin_score(answer: Answer, builtin: BuiltinScore) -> Scored:
+    """A built-in scalar of the answer: its completion tokens, or 1 when it ended by itself (stop or
+    tool_calls) and 0 when it was cut or aborted. An answer that failed, or lacks the field, has none."""
+    if answer.status != 200:
+        return Scored(answer, None, f"the answer failed with HTTP {answer.status}")
+    if builtin is BuiltinScore.LENGTH:
+        if answer.tokens is None:
+            return Scored(answer, None, "the answer carries no completion_tokens")
+        return Scored(answer, float(answer.tokens))
+    if answer.finish_reason is None:
+        return Scored(answer, None, "the answer carries no finish_reason")
+    return Scored(answer, 1.0 if answer.finish_reason in ENDED_BY_ITSELF else 0.0)
+
+
+def reply_score(reply: bytes) -> float | None:
+    """The score in a score webhook's reply: a JSON object whose `score` is a finite number; None for
+    anything else (a reply over SCORE_REPLY_LIMIT, not JSON, a string, a boolean, NaN)."""
+    if len(reply) > SCORE_REPLY_LIMIT:
+        return None
+    try:
+        document = json.loads(reply)
+    except (ValueError, RecursionError):
+        return None
+    value = document.get("score") if isinstance(document, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)

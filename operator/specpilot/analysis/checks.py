@@ -21,6 +21,7 @@ PROBE_METRICS = frozenset(
         MetricName.PROBE_TOOL_CALL,
         MetricName.PROBE_STRUCTURED,
         MetricName.PROBE_CANCEL,
+        MetricName.PROBE_SAMPLED,
     }
 )
 # Why a hard check that fails flips its scope: the record's reason, by the metric that tripped.

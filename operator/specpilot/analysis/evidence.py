@@ -13,6 +13,9 @@ decision reads are learned from them (`decision.bands`). Production's baseline i
 windows' loads it ran at are kept as a histogram over the same bins. The store lives in a ConfigMap
 beside the pilot, never in status.
 
+The probe rounds' counts by scope, kind and arm are kept here too, so that the report's quality by
+scope survives an operator restart (`record_probes`).
+
 Pure: the shell passes the window, its load and its verdict, and writes back what this returns.
 """
 
@@ -30,6 +33,7 @@ from pydantic import Field
 from specpilot.analysis.stats import nearest_rank
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.common import ApiModel
+from specpilot.api.spec import ProbeKind
 from specpilot.api.status import Verdict
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
@@ -163,6 +167,67 @@ class Lengths(ApiModel):
         )
 
 
+class ProbeArm(ApiModel):
+    """One arm's probe answers of one kind on one scope."""
+
+    checks: Annotated[int, Field(ge=0)] = 0
+    """greedy: text comparisons (the speculative arm's against the baseline's; the baseline's against its
+    own repeat). sampled: answers asked. The other kinds: answers judged."""
+    passed: Annotated[int, Field(ge=0)] = 0
+    """Of those, greedy: equal texts; sampled: answers whose score counted; the other kinds: answers that
+    kept the case's contract."""
+    scores: Moments = Moments()
+    """sampled: the scores that counted."""
+
+    def merge(self, other: ProbeArm) -> ProbeArm:
+        return ProbeArm(
+            checks=self.checks + other.checks, passed=self.passed + other.passed, scores=self.scores.merge(other.scores)
+        )
+
+
+class ProbeCounts(ApiModel):
+    """One probe kind's rounds on one scope, and each probed arm's answers."""
+
+    rounds: Annotated[int, Field(ge=0)] = 0
+    """The most rounds any of the kind's cases ran."""
+    baseline: ProbeArm = ProbeArm()
+    speculative: ProbeArm = ProbeArm()
+
+    def merge(self, other: ProbeCounts) -> ProbeCounts:
+        return ProbeCounts(
+            rounds=self.rounds + other.rounds,
+            baseline=self.baseline.merge(other.baseline),
+            speculative=self.speculative.merge(other.speculative),
+        )
+
+
+def _merged(
+    one: Mapping[ProbeKind, ProbeCounts], other: Mapping[ProbeKind, ProbeCounts]
+) -> dict[ProbeKind, ProbeCounts]:
+    return {
+        kind: one.get(kind, ProbeCounts()).merge(other.get(kind, ProbeCounts()))
+        for kind in ProbeKind
+        if kind in one or kind in other
+    }
+
+
+class ProbeRecord(ApiModel):
+    """A scope's probe counts by kind. The operator accumulates its rounds in memory, so a run of it
+    (`since`: when its first round began) writes its counts so far over `current`; a later run first adds
+    them to `kept`, so that what earlier runs counted survives a restart."""
+
+    kept: dict[ProbeKind, ProbeCounts] = {}
+    """What the operator's earlier runs counted."""
+    since: datetime | None = None
+    """When the first round of the run that wrote `current` began."""
+    current: dict[ProbeKind, ProbeCounts] = {}
+    """What that run has counted so far."""
+
+    def counts(self) -> dict[ProbeKind, ProbeCounts]:
+        """Every run's counts together."""
+        return _merged(self.kept, self.current)
+
+
 class ScopeEvidence(ApiModel):
     """Everything recorded about one scope."""
 
@@ -192,6 +257,8 @@ class ScopeEvidence(ApiModel):
     output_tokens: Lengths = Lengths()
     rehearsed: dict[int, Annotated[int, Field(ge=0)]] = {}
     """Windows per load bin of the compared pair that the peak rehearsal's traffic made (its source)."""
+    probes: ProbeRecord = ProbeRecord()
+    """The probe rounds' counts by kind and arm, for the report's quality by scope."""
 
 
 class KvPoint(ApiModel):
@@ -398,6 +465,7 @@ def record_window(
         prompt_tokens=scope.prompt_tokens if rehearsed else scope.prompt_tokens.add(load.prompt_tokens),
         output_tokens=scope.output_tokens if rehearsed else scope.output_tokens.add(load.output_tokens),
         rehearsed=marked,
+        probes=scope.probes,
     )
     kv = {
         **evidence.kv_usage,
@@ -417,6 +485,24 @@ def mix_changed(evidence: Evidence, scopes: Sequence[str], *, at: datetime) -> E
         if name in scopes
     }
     return evidence.model_copy(update={"scopes": {**evidence.scopes, **updated}})
+
+
+def record_probes(
+    evidence: Evidence, counts: Mapping[str, Mapping[ProbeKind, ProbeCounts]], *, since: datetime
+) -> Evidence:
+    """The evidence with each scope's probe counts of the operator's run whose rounds began at `since`:
+    they replace that run's, or, from a later run, start its own beside what the earlier ones kept. A
+    scope without counts yet is left as it is."""
+    scopes = dict(evidence.scopes)
+    for name, kinds in counts.items():
+        if not kinds:
+            continue
+        found = scopes.get(name, ScopeEvidence())
+        record = found.probes
+        kept = record.kept if record.since in (None, since) else _merged(record.kept, record.current)
+        probes = ProbeRecord(kept=kept, since=since, current=dict(kinds))
+        scopes[name] = found.model_copy(update={"probes": probes})
+    return evidence.model_copy(update={"scopes": scopes})
 
 
 def watch_production(evidence: Evidence, load: WindowLoad) -> Evidence:

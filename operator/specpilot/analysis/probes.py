@@ -2,19 +2,21 @@
 
 A tally counts answers per arm and, for the checks, what pins a failure to speculation: for greedy
 text, the speculative arm's divergences from the baseline beside the baseline's divergences from
-itself (the same prompt asked twice); for the other kinds, answers the speculative arm failed where
-the baseline's passed. Tallies add up over rounds (`accumulate`), so the checks judge every round so
-far, and the latest failure is kept as a finding with short excerpts, never a whole answer.
+itself (the same prompt asked twice); for sampled answers, both arms' scores; for the other kinds,
+answers the speculative arm failed where the baseline's passed. Tallies add up over rounds
+(`accumulate`), so the checks judge every round so far, and the latest failure is kept as a finding
+with short excerpts, never a whole answer.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 
 from specpilot.analysis.answers import (
     Answer,
     Fault,
+    Scored,
     cancel_fault,
     divergence,
     excerpt,
@@ -22,7 +24,10 @@ from specpilot.analysis.answers import (
     structured_fault,
     tool_call_fault,
 )
-from specpilot.api.spec import ProbeCase, ProbeKind
+from specpilot.analysis.evidence import Moments
+from specpilot.api.spec import Better, ProbeCase, ProbeKind
+
+MAX_PAIRS = 256  # newest pairs of scores a sampled case keeps: what its test compares
 
 
 @dataclass(frozen=True)
@@ -45,8 +50,10 @@ class Finding:
 @dataclass(frozen=True)
 class CaseTally:
     """A case's answers so far. Greedy: trials are text comparisons (speculative against baseline, and
-    the baseline against its own repeat), passes the equal ones. Other kinds: trials are answers, and
-    `paired` / `regressions` count those whose baseline answer passed / that failed on speculative only."""
+    the baseline against its own repeat), passes the equal ones. Sampled: trials are answers asked,
+    passes those whose score counts (a round counts only when every answer got one), and the scores
+    are kept in pairs, one answer of each arm. Other kinds: trials are answers, and `paired` /
+    `regressions` count those whose baseline answer passed / that failed on speculative only."""
 
     kind: ProbeKind
     rounds: int = 1
@@ -57,6 +64,10 @@ class CaseTally:
     paired: int = 0
     regressions: int = 0
     diverged_at: int = 0  # greedy: sum of the first divergence positions of speculative texts
+    score_pairs: tuple[tuple[float, float], ...] = ()  # sampled: (baseline, speculative), the newest MAX_PAIRS
+    baseline_scores: Moments = field(default_factory=Moments)  # sampled: every score that counted
+    speculative_scores: Moments = field(default_factory=Moments)
+    unscored: str | None = None  # sampled: why the latest round's answers were not all scored
     finding: Finding | None = None
 
     @property
@@ -85,7 +96,8 @@ class Readings:
 
 
 def accumulate(total: CaseTally, latest: CaseTally) -> CaseTally:
-    """Two tallies of the same case as one; the latest finding wins."""
+    """Two tallies of the same case as one; the latest finding wins, and the latest round says whether
+    its answers were all scored."""
     return CaseTally(
         kind=latest.kind,
         rounds=total.rounds + latest.rounds,
@@ -96,6 +108,10 @@ def accumulate(total: CaseTally, latest: CaseTally) -> CaseTally:
         paired=total.paired + latest.paired,
         regressions=total.regressions + latest.regressions,
         diverged_at=total.diverged_at + latest.diverged_at,
+        score_pairs=(*total.score_pairs, *latest.score_pairs)[-MAX_PAIRS:],
+        baseline_scores=total.baseline_scores.merge(latest.baseline_scores),
+        speculative_scores=total.speculative_scores.merge(latest.speculative_scores),
+        unscored=latest.unscored,
         finding=latest.finding or total.finding,
     )
 
@@ -135,6 +151,60 @@ def answer_round(case: ProbeCase, *, baseline: ArmAnswers, speculative: ArmAnswe
     base = _faults(case, baseline, None)
     spec = _faults(case, speculative, baseline)
     return _tally(case, base, spec, shown=lambda i, field: _shown((baseline.whole, baseline.streamed)[i], field))
+
+
+def sampled_round(case: ProbeCase, *, baseline: Sequence[Scored], speculative: Sequence[Scored]) -> CaseTally:
+    """sampled: each arm's answers at the case's temperature, scored, paired one to one in the order they
+    were asked (the i-th of each arm). The round's scores count only when every answer of both arms got
+    one: a scorer that fails on some answers (broken ones, say) must not leave out just those. The
+    finding is each arm's worst-scored answer, when the speculative arm's is the worse."""
+    answers = [*baseline, *speculative]
+    missing = [scored for scored in answers if scored.score is None]
+    counted = not missing and len(baseline) == len(speculative)
+    pairs = tuple((_score(b), _score(s)) for b, s in zip(baseline, speculative, strict=True)) if counted else ()
+    finding = None
+    if pairs:
+        sign = score_sign(case)
+        worst_base, worst_spec = (min(arm, key=lambda scored: sign * _score(scored)) for arm in (baseline, speculative))
+        if sign * _score(worst_spec) < sign * _score(worst_base):
+            shown = _shown_score(worst_base), _shown_score(worst_spec)
+            finding = Finding(case.kind, excerpt(case.prompt), "worst score", *shown)
+    why = (
+        f"{len(missing)} of {len(answers)} answers of the latest round unscored ({missing[0].why})" if missing else None
+    )
+    return CaseTally(
+        kind=case.kind,
+        baseline_passed=len(pairs),
+        baseline_trials=len(baseline),
+        speculative_passed=len(pairs),
+        speculative_trials=len(speculative),
+        score_pairs=pairs[-MAX_PAIRS:],
+        baseline_scores=_moments(b for b, _ in pairs),
+        speculative_scores=_moments(s for _, s in pairs),
+        unscored=why,
+        finding=finding,
+    )
+
+
+def score_sign(case: ProbeCase) -> float:
+    """What a sampled case's scores are multiplied by so that higher is better: -1 where they improve downwards."""
+    return -1.0 if case.score is not None and case.score.better is Better.LOWER else 1.0
+
+
+def _score(scored: Scored) -> float:
+    assert scored.score is not None  # only rounds whose answers were all scored are compared
+    return scored.score
+
+
+def _shown_score(scored: Scored) -> str:
+    return f"{_score(scored):g}: {excerpt(scored.answer.text)}"
+
+
+def _moments(values: Iterable[float]) -> Moments:
+    out = Moments()
+    for value in values:
+        out = out.add(value)
+    return out
 
 
 def cancel_round(case: ProbeCase, *, baseline: Readings, speculative: Readings) -> CaseTally:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from specpilot.analysis.checks import Check, inconclusive
-from specpilot.analysis.probes import CaseTally, accumulate, combined
+from specpilot.analysis.evidence import ProbeArm, ProbeCounts
+from specpilot.analysis.probes import CaseTally, accumulate, combined, score_sign
 from specpilot.analysis.proportions import rate_above_pvalue
-from specpilot.analysis.stats import spent_alpha
+from specpilot.analysis.stats import binomial_sf, spent_alpha
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import ProbeCase, ProbeKind, Quality, SpeculationPilotSpec
 from specpilot.api.status import Verdict
@@ -22,10 +24,12 @@ from specpilot.api.status import Verdict
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """Probe tallies by case (`case_key`), accumulated over rounds, and why the latest round failed."""
+    """Probe tallies by case (`case_key`), accumulated over rounds, why the latest round failed, and when
+    the first of these rounds began (the rounds of one run of the operator: they live in its memory)."""
 
     tallies: Mapping[str, CaseTally] = field(default_factory=dict)
     error: str | None = None
+    since: datetime | None = None
 
 
 def case_key(case: ProbeCase) -> str:
@@ -49,10 +53,11 @@ def accumulated(previous: ProbeResult | None, latest: ProbeResult) -> ProbeResul
     """The latest round added to the rounds before it. Cases no longer probed are dropped; a round
     that failed keeps the tallies so far and says why."""
     before = previous.tallies if previous is not None else {}
+    since = previous.since if previous is not None else latest.since
     if latest.error is not None and not latest.tallies:
-        return ProbeResult(before, latest.error)
+        return ProbeResult(before, latest.error, since)
     tallies = {key: accumulate(before[key], tally) if key in before else tally for key, tally in latest.tallies.items()}
-    return ProbeResult(tallies, latest.error)
+    return ProbeResult(tallies, latest.error, since)
 
 
 PROBE_METRIC = {
@@ -61,6 +66,7 @@ PROBE_METRIC = {
     ProbeKind.TOOL_CALL: MetricName.PROBE_TOOL_CALL,
     ProbeKind.STRUCTURED: MetricName.PROBE_STRUCTURED,
     ProbeKind.CANCEL: MetricName.PROBE_CANCEL,
+    ProbeKind.SAMPLED: MetricName.PROBE_SAMPLED,
 }
 
 
@@ -69,23 +75,53 @@ def probe_checks(
 ) -> tuple[Check, ...]:
     """A scope's probe checks, one per kind among its cases; hard limits. Inconclusive until a round
     has answered."""
-    tallies = result.tallies if result is not None else {}
-    by_kind: dict[ProbeKind, list[CaseTally]] = {}
-    for case in cases:
-        if (tally := tallies.get(case_key(case))) is not None:
-            by_kind.setdefault(case.kind, []).append(tally)
+    by_kind = _by_kind(result, cases)
     if not by_kind:
         why = result.error if result is not None and result.error else "no completed probe round"
         return (inconclusive(MetricName.PROBE_AGREEMENT, f"probes: {why}", hard=True),)
     checks = []
     for kind, found in by_kind.items():
-        tally = combined(found)
+        if kind is ProbeKind.SAMPLED:
+            checks.append(sampled_check(found, confidence=confidence))
+            continue
+        tally = combined(tally for _, tally in found)
         assert tally is not None  # every kind listed has a tally
         if kind is ProbeKind.GREEDY:
             checks.append(greedy_check(tally, confidence=confidence))
         else:
             checks.append(behaviour_check(tally, min_agreement=quality.min_agreement))
     return tuple(checks)
+
+
+def _by_kind(
+    result: ProbeResult | None, cases: Sequence[ProbeCase]
+) -> dict[ProbeKind, list[tuple[ProbeCase, CaseTally]]]:
+    """The cases with a tally so far, and their tallies, by kind (in the order the cases come)."""
+    tallies = result.tallies if result is not None else {}
+    by_kind: dict[ProbeKind, list[tuple[ProbeCase, CaseTally]]] = {}
+    for case in cases:
+        if (tally := tallies.get(case_key(case))) is not None:
+            by_kind.setdefault(case.kind, []).append((case, tally))
+    return by_kind
+
+
+def kind_counts(result: ProbeResult | None, cases: Sequence[ProbeCase]) -> dict[ProbeKind, ProbeCounts]:
+    """A scope's probe rounds so far as the evidence keeps them: per kind, each arm's checks, passes and
+    scores over the kind's cases (`CaseTally` says what they count for each kind)."""
+    out = {}
+    for kind, found in _by_kind(result, cases).items():
+        tally = combined(tally for _, tally in found)
+        assert tally is not None  # every kind listed has a tally
+        out[kind] = ProbeCounts(
+            rounds=tally.rounds,
+            baseline=ProbeArm(checks=tally.baseline_trials, passed=tally.baseline_passed, scores=tally.baseline_scores),
+            speculative=ProbeArm(
+                checks=tally.speculative_trials,
+                passed=tally.speculative_passed,
+                scores=tally.speculative_scores,
+            ),
+        )
+    return out
 
 
 def greedy_check(tally: CaseTally, *, confidence: float) -> Check:
@@ -122,6 +158,54 @@ def greedy_check(tally: CaseTally, *, confidence: float) -> Check:
         reason=reason,
         hard=True,
     )
+
+
+def sampled_check(found: Sequence[tuple[ProbeCase, CaseTally]], *, confidence: float) -> Check:
+    """Sampled answers fail only when the speculative arm's scores are shown worse than the baseline's:
+    a one-sided sign test on the newest pairs of answers (one of each arm, of the same case and round,
+    ties left out). With no difference each untied pair goes either way at even odds, so the pairs the
+    speculative answer lost are Binomial(untied, 1/2), an exact tail (`stats.binomial_sf`) whatever the
+    scores' scale and however many ties they hold (0/1 finish reasons, lengths at maxTokens, a rubric's
+    grades), where a rank test's normal approximation would flip identical arms too often. The level is
+    spent across rounds as the greedy check spends it. A case whose latest round left answers unscored
+    makes it inconclusive: a score that could not be read never passes."""
+    metric = MetricName.PROBE_SAMPLED
+    unscored = next((tally.unscored for _, tally in found if tally.unscored), None)
+    if unscored is not None:
+        return inconclusive(metric, f"sampled probe: {unscored}", hard=True)
+    pairs = [_turned(case, pair) for case, tally in found for pair in tally.score_pairs]
+    if not pairs:
+        return inconclusive(metric, "sampled probe: no round scored yet", hard=True)
+    untied = sum(base != spec for base, spec in pairs)
+    lost = sum(spec < base for base, spec in pairs)
+    rounds = max(tally.rounds for _, tally in found)
+    level = spent_alpha(rounds, alpha=1 - confidence, failure_limit=1)
+    p = binomial_sf(lost, untied, 0.5)
+    evidence = (
+        f"the speculative answer scored worse in {lost} of {untied} untied pairs ({len(pairs)} pairs over "
+        f"{rounds} round(s)); one-sided sign test p={p:.3g}, level {level:.3g}"
+    )
+    if p <= level:
+        worst = next((tally.finding for _, tally in reversed(found) if tally.finding), None)
+        detail = f": {worst.sentence()}" if worst else ""
+        verdict, reason = Verdict.FAIL, f"sampled probe scores worse than the baseline's{detail}"
+    else:
+        verdict, reason = Verdict.PASS, "sampled probe scores no worse than the baseline's"
+    return Check(
+        metric=metric,
+        verdict=verdict,
+        observed=lost / untied if untied else 0.0,
+        threshold=0.5,
+        evidence=evidence,
+        reason=reason,
+        hard=True,
+    )
+
+
+def _turned(case: ProbeCase, pair: tuple[float, float]) -> tuple[float, float]:
+    """A pair of scores with higher better, whichever way the case's score improves."""
+    sign = score_sign(case)
+    return sign * pair[0], sign * pair[1]
 
 
 def behaviour_check(tally: CaseTally, *, min_agreement: float) -> Check:

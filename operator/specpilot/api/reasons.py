@@ -152,5 +152,6 @@ class MetricName(StrEnum):
     PROBE_TOOL_CALL = "probeToolCall"
     PROBE_STRUCTURED = "probeStructured"
     PROBE_CANCEL = "probeCancel"
+    PROBE_SAMPLED = "probeSampled"
     WEBHOOK = "webhook"
     MANUAL = "manual"

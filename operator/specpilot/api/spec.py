@@ -79,6 +79,9 @@ Name = Annotated[str, StringConstraints(pattern=DNS_LABEL_PATTERN, min_length=1,
 HeaderName = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$", min_length=1, max_length=128)]
 ModelRef = Annotated[str, StringConstraints(min_length=1, max_length=256)]
 Revision = Annotated[str, StringConstraints(min_length=1, max_length=128)]
+WebhookUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+([/?#]\S*)?$", max_length=2048)]
+WebhookTimeout = Annotated[Duration, duration_within("1s", "5m")]
+WebhookMetadata = Annotated[dict[str, Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=16)]
 
 
 # --- engine -------------------------------------------------------------------------------------
@@ -497,6 +500,7 @@ class ProbeKind(StrEnum):
     TOOL_CALL = "toolCall"
     STRUCTURED = "structured"
     CANCEL = "cancel"
+    SAMPLED = "sampled"
 
 
 FUNCTION_NAME_PATTERN = r"^[a-zA-Z0-9_-]{1,64}$"
@@ -534,20 +538,106 @@ MIN_TOKENS_WITHIN_MAX = Rule(
     message="minTokens must not exceed maxTokens",
     field_path=".minTokens",
 )
+SAMPLED_CASE_HAS_TEMPERATURE = Rule(
+    cel="self.kind != 'sampled' || has(self.temperature)",
+    message="a sampled case needs temperature (above 0, as the scope's traffic samples)",
+    reason="FieldValueRequired",
+    field_path=".temperature",
+)
+TEMPERATURE_ONLY_SAMPLED = Rule(
+    cel="self.kind == 'sampled' || !has(self.temperature)",
+    message="temperature is for sampled cases: the other kinds are sent at temperature 0",
+    reason="FieldValueForbidden",
+    field_path=".temperature",
+)
+SAMPLED_CASE_HAS_SCORE = Rule(
+    cel="self.kind != 'sampled' || has(self.score)",
+    message="a sampled case needs score (builtin: length or finishReason, or webhook)",
+    reason="FieldValueRequired",
+    field_path=".score",
+)
+SCORE_ONLY_SAMPLED = Rule(
+    cel="self.kind == 'sampled' || !has(self.score)",
+    message="score is for sampled cases: the other kinds are judged by their own contract",
+    reason="FieldValueForbidden",
+    field_path=".score",
+)
+
+
+class BuiltinScore(StrEnum):
+    """A scalar the operator reads off a sampled answer itself."""
+
+    LENGTH = "length"
+    FINISH_REASON = "finishReason"
+
+
+class Better(StrEnum):
+    """Which way a score improves."""
+
+    HIGHER = "Higher"
+    LOWER = "Lower"
+
+
+class ScoreWebhook(ApiModel):
+    """A business evaluation that scores one answer at a time: the same URL, timeout and metadata as a
+    quality webhook, another contract. It receives a POST of the case (kind, prompt, chat, temperature,
+    maxTokens), one answer (text, finish reason, completion tokens) and the metadata, never which arm gave it;
+    it replies 2xx with a JSON object whose `score` is a finite number. Anything else leaves the answer
+    unscored; the reply itself is never stored or logged."""
+
+    url: WebhookUrl
+    """http or https URL that receives each answer as JSON."""
+    timeout: WebhookTimeout = Duration("10s")
+    """How long to wait for a score; no score in time leaves the answer unscored."""
+    metadata: WebhookMetadata = {}
+    """Extra key/value pairs passed along, e.g. the rubric to score by."""
+
+
+ONE_SCORE_SOURCE = Rule(
+    cel="has(self.builtin) != has(self.webhook)",
+    message="set exactly one of builtin (length or finishReason) and webhook",
+)
+
+
+class ProbeScore(ApiModel):
+    """How each answer of a sampled case is scored."""
+
+    model_config = ConfigDict(json_schema_extra=cel(ONE_SCORE_SOURCE))
+
+    builtin: BuiltinScore | None = None
+    """length: the answer's completion tokens. finishReason: 1 when the answer ended by itself (stop or
+    tool_calls), 0 when it was cut (length) or aborted."""
+    webhook: ScoreWebhook | None = None
+    """The scope's own evaluation, called once per answer with the case and that answer alone (never which
+    arm gave it); a 2xx reply with a JSON object whose `score` is a finite number scores it."""
+    better: Better = Better.HIGHER
+    """Higher or Lower: which way the score improves. The case fails only when the speculative arm's
+    scores are shown worse than the baseline's."""
 
 
 class ProbeCase(ApiModel):
     """One application-behaviour probe, sent to one pod of each arm directly (never through the router)."""
 
     model_config = ConfigDict(
-        json_schema_extra=cel(TOOL_CASE_HAS_TOOLS, TOOL_CHOICE_KNOWN, STRUCTURED_CASE_HAS_SCHEMA, MIN_TOKENS_WITHIN_MAX)
+        json_schema_extra=cel(
+            TOOL_CASE_HAS_TOOLS,
+            TOOL_CHOICE_KNOWN,
+            STRUCTURED_CASE_HAS_SCHEMA,
+            MIN_TOKENS_WITHIN_MAX,
+            SAMPLED_CASE_HAS_TEMPERATURE,
+            TEMPERATURE_ONLY_SAMPLED,
+            SAMPLED_CASE_HAS_SCORE,
+            SCORE_ONLY_SAMPLED,
+        )
     )
 
     kind: ProbeKind
     """greedy: temperature-0 text against the baseline's, judged against the baseline's own variation.
     stop: stop strings, maxTokens and minTokens end the answer as on the baseline. toolCall: the calls
     parse, validate against their function's schema and stream as they answer whole. structured: the
-    answer validates against jsonSchema. cancel: a stream dropped after afterChunks chunks frees its slot."""
+    answer validates against jsonSchema. cancel: a stream dropped after afterChunks chunks frees its slot.
+    sampled: `repeats` answers of each arm at `temperature`, each scored; fails only when the speculative
+    arm's scores are shown worse than the baseline's at analysis.confidence."""
     prompt: Annotated[str, StringConstraints(min_length=1, max_length=4096)]
     """The user message (chat) or the prompt (completion)."""
     chat: Annotated[bool, Field(strict=True)] = True
@@ -572,6 +662,12 @@ class ProbeCase(ApiModel):
     settle: Annotated[Duration, duration_within("1s", "5m")] = Duration("10s")
     """cancel: how long the arm may take to give the dropped request's slot back (the pod's
     vllm:num_requests_running back to where it was)."""
+    temperature: Annotated[float, Field(strict=True, gt=0, le=2)] | None = None
+    """sampled: the temperature the answers are sampled at, as the scope's traffic is; required there."""
+    repeats: Annotated[int, Field(strict=True, ge=2, le=16)] = 8
+    """sampled: answers asked of each arm per round (whole, not streamed)."""
+    score: ProbeScore | None = None
+    """sampled: how each answer is scored; required there."""
 
 
 ProbeCases = Annotated[list[ProbeCase], Field(max_length=32)]
@@ -852,13 +948,13 @@ class Webhook(ApiModel):
 
     name: Name
     """Webhook name, unique within the pilot."""
-    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+([/?#]\S*)?$", max_length=2048)]
+    url: WebhookUrl
     """http or https URL that receives the scope, window and both compared arms as JSON."""
     critical: Annotated[bool, Field(strict=True)] = False
     """A failing critical webhook flips the scope back at once; others count as a failed check."""
-    timeout: Annotated[Duration, duration_within("1s", "5m")] = Duration("10s")
+    timeout: WebhookTimeout = Duration("10s")
     """How long to wait for an answer; no answer fails the check."""
-    metadata: Annotated[dict[str, Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=16)] = {}
+    metadata: WebhookMetadata = {}
     """Extra key/value pairs passed along."""
 
 
@@ -869,8 +965,8 @@ class Quality(ApiModel):
     """Agreement probes; none run unless set."""
     min_agreement: Fraction = 0.95
     """Lowest share of the speculative arm's stop, toolCall, structured and cancel probe answers that must
-    pass where the baseline's pass (accumulated over rounds). Greedy text is judged against the baseline's
-    own variation at analysis.confidence instead."""
+    pass where the baseline's pass (accumulated over rounds). Greedy text and sampled scores are judged
+    against the baseline's own variation at analysis.confidence instead."""
     webhooks: Annotated[
         list[Webhook],
         Field(

@@ -40,15 +40,20 @@ from specpilot.api.spec import (
     METHODS_WITHOUT_DRAFT_MODEL,
     MIN_TOKENS_WITHIN_MAX,
     ONE_ENGINE_SOURCE,
+    ONE_SCORE_SOURCE,
     PEAK_ONE_SOURCE,
     PROBES_GIVEN,
     REHEARSAL_FITS_CAP,
     REHEARSAL_NEEDS_CONTROL,
     REHEARSAL_STEP_SPANS_WINDOW,
+    SAMPLED_CASE_HAS_SCORE,
+    SAMPLED_CASE_HAS_TEMPERATURE,
     SCOPE_PROBES_NEED_PROBES,
+    SCORE_ONLY_SAMPLED,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
     STRUCTURED_CASE_HAS_SCHEMA,
+    TEMPERATURE_ONLY_SAMPLED,
     TOLERATION_EXISTS_WITHOUT_VALUE,
     TOOL_CASE_HAS_TOOLS,
     TOOL_CHOICE_KNOWN,
@@ -126,12 +131,18 @@ def _probe_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
         yield _problem("spec.quality.probes", PROBES_GIVEN)
     if probes is None and any(scope.probes is not None for scope in spec.scopes):
         yield _problem("spec.quality.probes", SCOPE_PROBES_NEED_PROBES)
+    for field, case in listed_cases(spec):
+        yield from _case_problems(field, case)
+
+
+def listed_cases(spec: SpeculationPilotSpec) -> list[tuple[str, ProbeCase]]:
+    """Every probe case as written, named by its field: quality.probes' cases, then each scope's."""
+    probes = spec.quality.probes
     listed = [(f"spec.quality.probes.cases[{i}]", case) for i, case in enumerate(probes.cases if probes else ())]
     for s, scope in enumerate(spec.scopes):
         cases = scope.probes.cases if scope.probes is not None else ()
         listed += [(f"spec.scopes[{s}].probes.cases[{i}]", case) for i, case in enumerate(cases)]
-    for field, case in listed:
-        yield from _case_problems(field, case)
+    return listed
 
 
 def _case_problems(field: str, case: ProbeCase) -> Iterator[Problem]:
@@ -144,6 +155,17 @@ def _case_problems(field: str, case: ProbeCase) -> Iterator[Problem]:
         yield _problem(field + ".jsonSchema", STRUCTURED_CASE_HAS_SCHEMA)
     if case.max_tokens is not None and case.min_tokens > case.max_tokens:
         yield _problem(field + ".minTokens", MIN_TOKENS_WITHIN_MAX)
+    sampled = case.kind is ProbeKind.SAMPLED
+    if sampled and case.temperature is None:
+        yield _problem(field + ".temperature", SAMPLED_CASE_HAS_TEMPERATURE)
+    if not sampled and case.temperature is not None:
+        yield _problem(field + ".temperature", TEMPERATURE_ONLY_SAMPLED)
+    if sampled and case.score is None:
+        yield _problem(field + ".score", SAMPLED_CASE_HAS_SCORE)
+    if not sampled and case.score is not None:
+        yield _problem(field + ".score", SCORE_ONLY_SAMPLED)
+    if case.score is not None and (case.score.builtin is None) == (case.score.webhook is None):
+        yield _problem(field + ".score", ONE_SCORE_SOURCE)
 
 
 def _field_path(loc: Sequence[int | str]) -> str:

@@ -1,35 +1,51 @@
 """Quality gates' I/O: application-behaviour probes sent to both arms directly, and business webhooks.
 
-Probes go to one pod of each arm, not through the router, so they never count as the pilot's traffic.
-Each case is sent whole and streamed (greedy text twice to the baseline, to measure its own
-variation); cancel cases drop a stream and watch the pod's running-requests gauge, one arm at a time
-after the other cases, so that no other probe moves the gauge. What the answers mean is judged in
-`analysis.probes`; only the answers' shape is read here, and nothing of a body is logged.
+Probes go to one pod of the speculative arm and one of the arm it is compared with (the control arm,
+which takes the same share of the same traffic, or production's baseline in a pilot without one;
+"baseline" below), not through the router, so they never count as the pilot's traffic. Each case is sent
+whole and streamed (greedy text to both pods at once, then again to the baseline, so that its own
+variation is measured under the batching its first answer saw); sampled cases are asked `repeats` times
+of each arm at their temperature, whole, and each answer is scored (a score webhook gets one answer at a
+time and never learns its arm); cancel cases drop a stream and watch the pod's running-requests gauge,
+one arm at a time after the other cases, so that no other probe moves the gauge. What the answers mean
+is judged in `analysis.probes`; only the answers' shape is read here, and nothing of a body, an answer's
+or a webhook's reply, is logged.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import random
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import aiohttp
 
-from specpilot.analysis.answers import Answer, ToolCall
-from specpilot.analysis.probes import ArmAnswers, CaseTally, Readings, answer_round, cancel_round, greedy_round
+from specpilot.analysis.answers import SCORE_REPLY_LIMIT, Answer, Scored, ToolCall, builtin_score, reply_score
+from specpilot.analysis.probes import (
+    ArmAnswers,
+    CaseTally,
+    Readings,
+    answer_round,
+    cancel_round,
+    greedy_round,
+    sampled_round,
+)
 from specpilot.analysis.quality import ProbeResult, WebhookResult, case_key
-from specpilot.api.spec import ProbeCase, ProbeKind, Probes, Webhook
+from specpilot.api.spec import ProbeCase, ProbeKind, Probes, ScoreWebhook, Webhook
 from specpilot.wire.names import ENGINE_PORT
 
 RUNNING = "vllm:num_requests_running"
 SETTLE_POLL_S = 0.2  # how often a cancel case re-reads the gauge until its bound
+SCORING_AT_ONCE = 8  # score webhook calls in flight per sampled case
 
 
 def request_body(case: ProbeCase, *, model: str, max_tokens: int, stream: bool) -> dict[str, Any]:
     """The OpenAI request a case sends: chat (always for toolCall and structured) or text completion."""
     chat = case.chat or case.kind in (ProbeKind.TOOL_CALL, ProbeKind.STRUCTURED)
-    body: dict[str, Any] = {"model": model, "max_tokens": case.max_tokens or max_tokens, "temperature": 0}
+    temperature = case.temperature if case.kind is ProbeKind.SAMPLED else 0
+    body: dict[str, Any] = {"model": model, "max_tokens": case.max_tokens or max_tokens, "temperature": temperature}
     body |= {"messages": [{"role": "user", "content": case.prompt}]} if chat else {"prompt": case.prompt}
     if case.kind is ProbeKind.STOP:
         body |= {"stop": list(case.stop), "min_tokens": case.min_tokens}
@@ -59,7 +75,14 @@ def _whole(doc: Mapping[str, Any]) -> Answer:
         for call in message.get("tool_calls") or ()
     )
     text = message.get("content") if "message" in choice else choice.get("text")
-    return Answer(str(text or ""), choice.get("finish_reason"), choice.get("stop_reason"), calls)
+    tokens = (doc.get("usage") or {}).get("completion_tokens")
+    return Answer(
+        str(text or ""),
+        choice.get("finish_reason"),
+        choice.get("stop_reason"),
+        calls,
+        tokens=tokens if isinstance(tokens, int) and not isinstance(tokens, bool) else None,
+    )
 
 
 def _streamed(chunks: Sequence[Mapping[str, Any]]) -> Answer:
@@ -141,6 +164,72 @@ async def _cancel(
     return Readings(before, after)
 
 
+async def _score(
+    session: aiohttp.ClientSession, hook: ScoreWebhook, case: ProbeCase, answer: Answer, *, max_tokens: int
+) -> Scored:
+    """One answer scored by the case's webhook: the case and this answer alone, no arm named. Only the
+    status code or that no score came back is kept of the reply."""
+    if answer.status != 200:
+        return Scored(answer, None, f"the answer failed with HTTP {answer.status}")
+    body = {
+        "case": {
+            "kind": case.kind.value,
+            "prompt": case.prompt,
+            "chat": case.chat,
+            "temperature": case.temperature,
+            "maxTokens": case.max_tokens or max_tokens,
+        },
+        "answer": {"text": answer.text, "finishReason": answer.finish_reason, "completionTokens": answer.tokens},
+        "metadata": dict(hook.metadata),
+    }
+    timeout = aiohttp.ClientTimeout(total=hook.timeout.total_seconds())
+    try:
+        async with session.post(hook.url, json=body, timeout=timeout) as resp:
+            if not 200 <= resp.status < 300:
+                return Scored(answer, None, f"score webhook answered HTTP {resp.status}")
+            reply = await resp.content.read(SCORE_REPLY_LIMIT + 1)
+    except (aiohttp.ClientError, TimeoutError) as error:
+        return Scored(answer, None, f"score webhook: no answer: {error or type(error).__name__}")
+    score = reply_score(reply)
+    return Scored(answer, score, "" if score is not None else "score webhook replied without a finite score")
+
+
+async def _sampled(
+    session: aiohttp.ClientSession, url: str, case: ProbeCase, *, model: str, max_tokens: int
+) -> list[Answer]:
+    body = request_body(case, model=model, max_tokens=max_tokens, stream=False)
+    return list(await asyncio.gather(*(_send(session, url, body) for _ in range(case.repeats))))
+
+
+async def _sampled_round(
+    session: aiohttp.ClientSession, case: ProbeCase, *, baseline: str, speculative: str, model: str, max_tokens: int
+) -> CaseTally:
+    """Both arms' answers to a sampled case, scored, judged."""
+    arms = await asyncio.gather(
+        *(_sampled(session, url, case, model=model, max_tokens=max_tokens) for url in (baseline, speculative))
+    )
+    assert case.score is not None  # the API requires one for a sampled case
+    score = case.score
+    if score.builtin is not None:
+        builtin = score.builtin
+        scored = [[builtin_score(answer, builtin) for answer in answers] for answers in arms]
+    else:
+        assert score.webhook is not None  # exactly one of builtin and webhook
+        hook, gate = score.webhook, asyncio.Semaphore(SCORING_AT_ONCE)
+
+        async def scored_by_hook(answer: Answer) -> Scored:
+            async with gate:
+                return await _score(session, hook, case, answer, max_tokens=max_tokens)
+
+        # Both arms' answers in a random order, so that not even the order of the calls tells the arm.
+        order = [(arm, index) for arm, found in enumerate(arms) for index in range(len(found))]
+        random.shuffle(order)
+        results = await asyncio.gather(*(scored_by_hook(arms[arm][index]) for arm, index in order))
+        placed = dict(zip(order, results, strict=True))
+        scored = [[placed[arm, index] for index in range(len(found))] for arm, found in enumerate(arms)]
+    return sampled_round(case, baseline=scored[0], speculative=scored[1])
+
+
 async def probe_case(
     session: aiohttp.ClientSession, case: ProbeCase, *, baseline: str, speculative: str, model: str, max_tokens: int
 ) -> CaseTally:
@@ -149,10 +238,18 @@ async def probe_case(
         base = await _cancel(session, baseline, case, model=model, max_tokens=max_tokens)
         spec = await _cancel(session, speculative, case, model=model, max_tokens=max_tokens)
         return cancel_round(case, baseline=base, speculative=spec)
-    arms = (baseline, baseline, speculative) if case.kind is ProbeKind.GREEDY else (baseline, speculative)
-    answers = await asyncio.gather(*(_answers(session, url, case, model=model, max_tokens=max_tokens) for url in arms))
+    if case.kind is ProbeKind.SAMPLED:
+        return await _sampled_round(
+            session, case, baseline=baseline, speculative=speculative, model=model, max_tokens=max_tokens
+        )
+    answers = await asyncio.gather(
+        *(_answers(session, url, case, model=model, max_tokens=max_tokens) for url in (baseline, speculative))
+    )
     if case.kind is ProbeKind.GREEDY:
-        return greedy_round(case, baseline=answers[0], again=answers[1], speculative=answers[2])
+        # the repeat after both arms answered: each pod batches the case's requests alike, so the
+        # compared arm's own variation is measured under the conditions its answer was given in
+        again = await _answers(session, baseline, case, model=model, max_tokens=max_tokens)
+        return greedy_round(case, baseline=answers[0], again=again, speculative=answers[1])
     return answer_round(case, baseline=answers[0], speculative=answers[1])
 
 
@@ -165,8 +262,8 @@ async def run_probes(
     cases: Sequence[ProbeCase],
     model: str,
 ) -> ProbeResult:
-    """One round of every case, against one baseline and one speculative pod (their base URLs); cancel
-    cases last and one by one."""
+    """One round of every case, against one pod of the compared arm and one of the speculative arm (their
+    base URLs); cancel cases last and one by one."""
 
     def one(case: ProbeCase) -> Any:
         return probe_case(

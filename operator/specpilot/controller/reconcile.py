@@ -29,7 +29,7 @@ from specpilot.api.status import SpeculationPilotStatus
 from specpilot.api.validate import Problem
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.changes import Apply
-from specpilot.controller.core.measurements import Measurements, cadence
+from specpilot.controller.core.measurements import Measurements, cadence, compared_arm
 from specpilot.controller.core.observe import baseline_pod_view
 from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, plan, refused, teardown, windows_due
 from specpilot.controller.core.policy import DEFAULT, Policy
@@ -327,15 +327,19 @@ class Controller:
         if window_due(status, spec, memory.measurements.collected_at, now):
             memory.wakeup.set(urgent=True)
         probes = spec.quality.probes
-        if probes is not None and probe_due(probes, arms, memory.probe[1] if memory.probe else None, now):
+        # probes compare like with like: the control arm takes the same share of the same traffic
+        compared = compared_arm(spec)
+        probed_at = memory.probe[1] if memory.probe else None
+        if probes is not None and probe_due(probes, arms, probed_at, now, compared=compared):
             result = await self.quality.probe(
-                baseline=arms[Arm.BASELINE][0][1],
+                baseline=arms[compared][0][1],
                 speculative=arms[Arm.SPECULATIVE][0][1],
                 probes=probes,
                 cases=round_cases(spec),
                 model=served_model(workload) if workload is not None else spec.served_model,
             )
-            memory.probe = (accumulated(memory.probe[0] if memory.probe else None, result), now)
+            latest = replace(result, since=now)
+            memory.probe = (accumulated(memory.probe[0] if memory.probe else None, latest), now)
         return cadence(spec.analysis)
 
     # --- teardown ----------------------------------------------------------------------------

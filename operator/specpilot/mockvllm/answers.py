@@ -27,6 +27,7 @@ class Slips:
 
     tool_json: bool = False  # tool-call arguments are not JSON
     structured_invalid: bool = False  # the structured answer does not validate
+    loop_at: int | None = None  # free text falls into a loop from this position on (a repetition fault)
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Answer:
 
 
 def plan(gen: Generation, *, seed: int, mean_length: int, diverge_at: int | None, slips: Slips) -> Answer:
-    """The answer to `gen`; `diverge_at` applies to free text only."""
+    """The answer to `gen`; `diverge_at` and a loop apply to free text only."""
     tool = chosen_tool(gen.tools, gen.tool_choice, gen.last_user_text, seed)
     if tool is not None:
         arguments = arguments_for(tool, seed)
@@ -46,7 +47,7 @@ def plan(gen: Generation, *, seed: int, mean_length: int, diverge_at: int | None
         return Answer(ScriptedTokens(called.text), called)
     if gen.structured is not None:
         return Answer(ScriptedTokens(document(gen.structured, seed, invalid=slips.structured_invalid)))
-    return Answer(TokenSource(seed, mean_length=mean_length, diverge_at=diverge_at))
+    return Answer(TokenSource(seed, mean_length=mean_length, diverge_at=diverge_at, loop_at=slips.loop_at))
 
 
 def document(structured: StructuredOutput, seed: int, *, invalid: bool = False) -> str:

@@ -159,6 +159,7 @@ class OpenAIHandlers:
                 tool_json=bool(gen.tools) and faults.strikes(FaultKind.TOOL_JSON, scope, now),
                 structured_invalid=gen.structured is not None
                 and faults.strikes(FaultKind.STRUCTURED_INVALID, scope, now),
+                loop_at=faults.repetition(scope, now),
             ),
         )
         overrun = bool(gen.stop) and faults.strikes(FaultKind.STOP_OVERRUN, scope, now)

@@ -30,6 +30,7 @@ class FaultKind(enum.StrEnum):
     HANG = "hang"  # the engine stops stepping; requests stall
     CRASH = "crash"  # the server process exits with exit_code
     DIVERGENCE = "divergence"  # greedy output departs from the shared text after after_tokens
+    REPETITION = "repetition"  # a share of free-text answers loops on its last words after after_tokens
     STALLS = "stalls"  # a share of requests is taken and never answered, until the client gives up
     SLOW_START = "slow_start"  # a share of requests waits extra_s before the engine takes it (TTFT tail)
     GARBLED_METRICS = "garbled_metrics"  # /metrics answers a cut, NaN-ridden exposition
@@ -49,6 +50,7 @@ _KEYS: dict[FaultKind, set[str]] = {
     FaultKind.HANG: set(),
     FaultKind.CRASH: {"exit_code"},
     FaultKind.DIVERGENCE: {"rate", "after_tokens"},
+    FaultKind.REPETITION: {"rate", "after_tokens"},
     FaultKind.STALLS: {"rate"},
     FaultKind.SLOW_START: {"rate", "extra_s"},
     FaultKind.GARBLED_METRICS: set(),
@@ -72,6 +74,7 @@ _SCOPED = {
     FaultKind.ERRORS,
     FaultKind.REJECTIONS,
     FaultKind.DIVERGENCE,
+    FaultKind.REPETITION,
     FaultKind.SLOW_START,
     *REQUEST_FAULTS,
 }
@@ -239,7 +242,14 @@ class FaultBoard:
 
     def divergence(self, scope: str, now: float) -> int | None:
         """Output position from which a new request's text diverges, if a divergence hits it."""
-        for fault in self._live(FaultKind.DIVERGENCE, now, scope):
+        return self._position(FaultKind.DIVERGENCE, scope, now)
+
+    def repetition(self, scope: str, now: float) -> int | None:
+        """Output position from which a new request's text loops, if a repetition fault hits it."""
+        return self._position(FaultKind.REPETITION, scope, now)
+
+    def _position(self, kind: FaultKind, scope: str, now: float) -> int | None:
+        for fault in self._live(kind, now, scope):
             if self._rng.random() < fault.spec.rate:
                 return fault.spec.after_tokens
         return None

@@ -3,7 +3,9 @@
 Greedy output must be identical on every arm that shares a seed, so each output token is a pure
 function of (prompt, position, seed). Arms then differ only in timing, which is what a pilot
 measures; a divergence fault salts the tokens from a position on to stand in for a broken arm, and
-the profile's natural variation does the same at the small, batch-dependent rate of real kernels.
+the profile's natural variation does the same at the small, batch-dependent rate of real kernels. A
+repetition fault sends the text into a loop instead, the degenerate output of a broken sampler: at
+any temperature the answer repeats the few words before the loop until max_tokens cuts it.
 A structured answer (a JSON document, a tool call) is a fixed text cut into tokens (`ScriptedTokens`).
 """
 
@@ -156,20 +158,30 @@ class ScriptedTokens:
         return token_id(self.piece(position))
 
 
+LOOP_WORDS = 3  # words a looping answer repeats: those just before the loop begins
+NEVER = 1 << 62  # where EOS falls in a looping answer: it runs until maxTokens
+
+
 class TokenSource:
     """The output tokens of one request: a text piece per position, and where EOS falls."""
 
-    __slots__ = ("_base", "_diverge_at", "_diverged", "eos_at")
+    __slots__ = ("_base", "_diverge_at", "_diverged", "_loop_at", "eos_at")
 
-    def __init__(self, base: int, *, mean_length: int, diverge_at: int | None = None) -> None:
+    def __init__(
+        self, base: int, *, mean_length: int, diverge_at: int | None = None, loop_at: int | None = None
+    ) -> None:
         self._base = base
         self._diverge_at = diverge_at
         self._diverged = _mix(base ^ _DIVERGE_SALT)
+        self._loop_at = loop_at
         # Natural length (EOS included) drawn from a geometric law with the given mean.
         unit = (_mix(base ^ _EOS_SALT) >> 11) / float(1 << 53)
-        self.eos_at = int(-math.log1p(-unit) * max(mean_length - 1, 0))
+        self.eos_at = int(-math.log1p(-unit) * max(mean_length - 1, 0)) if loop_at is None else NEVER
 
     def _word(self, position: int) -> int:
+        if self._loop_at is not None and position >= self._loop_at:
+            start = max(self._loop_at - LOOP_WORDS, 0)
+            position = start + (position - start) % max(self._loop_at - start, 1)
         base = self._base
         if self._diverge_at is not None and position >= self._diverge_at:
             base = self._diverged

@@ -26,11 +26,19 @@ from specpilot.analysis.decision import (
     decide_scope,
     envelope_peak,
 )
-from specpilot.analysis.evidence import ArmTotals, Evidence, Moments, ScopeEvidence, production_quantile
+from specpilot.analysis.evidence import (
+    ArmTotals,
+    Evidence,
+    Moments,
+    ProbeArm,
+    ProbeCounts,
+    ScopeEvidence,
+    production_quantile,
+)
 from specpilot.analysis.replay import length_summary, replay_workload, rounded
 from specpilot.api.flags import flag_value
 from specpilot.api.reasons import FallbackReason
-from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.api.status import (
     Decision,
     DecisionOutcome,
@@ -84,6 +92,39 @@ def _progress(totals: ArmTotals | None) -> Json | None:
         "offeredPerReplicaMean": rounded(totals.load.mean, 3),
         "runningPerReplicaMean": rounded(totals.running.mean, 3),
         "waitingPerReplicaMean": rounded(totals.waiting.mean, 3),
+    }
+
+
+def _probe_arm(kind: ProbeKind, arm: ProbeArm) -> Json:
+    """One arm's answers of a probe kind: passes for the kinds with a contract, scores for sampled."""
+    if kind is ProbeKind.SAMPLED:
+        return {
+            "answers": arm.checks,
+            "scored": arm.passed,
+            "meanScore": rounded(arm.scores.mean, 4),
+            "scoreSd": rounded(arm.scores.sd, 4),
+        }
+    return {
+        "checks": arm.checks,
+        "passed": arm.passed,
+        "passRate": rounded(arm.passed / arm.checks, 4) if arm.checks else None,
+    }
+
+
+def _probe_kind(kind: ProbeKind, counts: ProbeCounts) -> Json:
+    """A probe kind's rounds on a scope, each probed arm's answers, and the baseline's own variation:
+    for greedy, how often it diverged from its own repeat; for sampled, the spread of its scores."""
+    base = counts.baseline
+    variation: Json | None = None
+    if kind is ProbeKind.GREEDY:
+        variation = {"selfDivergences": base.checks - base.passed, "comparisons": base.checks}
+    elif kind is ProbeKind.SAMPLED:
+        variation = {"scoreSd": rounded(base.scores.sd, 4)}
+    return {
+        "rounds": counts.rounds,
+        "speculative": _probe_arm(kind, counts.speculative),
+        "baseline": _probe_arm(kind, base),
+        "baselineVariation": variation,
     }
 
 
@@ -220,6 +261,7 @@ def _scope_json(
         "quality": {
             "windowsWithFailingChecks": found.quality_failed,
             "fallbacks": [f.to_wire() for f in fallbacks if f.scope == findings.scope and f.reason in QUALITY_REASONS],
+            "probes": {kind.value: _probe_kind(kind, counts) for kind, counts in found.probes.counts().items()},
         },
         "peak": None
         if peak is None

@@ -323,7 +323,8 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
             f"- {scope['name']}: {q['windowsWithFailingChecks']} window(s) with a failing quality check, "
             f"{len(q['fallbacks'])} quality fallback(s)."
         )
-    lines += ["", "## Fallback records", ""]
+    lines += ["", *_probes(report)]
+    lines += ["## Fallback records", ""]
     if report["fallbacks"]:
         lines += ["| scope | at | reason | metric | observed | threshold |", "|---|---|---|---|---|---|"]
         lines += [
@@ -374,6 +375,56 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     ]
     lines += [f"![{name}](plots/{name})" for name in plots]
     return "\n".join(lines) + "\n"
+
+
+def _share(passed: int, checks: int) -> str:
+    return f"{passed}/{checks} ({passed / checks:.0%})" if checks else "none yet"
+
+
+def _probe_cells(kind: str, arm: Json, *, greedy_side: str) -> str:
+    """What one arm's answers of a kind came to, in words."""
+    if kind == "sampled":
+        return (
+            f"mean score {_f(arm['meanScore'], '.4g')} (sd {_f(arm['scoreSd'], '.3g')}) "
+            f"over {arm['scored']} of {arm['answers']} answers"
+        )
+    if kind == "greedy":
+        return f"{_share(arm['passed'], arm['checks'])} equal to {greedy_side}"
+    return f"{_share(arm['passed'], arm['checks'])} pass"
+
+
+def _variation(kind: str, variation: Json | None) -> str:
+    if variation is None:
+        return "n/a"
+    if kind == "greedy":
+        return f"{variation['selfDivergences']} self-divergence(s) in {variation['comparisons']}"
+    return f"score sd {_f(variation['scoreSd'], '.3g')}"
+
+
+def _probes(report: Json) -> list[str]:
+    """Each probe kind's answers per scope and arm, beside the baseline's own variation; counted over every
+    probe round, operator restarts included."""
+    rows = [
+        (scope["name"], kind, found) for scope in report["scopes"] for kind, found in scope["quality"]["probes"].items()
+    ]
+    if not rows:
+        return []
+    lines = [
+        "Probe answers by kind, counted over every round. Greedy texts are compared with the baseline's, and the "
+        "baseline's with its own repeat (its own variation, which the greedy check allows for); sampled answers are "
+        "scored, and judged pair by pair against the baseline's (one answer of each arm per pair).",
+        "",
+        "| scope | kind | rounds | speculative | baseline | baseline's own variation |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {name} | {kind} | {found['rounds']} | "
+        f"{_probe_cells(kind, found['speculative'], greedy_side='the baseline')} | "
+        f"{_probe_cells(kind, found['baseline'], greedy_side='its repeat')} | "
+        f"{_variation(kind, found['baselineVariation'])} |"
+        for name, kind, found in rows
+    ]
+    return [*lines, ""]
 
 
 def _band_at(scope: Json, load: float) -> Json:

@@ -1,13 +1,16 @@
 """The operator's probe rounds against real mock vLLM servers on loopback: each kind passes on healthy
 arms and fails, naming its kind, when the matching fault is injected on the speculative arm only; arms
-with the same natural greedy variation pass."""
+with the same natural greedy variation pass; sampled answers are scored by a built-in scalar or a
+webhook on loopback, and what cannot be scored is never a pass."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from tests.component.mockvllm.client import FAST, TOOL_FLAGS, WEATHER_PARAMETERS, inject, post
 
 from specpilot.analysis.checks import Check
@@ -15,9 +18,10 @@ from specpilot.analysis.quality import ProbeResult, accumulated, probe_checks
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import ProbeCase, Probes, Quality
 from specpilot.api.status import Verdict
-from specpilot.controller.quality import run_probes
+from specpilot.controller.quality import request_body, run_probes
 
 MODEL = "test-model"
+SECRET = "internal-dashboard-token=hunter2 " * 200  # what an internal page the URL reaches might say
 
 
 async def probe(baseline: Any, speculative: Any, cases: list[dict[str, Any]], *, rounds: int = 1) -> list[Check]:
@@ -116,3 +120,115 @@ async def test_cancel(mock_vllm: Any, faulty: bool) -> None:
     assert check.verdict is (Verdict.FAIL if faulty else Verdict.PASS), check.reason
     if faulty:
         assert check.reason.startswith("cancel probe") and "vllm:num_requests_running differs" in check.reason
+
+
+# Sampled cases: short natural answers (mean 16 tokens), so that nearly all end by themselves within
+# maxTokens on a healthy arm; a repetition fault makes the speculative arm's answers loop until they are cut.
+SHORT = {"model": {"mean_output_tokens": 16}}
+LOOPING = {"kind": "repetition", "rate": 1.0, "after_tokens": 4}
+
+
+def sampled_case(score: dict[str, Any], prompt: str = "Tell the customer how to reset a password.") -> dict[str, Any]:
+    return {"kind": "sampled", "prompt": prompt, "temperature": 0.8, "repeats": 8, "maxTokens": 64, "score": score}
+
+
+@pytest.mark.parametrize(
+    ("score", "faulty", "verdict"),
+    [
+        ({"builtin": "finishReason"}, False, Verdict.PASS),
+        ({"builtin": "finishReason"}, True, Verdict.FAIL),
+        ({"builtin": "length", "better": "Lower"}, False, Verdict.PASS),
+        ({"builtin": "length", "better": "Lower"}, True, Verdict.FAIL),
+        ({"builtin": "length"}, True, Verdict.PASS),  # longer answers, and longer is what this case calls better
+    ],
+    ids=["finish-healthy", "finish-looping", "shorter-healthy", "shorter-looping", "longer-looping"],
+)
+async def test_sampled_with_a_builtin_score(
+    mock_vllm: Any, score: dict[str, str], faulty: bool, verdict: Verdict
+) -> None:
+    baseline, speculative = await mock_vllm(*FAST, profile=SHORT), await mock_vllm(*FAST, profile=SHORT)
+    if faulty:
+        await inject(speculative.admin_url, LOOPING)
+    check = only(await probe(baseline, speculative, [sampled_case(score)], rounds=2), MetricName.PROBE_SAMPLED)
+    assert check.verdict is verdict, check.evidence
+    if verdict is Verdict.FAIL:
+        assert check.reason.startswith("sampled probe scores worse") and "worst score" in check.reason
+
+
+async def test_the_mock_samples_a_new_answer_each_time_above_temperature_zero(mock_vllm: Any) -> None:
+    mock = await mock_vllm(*FAST, profile=SHORT)
+    case = ProbeCase.from_wire(sampled_case({"builtin": "length"}))
+    body = request_body(case, model=MODEL, max_tokens=64, stream=False)
+    assert body["temperature"] == 0.8 and "stream" not in body
+    answers = [(await post(mock.url + "/v1/chat/completions", body))[1] for _ in range(8)]
+    texts = {a["choices"][0]["message"]["content"] for a in answers}
+    lengths = {a["usage"]["completion_tokens"] for a in answers}
+    assert len(texts) == 8 and len(lengths) > 2
+
+
+@pytest.fixture
+async def rater() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+    """A score webhook on loopback: /diversity scores an answer by its share of distinct words (a looping
+    answer scores low); /broken answers 500 with a long body; /garbage answers 200 without a score."""
+    received: list[dict[str, Any]] = []
+
+    async def diversity(request: web.Request) -> web.Response:
+        body = await request.json()
+        received.append(body)
+        words = body["answer"]["text"].split()
+        return web.json_response({"score": len(set(words)) / max(len(words), 1)})
+
+    async def broken(request: web.Request) -> web.Response:
+        return web.Response(status=500, text=SECRET)
+
+    async def garbage(request: web.Request) -> web.Response:
+        return web.Response(text=SECRET)
+
+    app = web.Application()
+    app.add_routes([web.post("/diversity", diversity), web.post("/broken", broken), web.post("/garbage", garbage)])
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", received
+    finally:
+        await runner.cleanup()
+
+
+@pytest.mark.parametrize("faulty", [False, True], ids=["healthy", "looping"])
+async def test_sampled_scored_by_a_webhook_that_never_learns_the_arm(
+    mock_vllm: Any, rater: tuple[str, list[dict[str, Any]]], faulty: bool
+) -> None:
+    url, received = rater
+    baseline, speculative = await mock_vllm(*FAST, profile=SHORT), await mock_vllm(*FAST, profile=SHORT)
+    if faulty:
+        await inject(speculative.admin_url, LOOPING)
+    case = sampled_case({"webhook": {"url": f"{url}/diversity", "metadata": {"rubric": "v3"}}})
+    check = only(await probe(baseline, speculative, [case], rounds=2), MetricName.PROBE_SAMPLED)
+    assert check.verdict is (Verdict.FAIL if faulty else Verdict.PASS), check.evidence
+    assert len(received) == 2 * 2 * 8  # every answer of both arms, each round
+    assert {tuple(sorted(body)) for body in received} == {("answer", "case", "metadata")}
+    assert received[0]["case"] == {
+        "kind": "sampled",
+        "prompt": case["prompt"],
+        "chat": True,
+        "temperature": 0.8,
+        "maxTokens": 64,
+    }
+    assert set(received[0]["answer"]) == {"text", "finishReason", "completionTokens"}
+    assert received[0]["metadata"] == {"rubric": "v3"}
+
+
+@pytest.mark.parametrize(("path", "saying"), [("broken", "HTTP 500"), ("garbage", "without a finite score")])
+async def test_answers_a_webhook_cannot_score_leave_the_check_inconclusive(
+    mock_vllm: Any, rater: tuple[str, list[dict[str, Any]]], path: str, saying: str
+) -> None:
+    url, _ = rater
+    baseline, speculative = await mock_vllm(*FAST, profile=SHORT), await mock_vllm(*FAST, profile=SHORT)
+    case = sampled_case({"webhook": {"url": f"{url}/{path}"}})
+    check = only(await probe(baseline, speculative, [case]), MetricName.PROBE_SAMPLED)
+    assert check.verdict is Verdict.INCONCLUSIVE and check.hard
+    assert "16 of 16 answers of the latest round unscored" in check.reason and saying in check.reason
+    assert "hunter2" not in check.reason + check.evidence

@@ -29,6 +29,9 @@ def cases(*listed: dict[str, Any]) -> dict[str, Any]:
     return {"probes": {"cases": list(listed)}}
 
 
+SAMPLED: dict[str, Any] = {"kind": "sampled", "prompt": "p", "temperature": 0.7, "score": {"builtin": "length"}}
+
+
 @pytest.mark.parametrize(
     ("body", "field", "message"),
     [
@@ -51,8 +54,62 @@ def cases(*listed: dict[str, Any]) -> dict[str, Any]:
             "spec.scopes[0].probes.cases[0].jsonSchema",
             "jsonSchema",
         ),
+        (
+            pilot(cases({"kind": "sampled", "prompt": "p", "score": {"builtin": "length"}})),
+            "spec.quality.probes.cases[0].temperature",
+            "a sampled case needs temperature",
+        ),
+        (
+            pilot(cases({"kind": "greedy", "prompt": "p", "temperature": 0.7})),
+            "spec.quality.probes.cases[0].temperature",
+            "temperature is for sampled cases",
+        ),
+        (
+            pilot(cases({"kind": "sampled", "prompt": "p", "temperature": 0.7})),
+            "spec.quality.probes.cases[0].score",
+            "a sampled case needs score",
+        ),
+        (
+            pilot(cases({"kind": "stop", "prompt": "p", "score": {"builtin": "length"}})),
+            "spec.quality.probes.cases[0].score",
+            "score is for sampled cases",
+        ),
+        (
+            pilot(cases(SAMPLED | {"score": {"builtin": "length", "webhook": {"url": "http://r.q.svc/score"}}})),
+            "spec.quality.probes.cases[0].score",
+            "exactly one of builtin",
+        ),
+        (pilot(cases(SAMPLED | {"score": {"better": "Lower"}})), "spec.quality.probes.cases[0].score", "exactly one"),
+        (
+            pilot(cases(SAMPLED | {"temperature": 0})),
+            "spec.quality.probes.cases[0].temperature",
+            "greater than 0",
+        ),
+        (pilot(cases(SAMPLED | {"repeats": 64})), "spec.quality.probes.cases[0].repeats", "less than or equal to 16"),
+        (
+            pilot(cases(SAMPLED | {"score": {"builtin": "wordCount"}})),
+            "spec.quality.probes.cases[0].score.builtin",
+            "'length' or 'finishReason'",
+        ),
     ],
-    ids=["nothing", "tools", "tool-choice", "schema", "min-tokens", "scope-without-pilot-probes", "scope-case"],
+    ids=[
+        "nothing",
+        "tools",
+        "tool-choice",
+        "schema",
+        "min-tokens",
+        "scope-without-pilot-probes",
+        "scope-case",
+        "sampled-without-temperature",
+        "temperature-on-greedy",
+        "sampled-without-score",
+        "score-on-stop",
+        "two-scores",
+        "no-score-source",
+        "temperature-zero",
+        "too-many-repeats",
+        "unknown-builtin",
+    ],
 )
 def test_a_probe_case_that_cannot_be_sent_is_refused(body: dict[str, Any], field: str, message: str) -> None:
     problems = validate(body)
@@ -69,6 +126,17 @@ def test_todays_prompts_and_every_kind_are_accepted() -> None:
                 {"kind": "toolCall", "prompt": "p", "tools": [{"name": "f", "parameters": {}}], "toolChoice": "f"},
                 {"kind": "structured", "prompt": "p", "jsonSchema": {"type": "object"}},
                 {"kind": "cancel", "prompt": "p", "afterChunks": 3, "settle": "5s"},
+                SAMPLED,
+                {
+                    "kind": "sampled",
+                    "prompt": "p",
+                    "temperature": 1.2,
+                    "repeats": 16,
+                    "score": {
+                        "webhook": {"url": "http://rater.quality.svc/score", "timeout": "30s", "metadata": {"r": "v3"}},
+                        "better": "Lower",
+                    },
+                },
             ],
         }
     }

@@ -208,6 +208,7 @@ class FakeQuality:
         self.gate: asyncio.Event | None = None
         self.asked: list[Mapping[str, Any]] = []
         self.probed = 0
+        self.probed_pods: tuple[str, str] | None = None  # the compared arm's pod and the speculative arm's
         self._asking = asyncio.Condition()
 
     async def probe(
@@ -216,6 +217,7 @@ class FakeQuality:
         """Each case as a round of 100 greedy comparisons: `agreement` of them equal on the speculative
         arm, all of them on the baseline."""
         self.probed += 1
+        self.probed_pods = (baseline, speculative)
         equal = round(self.agreement * 100)
         tally = CaseTally(ProbeKind.GREEDY, baseline_passed=100, baseline_trials=100, speculative_passed=equal)
         return ProbeResult({case_key(case): replace(tally, speculative_trials=100) for case in cases})

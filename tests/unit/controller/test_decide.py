@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, load_bin
+from specpilot.analysis.evidence import ArmLoad, Evidence, ProbeArm, ProbeCounts, WindowLoad, dump, load_bin
+from specpilot.analysis.evidence import load as load_evidence
+from specpilot.analysis.probes import CaseTally
+from specpilot.analysis.quality import ProbeResult, case_key, scope_cases
 from specpilot.analysis.rollout import Event
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
+from specpilot.api.spec import ProbeKind
 from specpilot.api.status import (
     DecisionOutcome,
     DecisionTrigger,
@@ -290,3 +294,38 @@ def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() 
     # code is off the arm when chat leaves it too: code keeps the bins that back its own flip
     later = recorded(clear, END + timedelta(seconds=90), flipped=(chat,), off=(code,))
     assert later.scopes[code].bins and later.scopes[code].mix_changed_at is None
+
+
+def test_probe_counts_are_kept_per_scope_kind_and_arm_and_survive_an_operator_restart() -> None:
+    _, spec = load(ROOT / "manifests/examples/probe-cases.yaml")
+    cases = scope_cases(spec)
+    greedy = next(case for case in cases["extraction"] if case.kind is ProbeKind.GREEDY)
+    structured = next(case for case in cases["extraction"] if case.kind is ProbeKind.STRUCTURED)
+
+    def probed(rounds: int, since: datetime) -> ProbeResult:
+        # per round: the speculative text equal to the baseline's twice, the baseline's equal to its repeat once
+        greedy_tally = CaseTally(ProbeKind.GREEDY, rounds, rounds, 2 * rounds, 2 * rounds, 2 * rounds)
+        answers = CaseTally(ProbeKind.STRUCTURED, rounds, 2 * rounds, 2 * rounds, 2 * rounds - 1, 2 * rounds)
+        return ProbeResult({case_key(greedy): greedy_tally, case_key(structured): answers}, since=since)
+
+    def recorded(evidence: Evidence, probe: ProbeResult) -> Evidence:
+        return record(
+            evidence, spec=spec, measured={}, loads={}, scopes=[], kv_blocks={}, gpus={}, replicas={}, probe=probe
+        )
+
+    first = recorded(Evidence(), probed(2, END))
+    again = recorded(first, probed(3, END))  # the same run, one round on: its counts replace its own
+    counts = again.scopes["extraction"].probes.counts()
+    assert counts[ProbeKind.GREEDY] == ProbeCounts(
+        rounds=3, baseline=ProbeArm(checks=6, passed=3), speculative=ProbeArm(checks=6, passed=6)
+    )
+    assert counts[ProbeKind.STRUCTURED].speculative == ProbeArm(checks=6, passed=5)
+    assert set(again.scopes) == {"extraction"}  # the other scopes' cases have not answered yet
+    restarted = load_evidence(dump(again))  # the ConfigMap, read back by a new operator process
+    assert restarted == again
+    later = recorded(restarted, probed(1, END + HOUR))  # the new process's first round
+    counts = later.scopes["extraction"].probes.counts()
+    assert counts[ProbeKind.GREEDY] == ProbeCounts(
+        rounds=4, baseline=ProbeArm(checks=8, passed=4), speculative=ProbeArm(checks=8, passed=8)
+    )
+    assert recorded(later, probed(1, END + HOUR)) == later

@@ -46,6 +46,23 @@ def test_other_hosts_are_refused_naming_the_field_and_the_setting() -> None:
     assert DEFAULT.problems(spec_with(webhook="http://checks.svc.evil.example/x"))
 
 
+def test_score_webhooks_of_sampled_cases_are_held_to_the_same_hosts() -> None:
+    _, spec = load(ROOT / "manifests/examples/probe-cases.yaml")
+    assert DEFAULT.problems(spec) == []  # its rater is an in-cluster Service
+    doc = spec.to_wire()
+    score = {"webhook": {"url": "http://169.254.169.254/latest"}}
+    sampled = {"kind": "sampled", "prompt": "p", "temperature": 0.7, "score": score}
+    doc["quality"]["probes"]["cases"] = [sampled]
+    doc["scopes"][0]["probes"]["cases"].append(sampled)
+    problems = DEFAULT.problems(SpeculationPilotSpec.from_wire(doc))
+    assert [p.field for p in problems] == [
+        "spec.quality.probes.cases[0].score.webhook.url",
+        "spec.scopes[0].probes.cases[3].score.webhook.url",
+    ]
+    assert problems[0].message.startswith("the operator may not call 169.254.169.254")
+    assert Policy(outbound=("169.254.169.254",)).problems(SpeculationPilotSpec.from_wire(doc)) == []
+
+
 @pytest.mark.parametrize(
     ("allowed", "url", "ok"),
     [

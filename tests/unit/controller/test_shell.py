@@ -11,7 +11,10 @@ import copy
 from dataclasses import replace
 from datetime import datetime
 
+from specpilot.analysis.evidence import ProbeArm, ProbeCounts
+from specpilot.analysis.quality import scope_cases
 from specpilot.api.pilot import ABORT_ANNOTATION, KIND, PROMOTE_ANNOTATION, RESUME_ANNOTATION
+from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.controller.kube import ApiError
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights
@@ -171,6 +174,9 @@ async def test_a_probe_round_runs_on_collection_and_a_disagreeing_one_flips_ever
     h = Harness(pilot_doc(probes=True))
     await warm(h)
     assert h.quality.probed == 1, "a round starts once both arms have a ready pod"
+    # like with like: the speculative pod against the control arm's, which takes the same share
+    ips = {pod.rsplit("-", 1)[0]: ip for pod, ip in h.pod_ips.items()}
+    assert h.quality.probed_pods == (ips["demo-control"], ips["demo-speculative"])
     await h.step(INTERVAL)
     assert h.quality.probed == 2, "the next one a probe interval (30 s) later"
     await h.step(INTERVAL)
@@ -181,6 +187,29 @@ async def test_a_probe_round_runs_on_collection_and_a_disagreeing_one_flips_ever
     for name in ("chat", "code"):
         assert h.scope(name)["state"] == "RolledBack", h.scope(name)
     assert {record["reason"] for record in h.status()["fallbacks"]} == {"QualityRegression"}
+
+
+async def test_probe_counts_reach_the_evidence_store_and_survive_a_restart() -> None:
+    h = Harness(pilot_doc(probes=True))
+    await warm(h)
+    await h.step(INTERVAL)  # the second round
+    cases = len(scope_cases(SpeculationPilotSpec.from_wire(h.body["spec"]))["chat"])
+
+    def greedy() -> ProbeCounts:
+        stored = h.stored_evidence
+        assert stored is not None
+        return stored.scopes["chat"].probes.counts()[ProbeKind.GREEDY]
+
+    assert greedy() == ProbeCounts(
+        rounds=2,
+        baseline=ProbeArm(checks=200 * cases, passed=200 * cases),
+        speculative=ProbeArm(checks=200 * cases, passed=200 * cases),
+    )
+    h.restart()  # the rounds so far were in the old process's memory; the ConfigMap kept their counts
+    h.quality.agreement = 0.99
+    for _ in range(4):
+        await h.step(INTERVAL)  # two more rounds, 30 s apart
+    assert greedy().rounds == 4 and greedy().speculative == ProbeArm(checks=400 * cases, passed=398 * cases)
 
 
 async def test_status_then_events_then_the_evidence_they_describe() -> None:

@@ -44,6 +44,15 @@ def test_free_text_without_tools_or_constraints() -> None:
     assert isinstance(answer.tokens, TokenSource) and answer.tool is None
 
 
+def test_a_loop_slip_bends_free_text_only() -> None:
+    looping = Slips(loop_at=4)
+    answer = plan(BASE, seed=9, mean_length=20, diverge_at=None, slips=looping)
+    words = [answer.tokens.piece(i) for i in range(40)]
+    assert len(set(words[4:])) <= 3 and answer.tokens.eos_at > 10**9
+    structured = replace(BASE, structured=StructuredOutput(schema=SCHEMA))
+    assert answer_text(structured, looping) == answer_text(structured)
+
+
 def test_a_tool_call_wins_over_a_structured_answer() -> None:
     gen = replace(
         BASE,

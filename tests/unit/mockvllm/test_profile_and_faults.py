@@ -158,6 +158,16 @@ def test_quality_faults_strike_a_share_of_one_scopes_requests(kind: str) -> None
     assert not board.strikes(FaultKind(kind), "chat", 1.0)
 
 
+def test_a_repetition_fault_loops_a_share_of_one_scopes_answers_from_its_position() -> None:
+    board = FaultBoard(seed=1)
+    board.add(parse_fault({"kind": "repetition", "rate": 0.5, "after_tokens": 6, "scope": "chat"}), 0.0)
+    hits = [board.repetition("chat", 1.0) for _ in range(2000)]
+    assert set(hits) == {None, 6} and hits.count(6) / len(hits) == pytest.approx(0.5, abs=0.05)
+    assert board.repetition("code", 1.0) is None and board.divergence("chat", 1.0) is None
+    with pytest.raises(FaultError, match="unknown field"):
+        parse_fault({"kind": "repetition", "alpha": 0.5})
+
+
 def test_only_per_request_faults_are_drawn_per_request() -> None:
     with pytest.raises(ValueError, match="not a per-request fault"):
         FaultBoard(seed=0).strikes(FaultKind.LATENCY, "code", 0.0)

@@ -42,6 +42,18 @@ def test_a_divergence_changes_the_text_from_its_position_on() -> None:
     assert [shared.piece(i) for i in range(10, 40)] != [broken.piece(i) for i in range(10, 40)]
 
 
+@pytest.mark.parametrize(
+    ("loop_at", "cycle"), [(10, [7, 8, 9]), (2, [0, 1]), (0, [0])], ids=["late", "early", "at-once"]
+)
+def test_a_loop_repeats_the_words_before_it_and_never_ends(loop_at: int, cycle: list[int]) -> None:
+    shared = TokenSource(text_seed("p", 0), mean_length=64)
+    looping = TokenSource(text_seed("p", 0), mean_length=64, loop_at=loop_at)
+    assert [looping.piece(i) for i in range(loop_at)] == [shared.piece(i) for i in range(loop_at)]
+    repeated = [shared.piece(i) for i in cycle]
+    assert [looping.piece(i) for i in range(loop_at, loop_at + 30)] == (repeated * 30)[:30]
+    assert looping.eos_at > 10**9  # it runs until maxTokens cuts it
+
+
 def test_natural_lengths_average_the_configured_mean() -> None:
     lengths = [TokenSource(text_seed(f"prompt {i}", 0), mean_length=200).eos_at for i in range(4000)]
     assert statistics.mean(lengths) == pytest.approx(199, rel=0.05)

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from specpilot.analysis.evidence import Evidence, production_quantile
-from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.analysis.evidence import Evidence, Moments, ProbeArm, ProbeCounts, production_quantile, record_probes
+from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.api.status import DecisionOutcome, ScopeState, ScopeStatus, SpeculationPilotStatus
 from specpilot.controller.core.decide import decide
 from specpilot.loadgen.workload import load_mix
@@ -133,6 +133,49 @@ def test_stream_cadence_is_reported_and_not_judged_by_default(evidence: Evidence
     opted = manifest()
     opted["spec"]["analysis"]["thresholds"]["interTokenLatency"] = {"quantile": 0.99, "maxRatio": 3.0}
     assert build(opted, evidence)["scopes"][0]["chunkGaps"]["judged"] is True
+
+
+def test_quality_by_scope_lists_each_probe_kind_per_arm_beside_the_baselines_own_variation(
+    evidence: Evidence,
+) -> None:
+    def arm(checks: int, passed: int, *scores: float) -> ProbeArm:
+        moments = Moments()
+        for score in scores:
+            moments = moments.add(score)
+        return ProbeArm(checks=checks, passed=passed, scores=moments)
+
+    earlier = {ProbeKind.GREEDY: ProbeCounts(rounds=10, baseline=arm(20, 19), speculative=arm(40, 40))}
+    now = {
+        ProbeKind.GREEDY: ProbeCounts(rounds=2, baseline=arm(4, 4), speculative=arm(8, 7)),
+        ProbeKind.TOOL_CALL: ProbeCounts(rounds=2, baseline=arm(2, 2), speculative=arm(2, 1)),
+        ProbeKind.SAMPLED: ProbeCounts(rounds=1, baseline=arm(4, 4, 1, 2, 3, 4), speculative=arm(4, 4, 1, 1, 2, 2)),
+    }
+    # an operator restart between the two runs: the first run's counts are kept beside the second's
+    probed = record_probes(record_probes(evidence, {"low": earlier}, since=NOW), {"low": now}, since=NOW + INTERVAL)
+    report = build(manifest(), probed)
+    probes = next(s for s in report["scopes"] if s["name"] == "low")["quality"]["probes"]
+    assert list(probes) == ["greedy", "toolCall", "sampled"]
+    assert probes["greedy"] == {
+        "rounds": 12,
+        "speculative": {"checks": 48, "passed": 47, "passRate": pytest.approx(47 / 48, abs=1e-4)},
+        "baseline": {"checks": 24, "passed": 23, "passRate": pytest.approx(23 / 24, abs=1e-4)},
+        "baselineVariation": {"selfDivergences": 1, "comparisons": 24},
+    }
+    assert probes["toolCall"]["speculative"]["passRate"] == 0.5 and probes["toolCall"]["baselineVariation"] is None
+    assert probes["sampled"]["speculative"] == {"answers": 4, "scored": 4, "meanScore": 1.5, "scoreSd": 0.5774}
+    assert probes["sampled"]["baselineVariation"] == {"scoreSd": 1.291}
+    assert next(s for s in report["scopes"] if s["name"] == "always")["quality"]["probes"] == {}
+    md = markdown(report, [])
+    assert "| scope | kind | rounds | speculative | baseline | baseline's own variation |" in md
+    assert (
+        "| low | greedy | 12 | 47/48 (98%) equal to the baseline | 23/24 (96%) equal to its repeat | "
+        "1 self-divergence(s) in 24 |"
+    ) in md
+    assert "| low | toolCall | 2 | 1/2 (50%) pass | 2/2 (100%) pass | n/a |" in md
+    assert (
+        "| low | sampled | 1 | mean score 1.5 (sd 0.577) over 4 of 4 answers | "
+        "mean score 2.5 (sd 1.29) over 4 of 4 answers | score sd 1.29 |"
+    ) in md
 
 
 def test_the_report_says_whether_the_same_gpus_do_better_without_speculation() -> None:

@@ -26,10 +26,12 @@ from specpilot.analysis.evidence import (
     fit,
     load,
     mix_changed,
+    record_probes,
     record_window,
     watch_production,
     with_arms,
 )
+from specpilot.analysis.quality import ProbeResult, kind_counts, scope_cases
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
@@ -73,6 +75,7 @@ def record(
     load_changed_at: datetime | None = None,
     rehearsing: Collection[str] = (),
     block_size: int | None = None,
+    probe: ProbeResult | None = None,
 ) -> Evidence:
     """The store with this reconcile's judged windows (their verdicts from the scopes' last windows);
     after `flipped` left the speculative arm, the other scopes still on it start again (`mix_changed`):
@@ -81,8 +84,9 @@ def record(
     long or preempted requests), the arm's mix is still changing: the others start again from the end
     of each such window, so their bins hold only windows that began after the last of them finished.
     A window within which `load_changed_at` falls (a rehearsal step began, or the rehearsal ended) is
-    kept out of the bins too; the windows of scopes `rehearsing` go to the bins alone, marked. The
-    store comes back within its ConfigMap's budget (`fit`)."""
+    kept out of the bins too; the windows of scopes `rehearsing` go to the bins alone, marked. The probe
+    rounds so far (`probe`) give each scope's counts by kind. The store comes back within its ConfigMap's
+    budget (`fit`)."""
     overlap = spec.analysis.window / spec.analysis.interval
     out = with_arms(evidence, overlap=overlap, kv_blocks=kv_blocks, gpus=gpus, replicas=replicas, block_size=block_size)
     for status in scopes:
@@ -119,6 +123,9 @@ def record(
             if status.weight > 0 and status.name not in flipped and status.name not in draining
         ]
         out = mix_changed(out, others, at=at)
+    if probe is not None and probe.since is not None:
+        counts = {name: kind_counts(probe, cases) for name, cases in scope_cases(spec).items()}
+        out = record_probes(out, counts, since=probe.since)
     return fit(out)
 
 

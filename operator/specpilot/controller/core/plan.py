@@ -384,7 +384,8 @@ def _evidence(
     rehearsing: Collection[str],
 ) -> Evidence:
     """The evidence store with this tick's judged windows, each with the load its arms ran at (a window
-    within which a rehearsal step began or the rehearsal ended is kept out of the bins)."""
+    within which a rehearsal step began or the rehearsal ended is kept out of the bins), and the probe
+    rounds' counts so far."""
     off = [status.name for status in progress.scopes if status.weight == 0 or status.name in progress.flipped]
     span = next((item.window for item in measured.values()), None)
     draining = [
@@ -409,6 +410,7 @@ def _evidence(
         draining=draining,
         load_changed_at=load_changed_at(rehearsal, spec, snapshot.now),
         rehearsing=rehearsing,
+        probe=snapshot.probe,
     )
 
 

@@ -1,6 +1,7 @@
 """What the operator's installer lets a pilot do beyond its namespace: the hosts the operator calls
-for it (webhooks, a Prometheus) and the engine images it runs. A pilot outside the policy is an
-invalid spec naming the field: nothing is deployed for it and nothing is called.
+for it (webhooks, sampled probes' score webhooks, a Prometheus) and the engine images it runs. A
+pilot outside the policy is an invalid spec naming the field: nothing is deployed for it and nothing
+is called.
 
 Anyone who may create a pilot makes the operator's pod send HTTP requests to the URLs in its spec,
 and run an image of their choosing in their namespace; the policy bounds both. Patterns are shell
@@ -16,7 +17,7 @@ from urllib.parse import urlsplit
 
 from specpilot.api.common import endpoint
 from specpilot.api.spec import SpeculationPilotSpec
-from specpilot.api.validate import Problem
+from specpilot.api.validate import Problem, listed_cases
 
 # In-cluster Services, which every policy allows: `<service>.<namespace>.svc[.cluster.local]`.
 IN_CLUSTER = ("*.svc", "*.svc.cluster.local")
@@ -34,6 +35,7 @@ class Policy:
 
     def _outbound(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
         urls = [(f"spec.quality.webhooks[{i}].url", hook.url) for i, hook in enumerate(spec.quality.webhooks)]
+        urls += _score_urls(spec)
         if spec.analysis.metrics_source is not None:
             urls.append(("spec.analysis.metricsSource.prometheus.url", spec.analysis.metrics_source.prometheus.url))
         for field, url in urls:
@@ -65,6 +67,15 @@ class Policy:
                 f"image {image!r} is not one the operator runs: allowed are {', '.join(self.images)} (the operator's "
                 "--allow-image, the chart's policy.engineImages)",
             )
+
+
+def _score_urls(spec: SpeculationPilotSpec) -> list[tuple[str, str]]:
+    """Every sampled case's score webhook, named by its field."""
+    return [
+        (f"{field}.score.webhook.url", case.score.webhook.url)
+        for field, case in listed_cases(spec)
+        if case.score is not None and case.score.webhook is not None
+    ]
 
 
 # The policy of an operator started without one: in-cluster Services only, any image.

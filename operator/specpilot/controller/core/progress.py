@@ -129,9 +129,12 @@ def window_due(
     return any(due(scope, spec.analysis, end) for scope in status.scopes)
 
 
-def probe_due(probes: Probes, arms: Mapping[Arm, Sequence[object]], probed_at: datetime | None, now: datetime) -> bool:
-    """A probe round should start: both judged arms have a ready pod, and a probe interval passed."""
-    ready = all(arms.get(arm) for arm in (Arm.BASELINE, Arm.SPECULATIVE))
+def probe_due(
+    probes: Probes, arms: Mapping[Arm, Sequence[object]], probed_at: datetime | None, now: datetime, *, compared: Arm
+) -> bool:
+    """A probe round should start: the speculative arm and the arm it is compared with have a ready pod,
+    and a probe interval passed."""
+    ready = all(arms.get(arm) for arm in (compared, Arm.SPECULATIVE))
     return ready and (probed_at is None or now - probed_at >= probes.interval)
 
 
