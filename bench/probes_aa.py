@@ -1,0 +1,499 @@
+"""Greedy probe benchmark: how often identical arms flip the greedy probe check, and how often an arm
+that diverges at twice the baseline's rate does, over a pilot's probe rounds.
+
+Run on demand, not a test:
+
+    .venv/bin/python bench/probes_aa.py  # 1% 3% 10%, 1,000 runs x 200 rounds, 2 workers: about 3.5 minutes
+    .venv/bin/python bench/probes_aa.py --runs 200 --server-rounds 0 --json probes_aa.json  # a smoke run
+
+Both sides are the project's own code. The arms are the mock's natural variation: each probe answer's
+divergence is drawn by `textgen.draw_divergence` (what the mock's handler calls for a temperature-0
+request), with the profile's `model.greedy_divergence` as the rate, the batch the request joins and
+the same horizon, and its text is the mock's: the controller's request body (`request_body`) parsed
+by the mock (`parse_generation`), planned (`answers.plan`) and committed token by token by the
+engine's `Request` until it finishes, as the server's engine does. The verdict is the operator's: each
+round is judged by `probes.greedy_round`, added to the rounds before by `quality.accumulated` and
+checked by `quality.probe_checks` at the default analysis.confidence (0.95, alpha spent across rounds
+by `stats.spent_alpha`), as the controller does once a round lands. The greedy check is a hard limit:
+one failing check flips the scope, so a run flips at its first failing round.
+
+Why in-process is faithful: the server decides a greedy answer's divergence from nothing but the knob,
+the batch it counts when the request arrives (requests running and waiting, plus itself), the horizon
+min(max_tokens, mean_output_tokens) and a fresh seed from the engine's stream, then writes the text from
+the prompt and the server seed; timing enters only through that batch. The in-process path makes the
+same calls with the same inputs, so it draws from the same law, at thousands of rounds a second. A probe
+round sends each pod a case's two requests at once (whole and streamed), then the baseline its repeat
+once both answered, and the mock counts them as they arrive: on an idle pod every pair of answers joins
+batches of 1 and 2 (`probed`, what the server shows), so the arms are alike answer by answer. `apart`
+puts every answer in a batch of one, as if the requests did not overlap. `--load N` adds N sequences
+running on both pods.
+
+Unless `--server-rounds 0`, a calibration leg runs the same case through two real mock servers on
+127.0.0.1 (idle, at time scale 0.01), the controller's `probe_case` sending the requests, and prints
+the share of comparisons that differed beside the in-process path's at the same pod seeds. Two pods
+with the same --seed draw the same seed stream (at different paces: the baseline takes two requests
+per speculative one), so each row spreads its rounds over five pod seeds whose canonical answers run
+to maxTokens.
+
+Rates are the knob: the chance that an answer alone in its batch departs from the canonical text. The
+prompt's canonical answer runs to maxTokens (64), so every drawn position shows in the text. A greedy
+comparison differs when either answer diverged, so at rate r both arms' comparisons differ about twice
+as often; with every answer alone (`apart`), a speculative arm at 2r differs from the baseline about
+1.5 times as often as the baseline from itself, which is what the power rows have to detect. The
+header prints the level the check spends at a few rounds, and the smallest p-value one round (two
+comparisons a side) can reach.
+
+Tables: per batching, per rate: the comparisons that differed on each side, the share of A/A runs with
+any flip against the target (met when the upper end of the 95% Wilson interval is at most 1%), and the
+power: the share of runs with the speculative arm at twice the rate that flip within the rounds, and
+the median round of the first flip.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from functools import cache, lru_cache
+from typing import Any
+
+import aiohttp
+
+from specpilot.analysis.answers import Answer
+from specpilot.analysis.probes import ArmAnswers, CaseTally, greedy_round
+from specpilot.analysis.proportions import rate_above_pvalue
+from specpilot.analysis.quality import ProbeResult, accumulated, case_key, probe_checks
+from specpilot.analysis.stats import spent_alpha
+from specpilot.api.spec import Analysis, ProbeCase, Probes, Quality
+from specpilot.api.status import Verdict
+from specpilot.controller.quality import probe_case, request_body
+from specpilot.mockvllm.answers import Slips, plan
+from specpilot.mockvllm.config import ServeConfig, parse_args, resolve_limits
+from specpilot.mockvllm.engine import Request
+from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile, parse_profile
+from specpilot.mockvllm.protocol import parse_generation
+from specpilot.mockvllm.server import MockServer
+from specpilot.mockvllm.textgen import divergence_chance, draw_divergence, text_seed
+
+MODEL = "bench-model"
+PROMPT = "Summarise the release notes for version 2.4."  # its canonical answer runs past maxTokens
+RATES = (0.01, 0.03, 0.10)
+FACTOR = 2.0  # the speculative arm's rate in the power rows, as a multiple of the baseline's
+TARGET = 0.01  # at most this share of A/A runs may flip
+QUALITY = Quality()
+CONFIDENCE = Analysis().confidence
+CHUNK = 25  # runs per job
+LOCAL_ROUNDS = 10_000  # in-process rounds set beside the servers' in the calibration
+CALIBRATION_SEEDS = 5  # pod seeds per calibration row: independent server streams
+
+
+class Batching(StrEnum):
+    """Which batches a round's answers join: as the probe's requests arrive together, or each alone."""
+
+    PROBED = "probed"
+    APART = "apart"
+
+
+@dataclass(frozen=True)
+class Job:
+    """`runs` runs of `rounds` probe rounds, the baseline at `rate` and the speculative arm at
+    `rate * factor`."""
+
+    rate: float
+    factor: float
+    runs: int
+    rounds: int
+    seed: int
+    load: int
+    batching: Batching
+    prompt: str
+    mock_seed: int = 0  # the pods' --seed
+
+
+@dataclass
+class Runs:
+    """What a set of runs came to: the round of each run's first flip (None: never), and the
+    comparisons that differed on each side over the rounds run."""
+
+    first_flip: list[int | None] = field(default_factory=list)
+    speculative_diverged: int = 0
+    speculative_trials: int = 0
+    baseline_diverged: int = 0
+    baseline_trials: int = 0
+
+    def add(self, other: Runs) -> None:
+        self.first_flip += other.first_flip
+        self.speculative_diverged += other.speculative_diverged
+        self.speculative_trials += other.speculative_trials
+        self.baseline_diverged += other.baseline_diverged
+        self.baseline_trials += other.baseline_trials
+
+    def count(self, tally: CaseTally) -> None:
+        self.speculative_diverged += tally.speculative_diverged
+        self.speculative_trials += tally.speculative_trials
+        self.baseline_diverged += tally.baseline_diverged
+        self.baseline_trials += tally.baseline_trials
+
+    def sides(self) -> list[list[int]]:
+        """[diverged, trials] of the speculative arm against the baseline, and of the baseline against itself."""
+        return [
+            [self.speculative_diverged, self.speculative_trials],
+            [self.baseline_diverged, self.baseline_trials],
+        ]
+
+    @property
+    def flipped(self) -> int:
+        return sum(first is not None for first in self.first_flip)
+
+
+def probe(prompt: str) -> tuple[Probes, ProbeCase]:
+    """The pilot's probes: one greedy prompt, at the default maxTokens."""
+    probes = Probes(prompts=[prompt])
+    (case,) = probes.all_cases
+    return probes, case
+
+
+def mock(rate: float, seed: int = 0) -> tuple[ServeConfig, Profile]:
+    """A mock pod's flags (the defaults but `--seed`) and its profile at `rate`."""
+    return parse_args([MODEL, "--seed", str(seed)]), parse_profile({"model": {"greedy_divergence": rate}})
+
+
+def batches(batching: Batching, load: int) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """The batch each probe answer joins (whole, streamed), for the baseline, its repeat and the
+    speculative arm: the mock counts `load` running sequences, the pair's request that arrived before,
+    and the request itself (the repeat goes once both arms answered)."""
+    if batching is Batching.PROBED:
+        pair = (load + 1, load + 2)
+        return pair, pair, pair
+    alone = (load + 1, load + 1)
+    return alone, alone, alone
+
+
+class Pod:
+    """One arm's mock, in-process: where its greedy answers to a case diverge, and their text."""
+
+    def __init__(self, case: ProbeCase, *, max_tokens: int, rate: float, seed: int = 0) -> None:
+        config, profile = mock(rate, seed)
+        body = request_body(case, model=MODEL, max_tokens=max_tokens, stream=False)
+        gen = parse_generation(
+            "chat" if "messages" in body else "completion", body, resolve_limits(config, profile), force_usage=False
+        )
+        self.rate = profile.model.greedy_divergence
+        # The horizon the server's handler passes to draw_divergence.
+        self.horizon = min(gen.max_tokens, profile.model.mean_output_tokens)
+        seed = text_seed(gen.prompt, config.seed)
+
+        @cache
+        def text(diverge_at: int | None) -> Answer:
+            planned = plan(
+                gen, seed=seed, mean_length=profile.model.mean_output_tokens, diverge_at=diverge_at, slips=Slips()
+            )
+            request = Request(
+                scope=DEFAULT_SCOPE,
+                prompt_tokens=gen.prompt_tokens,
+                max_tokens=gen.max_tokens,
+                tokens=planned.tokens,
+                stop=gen.stop,
+                ignore_eos=gen.ignore_eos,
+                arrival=0.0,
+                seed=0,
+                min_tokens=gen.min_tokens,
+                stop_token_ids=gen.stop_token_ids,
+                include_stop=gen.include_stop_str_in_output,
+            )
+            while not request.done:
+                request.commit(gen.max_tokens, 0.0)
+            return Answer(request.text, str(request.finish_reason))
+
+        self.text: Callable[[int | None], Answer] = text
+
+    def answers(self, rng: random.Random, batch: tuple[int, int]) -> ArmAnswers:
+        """A whole and a streamed answer, each with a fresh seed as the engine draws one per request."""
+        whole, streamed = (
+            self.text(
+                draw_divergence(random.Random(rng.getrandbits(64)), rate=self.rate, batch=b, horizon=self.horizon)
+            )
+            for b in batch
+        )
+        return ArmAnswers(whole, streamed)
+
+    def length(self) -> int:
+        """Output tokens of the canonical answer (what the text holds when nothing diverged)."""
+        return len(self.text(None).text.split())
+
+
+class Pilot:
+    """A case probed on both arms' pods, round by round, judged as the controller judges it."""
+
+    def __init__(self, job: Job) -> None:
+        probes, self.case = probe(job.prompt)
+        self.baseline = Pod(self.case, max_tokens=probes.max_tokens, rate=job.rate, seed=job.mock_seed)
+        self.speculative = Pod(self.case, max_tokens=probes.max_tokens, rate=job.rate * job.factor, seed=job.mock_seed)
+        self.batches = batches(job.batching, job.load)
+        self.key = case_key(self.case)
+        # greedy_round is pure and the texts are cached, so a round whose answers repeat an earlier
+        # round's is judged once.
+        self.judged = lru_cache(maxsize=1 << 16)(self._judge)
+
+    def _judge(self, baseline: ArmAnswers, again: ArmAnswers, speculative: ArmAnswers) -> CaseTally:
+        return greedy_round(self.case, baseline=baseline, again=again, speculative=speculative)
+
+    def round(self, rng: random.Random) -> CaseTally:
+        """One probe round: the baseline, its repeat and the speculative arm, in the order they arrive."""
+        first, again, spec = self.batches
+        return self.judged(
+            self.baseline.answers(rng, first), self.baseline.answers(rng, again), self.speculative.answers(rng, spec)
+        )
+
+    def flip(self, rng: random.Random, *, rounds: int, seen: Runs) -> int | None:
+        """Rounds accumulated and checked after each, as the controller does; the first failing round."""
+        result: ProbeResult | None = None
+        for index in range(1, rounds + 1):
+            tally = self.round(rng)
+            seen.count(tally)
+            result = accumulated(result, ProbeResult({self.key: tally}))
+            (check,) = probe_checks(result, [self.case], quality=QUALITY, confidence=CONFIDENCE)
+            if check.verdict is Verdict.FAIL:
+                return index
+        return None
+
+
+def run_job(job: Job) -> Runs:
+    """Each run: rounds until the greedy check first fails (the scope flips), or all of them."""
+    pilot = Pilot(job)
+    out = Runs()
+    rng = random.Random(job.seed)
+    for _ in range(job.runs):
+        out.first_flip.append(pilot.flip(rng, rounds=job.rounds, seen=out))
+    return out
+
+
+def count_job(job: Job) -> Runs:
+    """The comparisons that differed over `job.rounds` rounds, unjudged: the calibration's in-process side."""
+    pilot = Pilot(job)
+    out = Runs()
+    rng = random.Random(job.seed)
+    for _ in range(job.rounds):
+        out.count(pilot.round(rng))
+    return out
+
+
+def _jobs(template: Job) -> Iterator[Job]:
+    """`template.runs` runs in chunks, each chunk with its own seed."""
+    for i, start in enumerate(range(0, template.runs, CHUNK)):
+        yield replace(template, runs=min(CHUNK, template.runs - start), seed=template.seed * 1_000_003 + i)
+
+
+def simulate(pool: ProcessPoolExecutor, template: Job) -> Runs:
+    total = Runs()
+    for runs in pool.map(run_job, list(_jobs(template))):
+        total.add(runs)
+    return total
+
+
+async def server_leg(*, rate: float, factor: float, rounds: int, prompt: str, seed: int) -> Runs:
+    """`rounds` probe rounds through two mock servers on 127.0.0.1, the controller's `probe_case`
+    sending them: the divergence the server shows, to set beside the in-process path's."""
+    probes, case = probe(prompt)
+    servers = []
+    for arm_rate in (rate, rate * factor):
+        config, profile = mock(arm_rate, seed)
+        server = MockServer(replace(config, time_scale=0.01), profile, env={}, on_crash=lambda code: None)
+        await server.start("127.0.0.1", 0, 0)
+        servers.append(server)
+    baseline, speculative = (f"http://127.0.0.1:{server.port}" for server in servers)
+    out = Runs()
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(rounds):
+                tally = await probe_case(
+                    session, case, baseline=baseline, speculative=speculative, model=MODEL, max_tokens=probes.max_tokens
+                )
+                out.count(tally)
+    finally:
+        for server in servers:
+            await server.stop()
+    return out
+
+
+def wilson(hits: int, n: int) -> tuple[float, float]:
+    """The 95% Wilson interval of a share."""
+    z = 1.96
+    centre = (hits + z * z / 2) / (n + z * z)
+    half = z * math.sqrt(hits * (n - hits) / n + z * z / 4) / (n + z * z)
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+def _sides(sides: Sequence[Sequence[int]]) -> str:
+    """Speculative vs baseline / baseline vs itself, as shares of their comparisons."""
+    return " / ".join(f"{diverged / trials:.2%}" if trials else "-" for diverged, trials in sides)
+
+
+def median_round(first_flip: Sequence[int | None]) -> float | None:
+    """The median round of the first flip over the runs that flipped; None when none did."""
+    rounds = [first for first in first_flip if first is not None]
+    return statistics.median(rounds) if rounds else None
+
+
+def row(rate: float, aa: Runs, power: Runs, *, rounds: int, batching: Batching) -> dict[str, Any]:
+    runs = len(aa.first_flip)
+    low, high = wilson(aa.flipped, runs)
+    return {
+        "batching": str(batching),
+        "rate": rate,
+        "runs": runs,
+        "rounds": rounds,
+        "aa_diverged": aa.sides(),
+        "aa_flipped": aa.flipped,
+        "aa_flip_share": aa.flipped / runs,
+        "aa_flip_interval": [low, high],
+        "aa_target_met": high <= TARGET,
+        "power_runs": len(power.first_flip),
+        "power_diverged": power.sides(),
+        "power": power.flipped / len(power.first_flip),
+        "power_median_round": median_round(power.first_flip),
+    }
+
+
+def print_table(rows: Sequence[dict[str, Any]], *, batching: Batching, load: int) -> None:
+    print(
+        f"\n{batching} (load {load}); differed: comparisons that differed, speculative vs baseline / baseline vs itself"
+    )
+    head = ["rate", "runs", "rounds", "A/A differed", "A/A runs flipped", "95% interval", "target"]
+    head += [f"{FACTOR:g}x differed", f"power ({FACTOR:g}x)", "median round"]
+    cells = [head]
+    for r in rows:
+        low, high = r["aa_flip_interval"]
+        median = r["power_median_round"]
+        cells.append(
+            [
+                f"{r['rate']:.0%}",
+                str(r["runs"]),
+                str(r["rounds"]),
+                _sides(r["aa_diverged"]),
+                f"{r['aa_flipped']} ({r['aa_flip_share']:.2%})",
+                f"[{low:.2%}, {high:.2%}]",
+                "met" if r["aa_target_met"] else "NOT met",
+                _sides(r["power_diverged"]),
+                f"{r['power']:.1%}",
+                "never" if median is None else f"{median:g}",
+            ]
+        )
+    _print_cells(cells)
+
+
+def _print_cells(cells: Sequence[Sequence[str]]) -> None:
+    """A markdown table, columns as wide as their widest cell."""
+    widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
+    lines = [[cell.rjust(width) for cell, width in zip(row, widths, strict=True)] for row in cells]
+    lines.insert(1, ["-" * width for width in widths])
+    for line in lines:
+        print("| " + " | ".join(line) + " |")
+
+
+def print_server(checks: Sequence[dict[str, Any]]) -> None:
+    print("\nCalibration (probed, load 0): comparisons that differed, speculative vs baseline / baseline vs itself")
+    cells = [["rate", "arms", "rounds", "mock servers", f"in-process ({LOCAL_ROUNDS} rounds)"]]
+    for c in checks:
+        cells.append([f"{c['rate']:.0%}", c["arms"], str(c["rounds"]), _sides(c["server"]), _sides(c["in_process"])])
+    _print_cells(cells)
+
+
+def calibrate(rates: Sequence[float], *, rounds: int, seed: int, prompt: str) -> list[dict[str, Any]]:
+    """Each rate, A/A and at FACTOR: the servers' rounds beside LOCAL_ROUNDS in-process ones, both over
+    the same CALIBRATION_SEEDS pod seeds for the row."""
+    probes, case = probe(prompt)
+    full = (
+        s
+        for s in itertools.count(1)
+        if Pod(case, max_tokens=probes.max_tokens, rate=0.0, seed=s).length() == probes.max_tokens
+    )
+    checks = []
+    for rate in rates:
+        for factor in (1.0, FACTOR):
+            served, local = Runs(), Runs()
+            for mock_seed in itertools.islice(full, CALIBRATION_SEEDS):
+                share = rounds // CALIBRATION_SEEDS
+                served.add(
+                    asyncio.run(server_leg(rate=rate, factor=factor, rounds=share, prompt=prompt, seed=mock_seed))
+                )
+                job = Job(
+                    rate, factor, 1, LOCAL_ROUNDS // CALIBRATION_SEEDS, seed, 0, Batching.PROBED, prompt, mock_seed
+                )
+                local.add(count_job(job))
+            arms = "A/A" if factor == 1.0 else f"{factor:g}x"
+            checks.append(
+                {"rate": rate, "arms": arms, "rounds": rounds, "server": served.sides(), "in_process": local.sides()}
+            )
+    return checks
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES), help="baseline rates, comma-separated")
+    parser.add_argument("--runs", type=int, default=1000, help="runs per row, A/A and power each")
+    parser.add_argument("--rounds", type=int, default=200, help="probe rounds per run")
+    parser.add_argument("--batching", default=",".join(Batching), help="probed, apart, or both comma-separated")
+    parser.add_argument("--load", type=int, default=0, help="sequences running on each pod besides the probe's")
+    parser.add_argument("--prompt", default=PROMPT, help="the greedy probe's prompt")
+    parser.add_argument("--server-rounds", type=int, default=500, help="rounds per calibration row; 0 skips it")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--json", help="also write the rows here")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    rates = [float(r) for r in args.rates.split(",")]
+    probes, case = probe(args.prompt)
+    length = Pod(case, max_tokens=probes.max_tokens, rate=0.0).length()
+    # The greedy check's levels, spent as greedy_check spends them, and the smallest p-value one round
+    # (two comparisons a side) can give.
+    levels = {look: spent_alpha(look, alpha=1 - CONFIDENCE, failure_limit=1) for look in (1, 2, 10, args.rounds)}
+    print(
+        f"defaults: confidence {CONFIDENCE}, maxTokens {probes.max_tokens}, prompt {args.prompt!r} "
+        f"({length} tokens canonical); target: at most {TARGET:.0%} of A/A runs flip"
+    )
+    print(
+        "level by round: "
+        + ", ".join(f"{look}: {level:.3g}" for look, level in levels.items())
+        + f"; the smallest p-value of one round: {rate_above_pvalue(2, 2, 0, 2):.3g}"
+    )
+    if args.load:
+        chances = ", ".join(f"{rate:g}: {divergence_chance(rate, args.load + 1):.3g}" for rate in rates)
+        print(f"with {args.load} sequences running, an answer's chance of diverging by rate: {chances}")
+    out: dict[str, Any] = {
+        "confidence": CONFIDENCE,
+        "max_tokens": probes.max_tokens,
+        "load": args.load,
+        "levels": levels,
+        "rows": [],
+    }
+    with ProcessPoolExecutor(args.workers) as pool:
+        for batching in (Batching(b) for b in args.batching.split(",")):
+            rows = []
+            for i, rate in enumerate(rates):
+                template = Job(rate, 1.0, args.runs, args.rounds, args.seed + i, args.load, batching, args.prompt)
+                aa = simulate(pool, template)
+                power = simulate(pool, replace(template, factor=FACTOR, seed=args.seed + 100 + i))
+                rows.append(row(rate, aa, power, rounds=args.rounds, batching=batching))
+            print_table(rows, batching=batching, load=args.load)
+            out["rows"] += rows
+    if args.server_rounds:
+        out["server"] = calibrate(rates, rounds=args.server_rounds, seed=args.seed, prompt=args.prompt)
+        print_server(out["server"])
+    print(f"\n{time.perf_counter() - started:.0f}s with {args.workers} workers")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(out, handle, indent=1)
+
+
+if __name__ == "__main__":
+    main()
