@@ -65,8 +65,8 @@ def faults_url(cluster: Cluster, namespace: str) -> str:
     return f"http://{speculative_ip(cluster, namespace)}:{ADMIN_PORT}/faults"
 
 
-def inject(cluster: Cluster, namespace: str, fault: dict[str, Any]) -> None:
-    """Post `fault` to the speculative pod's mock engine."""
+def inject(cluster: Cluster, namespace: str, fault: dict[str, Any] | list[dict[str, Any]]) -> None:
+    """Post `fault` (or a list of faults, added at once) to the speculative pod's mock engine."""
     request = urllib.request.Request(
         faults_url(cluster, namespace), data=json.dumps(fault).encode(), headers={"Content-Type": "application/json"}
     )

@@ -1,4 +1,4 @@
-"""Opt-in (`-m long`; about 35 minutes on two cores): does a peak rehearsal measure what a direct sweep
+"""Opt-in (`-m long`; about 42 minutes on two cores): does a peak rehearsal measure what a direct sweep
 of the same engines does?
 
 A pilot of the "mid" profile runs live below its crossover, and its rehearsal climbs a ladder of 60 s
@@ -43,11 +43,12 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield running
 
 
-def direct_sweep(tmp: Path, rates: list[float]) -> dict[str, Any]:
+def direct_sweep(tmp: Path, rates: list[float], *, seconds: int, window: int) -> dict[str, Any]:
+    """The open-loop climb through `rates`, `seconds` at each, each read over its last `window` seconds."""
     out = tmp / "sweep.json"
     argv = [sys.executable, str(ROOT / "bench/mockvllm_concurrency.py"), "--profile", json.dumps(PROFILE)]
     argv += ["--scope", "mid", "--draft-tokens", str(DRAFT_TOKENS), "--rates", ",".join(map(str, rates))]
-    argv += ["--level-seconds", "60", "--deadline", "20", "--time-scale", "1"]
+    argv += ["--level-seconds", str(seconds), "--window", str(window), "--deadline", "20", "--time-scale", "1"]
     argv += ["--input-tokens", "100", "--output-tokens", "50", "--json", str(out)]
     done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=1800)
     print(done.stdout)
@@ -94,7 +95,8 @@ def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sw
     print(json.dumps(decision, indent=1))
     ladder = [step["load"] for step in rehearsal["steps"] if not step.get("flip")]
     # the live stages' load on each compared arm, then the ladder's loads
-    sweep = direct_sweep(tmp_path, [LIVE, *ladder])
+    # each load read as the rehearsal reads a ladder step: past its first 15 s
+    sweep = direct_sweep(tmp_path, [LIVE, *ladder], seconds=60, window=45)
     capacities = {"speculative": sweep["capacity"]["speculative"], "control": sweep["capacity"]["ordinary"]}
     rehearsed = {arm: rehearsal.get(f"{arm}Capacity") for arm in capacities}
     print(
@@ -111,7 +113,10 @@ def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sw
     # than the grid both share
     low = max(load for load in [LIVE, *ladder] if load <= coarse)
     high = min(load for load in ladder if load > coarse)
-    fine = direct_sweep(tmp_path, [round(low + (high - low) * i / 5, 4) for i in range(6)])["offered_crossover"]
+    # near the crossover the two arms' times per committed token differ by little, and a read of a dozen
+    # requests cannot tell them apart: each finer load runs 2 minutes, read over its last 90 s
+    fine_rates = [round(low + (high - low) * i / 5, 4) for i in range(6)]
+    fine = direct_sweep(tmp_path, fine_rates, seconds=120, window=90)["offered_crossover"]
     print(f"crossover swept between {low} and {high}: {fine}")
     assert fine is not None, "the finer sweep crosses where the coarse one did"
     assert decision.get("crossoverLoad") is not None, decision
