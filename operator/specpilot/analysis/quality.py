@@ -124,6 +124,13 @@ def kind_counts(result: ProbeResult | None, cases: Sequence[ProbeCase]) -> dict[
     return out
 
 
+def probe_level(rounds: int, confidence: float) -> float:
+    """The level a probe test is held to after `rounds` rounds: `1 - confidence` spent across rounds as
+    the judge spends it across windows (a hard limit: one failing round flips), so that testing after
+    every round does not eventually flip identical arms."""
+    return spent_alpha(rounds, alpha=1 - confidence, failure_limit=1)
+
+
 def greedy_check(tally: CaseTally, *, confidence: float) -> Check:
     """Greedy text fails only when the speculative arm's divergence rate is shown above the baseline's
     own (the same prompt asked twice): Fisher's one-sided exact test on the accumulated counts, at a
@@ -138,7 +145,7 @@ def greedy_check(tally: CaseTally, *, confidence: float) -> Check:
     )
     if not n_s or not n_b:
         return inconclusive(metric, "greedy probe: no comparison yet", hard=True)
-    level = spent_alpha(tally.rounds, alpha=1 - confidence, failure_limit=1)
+    level = probe_level(tally.rounds, confidence)
     p = rate_above_pvalue(x_s, n_s, x_b, n_b)
     evidence = (
         f"speculative diverged {x_s}/{n_s}, baseline from itself {x_b}/{n_b} over {tally.rounds} round(s); "
@@ -179,7 +186,7 @@ def sampled_check(found: Sequence[tuple[ProbeCase, CaseTally]], *, confidence: f
     untied = sum(base != spec for base, spec in pairs)
     lost = sum(spec < base for base, spec in pairs)
     rounds = max(tally.rounds for _, tally in found)
-    level = spent_alpha(rounds, alpha=1 - confidence, failure_limit=1)
+    level = probe_level(rounds, confidence)
     p = binomial_sf(lost, untied, 0.5)
     evidence = (
         f"the speculative answer scored worse in {lost} of {untied} untied pairs ({len(pairs)} pairs over "
