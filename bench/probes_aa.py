@@ -454,7 +454,7 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     probes, case = probe(args.prompt)
     length = Pod(case, max_tokens=probes.max_tokens, rate=0.0).length()
-    # The greedy check's levels, spent as greedy_check spends them, and the smallest p-value one round
+    # The greedy check's levels, spent as rate_check spends them, and the smallest p-value one round
     # (two comparisons a side) can give.
     levels = {look: spent_alpha(look, alpha=1 - CONFIDENCE, failure_limit=1) for look in (1, 2, 10, args.rounds)}
     print(

@@ -86,8 +86,8 @@ def probe_checks(
             continue
         tally = combined(tally for _, tally in found)
         assert tally is not None  # every kind listed has a tally
-        if kind is ProbeKind.GREEDY:
-            checks.append(greedy_check(tally, confidence=confidence))
+        if kind in _RATE_WORDS:
+            checks.append(rate_check(tally, confidence=confidence))
         else:
             checks.append(behaviour_check(tally, min_agreement=quality.min_agreement))
     return tuple(checks)
@@ -131,12 +131,40 @@ def probe_level(rounds: int, confidence: float) -> float:
     return spent_alpha(rounds, alpha=1 - confidence, failure_limit=1)
 
 
-def greedy_check(tally: CaseTally, *, confidence: float) -> Check:
-    """Greedy text fails only when the speculative arm's divergence rate is shown above the baseline's
-    own (the same prompt asked twice): Fisher's one-sided exact test on the accumulated counts, at a
-    level spent across rounds as the judge spends it across windows (`stats.spent_alpha`), so checking
-    after every round does not eventually flip identical arms."""
-    metric = MetricName.PROBE_GREEDY
+@dataclass(frozen=True)
+class _RateWords:
+    """How a rate check speaks of its kind's failure."""
+
+    failed: str  # what a failing answer did, e.g. "diverged"
+    compared: str  # what the compared arm's failures are set against, e.g. "baseline from itself"
+    fails: str  # the failing verdict's reason, before the finding
+    passes: str  # the passing verdict's reason
+
+
+_RATE_WORDS = {
+    ProbeKind.GREEDY: _RateWords(
+        "diverged",
+        "baseline from itself",
+        "greedy probe diverges more than the baseline from itself",
+        "greedy probe diverges no more than the baseline from itself",
+    ),
+    ProbeKind.CANCEL: _RateWords(
+        "kept a dropped stream's slot",
+        "baseline",
+        "cancel probe keeps dropped streams' slots more often than the baseline",
+        "cancel probe keeps dropped streams' slots no more often than the baseline",
+    ),
+}
+
+
+def rate_check(tally: CaseTally, *, confidence: float) -> Check:
+    """greedy or cancel: fails only when the speculative arm's failure rate is shown above the compared
+    arm's (greedy: text that parts from the baseline's, against the baseline's parting from its own
+    repeat; cancel: a dropped stream's slot not back within the bound, against the same on the
+    baseline, whose pod carries the same share of the same traffic and so the same chance that load
+    hides the gauge's return). Fisher's one-sided exact test on the accumulated counts at the probes'
+    level (`probe_level`): a single difference is natural variation, not a failure."""
+    metric, words = PROBE_METRIC[tally.kind], _RATE_WORDS[tally.kind]
     x_s, n_s, x_b, n_b = (
         tally.speculative_diverged,
         tally.speculative_trials,
@@ -144,18 +172,18 @@ def greedy_check(tally: CaseTally, *, confidence: float) -> Check:
         tally.baseline_trials,
     )
     if not n_s or not n_b:
-        return inconclusive(metric, "greedy probe: no comparison yet", hard=True)
+        return inconclusive(metric, f"{tally.kind.value} probe: no comparison yet", hard=True)
     level = probe_level(tally.rounds, confidence)
     p = rate_above_pvalue(x_s, n_s, x_b, n_b)
     evidence = (
-        f"speculative diverged {x_s}/{n_s}, baseline from itself {x_b}/{n_b} over {tally.rounds} round(s); "
+        f"speculative {words.failed} {x_s}/{n_s}, {words.compared} {x_b}/{n_b} over {tally.rounds} round(s); "
         f"one-sided Fisher p={p:.3g}, level {level:.3g}"
     )
     if p <= level:
         detail = f": {tally.finding.sentence()}" if tally.finding else ""
-        verdict, reason = Verdict.FAIL, f"greedy probe diverges more than the baseline from itself{detail}"
+        verdict, reason = Verdict.FAIL, f"{words.fails}{detail}"
     else:
-        verdict, reason = Verdict.PASS, "greedy probe diverges no more than the baseline from itself"
+        verdict, reason = Verdict.PASS, words.passes
     return Check(
         metric=metric,
         verdict=verdict,
@@ -216,7 +244,7 @@ def _turned(case: ProbeCase, pair: tuple[float, float]) -> tuple[float, float]:
 
 
 def behaviour_check(tally: CaseTally, *, min_agreement: float) -> Check:
-    """stop, toolCall, structured or cancel: the share of answers that pass on the speculative arm
+    """stop, toolCall or structured: the share of answers that pass on the speculative arm
     where the baseline's pass, against quality.minAgreement. Where the baseline fails too, speculation
     is not to blame: inconclusive."""
     kind, metric = tally.kind.value, PROBE_METRIC[tally.kind]

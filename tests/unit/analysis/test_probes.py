@@ -32,8 +32,8 @@ from specpilot.analysis.quality import (
     accumulated,
     behaviour_check,
     case_key,
-    greedy_check,
     probe_checks,
+    rate_check,
     round_cases,
     scope_cases,
 )
@@ -190,10 +190,30 @@ def test_a_failure_on_both_arms_is_not_pinned_on_speculation() -> None:
     assert check.verdict is Verdict.INCONCLUSIVE and check.metric is MetricName.PROBE_STRUCTURED
 
 
-def test_a_leak_on_the_speculative_arm_only_is_a_regression() -> None:
-    tally = cancel_round(case("cancel"), baseline=Readings(0, 0), speculative=Readings(0, 1))
-    check = behaviour_check(tally, min_agreement=0.95)
-    assert check.verdict is Verdict.FAIL and check.fires and "cancel probe" in check.reason
+def test_a_leak_on_the_speculative_arm_only_fails_once_shown_above_the_baselines_rate() -> None:
+    leak = cancel_round(case("cancel"), baseline=Readings(0, 0), speculative=Readings(0, 1))
+    # one kept slot is what load on the pod can look like: not yet shown
+    assert rate_check(leak, confidence=0.95).verdict is Verdict.PASS
+    tally = leak
+    for _ in range(8):
+        tally = accumulate(tally, leak)
+    check = rate_check(tally, confidence=0.95)
+    assert check.verdict is Verdict.FAIL and check.fires and check.metric is MetricName.PROBE_CANCEL
+    assert "cancel probe keeps dropped streams' slots" in check.reason
+
+
+def test_slots_that_load_hides_as_often_on_both_arms_flip_nothing() -> None:
+    rng = random.Random(5)
+    flips = 0
+    for _ in range(200):  # 3% of rounds on each loaded pod see the gauge stay up for the whole bound
+        tally = None
+        for _ in range(40):
+            base = Readings(3, 4 if rng.random() < 0.03 else 3)
+            spec = Readings(3, 4 if rng.random() < 0.03 else 3)
+            latest = cancel_round(case("cancel"), baseline=base, speculative=spec)
+            tally = latest if tally is None else accumulate(tally, latest)
+            flips += rate_check(tally, confidence=0.95).verdict is Verdict.FAIL
+    assert flips <= 2
 
 
 def test_tallies_accumulate_over_rounds_and_drop_cases_no_longer_probed() -> None:
@@ -229,9 +249,7 @@ def test_equal_natural_variation_on_both_arms_flips_nothing() -> None:
     flips = 0
     for _ in range(200):  # every look of 200 pilots, 1 to 30 rounds each
         flips += any(
-            greedy_check(
-                greedy_tally(rng, rounds=r, per_round=8, spec_rate=0.1, base_rate=0.1), confidence=0.95
-            ).verdict
+            rate_check(greedy_tally(rng, rounds=r, per_round=8, spec_rate=0.1, base_rate=0.1), confidence=0.95).verdict
             is Verdict.FAIL
             for r in (1, 3, 10, 30)
         )
@@ -241,13 +259,13 @@ def test_equal_natural_variation_on_both_arms_flips_nothing() -> None:
 def test_clearly_higher_speculative_divergence_fails() -> None:
     rng = random.Random(11)
     tally = greedy_tally(rng, rounds=5, per_round=8, spec_rate=0.6, base_rate=0.05)
-    check = greedy_check(tally, confidence=0.95)
+    check = rate_check(tally, confidence=0.95)
     assert check.verdict is Verdict.FAIL and check.metric is MetricName.PROBE_GREEDY and check.fires
 
 
 def test_a_single_text_difference_is_not_a_failure() -> None:
     tally = CaseTally(ProbeKind.GREEDY, 1, 2, 2, 1, 2)
-    assert greedy_check(tally, confidence=0.95).verdict is Verdict.PASS
+    assert rate_check(tally, confidence=0.95).verdict is Verdict.PASS
 
 
 # --- cases of a pilot ------------------------------------------------------------------------------
