@@ -43,7 +43,11 @@ def load_access() -> KubeAccess:
             context.load_cert_chain(cfg.cert_file, cfg.key_file)
 
     def token() -> str | None:
-        value = cfg.auth_settings().get("BearerToken", {}).get("value")  # refreshes expiring tokens
+        # Asked at each request, the loaders renew what expires: an exec plugin runs again from 5
+        # minutes before its token's expirationTimestamp, and the in-cluster token file is read again
+        # after a minute, well before a token the kubelet rotated (at 80% of its life, 48 of 60
+        # minutes by default) stops working. A client certificate is loaded once.
+        value = cfg.auth_settings().get("BearerToken", {}).get("value")
         return str(value) if value else None
 
     return KubeAccess(server=str(cfg.host).rstrip("/"), ssl=context, token=token)

@@ -41,6 +41,7 @@ class FakeApi:
         self.throttled_lists: list[str] = []  # the Retry-After of each next list answered 429
         self.queries: list[dict[str, str]] = []
         self.tokens: set[str | None] = set()
+        self.requests: list[tuple[str, str, str | None]] = []  # (resource, "list" or "watch", Authorization)
         self.port = 0
         self._runner: web.AppRunner | None = None
 
@@ -63,6 +64,8 @@ class FakeApi:
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         resource = request.path.rsplit("/", 1)[1]
         self.tokens.add(request.headers.get("Authorization"))
+        verb = "watch" if request.query.get("watch") == "1" else "list"
+        self.requests.append((resource, verb, request.headers.get("Authorization")))
         self.queries.append(dict(request.query))
         if request.query.get("watch") != "1":
             self.lists[resource] += 1
@@ -270,3 +273,35 @@ async def test_a_throttled_list_waits_as_asked_and_failures_back_off_with_jitter
     first, second = waits[2:4]
     assert 0.1 <= first <= 0.2 and 0.2 <= second <= 0.4, waits  # doubling, each spread over its lower half
     assert restarts == Counter({("configmaps", "throttled"): 2, ("configmaps", "error"): 2})
+
+
+async def test_each_list_and_watch_carries_the_token_current_when_it_is_sent(api: FakeApi) -> None:
+    token = "Bearer one"
+    async with aiohttp.ClientSession() as session:
+        reflector = Reflector(
+            session=session,
+            access=KubeAccess(server=f"http://127.0.0.1:{api.port}", ssl=False, token=lambda: token),
+            path=f"/api/v1/namespaces/{NS}/configmaps",
+            selector={},
+            resource="configmaps",
+            on_change=lambda objects: None,
+            on_restart=lambda resource, reason: None,
+        )
+        task = asyncio.create_task(reflector.run())
+        await Harness.wait_for(lambda: api.watches["configmaps"] == 1)
+        token = "Bearer two"  # rotated while the watch is open: a reconnect must send the new one
+        api.drop("configmaps")
+        await Harness.wait_for(lambda: api.watches["configmaps"] == 2)
+        token = "Bearer three"
+        api.expire("configmaps")
+        await Harness.wait_for(lambda: api.watches["configmaps"] == 3)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert api.requests == [
+        ("configmaps", "list", "Bearer one"),
+        ("configmaps", "watch", "Bearer one"),
+        ("configmaps", "watch", "Bearer two"),
+        ("configmaps", "list", "Bearer three"),
+        ("configmaps", "watch", "Bearer three"),
+    ]
