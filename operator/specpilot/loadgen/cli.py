@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -127,7 +128,10 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
         time_scale=args.time_scale,
     )
     limits = RunLimits(duration_s=args.duration, max_requests=args.max_requests, max_in_flight=args.max_in_flight)
-    result = await run(target, planned, limits, progress_to=sys.stderr if args.progress else None)
+    stop = asyncio.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):  # end the arrivals; what was sent is still reported
+        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    result = await run(target, planned, limits, progress_to=sys.stderr if args.progress else None, stop=stop)
     config = {
         "url": base_url,
         "model": model,

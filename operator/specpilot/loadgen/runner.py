@@ -1,8 +1,9 @@
 """The open-loop run: send each planned request at its time, never waiting for earlier ones.
 
-Bounded by a duration and a request count (whichever comes first); requests still in flight at
-the end are awaited up to their timeout, so unfinished work is counted rather than dropped from
-view. A live progress line goes to a stream (stderr by default).
+Bounded by a duration and a request count (whichever comes first), or ended early by a stop
+event (the command sets it on SIGTERM or SIGINT, as when its Job is deleted); requests still in
+flight at the end are awaited up to their timeout, so unfinished work is counted rather than
+dropped from view. A live progress line goes to a stream (stderr by default).
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ async def run(
     *,
     progress_to: TextIO | None = None,
     progress_interval_s: float = 1.0,
+    stop: asyncio.Event | None = None,
 ) -> dict[str, Any]:
-    """Replay `planned` open-loop against `target`; return the result document."""
+    """Replay `planned` open-loop against `target` until the limits or `stop`; return the result document."""
+    stop = stop or asyncio.Event()
     scale = target.time_scale
     progress = _Progress()
     outcomes: list[ClientOutcome] = []
@@ -87,7 +90,10 @@ async def run(
                 break
             delay = started + request.at * scale - time.monotonic()
             if delay > 0:
-                await asyncio.sleep(delay)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stop.wait(), delay)
+            if stop.is_set():
+                break
             if len(tasks) >= limits.max_in_flight:
                 progress.dropped += 1
                 continue
@@ -105,6 +111,7 @@ async def run(
         progress_to.write(("\r" if progress_to.isatty() else "") + progress.line(elapsed) + "\n")
     return {
         "elapsed_s": elapsed,
+        "stopped": stop.is_set(),  # arrivals ended early, on a signal
         "sent": progress.sent,
         "dropped": progress.dropped,
         "overall": summarize(outcomes, elapsed),

@@ -111,6 +111,23 @@ async def test_the_command_writes_a_json_result_and_a_progress_line(mock_vllm: A
     assert "sent 20 done 20 ok 20" in stderr.decode()
 
 
+async def test_sigterm_ends_the_arrivals_and_the_result_still_counts_every_request_sent(
+    mock_vllm: Any, tmp_path: Path
+) -> None:
+    mock = await mock_vllm("--time-scale", str(SCALE))
+    output = tmp_path / "result.json"
+    argv = ["--url", mock.url, "--arrivals", "constant", "--rate", "5", "--duration", "600", "--no-progress"]
+    argv += ["--time-scale", str(SCALE), "--endpoint", "completions", "--output", str(output)]
+    process = await asyncio.create_subprocess_exec(sys.executable, "-m", "specpilot.cli", "loadgen", *argv)
+    await asyncio.sleep(3)  # 150 of the 600 model seconds
+    process.terminate()
+    assert await asyncio.wait_for(process.wait(), timeout=30) == 0
+    result = json.loads(output.read_text())
+    assert result["stopped"] is True
+    assert 0 < result["sent"] < 600 * 5
+    assert result["overall"]["requests"] == result["sent"] == result["overall"]["ok"]
+
+
 async def test_the_command_refuses_bad_input() -> None:
     process = await asyncio.create_subprocess_exec(
         sys.executable,
