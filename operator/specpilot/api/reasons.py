@@ -78,6 +78,8 @@ class Reason(StrEnum):
     """A promote or resume annotation did not apply to the scope's state (or the pilot is suspended)."""
     ROUTES_TAKEN = "RoutesTaken"
     """After a flip, every router serves the new routing table (the message says how soon)."""
+    ROUTES_UNCONFIRMED = "RoutesUnconfirmed"
+    """After a flip, some router could not be reached to confirm it serves the new routing table."""
     SCOPES_PILOTING = "ScopesPiloting"
     """Arms and router are ready and some scopes are still piloting their stages."""
     DECISION_STATED = "DecisionStated"

@@ -6,6 +6,7 @@ Each has the implementation the operator runs (named beside it) and a fake the s
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Protocol
 
@@ -43,6 +44,14 @@ class KubeApi(Protocol):
     async def event(self, involved: Json, *, type: str, reason: str, message: str) -> None: ...
 
 
+@dataclass(frozen=True)
+class Served:
+    """A flip's read-back: the seconds waited, and the routers that never confirmed it."""
+
+    seconds: float
+    unconfirmed: tuple[str, ...] = ()
+
+
 class RouteOwner(Protocol):
     """The routing table's owner (`routes.ConfigMapRoutes`): it writes the table and hears from every
     router which generation it serves."""
@@ -51,8 +60,8 @@ class RouteOwner(Protocol):
         """Write the table; the API server's answer for its ConfigMap."""
         ...
 
-    async def served(self, routers: Sequence[str], generation: int) -> float:
-        """Seconds until every router (by address) served `generation`, or gave up waiting."""
+    async def served(self, routers: Sequence[str], generation: int) -> Served:
+        """How long until every router (by address) served `generation`, or which had not when it gave up."""
         ...
 
 

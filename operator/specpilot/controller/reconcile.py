@@ -246,14 +246,23 @@ class Controller:
 
     async def _confirm(self, confirm: Confirm) -> Event:
         """Wait for the routers to take a flip, and say when they did."""
-        took = await self.routes.served(confirm.routers, confirm.generation)
-        self.metrics.flip_seconds.observe(took)
+        served = await self.routes.served(confirm.routers, confirm.generation)
         names = ", ".join(confirm.scopes)
+        if served.unconfirmed:
+            return Event(
+                EventType.WARNING,
+                Reason.ROUTES_UNCONFIRMED,
+                f"router(s) {', '.join(served.unconfirmed)} did not confirm routing generation "
+                f"{confirm.generation} ({names} on ordinary decoding) within {served.seconds:.0f} s: they "
+                "could not be reached; a router takes the table from its ConfigMap, and one whose table "
+                "ages past --max-table-age sends every scope to the baseline",
+            )
+        self.metrics.flip_seconds.observe(served.seconds)
         return Event(
             EventType.NORMAL,
             Reason.ROUTES_TAKEN,
             f"routers took routing generation {confirm.generation} ({names} on ordinary decoding) "
-            f"{took * 1000:.0f} ms after the write",
+            f"{served.seconds * 1000:.0f} ms after the write",
         )
 
     async def _land(self, ref: PilotRef, memory: PilotMemory, tick: Plan, confirmed: list[Event]) -> None:

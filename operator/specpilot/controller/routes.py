@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import aiohttp
 
 from specpilot.controller.core.render import PilotRef, render_routes_configmap
-from specpilot.controller.ports import Json, KubeApi
+from specpilot.controller.ports import Json, KubeApi, Served
 from specpilot.wire.names import ROUTER_ADMIN_PORT
 from specpilot.wire.routes import RoutingTable
 
@@ -30,7 +30,7 @@ class ConfigMapRoutes:
     async def write(self, ref: PilotRef, table: RoutingTable) -> Json:
         return await self._kube.apply(render_routes_configmap(ref, table))
 
-    async def served(self, routers: Sequence[str], generation: int) -> float:
+    async def served(self, routers: Sequence[str], generation: int) -> Served:
         """Until every router serves `generation` of the table, or a timeout: a router that cannot be
         reached cannot be waited for, and stale tables fail safe to the baseline anyway."""
         loop = asyncio.get_running_loop()
@@ -45,7 +45,7 @@ class ConfigMapRoutes:
                 await asyncio.sleep(POLL_SECONDS)
         if pending:
             log.warning("routers %s did not confirm routing generation %d", sorted(pending), generation)
-        return loop.time() - started
+        return Served(loop.time() - started, tuple(sorted(pending)))
 
     async def _generation(self, address: str) -> int:
         try:

@@ -33,7 +33,7 @@ from specpilot.controller.core.snapshot import Observation
 from specpilot.controller.evidence import ConfigMapEvidence
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
-from specpilot.controller.ports import Pods
+from specpilot.controller.ports import Pods, Served
 from specpilot.controller.reconcile import Controller
 from specpilot.fetch.scrape import ReadFailure
 from specpilot.router.core.decide import pick_arm
@@ -170,15 +170,16 @@ class FakeRoutes:
         self.kube, self.clock, self.lag = kube, clock, lag
         self.written: list[RoutingTable] = []
         self.awaited: list[tuple[tuple[str, ...], int]] = []
+        self.unreachable = False  # when set, no router confirms a generation
 
     async def write(self, ref: PilotRef, table: RoutingTable) -> Json:
         self.written.append(table)
         return await self.kube.apply(render_routes_configmap(ref, table))
 
-    async def served(self, routers: Sequence[str], generation: int) -> float:
+    async def served(self, routers: Sequence[str], generation: int) -> Served:
         self.awaited.append((tuple(routers), generation))
         self.clock.advance(self.lag)
-        return self.lag
+        return Served(self.lag, tuple(sorted(routers)) if self.unreachable else ())
 
 
 class MemoryEvidence:

@@ -121,9 +121,27 @@ async def test_a_failing_scope_is_flipped_and_the_routers_are_waited_for() -> No
     assert h.scope("code")["state"] == "RolledBack"
     assert weights(h)["code"] == 0
     generation = h.status()["routes"]["generation"]
-    assert h.routes.awaited[-1] == (("198.18.0.7",), generation) or h.routes.awaited[-1][1] == generation
+    assert h.routes.awaited[-1][1] == generation
     assert "RoutesTaken" in h.reasons() and "ScopeRolledBack" in h.reasons()
     assert h.status()["fallbacks"][-1]["scope"] == "code"
+
+
+async def test_a_flip_a_router_never_confirms_is_a_warning_naming_it_and_the_flip_stands() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    h.routes.unreachable = True
+    h.traffic.seconds_per_token[Arm.SPECULATIVE] = 0.05
+    for _ in range(8):
+        await h.step(INTERVAL)
+        if h.scope("code")["weight"] == 0:
+            break
+    assert h.scope("code")["state"] == "RolledBack"
+    assert "RoutesTaken" not in h.reasons()
+    (router,), _ = h.routes.awaited[-1]
+    unconfirmed = [e for e in h.kube.events if e["reason"] == "RoutesUnconfirmed"]
+    assert unconfirmed and all(e["type"] == "Warning" for e in unconfirmed)
+    assert router in unconfirmed[-1]["message"] and "--max-table-age" in unconfirmed[-1]["message"]
+    assert sorted(f["scope"] for f in h.status()["fallbacks"]) == ["chat", "code"]  # one record per flip
 
 
 async def test_a_restart_from_status_alone_rolls_nothing_out_and_repeats_no_event() -> None:
