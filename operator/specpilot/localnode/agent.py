@@ -257,7 +257,9 @@ class Agent:
             else:
                 await self.remove(pod)
             return
-        if runtime is None and pod.get("status", {}).get("phase") not in {"Succeeded", "Failed"}:
+        if runtime is not None:
+            runtime.observed(pod.get("status") or {})
+        elif pod.get("status", {}).get("phase") not in {"Succeeded", "Failed"}:
             await self.admit(pod)
 
     async def admit(self, pod: Json) -> None:

@@ -287,3 +287,14 @@ def pod_status(
         ],
         "containerStatuses": [_container_status(c) for c in containers],
     }
+
+
+def conditions_overwritten(served: Json, written: Json) -> bool:
+    """Whether the API serves a pod condition other than this node last wrote: another writer changed
+    it (the node lifecycle controller marks a node's pods not Ready while its Lease has lapsed)."""
+
+    def states(status: Json) -> dict[str, str]:
+        return {c.get("type", ""): c.get("status", "") for c in status.get("conditions") or []}
+
+    now = states(served)
+    return any(now.get(kind) != state for kind, state in states(written).items())

@@ -174,6 +174,12 @@ class PodRuntime:
         self.last_status: Json | None = None
         self.conditions: list[Json] = []
 
+    def observed(self, served: Json) -> None:
+        """The pod's status as the API serves it: where another writer overwrote a condition this node
+        reports, the next tick writes the node's own again, as a kubelet's status manager does."""
+        if self.last_status is not None and podspec.conditions_overwritten(served, self.last_status):
+            self.last_status = None
+
     def request_stop(self, grace: float) -> None:
         self.grace = grace
         self.stopping.set()

@@ -180,3 +180,17 @@ def test_waiting_status_carries_reason_and_message() -> None:
         policy="Always", containers=[c], pod_ip="127.1.0.9", host_ip="127.0.0.1", start_time="s", now="t"
     )
     assert status["containerStatuses"][0]["state"] == {"waiting": {"reason": "ImageNotRunnable", "message": "why"}}
+
+
+def test_a_condition_another_writer_overwrote_is_seen_and_timestamps_alone_are_not() -> None:
+    ready = [ContainerState(name="c", image="i", state="running", ready=True)]
+    kwargs = {"policy": "Always", "pod_ip": "198.18.0.2", "host_ip": "127.0.0.1", "start_time": "t0"}
+    written = podspec.pod_status(containers=ready, now="t1", **kwargs)
+    later = podspec.pod_status(containers=ready, now="t2", **kwargs)
+    assert not podspec.conditions_overwritten(later, written)
+    marked = {
+        **written,
+        "conditions": [{**c, "status": "False"} if c["type"] == "Ready" else c for c in written["conditions"]],
+    }
+    assert podspec.conditions_overwritten(marked, written)
+    assert podspec.conditions_overwritten({}, written)  # conditions gone
