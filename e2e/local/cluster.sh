@@ -6,6 +6,8 @@
 #   cluster.sh down    stop only the processes this script started (recorded PIDs)
 #   cluster.sh reset   down, then remove all state (PKI, etcd data, pod logs)
 #   cluster.sh status  print what runs
+#   cluster.sh stop NAME   stop one component (a fault to test); the next `up` starts it again, etcd
+#                          with its data
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
@@ -141,7 +143,11 @@ up() {
   cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT"
   if ! alive etcd; then
     ports_free etcd "$ETCD_PORT" "$((ETCD_PORT + 10))"
-    rm -rf "$STATE/etcd"  # a fresh start is a fresh cluster
+    if [ -f "$RUN/etcd.keep" ]; then
+      rm -f "$RUN/etcd.keep"  # etcd was stopped alone: it comes back with its data
+    else
+      rm -rf "$STATE/etcd"  # a fresh start is a fresh cluster
+    fi
     start etcd "$bin/etcd" "$bin/etcd" --name local --data-dir "$STATE/etcd" \
       --listen-client-urls "http://127.0.0.1:$ETCD_PORT" --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
       --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 10))" \
@@ -185,8 +191,17 @@ up() {
 
 down() {
   local i
+  rm -f "$RUN/etcd.keep"
   for ((i = ${#COMPONENTS[@]} - 1; i >= 0; i--)); do stop_one "${COMPONENTS[$i]}"; done
   log "down"
+}
+
+stop() {  # stop NAME: one component, as a fault
+  local name="${1:-}"
+  [[ " ${COMPONENTS[*]} " == *" $name "* ]] || { echo "usage: $0 stop NAME, NAME one of: ${COMPONENTS[*]}" >&2; exit 2; }
+  [ "$name" = etcd ] && touch "$RUN/etcd.keep"
+  stop_one "$name"
+  log "$name stopped"
 }
 
 status() {
@@ -201,5 +216,6 @@ case "${1:-}" in
   down) mkdir -p "$RUN"; down ;;
   reset) mkdir -p "$RUN"; down; rm -rf "$STATE" ;;
   status) mkdir -p "$RUN"; status ;;
-  *) echo "usage: $0 up|down|reset|status" >&2; exit 2 ;;
+  stop) mkdir -p "$RUN"; stop "${2:-}" ;;
+  *) echo "usage: $0 up|down|reset|status|stop NAME" >&2; exit 2 ;;
 esac

@@ -29,10 +29,11 @@ def free_port() -> int:
 class Operator:
     """`specpilot operator --all-namespaces` with its own liveness and metrics ports and log file."""
 
-    def __init__(self, cluster: Cluster, log: Path, *extra: str) -> None:
+    def __init__(self, cluster: Cluster, log: Path, *extra: str, group: int | None = None) -> None:
         self.cluster = cluster
         self.log = log
         self.extra = extra
+        self.group = group  # a group id of its own, for a firewall rule that matches only its connections
         self.liveness, self.metrics_port = free_port(), free_port()
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -45,7 +46,7 @@ class Operator:
         ]
         with self.log.open("ab") as out:
             env = {**self.cluster.env(), "PYTHONUNBUFFERED": "1"}
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env, group=self.group)
         wait_until("the operator's liveness endpoint", self._alive, timeout=30)
 
     def _alive(self) -> bool:
@@ -104,7 +105,7 @@ class Operator:
 
 
 @contextmanager
-def running_operator(cluster: Cluster, log: Path, *extra: str) -> Iterator[Operator]:
+def running_operator(cluster: Cluster, log: Path, *extra: str, group: int | None = None) -> Iterator[Operator]:
     cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
     # Right after an apply that changes it, a CRD may briefly show no conditions at all, which `kubectl
     # wait` reports as an error rather than waiting on: ask again until it is Established.
@@ -123,7 +124,7 @@ def running_operator(cluster: Cluster, log: Path, *extra: str) -> Iterator[Opera
         timeout=60,
         every=1,
     )
-    operator = Operator(cluster, log, *extra)
+    operator = Operator(cluster, log, *extra, group=group)
     operator.start()
     try:
         yield operator

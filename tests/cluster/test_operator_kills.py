@@ -1,5 +1,9 @@
-"""Ten SIGKILLs of the operator while it pilots and flips: the same outcome as a run without kills,
-exactly one fallback record per flip, and no transition announced twice."""
+"""SIGKILLs of the operator while it pilots and flips: the same outcome as a run without kills,
+exactly one fallback record per flip, and no transition announced twice. Ten during the rollback
+run in `make test`; fifty spread over promotion, flip, decision and teardown are opt-in:
+
+    .venv/bin/python -m pytest tests/cluster/test_operator_kills.py -m long -s
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,20 @@ import json
 import random
 import time
 from collections import Counter
+from typing import Any
 
 import pytest
 
 from tests.cluster.conftest import Cluster, wait_until
-from tests.cluster.operator_process import events, pilot, running_operator, start_load, wait_ready
+from tests.cluster.operator_process import (
+    Operator,
+    children,
+    events,
+    pilot,
+    running_operator,
+    start_load,
+    wait_ready,
+)
 from tests.cluster.pilots import judged_pilot, router_ip
 
 pytestmark = pytest.mark.cluster
@@ -59,3 +72,85 @@ def test_ten_sigkills_during_a_rollback_leave_one_record_per_flip(
         assert {reason: reasons[reason] for reason in once} == dict.fromkeys(once, 1), reasons
         assert reasons["ScopePromoted"] == 1, "chat went from its first stage to its second once"
         assert "Synced" not in reasons
+
+
+@pytest.mark.long
+def test_fifty_sigkills_over_promotion_flip_decision_and_teardown_leave_one_record_per_flip(
+    cluster: Cluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    log = tmp_path_factory.mktemp("kills50") / "operator.log"
+    chance = random.Random(50)
+    phases: Counter[str] = Counter()
+
+    def items() -> list[dict[str, Any]]:
+        found: list[dict[str, Any]] = cluster.get_json("speculationpilots", "-n", namespace)["items"]
+        return found
+
+    def states() -> dict[str, str]:
+        body = items()
+        return {s["name"]: s["state"] for s in (body[0].get("status", {}).get("scopes", []) if body else [])}
+
+    def phase() -> str:
+        body = items()
+        if not body or body[0]["metadata"].get("deletionTimestamp"):
+            return "teardown"
+        now = states()
+        if now.get("chat") == "Speculative" and now.get("code") == "RolledBack":
+            return "decision" if not pilot(cluster, namespace).get("status", {}).get("decision") else "decided"
+        return "flip" if now.get("code") == "RolledBack" or now.get("chat") != "Piloting" else "promotion"
+
+    def kill(operator: Operator, *, at_once: bool = False) -> None:
+        time.sleep(0 if at_once else chance.uniform(1.0, 4.0))
+        phases[phase()] += 1
+        operator.kill()
+        operator.start()
+
+    with running_operator(cluster, log) as operator:
+        cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(judged_pilot()))
+        wait_ready(cluster, operator, namespace)
+        load = start_load(cluster, router_ip(cluster, namespace), seconds=420)
+        started = time.monotonic()
+        try:
+            while not (states().get("chat") == "Speculative" and states().get("code") == "RolledBack"):
+                assert time.monotonic() - started < 360, f"no outcome under kills: {states()}\n{operator.tail(60)}"
+                kill(operator)
+            cluster.kubectl("annotate", "-n", namespace, "speculationpilot/demo", "specpilot.io/decide=now")
+            kill(operator, at_once=True)  # while the decision is being drawn
+            while not pilot(cluster, namespace).get("status", {}).get("decision") or sum(phases.values()) < 40:
+                assert time.monotonic() - started < 400, f"no decision under kills\n{operator.tail(60)}"
+                kill(operator)
+            landed = operator.reconciles()
+        finally:
+            load.terminate()
+            load.wait(timeout=30)
+        operator.wait_reconciles(1, since=landed)
+        final = pilot(cluster, namespace)["status"]
+        reasons = Counter(e["reason"] for e in events(cluster, namespace))
+        cluster.kubectl("delete", "-n", namespace, "speculationpilot/demo", "--wait=false")
+        kill(operator, at_once=True)  # while it tears down
+        while sum(phases.values()) < 50 and items():
+            kill(operator)
+        wait_until(
+            "the pilot and everything it made gone",
+            lambda: (
+                not cluster.get_json("speculationpilots", "-n", namespace)["items"]
+                and not children(cluster, namespace)
+                and not cluster.get_json("pods", "-n", namespace)["items"]
+            ),
+            timeout=180,
+            every=1,
+        )
+
+    scopes = {s["name"]: s for s in final["scopes"]}
+    print(f"\n{sum(phases.values())} SIGKILLs by phase: {dict(phases)}")
+    print(f"final: { {name: (s['state'], (s.get('decision') or {}).get('outcome')) for name, s in scopes.items()} }")
+    print(f"pilot decision: {final['decision'].get('outcome')}; Events: {dict(reasons)}")
+    assert sum(phases.values()) >= 45, phases
+    assert {"promotion", "flip", "decision", "teardown"} <= set(phases), phases
+    # The same outcome as without kills: chat adopted, code flipped back once and not adopted.
+    assert scopes["chat"]["state"] == "Speculative" and scopes["code"]["state"] == "RolledBack"
+    assert [(r["scope"], r["reason"]) for r in final["fallbacks"]] == [("code", "ThresholdExceeded")]
+    assert not str((scopes["code"].get("decision") or {}).get("outcome", "")).startswith("Adopt"), scopes["code"]
+    once = {"PilotCreated", "ScopeRolledBack", "ScopeSpeculative", "RoutesTaken", "DecisionStated"}
+    assert {reason: reasons[reason] for reason in once} == dict.fromkeys(once, 1), reasons
+    assert reasons["ScopePromoted"] == 1 and "Synced" not in reasons
