@@ -125,6 +125,7 @@ class Collector:
         self._prometheus = prometheus
         self._ledger: SampleLedger | None = None
         self._routers: set[str] = set()
+        self._scraped_since: datetime | None = None
 
     @classmethod
     def over_http(cls, session: aiohttp.ClientSession, prometheus_auth: PrometheusAuth | None = None) -> Collector:
@@ -156,7 +157,10 @@ class Collector:
         for gone in self._routers - {name for name, _ in routers}:
             self._ledger.forget(gone, at=now)
         self._routers = {name for name, _ in routers}
-        return Measurements(collected_at=now, samples=self._ledger.view(), readings=readings)
+        since = None
+        if source is self._direct:
+            self._scraped_since = since = self._scraped_since or now
+        return Measurements(collected_at=now, measured_since=since, samples=self._ledger.view(), readings=readings)
 
     async def _read(self, ledger: SampleLedger, name: str, ip: str, now: datetime) -> None:
         for _ in range(10):  # a busy router may hold several pages since the last read

@@ -150,20 +150,25 @@ class Kube:
 
     async def event(self, involved: Json, *, type: str, reason: str, message: str) -> None:
         """A core/v1 Event on `involved` (apiVersion, kind, namespace, name, uid)."""
-        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
-            "involvedObject": involved,
-            "type": type,
-            "reason": reason,
-            "message": message[:1024],
-            "source": {"component": MANAGER},
-            "reportingComponent": MANAGER,
-            "reportingInstance": MANAGER,
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
+        body = event_body(involved, type=type, reason=reason, message=message)
         await self._call("POST", object_path("v1", "Event", involved["namespace"]), body=body)
+
+
+def event_body(involved: Json, *, type: str, reason: str, message: str) -> Json:
+    """A core/v1 Event on `involved`, from the operator, now."""
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"generateName": f"{involved['name']}.", "namespace": involved["namespace"]},
+        "involvedObject": involved,
+        "type": type,
+        "reason": reason,
+        "message": message[:1024],
+        "source": {"component": MANAGER},
+        "reportingComponent": MANAGER,
+        "reportingInstance": MANAGER,
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+    }

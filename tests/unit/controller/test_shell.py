@@ -160,6 +160,26 @@ async def test_a_restart_from_status_alone_rolls_nothing_out_and_repeats_no_even
     assert h.status()["routes"] == status["routes"]
 
 
+async def test_after_a_restart_a_judged_scope_keeps_its_state_until_the_engines_figures_span_a_window() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    for _ in range(3):
+        await h.step(INTERVAL)
+    judged = {name: h.scope(name)["lastWindow"]["end"] for name in ("chat", "code")}
+    states, events = {name: h.scope(name)["state"] for name in judged}, len(h.kube.events)
+
+    h.restart()
+    window = SpeculationPilotSpec.model_validate(h.body["spec"]).analysis.window.total_seconds()
+    for _ in range(int(window // INTERVAL)):  # the new process's scrapes do not reach back a window yet
+        await h.step(INTERVAL)
+        assert {name: h.scope(name)["lastWindow"]["end"] for name in judged} == judged
+        assert {name: h.scope(name)["state"] for name in judged} == states
+    assert "ScopeHeld" not in [event["reason"] for event in h.kube.events[events:]]
+    for _ in range(2):
+        await h.step(INTERVAL)
+    assert all(h.scope(name)["lastWindow"]["end"] > judged[name] for name in judged)  # judged again
+
+
 async def test_a_manual_action_is_cleared_once_the_status_acting_on_it_landed() -> None:
     h = Harness(pilot_doc())
     await warm(h)

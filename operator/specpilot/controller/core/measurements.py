@@ -121,6 +121,9 @@ class Measurements:
     """The routers' samples and the engines' readings as of `collected_at` (the windows' end)."""
 
     collected_at: datetime | None = None
+    # When the engines' figures begin (this process's first scrape; None when a Prometheus keeps them):
+    # a window that starts earlier has no figures at its start, so it waits rather than being judged.
+    measured_since: datetime | None = None
     samples: LedgerView = field(default_factory=LedgerView.empty)
     readings: EngineReadings = field(default_factory=Scraped)
     # Every scope's window of a tick spans the same time: the engines' figures over it, worked out once.

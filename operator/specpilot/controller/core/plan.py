@@ -322,10 +322,14 @@ def _end(snapshot: Snapshot) -> datetime:
 
 
 def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[ScopeStatus]) -> dict[str, ScopeWindow]:
-    """The window of every scope due, ending at the last collection, once both arms are warm."""
+    """The window of every scope due, ending at the last collection, once both arms are warm. A scope
+    judged before this process began measuring (the operator restarted) waits until the engines'
+    figures reach back over a whole window: it keeps its state rather than being held for want of them."""
     end = snapshot.measurements.collected_at
     if end is None or spec.suspend or not warm(snapshot.pilot.status, spec.analysis, snapshot.now):
         return {}
+    since = snapshot.measurements.measured_since
+    refilling = since is not None and end - spec.analysis.window < since
     return {
         scope.name: snapshot.measurements.window(
             scope.name,
@@ -335,7 +339,7 @@ def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[Sc
             alternative=alternative_judged(spec),
         )
         for scope in scopes
-        if due(scope, spec.analysis, end)
+        if due(scope, spec.analysis, end) and not (refilling and scope.last_window is not None)
     }
 
 
