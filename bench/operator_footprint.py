@@ -5,7 +5,13 @@ pilots while the node is cordoned, so that no arm or router is scheduled (2 core
 hundred routers), waits until every pilot has a status, then measures the operator idle. CPU comes
 from /proc (user + system time of the process).
 
+`--client` picks the operator's Kubernetes client: its own (`specpilot.controller.kube`), the
+official client's `kubernetes.aio` in its place (`bench/kube_aio.py`), or both, one after the
+other on the same cluster, each run from an empty namespace, with the figures side by side and
+their ratio (library / own).
+
     .venv/bin/python bench/operator_footprint.py [--pilots 100] [--idle-seconds 60]
+                                                 [--client own|kubernetes.aio|both]
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +36,9 @@ NAMESPACE = "bench-operator"
 NODE = os.environ.get("SPECPILOT_NODE_NAME", "specpilot-local")
 TARGET_RSS_MIB, TARGET_IDLE_CORES = 150.0, 0.1
 TICKS = os.sysconf("SC_CLK_TCK")
+LIVENESS, METRICS_PORT = "127.0.0.1:18481", 18482
+LIBRARY = "kubernetes.aio"
+CLIENTS = ("own", LIBRARY)
 
 
 def script(*argv: str) -> str:
@@ -50,10 +60,23 @@ def rss_mib(pid: int) -> float:
     return int(match.group(1)) / 1024 if match else float("nan")
 
 
-def reconciles(metrics_port: int) -> float:
+def metrics(metrics_port: int) -> str:
     with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
-        text = resp.read().decode()
+        text: str = resp.read().decode()
+    return text
+
+
+def reconciles(metrics_port: int) -> float:
+    text = metrics(metrics_port)
     return sum(float(v) for v in re.findall(r'^specpilot_operator_reconciles_total\{result="ok"\} (\S+)$', text, re.M))
+
+
+def applies(metrics_port: int) -> tuple[float, float]:
+    """(count, seconds) of the operator's server-side applies so far, every kind."""
+    text = metrics(metrics_port)
+    total = sum(float(v) for v in re.findall(r"^specpilot_operator_apply_seconds_count\{[^}]*\} (\S+)$", text, re.M))
+    spent = sum(float(v) for v in re.findall(r"^specpilot_operator_apply_seconds_sum\{[^}]*\} (\S+)$", text, re.M))
+    return total, spent
 
 
 def pilots(count: int) -> str:
@@ -94,41 +117,61 @@ def wait_for_pods(count: int, timeout: float = 600) -> None:
     raise SystemExit(f"pods did not settle at {count} within {timeout} s (last {last})")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pilots", type=int, default=100)
-    parser.add_argument("--idle-seconds", type=float, default=60.0)
-    args = parser.parse_args()
+def remove_namespace(timeout: int = 300) -> None:
+    """Delete the bench namespace and wait until it is gone, so that a run starts from nothing."""
+    subprocess.run(
+        ["kubectl", "delete", "namespace", NAMESPACE, "--ignore-not-found", "--wait=true", f"--timeout={timeout}s"],
+        capture_output=True,
+        check=False,
+    )
+    if kubectl("get", "namespace", NAMESPACE, "--ignore-not-found", "-o", "name").strip():
+        raise SystemExit(f"namespace {NAMESPACE} is still there after {timeout} s (a pilot's finalizer left behind?)")
 
-    bin_dir = script(str(ROOT / "e2e/local/build.sh"))
-    os.environ["KUBECONFIG"] = script(str(ROOT / "e2e/local/cluster.sh"), "up")
-    os.environ["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
-    kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-    subprocess.run(["kubectl", "delete", "namespace", NAMESPACE, "--wait=true"], capture_output=True, check=False)
+
+def operator_command(client: str) -> list[str]:
+    """`specpilot operator` on its own client, or through bench/kube_aio.py on the library's."""
+    entry = [str(ROOT / "bench/kube_aio.py")] if client == LIBRARY else ["-m", "specpilot.cli"]
+    flags = ("--namespace", NAMESPACE, "--liveness", LIVENESS, "--metrics", f"127.0.0.1:{METRICS_PORT}")
+    return [sys.executable, *entry, "operator", *flags, "--log-level", "WARNING"]
+
+
+@dataclass(frozen=True)
+class Figures:
+    empty_rss: float  # MiB
+    empty_cores: float
+    idle_rss: float  # MiB, N pilots
+    idle_cores: float
+    reconciles: float  # to the first status of every pilot
+    first_pass_cpu: float  # seconds, from the pilots' apply to every pod created
+    applies: float  # server-side applies in that time
+    apply_ms: float  # mean apply latency, ms
+    settle: float  # seconds to every pilot's status
+    idle_reconciles: float  # per second
+
+
+def measure(client: str, args: argparse.Namespace) -> Figures:
+    """One run: the operator on `client` from an empty namespace to N pilots reconciled, then idle."""
+    remove_namespace()  # a previous run's, or one left behind
     kubectl("create", "namespace", NAMESPACE)
     kubectl("cordon", NODE)
-    metrics_port = 18482
-    operator = subprocess.Popen(
-        [
-            *(sys.executable, "-m", "specpilot.cli", "operator", "--namespace", NAMESPACE),
-            *("--liveness", "127.0.0.1:18481", "--metrics", f"127.0.0.1:{metrics_port}", "--log-level", "WARNING"),
-        ],
-        stdout=subprocess.DEVNULL,
-    )
+    operator = subprocess.Popen(operator_command(client), stdout=subprocess.DEVNULL)
     try:
         time.sleep(5)
         idle_empty = window(operator.pid, 20)
-        started, cpu, before = time.monotonic(), cpu_seconds(operator.pid), reconciles(metrics_port)
+        started, cpu, before = time.monotonic(), cpu_seconds(operator.pid), reconciles(METRICS_PORT)
+        applied = applies(METRICS_PORT)
         kubectl("apply", "-f", "-", input=pilots(args.pilots))
         while statuses(args.pilots) < args.pilots:
             if time.monotonic() - started > 600:
-                raise SystemExit("pilots were not all reconciled within 10 minutes")
+                raise SystemExit(f"{client}: pilots were not all reconciled within 10 minutes")
             time.sleep(2)
         settle = time.monotonic() - started
         wait_for_pods(4 * args.pilots)  # every arm's and router's pod created, and Pending
-        spent, done = cpu_seconds(operator.pid) - cpu, reconciles(metrics_port) - before
+        spent, done = cpu_seconds(operator.pid) - cpu, reconciles(METRICS_PORT) - before
+        count, seconds = applies(METRICS_PORT)
+        count, seconds = count - applied[0], seconds - applied[1]
         idle_cores, idle_rss = window(operator.pid, args.idle_seconds)
-        idle_reconciles = reconciles(metrics_port) - before - done
+        idle_reconciles = reconciles(METRICS_PORT) - before - done
     finally:
         # Pilots go while the operator runs: their teardown finalizer needs it.
         subprocess.run(
@@ -140,21 +183,85 @@ def main() -> int:
         operator.wait(timeout=30)
         subprocess.run(["kubectl", "delete", "namespace", NAMESPACE, "--wait=false"], capture_output=True, check=False)
         kubectl("uncordon", NODE)
-
-    print(f"\noperator with {args.pilots} pilots (pods unschedulable), one process, measured from /proc")
-    print(f"  {'':<34} {'measured':>12} {'target':>10} {'ratio':>7}")
-    print(f"  {'RSS, no pilots (MiB)':<34} {idle_empty[1]:>12.1f}")
-    print(f"  {'CPU idle, no pilots (cores)':<34} {idle_empty[0]:>12.4f}")
-    rss_ratio = idle_rss / TARGET_RSS_MIB
-    print(f"  {'RSS idle, N pilots (MiB)':<34} {idle_rss:>12.1f} {TARGET_RSS_MIB:>10.0f} {rss_ratio:>7.2f}")
-    print(
-        f"  {'CPU idle, N pilots (cores)':<34} {idle_cores:>12.4f} {TARGET_IDLE_CORES:>10.2f}"
-        f" {idle_cores / TARGET_IDLE_CORES:>7.2f}"
+    return Figures(
+        empty_rss=idle_empty[1],
+        empty_cores=idle_empty[0],
+        idle_rss=idle_rss,
+        idle_cores=idle_cores,
+        reconciles=done,
+        first_pass_cpu=spent,
+        applies=count,
+        apply_ms=1000 * seconds / max(count, 1),
+        settle=settle,
+        idle_reconciles=idle_reconciles / args.idle_seconds,
     )
-    print(f"  {'reconciles to first status':<34} {done:>12.0f}")
-    print(f"  {'CPU per reconcile, first pass (ms)':<34} {1000 * spent / max(done, 1):>12.2f}")
-    print(f"  {'time to all statuses (s)':<34} {settle:>12.1f}")
-    print(f"  {'reconciles while idle (per s)':<34} {idle_reconciles / args.idle_seconds:>12.2f}")
+
+
+# (label, figure, format, target): the table's rows.
+ROWS: tuple[tuple[str, str, str, float | None], ...] = (
+    ("RSS, no pilots (MiB)", "empty_rss", ".1f", None),
+    ("CPU idle, no pilots (cores)", "empty_cores", ".4f", None),
+    ("RSS idle, N pilots (MiB)", "idle_rss", ".1f", TARGET_RSS_MIB),
+    ("CPU idle, N pilots (cores)", "idle_cores", ".4f", TARGET_IDLE_CORES),
+    ("reconciles to first status", "reconciles", ".0f", None),
+    ("CPU, first pass (s)", "first_pass_cpu", ".2f", None),
+    ("CPU per reconcile, first pass (ms)", "cpu_per_reconcile", ".2f", None),
+    ("server-side applies, first pass", "applies", ".0f", None),
+    ("apply latency, mean (ms)", "apply_ms", ".2f", None),
+    ("time to all statuses (s)", "settle", ".1f", None),
+    ("reconciles while idle (per s)", "idle_reconciles", ".2f", None),
+)
+
+
+def figure(figures: Figures, name: str) -> float:
+    if name == "cpu_per_reconcile":
+        return 1000 * figures.first_pass_cpu / max(figures.reconciles, 1)
+    value: float = getattr(figures, name)
+    return value
+
+
+def table(results: dict[str, Figures], pilots: int) -> list[str]:
+    """The figures of each client side by side, the library's over the operator's own, and the targets."""
+    both = len(results) == len(CLIENTS)
+    head = f"  {'':<34}" + "".join(f" {client:>14}" for client in results)
+    head += f" {'library/own':>12}" if both else ""
+    head += f" {'target':>8}" + "".join(f" {client + '/target':>22}" for client in results)
+    lines = [f"operator with {pilots} pilots (pods unschedulable), one process, measured from /proc", head]
+    for label, name, fmt, target in ROWS:
+        values = [figure(figures, name) for figures in results.values()]
+        line = f"  {label:<34}" + "".join(f" {value:>14{fmt}}" for value in values)
+        if both:
+            own, library = values
+            line += f" {library / own:>12.2f}" if own else f" {'-':>12}"
+        if target is not None:
+            line += f" {target:>8g}" + "".join(f" {value / target:>22.2f}" for value in values)
+        lines.append(line.rstrip())
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pilots", type=int, default=100)
+    parser.add_argument("--idle-seconds", type=float, default=60.0)
+    parser.add_argument(
+        "--client",
+        choices=(*CLIENTS, "both"),
+        default="both",
+        help="the operator's Kubernetes client: its own, kubernetes.aio (bench/kube_aio.py), or both in turn",
+    )
+    args = parser.parse_args()
+
+    bin_dir = script(str(ROOT / "e2e/local/build.sh"))
+    os.environ["KUBECONFIG"] = script(str(ROOT / "e2e/local/cluster.sh"), "up")
+    os.environ["PATH"] = f"{bin_dir}:{os.environ['PATH']}"
+    kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
+    results: dict[str, Figures] = {}
+    for client in CLIENTS if args.client == "both" else (args.client,):
+        print(f"measuring the operator on {client} ...", file=sys.stderr, flush=True)
+        results[client] = measure(client, args)
+
+    print()
+    print("\n".join(table(results, args.pilots)))
     return 0
 
 
