@@ -4,9 +4,9 @@ A thin aiohttp client on the event loop Kopf already runs, with bodies kept as p
 package's asyncio flavour, `kubernetes.aio`, was measured in its place on the operator's own load
 (`bench/operator_footprint.py --client both`) and on the router's watches (`bench/kube_watch.py`):
 it costs more CPU and memory (its models and per-watch clients), and retries a 429 only when told
-to. Credentials come from
-`specpilot.kubeaccess`, the token refreshed per request. A call the API server throttles (429) is
-tried again after the wait its Retry-After asks for, a few times, then reported.
+to. Credentials come from `specpilot.kubeaccess`, the token refreshed per request. A call the API
+server throttles (429) is tried again after the wait its Retry-After asks for, a few times, then
+reported.
 """
 
 from __future__ import annotations
