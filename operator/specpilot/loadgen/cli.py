@@ -129,7 +129,7 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     )
     limits = RunLimits(duration_s=args.duration, max_requests=args.max_requests, max_in_flight=args.max_in_flight)
     stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):  # end the arrivals; what was sent is still reported
+    for signum in (signal.SIGTERM, signal.SIGINT):  # end the load; the result is still written
         asyncio.get_running_loop().add_signal_handler(signum, stop.set)
     result = await run(target, planned, limits, progress_to=sys.stderr if args.progress else None, stop=stop)
     config = {

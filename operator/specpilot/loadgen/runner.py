@@ -1,9 +1,10 @@
 """The open-loop run: send each planned request at its time, never waiting for earlier ones.
 
-Bounded by a duration and a request count (whichever comes first), or ended early by a stop
-event (the command sets it on SIGTERM or SIGINT, as when its Job is deleted); requests still in
-flight at the end are awaited up to their timeout, so unfinished work is counted rather than
-dropped from view. A live progress line goes to a stream (stderr by default).
+Bounded by a duration and a request count (whichever comes first); requests still in flight at
+the end are awaited up to their timeout, so unfinished work is counted rather than dropped from
+view. A stop event (the command sets it on SIGTERM or SIGINT, as when its Job is deleted) ends the
+load at once: no more arrivals, the requests in flight cancelled and counted as such, and the result
+still returned. A live progress line goes to a stream (stderr by default).
 """
 
 from __future__ import annotations
@@ -72,6 +73,7 @@ async def run(
     scale = target.time_scale
     progress = _Progress()
     outcomes: list[ClientOutcome] = []
+    cancelled = 0
     tasks: set[asyncio.Task[None]] = set()
 
     async def one(request: PlannedRequest, index: int, session: aiohttp.ClientSession) -> None:
@@ -101,8 +103,12 @@ async def run(
             task = asyncio.create_task(one(request, index, session))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
+        if stop.is_set():
+            cancelled = len(tasks)
+            for task in tasks:
+                task.cancel()
         if tasks:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks, return_exceptions=True)
     elapsed = (time.monotonic() - started) / scale
     if reporter is not None and progress_to is not None:
         reporter.cancel()
@@ -111,8 +117,9 @@ async def run(
         progress_to.write(("\r" if progress_to.isatty() else "") + progress.line(elapsed) + "\n")
     return {
         "elapsed_s": elapsed,
-        "stopped": stop.is_set(),  # arrivals ended early, on a signal
+        "stopped": stop.is_set(),  # the load ended early, on a signal
         "sent": progress.sent,
+        "cancelled": cancelled,  # in flight when it stopped: not in the outcomes
         "dropped": progress.dropped,
         "overall": summarize(outcomes, elapsed),
         "scopes": by_scope(outcomes, elapsed),
