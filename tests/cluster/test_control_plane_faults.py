@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -40,7 +41,7 @@ from tests.cluster.pilots import judged_pilot, router_ip, scopes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long]
 
-LOAD_SECONDS = 600  # ended early: loadgen reports what it sent when stopped
+LOAD_SECONDS = 600  # ended early: on SIGINT loadgen writes what it sent
 OPERATOR_GROUP = 4242  # the operator runs under a group id of its own: the firewall rule matches it alone
 MAX_TABLE_AGE = 30.0  # the judged pilot's: an analysis interval of 5 s, and never under 30 s
 
@@ -85,8 +86,8 @@ class Run:
 
     def finish(self) -> dict[str, Any]:
         """Stop the load; loadgen's own summary (what its clients saw)."""
-        self.load.terminate()
-        self.load.wait(timeout=60)  # requests in flight finish (within their 30 s timeout)
+        self.load.send_signal(signal.SIGINT)  # loadgen ends the load and writes its result
+        self.load.wait(timeout=60)
         text = self.summary.read_text() if self.summary.exists() else ""
         return json.loads(text) if text else {}
 

@@ -129,8 +129,8 @@ async def _main(args: argparse.Namespace) -> dict[str, Any]:
     )
     limits = RunLimits(duration_s=args.duration, max_requests=args.max_requests, max_in_flight=args.max_in_flight)
     stop = asyncio.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):  # end the load; the result is still written
-        asyncio.get_running_loop().add_signal_handler(signum, stop.set)
+    # Ctrl-C ends the load with its result written; SIGTERM (a deleted Job) still ends it outright.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGINT, stop.set)
     result = await run(target, planned, limits, progress_to=sys.stderr if args.progress else None, stop=stop)
     config = {
         "url": base_url,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import signal
 import sys
 from itertools import islice
 from pathlib import Path
@@ -111,7 +112,7 @@ async def test_the_command_writes_a_json_result_and_a_progress_line(mock_vllm: A
     assert "sent 20 done 20 ok 20" in stderr.decode()
 
 
-async def test_sigterm_ends_the_load_at_once_and_the_result_still_accounts_for_every_request_sent(
+async def test_sigint_ends_the_load_at_once_and_the_result_still_accounts_for_every_request_sent(
     mock_vllm: Any, tmp_path: Path
 ) -> None:
     mock = await mock_vllm("--time-scale", str(SCALE))
@@ -120,7 +121,7 @@ async def test_sigterm_ends_the_load_at_once_and_the_result_still_accounts_for_e
     argv += ["--time-scale", str(SCALE), "--endpoint", "completions", "--output", str(output)]
     process = await asyncio.create_subprocess_exec(sys.executable, "-m", "specpilot.cli", "loadgen", *argv)
     await asyncio.sleep(3)  # 150 of the 600 model seconds
-    process.terminate()
+    process.send_signal(signal.SIGINT)
     assert await asyncio.wait_for(process.wait(), timeout=30) == 0
     result = json.loads(output.read_text())
     assert result["stopped"] is True
