@@ -3,7 +3,8 @@
 Bounded by a duration and a request count (whichever comes first); requests still in flight at
 the end are awaited up to their timeout, so unfinished work is counted rather than dropped from
 view. A stop event (the command sets it on SIGINT) ends the load at once: no more arrivals, the
-requests in flight cancelled and counted as such, and the result still returned. A live progress line goes to a stream (stderr by default).
+requests in flight cancelled and counted as such, and the result still returned. A live progress
+line goes to a stream (stderr by default).
 """
 
 from __future__ import annotations
