@@ -104,11 +104,12 @@ async def run(
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         if stop.is_set():
-            cancelled = len(tasks)
             for task in tasks:
                 task.cancel()
-        if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            ended = await asyncio.gather(*tasks, return_exceptions=True)
+            cancelled = sum(isinstance(end, asyncio.CancelledError) for end in ended)
+        elif tasks:
+            await asyncio.gather(*tasks)
     elapsed = (time.monotonic() - started) / scale
     if reporter is not None and progress_to is not None:
         reporter.cancel()
