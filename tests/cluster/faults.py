@@ -48,12 +48,12 @@ def chat(cluster: Cluster, namespace: str) -> dict[str, Any]:
     return scope_status(cluster, namespace, "chat")
 
 
-def wait_for_a_pass(cluster: Cluster, operator: Operator, namespace: str) -> None:
+def wait_for_a_pass(cluster: Cluster, operator: Operator, namespace: str, timeout: float = 90) -> None:
     try:
         wait_until(
             "chat piloting with a passing window",
             lambda: chat(cluster, namespace).get("lastWindow", {}).get("verdict") == "Pass",
-            timeout=90,
+            timeout=timeout,
             every=1,
         )
     except AssertionError as error:

@@ -36,6 +36,7 @@ import pytest
 from specpilot.wire.names import ROUTER_ADMIN_PORT
 from specpilot.wire.samples import Fallback, RequestSample, SamplesPage
 from tests.cluster.conftest import CLUSTER_SH, ROOT, Cluster, wait_until
+from tests.cluster.faults import wait_for_a_pass
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip, scopes
 
@@ -111,15 +112,6 @@ def piloting(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Run]:
                 load.kill()
 
 
-def wait_for_a_pass(run: Run) -> None:
-    wait_until(
-        "chat piloting with a passing window",
-        lambda: scopes(run.cluster, run.namespace)["chat"].get("lastWindow", {}).get("verdict") == "Pass",
-        timeout=120,
-        every=1,
-    )
-
-
 def cluster_sh(*args: str) -> None:
     subprocess.run([str(CLUSTER_SH), *args], check=True, capture_output=True, timeout=300)
 
@@ -162,7 +154,7 @@ def test_the_api_server_stopped_for_a_minute_loses_no_request_and_the_tables_age
     cluster: Cluster, namespace: str, tmp_path: Path
 ) -> None:
     with piloting(cluster, namespace, tmp_path) as run:
-        wait_for_a_pass(run)
+        wait_for_a_pass(run.cluster, run.operator, run.namespace, timeout=120)
         before = run.states()
         stopped = time.time()
         cluster_sh("stop", "kube-apiserver")
@@ -205,7 +197,7 @@ def test_the_api_server_stopped_for_a_minute_loses_no_request_and_the_tables_age
 
 def test_an_etcd_restart_loses_no_request_and_repeats_nothing(cluster: Cluster, namespace: str, tmp_path: Path) -> None:
     with piloting(cluster, namespace, tmp_path) as run:
-        wait_for_a_pass(run)
+        wait_for_a_pass(run.cluster, run.operator, run.namespace, timeout=120)
         before = run.states()
         stopped = time.time()
         cluster_sh("stop", "etcd")
