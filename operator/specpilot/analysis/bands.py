@@ -223,7 +223,8 @@ def _crossing(points: Sequence[tuple[float, float]]) -> float | None:
 def crossover(
     comparisons: Sequence[Comparison], *, confidence: float, draws: int = DRAWS, seed: int = 0
 ) -> Crossover | None:
-    """Where speculation stops winning, when it wins at some matched load and loses at a higher one."""
+    """Where speculation stops winning, when it wins at some matched load and loses at a higher one; with
+    no `draws`, the point alone (its interval collapsed on it)."""
     pairs = [(c.band, c.compared) for c in comparisons if c.compared is not None]
     if len(pairs) < 2:
         return None
@@ -249,6 +250,6 @@ def crossover(
         low=min(low, point),
         high=max(high, point),
         confidence=confidence,
-        draws_crossing=len(found) / draws,
+        draws_crossing=len(found) / draws if draws else 0.0,
         non_monotone=any(d < 0 for x, d in points if x > point),
     )

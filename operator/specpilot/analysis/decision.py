@@ -483,6 +483,31 @@ def envelope_peak(spec: SpeculationPilotSpec, evidence: Evidence, planned: Rehea
     return rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, evidence.production)
 
 
+def _compared(
+    evidence: Evidence, name: str, confidence: float
+) -> tuple[dict[Arm, tuple[Band, ...]], tuple[Comparison, ...]]:
+    """A scope's bands per arm, and its speculative bands against the compared arm at the same loads."""
+    scope = evidence.scopes.get(name, ScopeEvidence())
+    arm_bands = {
+        arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap, ttft_width=evidence.ttft_width))
+        for arm in Arm
+    }
+    comparisons = compare(
+        arm_bands[Arm.SPECULATIVE],
+        scope.bins.get(evidence.compared, {}),
+        overlap=evidence.overlap,
+        confidence=confidence,
+    )
+    return arm_bands, tuple(comparisons)
+
+
+def crossover_point(evidence: Evidence, name: str) -> float | None:
+    """Where a scope's speculation stops winning on the evidence so far, without its interval: what a
+    peak rehearsal's crossover step is planned at."""
+    found = crossover(_compared(evidence, name, 0.95)[1], confidence=0.95, draws=0)
+    return found.load if found is not None else None
+
+
 def decide_scope(
     name: str,
     evidence: Evidence,
@@ -501,15 +526,7 @@ def decide_scope(
     probe or webhook checks its answers (an adoption without one says it rests on speed alone)."""
     scope = evidence.scopes.get(name, ScopeEvidence())
     compared = evidence.compared
-    arm_bands = {
-        arm: tuple(bands(scope.bins.get(arm, {}), overlap=evidence.overlap, ttft_width=evidence.ttft_width))
-        for arm in Arm
-    }
-    comparisons = tuple(
-        compare(
-            arm_bands[Arm.SPECULATIVE], scope.bins.get(compared, {}), overlap=evidence.overlap, confidence=confidence
-        )
-    )
+    arm_bands, comparisons = _compared(evidence, name, confidence)
     measured = [c for c in comparisons if c.measured]
     cross = crossover(comparisons, confidence=confidence)
     share = decode_share(scope, compared)

@@ -476,12 +476,20 @@ class RehearsalStep(ApiModel):
     """The routing fallback at peak: halfway through, the speculative share goes to the control arm."""
     restart: bool = False
     """The restart fallback at peak: at its start, one speculative replica restarts as ordinary decoding."""
+    crossover: ScopeName | None = None
+    """A step at this scope's crossover, after the ladder (rehearsal.crossoverSteps)."""
 
     @property
     def on_ladder(self) -> bool:
-        """One of the ladder's steps (not the burst, nor a fallback): what capacity and the peak are
-        read from."""
-        return not self.burst and not self.flip and not self.restart
+        """One of the ladder's steps (not a crossover step, the burst, nor a fallback): what capacity
+        and the peak are read from."""
+        return not self.burst and not self.flip and not self.restart and self.crossover is None
+
+    @property
+    def held(self) -> bool:
+        """A step that holds one load throughout (a ladder or a crossover step): read past its first
+        analysis window, which still carries the previous step's queue."""
+        return self.on_ladder or self.crossover is not None
 
     started_at: datetime | None = None
     """When its load began."""
@@ -509,9 +517,9 @@ class RehearsalStatus(ApiModel):
     production meanwhile."""
     step: Count = 0
     """Index of the current (or last) step."""
-    steps: Annotated[list[RehearsalStep], Field(max_length=19)] = []
-    """The ladder, the burst, then the routing and the restart fallback at peak: planned loads, and
-    each step's figures once it ran."""
+    steps: Annotated[list[RehearsalStep], Field(max_length=67)] = []
+    """The ladder, the crossover steps, the burst, then the routing and the restart fallback at peak:
+    planned loads, and each step's figures once it ran."""
     speculative_capacity: float | None = None
     """Highest load the speculative arm completed (requests per second per replica, as measured) on a
     ladder step where it kept up and completed at least rehearsal.onTimeTarget of its requests on time;

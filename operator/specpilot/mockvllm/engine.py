@@ -214,7 +214,9 @@ class Request:
 
 
 @dataclass
-class _Step:
+class Step:
+    """One scheduled forward pass: the requests it decodes, the prefill chunks it runs, its model time."""
+
     decodes: list[Request]
     prefills: list[tuple[Request, int]]
     duration: float
@@ -355,21 +357,30 @@ class Engine:
             if crash is not None:
                 self._crash(crash.exit_code)
                 return
-            step = None
-            if not self.faults.hung(self.time()) and (self.running or self.waiting):
-                if not self.running and self.waiting:
-                    self._now = max(self._now, self.waiting[0].arrival)
-                step = self._schedule()
+            step = None if self.faults.hung(self.time()) else self.next_step()
             if step is None:
                 await self._idle()
                 continue
             end = self._now + self.faults.stretch(step.duration, self._now)
             lag = await self.clock.sleep_until(end)
-            self._now = end
-            self.steps += 1
             self.lag_sum += lag
             self.lag_max = max(self.lag_max, lag)
-            self._commit(step)
+            self.end_step(step, end)
+
+    def next_step(self) -> Step | None:
+        """Schedule the next step from the requests that have arrived (None: nothing to run); it starts
+        at the engine's model time, or at the first arrival when the engine was idle."""
+        if not self.running and not self.waiting:
+            return None
+        if not self.running:
+            self._now = max(self._now, self.waiting[0].arrival)
+        return self._schedule()
+
+    def end_step(self, step: Step, end: float) -> None:
+        """Commit `step` at model time `end`, when it ends."""
+        self._now = end
+        self.steps += 1
+        self._commit(step)
 
     async def _idle(self) -> None:
         self._update_gauges()
@@ -397,7 +408,7 @@ class Engine:
     def _held_blocks(self) -> int:
         return math.floor(self.faults.held_fraction(self._now) * self._usable_blocks())
 
-    def _schedule(self) -> _Step | None:
+    def _schedule(self) -> Step | None:
         block_size = self.limits.block_size
         budget = self.limits.max_num_batched_tokens
         free = self._usable_blocks() - self._held_blocks() - self._used_blocks
@@ -460,7 +471,7 @@ class Engine:
             prefill_seqs=len(prefills),
             prefill_tokens=sum(chunk for _, chunk in prefills),
         )
-        return _Step(decodes=decodes, prefills=prefills, duration=duration)
+        return Step(decodes=decodes, prefills=prefills, duration=duration)
 
     def _preempt(self, request: Request) -> int:
         """Move a running request back to the front of the queue; return the blocks it freed."""
@@ -484,7 +495,7 @@ class Engine:
 
     # -- committing a step --------------------------------------------------------------------
 
-    def _commit(self, step: _Step) -> None:
+    def _commit(self, step: Step) -> None:
         now = self._now
         m = self.metrics
         generated = 0
@@ -578,7 +589,7 @@ class Engine:
         m.prefill_kv_computed.observe(request.prompt_tokens)
         m.request_preemptions.observe(request.preemptions)
 
-    def _count_work(self, step: _Step) -> None:
+    def _count_work(self, step: Step) -> None:
         """MFU estimates: 2 FLOPs per parameter per token; weights and KV read, new KV written."""
         memory = self.profile.memory
         tokens = len(step.decodes) * (self.k + 1) + sum(chunk for _, chunk in step.prefills)

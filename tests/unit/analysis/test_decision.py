@@ -13,6 +13,7 @@ from specpilot.analysis.bands import bands, compare, crossover
 from specpilot.analysis.decision import (
     MIN_END_TO_END_GAIN,
     cost_view,
+    crossover_point,
     decide_pilot,
     decide_scope,
     decision_due,
@@ -92,6 +93,9 @@ def test_the_crossover_interval_narrows_with_more_windows_and_is_reproducible() 
     assert many.high - many.low < few.high - few.low
     again = decide(pilot({"low": 0.5}, per_load=8), "low").crossover
     assert again == many
+    # a rehearsal's crossover step is planned at the same point, without the bootstrap
+    assert crossover_point(pilot({"low": 0.5}, per_load=8), "low") == many.load
+    assert crossover_point(pilot({"s": 0.95}), "s") is None
 
 
 def test_quality_memory_and_evidence_defer_before_speed() -> None:

@@ -14,7 +14,7 @@ from specpilot.api.common import Duration
 from specpilot.api.spec import Analysis, Burst, Peak, Rehearsal, SpeculationPilotSpec
 from specpilot.api.status import ArmStepFigures, RehearsalPhase, RehearsalStatus, RehearsalStep
 from specpilot.controller.core.measurements import horizon
-from specpilot.controller.core.rehearsal import arm_figures, capacity_of, ladder, read_span
+from specpilot.controller.core.rehearsal import advance, arm_figures, capacity_of, ladder, read_span, step_duration
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
@@ -92,10 +92,118 @@ def test_a_ladder_step_is_read_past_its_first_window_and_any_other_step_over_its
 def test_measurements_reach_back_over_a_rehearsal_step_longer_than_two_windows() -> None:
     analysis = Analysis(window=Duration("15s"), interval=Duration("5s"))
     margin = horizon(analysis) - timedelta(seconds=30)
+    ladder_only = Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("60s"), crossover_steps=0)
+    assert horizon(analysis, ladder_only) == timedelta(seconds=60) + margin
+    # a crossover step runs twice as long, and is read over most of it too
     assert horizon(analysis, Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("60s"))) == (
-        timedelta(seconds=60) + margin
+        timedelta(seconds=120) + margin
     )
-    assert horizon(analysis, Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("30s"))) == horizon(analysis)
+    short = Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("30s"), crossover_steps=0)
+    assert horizon(analysis, short) == horizon(analysis)
+
+
+def ran(rehearsal: Rehearsal, steps: list[RehearsalStep], *, index: int, at: datetime) -> RehearsalStatus:
+    """A rehearsal running step `index` since `at`, begun a minute before its first step."""
+    steps = [*steps]
+    steps[index] = steps[index].model_copy(update={"started_at": at})
+    return RehearsalStatus(
+        phase=RehearsalPhase.RUNNING,
+        started_at=at - timedelta(minutes=1),
+        scopes=["chat", "code"],
+        step=index,
+        steps=steps,
+    )
+
+
+def test_after_the_ladder_a_crossover_step_runs_at_each_scopes_crossover_twice_as_long() -> None:
+    doc = rehearsed_doc(crossoverSteps=1, maxDuration="20m", restart=False)
+    spec = SpeculationPilotSpec.model_validate(doc["spec"])
+    assert spec.rehearsal is not None
+    planned = ladder(spec.rehearsal, {})
+    assert not isinstance(planned, str) and [s.on_ladder for s in planned] == [True, True, True, False]
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+
+    def ended(status: RehearsalStatus, crossovers: dict[str, float | None]) -> RehearsalStatus:
+        step = status.steps[status.step]
+        assert step.started_at is not None and spec.rehearsal is not None
+        end = step.started_at + step_duration(spec.rehearsal, step)
+        found = advance(
+            spec,
+            status,
+            scopes=[],
+            decision=None,
+            evidence=Evidence(),
+            saturated=None,
+            router_ready=True,
+            figures=None,
+            crossovers=crossovers,
+            now=end,
+        )
+        assert found is not None
+        return found
+
+    # a ladder step that is not the last: the ladder goes on, whatever the crossovers
+    middle = ended(ran(spec.rehearsal, list(planned), index=1, at=start), {"chat": 5.0})
+    assert [s.crossover for s in middle.steps] == [None] * 4 and middle.step == 2
+    # the ladder's last step: one step at the lower crossover first, then the other scope's
+    status = ended(ran(spec.rehearsal, list(planned), index=2, at=start), {"chat": 7.25, "code": 5.5})
+    assert [(s.load, s.crossover) for s in status.steps[3:]] == [(5.5, "code"), (12.0, None)]
+    assert status.step == 3 and status.steps[3].started_at == start + timedelta(seconds=STEP)
+    assert step_duration(spec.rehearsal, status.steps[3]) == timedelta(seconds=2 * STEP)
+    assert "crossover step for code" in status.message
+    # a crossover step reads past its first window, as a ladder step does; capacity is read off the ladder
+    step = status.steps[3]
+    assert step.held and not step.on_ladder
+    assert step.started_at is not None
+    assert read_span(step, timedelta(seconds=15), end=step.started_at + timedelta(seconds=2 * STEP)) == timedelta(
+        seconds=2 * STEP - 15
+    )
+    status = ended(status, {"chat": 7.25, "code": 5.8})
+    assert [(s.load, s.crossover) for s in status.steps[3:]] == [(5.5, "code"), (7.25, "chat"), (12.0, None)]
+    # one step per scope (crossoverSteps: 1): then the routing fallback
+    status = ended(status, {"chat": 7.0, "code": 5.8})
+    assert status.step == 5 and status.steps[5].flip and len(status.steps) == 6
+    # none where no scope's arms cross
+    plain = ended(ran(spec.rehearsal, list(planned), index=2, at=start), {"chat": None, "code": None})
+    assert [s.crossover for s in plain.steps] == [None] * 4 and plain.steps[3].flip
+
+
+def test_a_crossover_step_that_would_not_fit_the_cap_is_not_run() -> None:
+    spec = SpeculationPilotSpec.model_validate(rehearsed_doc(maxDuration="3m", restart=False)["spec"])
+    assert spec.rehearsal is not None
+    planned = ladder(spec.rehearsal, {})
+    assert not isinstance(planned, str)
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    status = ran(spec.rehearsal, list(planned), index=2, at=start)
+    # a minute before the ladder's last step; it ends 30 s later, leaving 90 s: 60 s for the crossover step
+    # and 30 s for the routing fallback fit, exactly
+    fits = advance(
+        spec,
+        status,
+        scopes=[],
+        decision=None,
+        evidence=Evidence(),
+        saturated=None,
+        router_ready=True,
+        figures=None,
+        crossovers={"chat": 4.0},
+        now=start + timedelta(seconds=STEP),
+    )
+    assert fits is not None and fits.steps[3].crossover == "chat"
+    late = status.model_copy(update={"started_at": start - timedelta(seconds=61)})
+    over = advance(
+        spec,
+        late,
+        scopes=[],
+        decision=None,
+        evidence=Evidence(),
+        saturated=None,
+        router_ready=True,
+        figures=None,
+        crossovers={"chat": 4.0},
+        now=start + timedelta(seconds=STEP),
+    )
+    assert over is not None and [s.crossover for s in over.steps] == [None] * 4 and over.steps[3].flip
 
 
 def test_arm_figures_pool_the_scopes_and_count_late_answers_as_missed() -> None:

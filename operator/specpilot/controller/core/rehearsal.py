@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -96,7 +97,9 @@ def restarting(status: RehearsalStatus | None) -> datetime | None:
 
 
 def step_duration(rehearsal: Rehearsal, step: RehearsalStep) -> timedelta:
-    return rehearsal.burst.duration if step.burst and rehearsal.burst is not None else rehearsal.step_duration
+    if step.burst and rehearsal.burst is not None:
+        return rehearsal.burst.duration
+    return rehearsal.step_duration * (2 if step.crossover is not None else 1)
 
 
 def step_rate(spec: SpeculationPilotSpec, step: RehearsalStep) -> float:
@@ -118,10 +121,12 @@ def advance(
     flip: RoutingFlip | None = None,
     restart: RestartFallback | None = None,
     requested: bool = False,
+    crossovers: Mapping[str, float | None] | None = None,
     now: datetime,
 ) -> RehearsalStatus | None:
     """The rehearsal's next state. `figures` are each rehearsed arm's over the current step's read span
-    (None before anything was collected); `flip` and `restart` what the fallbacks' steps measured so far.
+    (None before anything was collected); `flip` and `restart` what the fallbacks' steps measured so far;
+    `crossovers` each rehearsed scope's crossover on the evidence so far (`crossover_point`).
     Due once the decision is stated, on the scopes on speculative decoding; or when `requested`
     (the rehearse annotation) and none runs, on the scopes the speculative arm serves."""
     rehearsal = spec.rehearsal
@@ -156,7 +161,7 @@ def advance(
             message = f"waiting: production cannot take the rehearsed scopes' shares ({saturated})"
             return previous.model_copy(update={"phase": RehearsalPhase.WAITING, "message": message})
         return _start(previous, router_ready, now)
-    return _run(rehearsal, previous, figures=figures, flip=flip, restart=restart, now=now)
+    return _run(rehearsal, previous, figures=figures, flip=flip, restart=restart, crossovers=crossovers or {}, now=now)
 
 
 def _due(scopes: Sequence[ScopeStatus], *, decision: Decision | None, requested: bool) -> list[str]:
@@ -203,6 +208,7 @@ def _run(
     figures: StepFigures | None,
     flip: RoutingFlip | None,
     restart: RestartFallback | None,
+    crossovers: Mapping[str, float | None],
     now: datetime,
 ) -> RehearsalStatus:
     index, steps = previous.step, list(previous.steps)
@@ -222,6 +228,9 @@ def _run(
         previous = previous.model_copy(update={"routing_flip": flip})
     if current.restart:
         previous = previous.model_copy(update={"restart_fallback": restart})
+    refine = _crossover_step(rehearsal, steps, index, crossovers, started=previous.started_at or now, now=now)
+    if refine is not None:
+        steps.insert(index + 1, refine)
     if index + 1 == len(steps):
         done = previous.model_copy(update={"steps": steps})
         return _finish(rehearsal, done, RehearsalPhase.COMPLETED, "every step ran", now)
@@ -231,9 +240,42 @@ def _run(
     )
 
 
+def _crossover_step(
+    rehearsal: Rehearsal,
+    steps: Sequence[RehearsalStep],
+    index: int,
+    crossovers: Mapping[str, float | None],
+    *,
+    started: datetime,
+    now: datetime,
+) -> RehearsalStep | None:
+    """The crossover step to run next, as step `index` ends the ladder or a crossover step: at the
+    crossover of the rehearsed scope with the fewest such steps so far (the lowest crossover first),
+    while one fits within maxDuration with the steps still to run; None otherwise."""
+    current = steps[index]
+    if not current.held or (index + 1 < len(steps) and steps[index + 1].on_ladder):
+        return None
+    taken = Counter(step.crossover for step in steps if step.crossover is not None)
+    due = sorted(
+        (taken[scope], load, scope)
+        for scope, load in crossovers.items()
+        if load is not None and taken[scope] < rehearsal.crossover_steps
+    )
+    if not due:
+        return None
+    _, load, scope = due[0]
+    step = RehearsalStep(load=round(load, 4), crossover=scope)
+    rest = sum((step_duration(rehearsal, later) for later in steps[index + 1 :]), timedelta())
+    if now + step_duration(rehearsal, step) + rest > started + rehearsal.max_duration:
+        return None
+    return step
+
+
 def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
     kind = (
-        "burst"
+        f"crossover step for {step.crossover}"
+        if step.crossover is not None
+        else "burst"
         if step.burst
         else "routing fallback at peak"
         if step.flip
@@ -535,10 +577,10 @@ def step_figures(
 
 
 def read_span(step: RehearsalStep, window: timedelta, *, end: datetime) -> timedelta:
-    """How far back a step's figures reach from `end`: a ladder step past its first analysis window
-    (which still carries the previous step's queue), so that a longer step reads more of its load; any
-    other step, and a ladder step no longer than two windows, over the last window."""
-    if not step.on_ladder or step.started_at is None:
+    """How far back a step's figures reach from `end`: a ladder or crossover step past its first analysis
+    window (which still carries the previous step's queue), so that a longer step reads more of its load;
+    any other step, and one no longer than two windows, over the last window."""
+    if not step.held or step.started_at is None:
         return window
     return max(window, end - step.started_at - window)
 

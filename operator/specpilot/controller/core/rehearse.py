@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
+from specpilot.analysis.decision import crossover_point
 from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import REHEARSE_ANNOTATION
@@ -86,6 +87,9 @@ def rehearsal_tick(
         flip=_flip(snapshot, spec, previous, figures),
         restart=_restart(snapshot, previous),
         requested=requested,
+        crossovers={scope: crossover_point(evidence, scope) for scope in previous.scopes}
+        if previous is not None and previous.phase is RehearsalPhase.RUNNING
+        else None,
         now=snapshot.now,
     )
     return RehearsalTick(
