@@ -16,7 +16,7 @@ swings with every burst of arrivals, so a reference needs those hours:
   --on-time-target, the median of --climbs seeded climbs;
 - with --rehearsals N, **the decision's crossover**: N simulated rehearsals (--live-seconds at --live,
   then the ladder), each arm on its own arrivals as the rehearsal router splits them, their windows
-  (--window every --interval, a step's first window left out) binned at the pair's mean load and decided
+  (--window every --interval, none across a step's start) binned at the pair's mean load and decided
   by the operator's own bands and crossover; then again with a crossover step (twice --step-seconds at
   the crossover the ladder found). How often each lands within --tolerance of the reference, side by side.
 
@@ -93,9 +93,10 @@ def rises_through(points: Sequence[tuple[float, float]]) -> float | None:
 
 
 def reference_crossover(setup: Setup, start: float, *, seconds: float, seeds: int) -> dict[str, Any]:
-    """A coarse scan up from `start` by a tenth of it (a quarter of `seconds` per load) until the
-    difference is non-negative at two loads running, then eleven loads from a scan step below the first
-    of them to a step above, each the mean of `seeds` runs of `seconds`."""
+    """A coarse scan up from `start` by a tenth of it (one run of a quarter of `seconds` per load) until the
+    difference is non-negative at two loads running; then eleven loads from three scan steps below the
+    first of them to two above (the scan's runs are short, and near the crossover they swing either
+    way), each the mean of `seeds` runs of `seconds`."""
     step, scan = start / 10, []
     for index in range(80):
         scan.extend(differences(setup, [round(start + index * step, 4)], seconds / 4, 1000))
@@ -103,9 +104,8 @@ def reference_crossover(setup: Setup, start: float, *, seconds: float, seeds: in
             break
     else:
         return {"crossover": None, "scan": scan}
-    if len(scan) == 2:
-        return {"crossover": None, "scan": scan}  # no win above `start` to lose
-    low, high = scan[-2][0] - step, scan[-2][0] + step
+    turned = scan[-2][0]
+    low, high = max(start, turned - 3 * step), turned + 2 * step
     grid = [round(low + (high - low) * i / 10, 4) for i in range(11)]
     runs = [differences(setup, grid, seconds, seed) for seed in range(seeds)]
     mean = [(x, statistics.fmean(run[i][1] for run in runs)) for i, x in enumerate(grid)]
@@ -143,14 +143,13 @@ class Phase:
     start: float
     end: float
     load: float
-    skip_first_window: bool
 
 
 def phases(ladder: Sequence[float], args: argparse.Namespace, extra: Sequence[tuple[float, float]]) -> list[Phase]:
-    out = [Phase(0.0, args.live_seconds, args.live, False)]
+    out = [Phase(0.0, args.live_seconds, args.live)]
     for load, seconds in [*((x, args.step_seconds) for x in ladder), *extra]:
         start = out[-1].end
-        out.append(Phase(start, start + seconds, load, True))
+        out.append(Phase(start, start + seconds, load))
     return out
 
 
@@ -173,7 +172,7 @@ def rehearsed_crossover(setup: Setup, planned: Sequence[Phase], args: argparse.N
     bins: dict[str, dict[int, BinArm]] = {arm: {} for arm in ARMS}
     window, interval = args.window, args.interval
     for phase in planned:
-        end = phase.start + window * (2 if phase.skip_first_window else 1)
+        end = phase.start + window  # a window within which a step began is kept out, as the operator does
         while end <= phase.end + 1e-9:
             read = {arm: [s for s in served[arm] if end - window <= s.end < end] for arm in ARMS}
             load = statistics.fmean(len(read[arm]) / window for arm in ARMS)  # the pair's mean: matched
@@ -253,14 +252,17 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         )
     result: dict[str, Any] = {"reference": reference, "crossover": cross, "capacity": capacity}
     if args.rehearsals and cross is not None:
+        # the ladder up to its first step past twice the crossover: the steps above add only bands where
+        # the arms crossed long before, and an arm far past its capacity costs the most to simulate
+        low_ladder = ladder[: next((i + 1 for i, x in enumerate(ladder) if x > 2 * cross), len(ladder))]
         side: dict[str, list[float | None]] = {"ladder": [], "crossover step": []}
         for seed in range(args.rehearsals):
-            planned = phases(ladder, args, ())
+            planned = phases(low_ladder, args, ())
             first = rehearsed_crossover(setup, planned, args, seed)
             side["ladder"].append(first)
             extra = [(first, 2 * args.step_seconds)] if first is not None else []
             side["crossover step"].append(
-                rehearsed_crossover(setup, phases(ladder, args, extra), args, seed) if extra else None
+                rehearsed_crossover(setup, phases(low_ladder, args, extra), args, seed) if extra else None
             )
         result["rehearsals"] = {name: accuracy(found, cross, args.tolerance) for name, found in side.items()}
         print(f"decision's crossover over {args.rehearsals} simulated rehearsals, reference {cross:.3f}:")

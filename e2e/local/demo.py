@@ -38,7 +38,8 @@ REHEARSE = os.environ.get("SPECPILOT_DEMO_REHEARSAL", "") not in ("", "0")
 WORKLOAD = os.environ.get("SPECPILOT_DEMO_WORKLOAD", "") not in ("", "0")
 TEAM_MANIFEST = ROOT / "manifests/demo/team-vllm.yaml"
 # The peak rehearsal of `make demo REHEARSAL=1`: from production's median load per replica to twice its
-# highest, three steps of 30 s, then a 20 s burst at 1.5 times the peak, then both fallbacks at peak.
+# highest, three steps of 30 s, a minute at each adopted scope's crossover where the ladder finds one and
+# the cap leaves room, then a 20 s burst at 1.5 times the peak, then both fallbacks at peak.
 REHEARSAL = {
     "peak": {"productionFactor": 2.0},
     "steps": 3,
@@ -46,7 +47,7 @@ REHEARSAL = {
     "burst": {"factor": 1.5, "duration": "20s"},
     "maxDuration": "5m",
 }
-REHEARSAL_SECONDS = 300
+REHEARSAL_SECONDS = 330  # its cap and half a minute: it is due a little before it is watched
 BASELINE_REPLICAS = 3
 MODEL_LOAD_SECONDS = 15  # with the rehearsal, engines load their model this long: what a restart costs
 
@@ -188,7 +189,9 @@ def rehearse() -> None:
         if found.get("phase") in ("Completed", "Stopped"):
             for index, step in enumerate(found.get("steps", []), start=1):
                 kind = (
-                    "burst"
+                    f"crossover step ({step['crossover']})"
+                    if step.get("crossover")
+                    else "burst"
                     if step.get("burst")
                     else "routing fallback"
                     if step.get("flip")

@@ -30,20 +30,10 @@ import pytest
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip
+from tests.profiles import DRAFT_TOKENS, PROFILE
 
 pytestmark = pytest.mark.cluster
 
-PROFILE = {
-    "cost": {
-        "step_time_s": 0.04,
-        "per_seq_s": 0.00005,
-        "per_token_s": 0.005,
-        "prefill_per_token_s": 0.00002,
-        "draft_cost_ratio": 0.1,
-    },
-    "acceptance": {"default": 0.7, "scopes": {"fast": 0.95, "mid": 0.5, "slow": 0.1}},
-}
-DRAFT_TOKENS = 3
 LENGTHS = {
     "input_tokens": {"dist": "uniform", "min": 80, "max": 120},
     "output_tokens": {"dist": "uniform", "min": 40, "max": 60},

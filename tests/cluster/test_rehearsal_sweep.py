@@ -1,15 +1,19 @@
-"""Opt-in (`-m long`; about 42 minutes on two cores): does a peak rehearsal measure what a direct sweep
-of the same engines does?
+"""Opt-in (`-m long`; about 30 minutes on two cores): does a peak rehearsal find each arm's capacity and
+the crossover that the engines themselves have?
 
 A pilot of the "mid" profile runs live below its crossover, and its rehearsal climbs a ladder of 60 s
-steps past both arms' capacities, through the operator, the rehearsal router and the load Jobs. Then
-the sweep (bench/mockvllm_concurrency.py, open loop) loads two mock engines of that profile directly,
-one with the draft and one without, at the live load and the ladder's own loads, and reads each one's
-capacity (the highest load it kept up with, completing 99% of requests within the 20 s deadline) and
-the crossover (where their times per committed token cross at the same offered load). Each arm's
-rehearsed capacity must land within 15% of the sweep's on the same grid of loads (so this checks what
-the rehearsal measures, not how fine a ladder is), and the decision's crossover, combining live and
-rehearsal evidence, within 15% of a second, finer sweep between the two loads that bracket it.
+steps past both arms' capacities, through the operator, the rehearsal router and the load Jobs, then runs
+a crossover step where the ladder placed the crossover. The reference is the same engines loaded directly
+(bench/crossover_reference.py) in virtual time, which tests/component/mockvllm/test_simulate.py holds to
+the served mock on the same arrivals, so that the reference can hold hours of load: near the crossover
+the arms differ by a few percent and a minute's read of the speculative arm swings with each burst of
+arrivals, so a sweep over HTTP with a minute or two per load is itself a draw, not a reference (one put
+this crossover at 0.68 requests/s per replica, where hours of load put it at 0.95).
+
+- Each arm's rehearsed capacity lands within 15% of what the engine completes at the highest step of
+  the same ladder that it keeps up with on time (the median of nine seeded climbs).
+- The decision's crossover, combining live and rehearsal evidence, lands within 15% of the engines'
+  long-run crossover (three runs of 4,000 model seconds per load on a fine grid across it).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import pytest
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import router_ip
-from tests.cluster.test_decisions import DRAFT_TOKENS, PROFILE
+from tests.cluster.test_decisions import DRAFT_TOKENS, LENGTHS, PROFILE
 from tests.cluster.test_rehearsal import LIVE_RATE, live_load, rehearsed_pilot
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long]
@@ -43,20 +47,22 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
         yield running
 
 
-def direct_sweep(tmp: Path, rates: list[float], *, seconds: int, window: int) -> dict[str, Any]:
-    """The open-loop climb through `rates`, `seconds` at each, each read over its last `window` seconds."""
-    out = tmp / "sweep.json"
-    argv = [sys.executable, str(ROOT / "bench/mockvllm_concurrency.py"), "--profile", json.dumps(PROFILE)]
-    argv += ["--scope", "mid", "--draft-tokens", str(DRAFT_TOKENS), "--rates", ",".join(map(str, rates))]
-    argv += ["--level-seconds", str(seconds), "--window", str(window), "--deadline", "20", "--time-scale", "1"]
-    argv += ["--input-tokens", "100", "--output-tokens", "50", "--json", str(out)]
+def reference(tmp: Path, ladder: list[float]) -> dict[str, Any]:
+    """The engines' own crossover above the live load, and each arm's capacity over `ladder` (60 s per
+    step read over its last 45 s, as the rehearsal reads a ladder step past its first window)."""
+    out = tmp / "reference.json"
+    argv = [sys.executable, str(ROOT / "bench/crossover_reference.py"), "--profile", json.dumps(PROFILE)]
+    argv += ["--scope", "mid", "--draft-tokens", str(DRAFT_TOKENS), "--ladder", ",".join(map(str, ladder))]
+    argv += ["--from", str(LIVE), "--step-seconds", "60", "--read", "45", "--deadline", "20", "--json", str(out)]
+    lengths = [f"{LENGTHS[key]['min']}:{LENGTHS[key]['max']}" for key in ("input_tokens", "output_tokens")]
+    argv += ["--input-tokens", lengths[0], "--output-tokens", lengths[1]]
     done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=1800)
     print(done.stdout)
     found: dict[str, Any] = json.loads(out.read_text())
     return found
 
 
-def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sweep_does(
+def test_the_rehearsal_finds_each_arms_capacity_and_the_crossover_the_engines_have(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
     doc = rehearsed_pilot()
@@ -67,7 +73,7 @@ def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sw
         "steps": STEPS,
         "stepDuration": "60s",  # 4 analysis windows: each step forms a load band of its own
         "restart": False,
-        "maxDuration": "25m",
+        "maxDuration": "25m",  # the ladder, a crossover step of two minutes and the routing fallback fit
     }
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
@@ -93,31 +99,25 @@ def test_the_rehearsal_measures_each_arms_capacity_and_the_crossover_a_direct_sw
     rehearsal, decision = status["rehearsal"], status["scopes"][0]["decision"]
     print(json.dumps(rehearsal, indent=1))
     print(json.dumps(decision, indent=1))
-    ladder = [step["load"] for step in rehearsal["steps"] if not step.get("flip")]
-    # the live stages' load on each compared arm, then the ladder's loads
-    # each load read as the rehearsal reads a ladder step: past its first 15 s
-    sweep = direct_sweep(tmp_path, [LIVE, *ladder], seconds=60, window=45)
-    capacities = {"speculative": sweep["capacity"]["speculative"], "control": sweep["capacity"]["ordinary"]}
+    ladder = [step["load"] for step in rehearsal["steps"] if not (step.get("flip") or step.get("crossover"))]
+    # the live stages never reached the crossover: the ladder placed it, and a step ran there
+    crossover_steps = [step for step in rehearsal["steps"] if step.get("crossover")]
+    assert [step["crossover"] for step in crossover_steps] == ["mid"], rehearsal["steps"]
+    engines = reference(tmp_path, ladder)
+    capacities = {
+        arm: (engines["capacity"][engine] or {}).get("completed")
+        for arm, engine in (("speculative", "speculative"), ("control", "ordinary"))
+    }
     rehearsed = {arm: rehearsal.get(f"{arm}Capacity") for arm in capacities}
+    cross = engines["crossover"]
     print(
-        f"ladder {ladder}; capacity rehearsed {rehearsed}, swept {capacities}; crossover from the pilot's "
-        f"windows {decision.get('crossoverLoad')}, swept {sweep['offered_crossover']}"
+        f"ladder {ladder}; crossover step at {crossover_steps[0]['load']}; capacity rehearsed {rehearsed}, the "
+        f"engines' {capacities}; crossover decided {decision.get('crossoverLoad')} "
+        f"({decision.get('crossoverLow')} to {decision.get('crossoverHigh')}), the engines' {cross}"
     )
-    for arm, swept in capacities.items():
-        assert swept is not None and rehearsed[arm] is not None, (arm, rehearsed, capacities)
-        assert rehearsed[arm] == pytest.approx(swept, rel=TOLERANCE), (arm, rehearsed, capacities)
-    # the live stages ran below the crossover; the rehearsal's bands reach past it
-    coarse = sweep["offered_crossover"]
-    assert coarse is not None and LIVE < coarse < ladder[-1], sweep
-    # the sweep again between the two loads that bracket its crossover, so that the reference is finer
-    # than the grid both share
-    low = max(load for load in [LIVE, *ladder] if load <= coarse)
-    high = min(load for load in ladder if load > coarse)
-    # near the crossover the two arms' times per committed token differ by little, and a read of a dozen
-    # requests cannot tell them apart: each finer load runs 2 minutes, read over its last 90 s
-    fine_rates = [round(low + (high - low) * i / 5, 4) for i in range(6)]
-    fine = direct_sweep(tmp_path, fine_rates, seconds=120, window=90)["offered_crossover"]
-    print(f"crossover swept between {low} and {high}: {fine}")
-    assert fine is not None, "the finer sweep crosses where the coarse one did"
+    for arm, engine in capacities.items():
+        assert engine is not None and rehearsed[arm] is not None, (arm, rehearsed, capacities)
+        assert rehearsed[arm] == pytest.approx(engine, rel=TOLERANCE), (arm, rehearsed, capacities)
+    assert cross is not None and LIVE < cross < ladder[-1], engines
     assert decision.get("crossoverLoad") is not None, decision
-    assert decision["crossoverLoad"] == pytest.approx(fine, rel=TOLERANCE), decision
+    assert decision["crossoverLoad"] == pytest.approx(cross, rel=TOLERANCE), decision

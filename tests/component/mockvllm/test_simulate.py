@@ -1,8 +1,8 @@
 """The engine in virtual time is the engine a served mock runs: on the same arrivals, the served mock's
 time per committed token (from /metrics, as the operator computes it) and the simulation's agree.
 
-The speculative arm at a load where its batch swings with the arrivals (about 1.2 requests per second
-for the "mid" profile, past its crossover) is the sensitive case: there its figures follow every burst.
+The speculative arm at a load where its batch swings with the arrivals (1.2 requests per second for the
+"mid" scope, past its crossover) is the sensitive case: there its figures follow every burst.
 """
 
 from __future__ import annotations
@@ -15,22 +15,13 @@ from typing import Any
 
 import aiohttp
 import pytest
+from tests.profiles import DRAFT_TOKENS, PROFILE
 
 from specpilot.loadgen.client import Status, Target, send
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm import simulate
 
-PROFILE = {
-    "cost": {
-        "step_time_s": 0.04,
-        "per_seq_s": 0.00005,
-        "per_token_s": 0.005,
-        "prefill_per_token_s": 0.00002,
-        "draft_cost_ratio": 0.1,
-    },
-    "acceptance": {"default": 0.5},
-}
-SPECULATIVE = {"method": "draft_model", "model": "draft-1b", "num_speculative_tokens": 3}
+SPECULATIVE = {"method": "draft_model", "model": "draft-1b", "num_speculative_tokens": DRAFT_TOKENS}
 TIME_SCALE = 0.2
 SECONDS = 80.0  # model seconds of arrivals
 RATE = 1.2
@@ -60,7 +51,7 @@ async def test_the_simulated_engine_measures_what_the_served_mock_does_on_the_sa
 ) -> None:
     draw = random.Random(3)
     lengths = iter(lambda: (draw.randint(80, 120), draw.randint(40, 60)), None)
-    arrivals = simulate.poisson([RATE], SECONDS, scope="default", lengths=lengths, rng=random.Random(11))
+    arrivals = simulate.poisson([RATE], SECONDS, scope="mid", lengths=lengths, rng=random.Random(11))
     flags = ["--seed", "0", "--time-scale", str(TIME_SCALE), "--speculative-config", json.dumps(SPECULATIVE)]
     mock = await mock_vllm(*flags, profile=PROFILE)
     statuses = await served(mock, arrivals)

@@ -115,56 +115,53 @@ def ran(rehearsal: Rehearsal, steps: list[RehearsalStep], *, index: int, at: dat
     )
 
 
+def ended(spec: SpeculationPilotSpec, status: RehearsalStatus, crossovers: dict[str, float | None]) -> RehearsalStatus:
+    """The rehearsal as its current step ends, with the scopes' crossovers as given."""
+    step = status.steps[status.step]
+    assert step.started_at is not None and spec.rehearsal is not None
+    found = advance(
+        spec,
+        status,
+        scopes=[],
+        decision=None,
+        evidence=Evidence(),
+        saturated=None,
+        router_ready=True,
+        figures=None,
+        crossovers=crossovers,
+        now=step.started_at + step_duration(spec.rehearsal, step),
+    )
+    assert found is not None
+    return found
+
+
 def test_after_the_ladder_a_crossover_step_runs_at_each_scopes_crossover_twice_as_long() -> None:
-    doc = rehearsed_doc(crossoverSteps=1, maxDuration="20m", restart=False)
-    spec = SpeculationPilotSpec.model_validate(doc["spec"])
-    assert spec.rehearsal is not None
+    spec = SpeculationPilotSpec.model_validate(rehearsed_doc(maxDuration="20m", restart=False)["spec"])
+    assert spec.rehearsal is not None and spec.rehearsal.crossover_steps == 1
     planned = ladder(spec.rehearsal, {})
     assert not isinstance(planned, str) and [s.on_ladder for s in planned] == [True, True, True, False]
     start = datetime(2026, 12, 1, tzinfo=UTC)
-
-    def ended(status: RehearsalStatus, crossovers: dict[str, float | None]) -> RehearsalStatus:
-        step = status.steps[status.step]
-        assert step.started_at is not None and spec.rehearsal is not None
-        end = step.started_at + step_duration(spec.rehearsal, step)
-        found = advance(
-            spec,
-            status,
-            scopes=[],
-            decision=None,
-            evidence=Evidence(),
-            saturated=None,
-            router_ready=True,
-            figures=None,
-            crossovers=crossovers,
-            now=end,
-        )
-        assert found is not None
-        return found
-
     # a ladder step that is not the last: the ladder goes on, whatever the crossovers
-    middle = ended(ran(spec.rehearsal, list(planned), index=1, at=start), {"chat": 5.0})
+    middle = ended(spec, ran(spec.rehearsal, list(planned), index=1, at=start), {"chat": 5.0})
     assert [s.crossover for s in middle.steps] == [None] * 4 and middle.step == 2
     # the ladder's last step: one step at the lower crossover first, then the other scope's
-    status = ended(ran(spec.rehearsal, list(planned), index=2, at=start), {"chat": 7.25, "code": 5.5})
+    status = ended(spec, ran(spec.rehearsal, list(planned), index=2, at=start), {"chat": 7.25, "code": 5.5})
     assert [(s.load, s.crossover) for s in status.steps[3:]] == [(5.5, "code"), (12.0, None)]
     assert status.step == 3 and status.steps[3].started_at == start + timedelta(seconds=STEP)
     assert step_duration(spec.rehearsal, status.steps[3]) == timedelta(seconds=2 * STEP)
     assert "crossover step for code" in status.message
     # a crossover step reads past its first window, as a ladder step does; capacity is read off the ladder
     step = status.steps[3]
-    assert step.held and not step.on_ladder
-    assert step.started_at is not None
-    assert read_span(step, timedelta(seconds=15), end=step.started_at + timedelta(seconds=2 * STEP)) == timedelta(
-        seconds=2 * STEP - 15
-    )
-    status = ended(status, {"chat": 7.25, "code": 5.8})
+    assert step.held and not step.on_ladder and step.started_at is not None
+    span = read_span(step, timedelta(seconds=15), end=step.started_at + timedelta(seconds=2 * STEP))
+    assert span == timedelta(seconds=2 * STEP - 15)
+    status = ended(spec, status, {"chat": 7.25, "code": 5.8})
     assert [(s.load, s.crossover) for s in status.steps[3:]] == [(5.5, "code"), (7.25, "chat"), (12.0, None)]
     # one step per scope (crossoverSteps: 1): then the routing fallback
-    status = ended(status, {"chat": 7.0, "code": 5.8})
+    status = ended(spec, status, {"chat": 7.0, "code": 5.8})
     assert status.step == 5 and status.steps[5].flip and len(status.steps) == 6
     # none where no scope's arms cross
-    plain = ended(ran(spec.rehearsal, list(planned), index=2, at=start), {"chat": None, "code": None})
+    plain = ended(spec, ran(spec.rehearsal, list(planned), index=2, at=start), {"chat": None, "code": None})
     assert [s.crossover for s in plain.steps] == [None] * 4 and plain.steps[3].flip
 
 
@@ -174,36 +171,13 @@ def test_a_crossover_step_that_would_not_fit_the_cap_is_not_run() -> None:
     planned = ladder(spec.rehearsal, {})
     assert not isinstance(planned, str)
     start = datetime(2026, 12, 1, tzinfo=UTC)
+    # begun a minute before the ladder's last step, which ends 30 s in: the 90 s left fit the crossover
+    # step's 60 s and the routing fallback's 30 s exactly
     status = ran(spec.rehearsal, list(planned), index=2, at=start)
-    # a minute before the ladder's last step; it ends 30 s later, leaving 90 s: 60 s for the crossover step
-    # and 30 s for the routing fallback fit, exactly
-    fits = advance(
-        spec,
-        status,
-        scopes=[],
-        decision=None,
-        evidence=Evidence(),
-        saturated=None,
-        router_ready=True,
-        figures=None,
-        crossovers={"chat": 4.0},
-        now=start + timedelta(seconds=STEP),
-    )
-    assert fits is not None and fits.steps[3].crossover == "chat"
+    assert ended(spec, status, {"chat": 4.0}).steps[3].crossover == "chat"
     late = status.model_copy(update={"started_at": start - timedelta(seconds=61)})
-    over = advance(
-        spec,
-        late,
-        scopes=[],
-        decision=None,
-        evidence=Evidence(),
-        saturated=None,
-        router_ready=True,
-        figures=None,
-        crossovers={"chat": 4.0},
-        now=start + timedelta(seconds=STEP),
-    )
-    assert over is not None and [s.crossover for s in over.steps] == [None] * 4 and over.steps[3].flip
+    over = ended(spec, late, {"chat": 4.0})
+    assert [s.crossover for s in over.steps] == [None] * 4 and over.steps[3].flip
 
 
 def test_arm_figures_pool_the_scopes_and_count_late_answers_as_missed() -> None:
