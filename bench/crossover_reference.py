@@ -17,8 +17,9 @@ swings with every burst of arrivals, so a reference needs those hours:
 - with --rehearsals N, **the decision's crossover**: N simulated rehearsals (--live-seconds at --live,
   then the ladder), each arm on its own arrivals as the rehearsal router splits them, their windows
   (--window every --interval, none across a step's start) binned at the pair's mean load and decided
-  by the operator's own bands and crossover; then again with a crossover step (twice --step-seconds at
-  the crossover the ladder found). How often each lands within --tolerance of the reference, side by side.
+  by the operator's own bands and crossover; then again after each of --crossover-steps crossover steps
+  (twice --step-seconds at the crossover the windows so far place). How often each lands within
+  --tolerance of the reference, side by side.
 
     .venv/bin/python bench/crossover_reference.py --profile JSON --scope mid --draft-tokens 3 \\
         --ladder 0.5,0.81,1.11,1.42,1.73,2.04 [--rehearsals 40] [--json PATH]
@@ -153,8 +154,11 @@ def phases(ladder: Sequence[float], args: argparse.Namespace, extra: Sequence[tu
     return out
 
 
-def rehearsed_crossover(setup: Setup, planned: Sequence[Phase], args: argparse.Namespace, seed: int) -> float | None:
-    """The decision's crossover over a simulated rehearsal's windows, binned and decided as the operator does."""
+def rehearsed_crossover(
+    setup: Setup, planned: Sequence[Phase], args: argparse.Namespace, seed: int
+) -> tuple[float, float, float] | None:
+    """The decision's crossover and its interval over a simulated rehearsal's windows, binned and decided
+    as the operator does."""
     until = planned[-1].end
     served = {}
     for index, arm in enumerate(ARMS):
@@ -187,16 +191,17 @@ def rehearsed_crossover(setup: Setup, planned: Sequence[Phase], args: argparse.N
             end += interval
     overlap = window / interval
     found = crossover(
-        compare(bands(bins["speculative"], overlap=overlap), bins["ordinary"], overlap=overlap),
-        confidence=0.95,
-        draws=0,
+        compare(bands(bins["speculative"], overlap=overlap), bins["ordinary"], overlap=overlap), confidence=0.95
     )
-    return found.load if found is not None else None
+    return (found.load, found.low, found.high) if found is not None else None
 
 
-def accuracy(estimates: Sequence[float | None], reference: float, tolerance: float) -> dict[str, Any]:
-    found = sorted(e for e in estimates if e is not None)
+def accuracy(
+    estimates: Sequence[tuple[float, float, float] | None], reference: float, tolerance: float
+) -> dict[str, Any]:
+    found = sorted(e[0] for e in estimates if e is not None)
     within = sum(abs(e / reference - 1) <= tolerance for e in found)
+    covered = sum(e[1] <= reference <= e[2] for e in estimates if e is not None)
 
     def rank(q: float) -> float | None:
         return found[min(len(found) - 1, int(q * len(found)))] if found else None
@@ -206,6 +211,7 @@ def accuracy(estimates: Sequence[float | None], reference: float, tolerance: flo
         "crossed": len(found),
         "within": within,
         "share_within": within / len(estimates) if estimates else None,
+        "interval_covers": covered,
         "p10": rank(0.1),
         "median": rank(0.5),
         "p90": rank(0.9),
@@ -223,18 +229,25 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
     )
     ladder = [float(x) for x in args.ladder.split(",")]
     print(f"profile {json.dumps(profile)}; scope {args.scope}, {args.draft_tokens} draft tokens")
-    reference = reference_crossover(setup, args.start or ladder[0], seconds=args.seconds, seeds=args.seeds)
+    reference = (
+        {"crossover": args.known, "given": True}
+        if args.known
+        else reference_crossover(setup, args.start or ladder[0], seconds=args.seconds, seeds=args.seeds)
+    )
     cross = reference["crossover"]
     print(f"{'load':>6} | {'spec - ordinary tpct ms (mean of seeds)':>40}")
     for load, diff in reference.get("grid", []):
         print(f"{load:>6.3f} | {diff * 1e3:>+40.2f}")
     spread = [c for c in reference.get("each_seed", []) if c is not None]
-    print(
-        f"crossover: {cross:.3f} requests/s per replica (seeds {', '.join(f'{c:.3f}' for c in spread)}; "
-        f"{args.seeds} x {args.seconds:g} model s per load)"
-        if cross is not None
-        else "crossover: the arms do not cross above --from"
-    )
+    if cross is None:
+        print("crossover: the arms do not cross above --from")
+    elif args.known:
+        print(f"crossover: {cross:.3f} requests/s per replica (given)")
+    else:
+        print(
+            f"crossover: {cross:.3f} requests/s per replica (seeds {', '.join(f'{c:.3f}' for c in spread)}; "
+            f"{args.seeds} x {args.seconds:g} model s per load)"
+        )
     capacity: dict[str, dict[str, float] | None] = {}
     for arm in ARMS:
         climbs = [climb(setup, arm, ladder, args, seed) for seed in range(args.climbs)]
@@ -255,22 +268,25 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         # the ladder up to its first step past twice the crossover: the steps above add only bands where
         # the arms crossed long before, and an arm far past its capacity costs the most to simulate
         low_ladder = ladder[: next((i + 1 for i, x in enumerate(ladder) if x > 2 * cross), len(ladder))]
-        side: dict[str, list[float | None]] = {"ladder": [], "crossover step": []}
+        names = ["ladder", *(f"{n} crossover step{'s' if n > 1 else ''}" for n in range(1, args.crossover_steps + 1))]
+        side: dict[str, list[tuple[float, float, float] | None]] = {name: [] for name in names}
         for seed in range(args.rehearsals):
-            planned = phases(low_ladder, args, ())
-            first = rehearsed_crossover(setup, planned, args, seed)
-            side["ladder"].append(first)
-            extra = [(first, 2 * args.step_seconds)] if first is not None else []
-            side["crossover step"].append(
-                rehearsed_crossover(setup, phases(low_ladder, args, extra), args, seed) if extra else None
-            )
+            # each crossover step at the crossover as the windows so far place it, as the operator plans them
+            extra: list[tuple[float, float]] = []
+            found = rehearsed_crossover(setup, phases(low_ladder, args, extra), args, seed)
+            side["ladder"].append(found)
+            for name in names[1:]:
+                if found is not None:
+                    extra.append((found[0], 2 * args.step_seconds))
+                    found = rehearsed_crossover(setup, phases(low_ladder, args, extra), args, seed)
+                side[name].append(found)
         result["rehearsals"] = {name: accuracy(found, cross, args.tolerance) for name, found in side.items()}
         print(f"decision's crossover over {args.rehearsals} simulated rehearsals, reference {cross:.3f}:")
         for name, figures in result["rehearsals"].items():
             print(
-                f"  {name:>15}: within {args.tolerance:.0%} in {figures['within']} of {figures['runs']} "
+                f"  {name:>20}: within {args.tolerance:.0%} in {figures['within']} of {figures['runs']} "
                 f"({figures['share_within']:.0%}); p10 {figures['p10']:.3f}, median {figures['median']:.3f}, "
-                f"p90 {figures['p90']:.3f}"
+                f"p90 {figures['p90']:.3f}; the 95% interval holds the reference in {figures['interval_covers']}"
             )
     return result
 
@@ -286,12 +302,14 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--from", dest="start", type=float, help="where the crossover scan starts (the ladder's first)")
     out.add_argument("--seconds", type=float, default=4000.0, help="model seconds per load of the reference")
     out.add_argument("--seeds", type=int, default=3, help="runs per load of the reference")
+    out.add_argument("--known", type=float, help="a reference crossover measured before: not measured again")
     out.add_argument("--step-seconds", type=float, default=60.0)
     out.add_argument("--read", type=float, default=45.0, help="seconds each ladder step is read over, at its end")
     out.add_argument("--deadline", type=float, default=20.0)
     out.add_argument("--on-time-target", type=float, default=0.99)
     out.add_argument("--climbs", type=int, default=9, help="seeded climbs whose median capacity is the reference")
     out.add_argument("--rehearsals", type=int, default=0, help="simulated rehearsals to decide (0: none)")
+    out.add_argument("--crossover-steps", type=int, default=2, help="crossover steps, one after another")
     out.add_argument("--live", type=float, default=0.5, help="the live stages' load per replica")
     out.add_argument("--live-seconds", type=float, default=120.0)
     out.add_argument("--window", type=float, default=15.0)

@@ -50,7 +50,14 @@ def rehearsed_pilot() -> dict[str, Any]:
     # Production takes the whole live load while the rehearsal runs: two replicas keep it clear of the
     # saturation guard (one replica of this profile at the live rate sits at its edge, and stops it).
     spec["baseline"] = {"replicas": 2}
-    spec["rehearsal"] = {"peak": {"perReplica": PEAK}, "steps": 4, "stepDuration": "30s", "maxDuration": "6m"}
+    spec["rehearsal"] = {
+        "peak": {"perReplica": PEAK},
+        "steps": 4,
+        "stepDuration": "30s",
+        # a crossover step needs steps long enough to form bands of their own: the sweep test's (long) runs them
+        "crossoverSteps": 0,
+        "maxDuration": "6m",
+    }
     return doc
 
 
@@ -122,9 +129,9 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
         load.terminate()
     status = pilot(cluster, namespace)["status"]
     assert done["phase"] == "Completed", (done, operator.tail(60))
-    # the ladder, a step at the crossover the ladder found, then the routing and the restart fallback at peak
-    steps = [step for step in done["steps"] if not (step.get("flip") or step.get("restart") or step.get("crossover"))]
-    crossover_step, fallback, restart_step = done["steps"][-3:]
+    # the ladder, then the routing and the restart fallback at peak
+    steps = [step for step in done["steps"] if not (step.get("flip") or step.get("restart"))]
+    fallback, restart_step = done["steps"][-2:]
     print(json.dumps(done, indent=1))
     # every step sent its planned load: the requests the rehearsal router saw begin within the step,
     # per second and per replica of the two arms
@@ -135,10 +142,6 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
         sent = [s for s in seen_samples if began + 2 <= s["at"] < began + duration]
         assert len(sent) / (duration - 2) / 2 == pytest.approx(step["load"], rel=0.3), step
     assert steps[-1]["load"] == pytest.approx(PEAK)
-    # the live load never reached the crossover: the ladder placed it, and one step ran there, twice as long
-    assert crossover_step["crossover"] == "mid" and LIVE_RATE / 4 < crossover_step["load"] < PEAK, crossover_step
-    began = datetime.fromisoformat(crossover_step["startedAt"]).timestamp()
-    assert datetime.fromisoformat(fallback["startedAt"]).timestamp() - began >= 2 * duration - 1, done["steps"]
     # no rehearsal request reached a production pod: the rehearsal router knew none
     assert {s["arm"] for s in seen_samples} == {"speculative", "control"}
     # each arm's capacity is what it completed on a ladder step it met (or none below every step), and
@@ -176,7 +179,7 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     assert table["scopes"][0]["weights"]["speculative"] == 25, table
     reasons = [event["reason"] for event in events(cluster, namespace)]
     # one Event per step although the operator was killed mid-rehearsal, and no Job left behind
-    assert reasons.count("RehearsalStep") == 7 and reasons.count("RehearsalCompleted") == 1, reasons
+    assert reasons.count("RehearsalStep") == 6 and reasons.count("RehearsalCompleted") == 1, reasons
     assert cluster.get_json("jobs", "-n", namespace)["items"] == []
     # the routing fallback at peak ran on the rehearsal router: the control arm took the whole share
     assert fallback["flip"] and fallback["load"] == pytest.approx(PEAK)
@@ -185,7 +188,8 @@ def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_p
     assert flip["recovered"] == ("recoverySeconds" in flip), flip
     flipped_at = datetime.fromisoformat(flip["at"]).timestamp()
     after = [s for s in seen_samples if flipped_at + 1 <= s["at"] < flipped_at + 14]
-    assert after and {s["arm"] for s in after} == {"control"}, {s["arm"] for s in after}
+    late = [round(s["at"] - flipped_at, 2) for s in after if s["arm"] != "control"]
+    assert after and not late, f"requests to the speculative arm this many seconds after the flip: {late}"
     # the restart fallback at peak: the one speculative replica went and a replica running ordinary
     # decoding came up in its place, Ready only after loading its model; meanwhile the speculative
     # share fell back to the control arm, and once Ready the replacement served the speculative share

@@ -1043,12 +1043,13 @@ class Rehearsal(ApiModel):
     completions meanwhile."""
     burst: Burst | None = None
     """A burst after the ladder (none unless set)."""
-    crossover_steps: Annotated[int, Field(strict=True, ge=0, le=3)] = 1
-    """Steps per rehearsed scope after the ladder, at the load where its speculation stops winning (its
-    crossover, read from the live and rehearsed windows when the step before ends), each twice
-    stepDuration. Near the crossover the arms differ by little and a 15-s window's figures scatter, so
-    the ladder's steps alone place it only roughly. None for a scope whose arms never cross, and none
-    that would not fit within maxDuration with the steps still to run."""
+    crossover_steps: Annotated[int, Field(strict=True, ge=0, le=3)] = 2
+    """Steps per rehearsed scope after the ladder, each twice stepDuration, at the load where its
+    speculation stops winning (its crossover, read from the live and rehearsed windows as the step
+    before ends). Near the crossover the arms differ by a few percent while a window's figures swing with
+    each burst of arrivals: the ladder alone places it roughly and, read between coarse load bands across
+    a convex curve, low; each step at the crossover as it then stands narrows it. None for a scope whose
+    arms never cross, and none that would not fit within maxDuration with the steps still to run."""
     max_duration: Annotated[Duration, duration_within("1m", "24h")] = Duration("1h")
     """A hard cap on the whole rehearsal, waiting included: reached, it stops at once."""
     on_time_target: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.99

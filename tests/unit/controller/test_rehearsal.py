@@ -14,7 +14,15 @@ from specpilot.api.common import Duration
 from specpilot.api.spec import Analysis, Burst, Peak, Rehearsal, SpeculationPilotSpec
 from specpilot.api.status import ArmStepFigures, RehearsalPhase, RehearsalStatus, RehearsalStep
 from specpilot.controller.core.measurements import horizon
-from specpilot.controller.core.rehearsal import advance, arm_figures, capacity_of, ladder, read_span, step_duration
+from specpilot.controller.core.rehearsal import (
+    advance,
+    arm_figures,
+    capacity_of,
+    ladder,
+    next_move,
+    read_span,
+    step_duration,
+)
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
@@ -136,8 +144,9 @@ def ended(spec: SpeculationPilotSpec, status: RehearsalStatus, crossovers: dict[
 
 
 def test_after_the_ladder_a_crossover_step_runs_at_each_scopes_crossover_twice_as_long() -> None:
-    spec = SpeculationPilotSpec.model_validate(rehearsed_doc(maxDuration="20m", restart=False)["spec"])
-    assert spec.rehearsal is not None and spec.rehearsal.crossover_steps == 1
+    doc = rehearsed_doc(maxDuration="20m", restart=False, crossoverSteps=1)
+    spec = SpeculationPilotSpec.model_validate(doc["spec"])
+    assert spec.rehearsal is not None
     planned = ladder(spec.rehearsal, {})
     assert not isinstance(planned, str) and [s.on_ladder for s in planned] == [True, True, True, False]
     start = datetime(2026, 12, 1, tzinfo=UTC)
@@ -163,6 +172,31 @@ def test_after_the_ladder_a_crossover_step_runs_at_each_scopes_crossover_twice_a
     # none where no scope's arms cross
     plain = ended(spec, ran(spec.rehearsal, list(planned), index=2, at=start), {"chat": None, "code": None})
     assert [s.crossover for s in plain.steps] == [None] * 4 and plain.steps[3].flip
+    # by default two per scope, each at the crossover as the windows then place it
+    twice = SpeculationPilotSpec.model_validate(rehearsed_doc(maxDuration="20m", restart=False)["spec"])
+    assert twice.rehearsal is not None and twice.rehearsal.crossover_steps == 2
+    status = ended(twice, ran(twice.rehearsal, list(planned), index=2, at=start), {"chat": 5.5})
+    status = ended(twice, status, {"chat": 6.0})
+    status = ended(twice, status, {"chat": 5.9})
+    assert [(s.load, s.crossover) for s in status.steps[3:]] == [(5.5, "chat"), (6.0, "chat"), (12.0, None)]
+    assert status.steps[status.step].flip
+
+
+def test_the_next_tick_comes_when_the_rehearsal_moves_not_an_interval_late() -> None:
+    rehearsal = Rehearsal(peak=Peak(per_replica=4.0), steps=2, step_duration=Duration("30s"), restart=False)
+    planned = ladder(rehearsal, {})
+    assert not isinstance(planned, str) and planned[-1].flip
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    margin = timedelta(milliseconds=100)
+    climbing = ran(rehearsal, list(planned), index=0, at=start)
+    assert next_move(rehearsal, climbing, start + timedelta(seconds=28)) == timedelta(seconds=2) + margin
+    flipping = ran(rehearsal, list(planned), index=2, at=start)
+    # the routing fallback flips halfway through its step, then the step ends
+    assert next_move(rehearsal, flipping, start + timedelta(seconds=12)) == timedelta(seconds=3) + margin
+    assert next_move(rehearsal, flipping, start + timedelta(seconds=16)) == timedelta(seconds=14) + margin
+    assert next_move(rehearsal, flipping, start + timedelta(seconds=31)) is None  # overdue: the next tick moves it
+    done = flipping.model_copy(update={"phase": RehearsalPhase.COMPLETED})
+    assert next_move(rehearsal, done, start) is None and next_move(rehearsal, None, start) is None
 
 
 def test_a_crossover_step_that_would_not_fit_the_cap_is_not_run() -> None:

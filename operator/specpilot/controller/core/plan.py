@@ -42,7 +42,7 @@ from specpilot.controller.core.progress import (
     production_saturation,
     warm,
 )
-from specpilot.controller.core.rehearsal import rehearsing
+from specpilot.controller.core.rehearsal import next_move, rehearsing
 from specpilot.controller.core.rehearse import leftovers, load_changed_at, rehearsal_children, rehearsal_tick
 from specpilot.controller.core.render import (
     ArmPlan,
@@ -280,8 +280,14 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
             if status.name in measured and status.name not in manual and status.last_window is not None
         ),
         flipped=progress.flipped,
-        delay=spec.analysis.interval,
+        delay=_delay(spec, rehearsal.status, now),
     )
+
+
+def _delay(spec: SpeculationPilotSpec, rehearsal: RehearsalStatus | None, now: datetime) -> timedelta:
+    """Until the next tick: an analysis interval, or less when the rehearsal moves sooner."""
+    move = next_move(spec.rehearsal, rehearsal, now) if spec.rehearsal is not None else None
+    return min(spec.analysis.interval, move) if move is not None else spec.analysis.interval
 
 
 def _taken(status: SpeculationPilotStatus | None) -> TakeoverStatus | None:

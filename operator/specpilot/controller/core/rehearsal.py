@@ -51,6 +51,7 @@ from specpilot.wire.samples import Fallback, RequestOutcome, RequestSample
 
 REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)
 FLIPPED = ArmWeights(control=100)  # the routing fallback rehearsed: the speculative share on the control arm
+MOVE_MARGIN = timedelta(milliseconds=100)  # a tick due at a move lands just past it, not just before
 
 
 def running(status: RehearsalStatus | None) -> bool:
@@ -85,6 +86,23 @@ def flipped_at(rehearsal: Rehearsal, status: RehearsalStatus) -> datetime | None
     if not step.flip or step.started_at is None:
         return None
     return step.started_at + step_duration(rehearsal, step) / 2
+
+
+def next_move(rehearsal: Rehearsal, status: RehearsalStatus | None, now: datetime) -> timedelta | None:
+    """How long until the running rehearsal moves by itself (its routing fallback flips, or its step
+    ends), so that the tick that moves it comes then and not up to an interval late; None while none is
+    ahead."""
+    if status is None or status.phase is not RehearsalPhase.RUNNING or not status.steps:
+        return None
+    step = status.steps[status.step]
+    if step.started_at is None:
+        return None
+    ahead = [step.started_at + step_duration(rehearsal, step)]
+    flip = flipped_at(rehearsal, status)
+    if flip is not None:
+        ahead.append(flip)
+    later = [at - now for at in ahead if at > now]
+    return min(later) + MOVE_MARGIN if later else None
 
 
 def restarting(status: RehearsalStatus | None) -> datetime | None:
