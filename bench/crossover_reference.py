@@ -28,7 +28,6 @@ swings with every burst of arrivals, so a reference needs those hours:
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import math
 import random
@@ -37,7 +36,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specpilot.analysis.bands import bands, compare, crossover
+from specpilot.analysis.bands import bands, compare, crossover, first_crossing
 from specpilot.analysis.evidence import BinArm, load_bin
 from specpilot.mockvllm import simulate
 
@@ -85,14 +84,6 @@ def differences(setup: Setup, loads: Sequence[float], seconds: float, seed: int)
     ]
 
 
-def rises_through(points: Sequence[tuple[float, float]]) -> float | None:
-    """The first load at which the difference goes from negative to non-negative, linear between."""
-    for (x0, d0), (x1, d1) in itertools.pairwise(points):
-        if d0 < 0 <= d1:
-            return x0 + (x1 - x0) * (-d0) / (d1 - d0) if d1 != d0 else x0
-    return None
-
-
 def reference_crossover(setup: Setup, start: float, *, seconds: float, seeds: int) -> dict[str, Any]:
     """A coarse scan up from `start` by a tenth of it (one run of a quarter of `seconds` per load) until the
     difference is non-negative at two loads running; then eleven loads from three scan steps below the
@@ -110,8 +101,8 @@ def reference_crossover(setup: Setup, start: float, *, seconds: float, seeds: in
     grid = [round(low + (high - low) * i / 10, 4) for i in range(11)]
     runs = [differences(setup, grid, seconds, seed) for seed in range(seeds)]
     mean = [(x, statistics.fmean(run[i][1] for run in runs)) for i, x in enumerate(grid)]
-    each = [rises_through(run) for run in runs]
-    return {"crossover": rises_through(mean), "each_seed": each, "grid": mean, "scan": scan}
+    each = [first_crossing(run) for run in runs]
+    return {"crossover": first_crossing(mean), "each_seed": each, "grid": mean, "scan": scan}
 
 
 def climb(

@@ -211,7 +211,7 @@ class Crossover:
     non_monotone: bool  # speculation wins again above the crossover somewhere
 
 
-def _crossing(points: Sequence[tuple[float, float]]) -> float | None:
+def first_crossing(points: Sequence[tuple[float, float]]) -> float | None:
     """The first load at which the difference (speculative - compared) goes from negative to
     non-negative, linear between adjacent matched bands."""
     for (x0, d0), (x1, d1) in pairwise(points):
@@ -229,7 +229,7 @@ def crossover(
     if len(pairs) < 2:
         return None
     points = [(spec.load, spec.tpct - ref.tpct) for spec, ref in pairs]
-    point = _crossing(points)
+    point = first_crossing(points)
     if point is None:
         return None
     rng = random.Random(seed)
@@ -238,7 +238,7 @@ def crossover(
         drawn = [
             (spec.load, rng.gauss(spec.tpct, spec.tpct_se) - rng.gauss(ref.tpct, ref.tpct_se)) for spec, ref in pairs
         ]
-        x = _crossing(drawn)
+        x = first_crossing(drawn)
         if x is not None:
             found.append(x)
     found.sort()

@@ -11,6 +11,7 @@ Field docstrings become the CRD's descriptions, so they are written for `kubectl
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 from enum import StrEnum
 from itertools import pairwise
 from typing import Annotated
@@ -1055,6 +1056,11 @@ class Rehearsal(ApiModel):
     on_time_target: Annotated[float, Field(strict=True, gt=0, le=1)] = 0.99
     """An arm's capacity is the highest step load at which at least this share of the scopes' requests
     complete within their deadlines."""
+
+    @property
+    def crossover_step_duration(self) -> timedelta:
+        """A crossover step runs twice a ladder step: near the crossover the arms differ by little."""
+        return self.step_duration * 2
 
 
 # --- spec ---------------------------------------------------------------------------------------

@@ -100,12 +100,12 @@ def serve(target: Engine, arrivals: Iterable[Arrival], *, until: float) -> list[
     submitted: list[tuple[Arrival, Request]] = []
     while True:
         step = target.next_step()
-        start = target.time()
-        if step is None:
-            if upcoming is None or upcoming.at >= until:
-                break
-            clock.at = max(clock.at, upcoming.at)  # idle until the next arrival
-        end = start + step.duration if step is not None else clock.at
+        if step is not None:
+            end = target.time() + step.duration
+        elif upcoming is not None and upcoming.at < until:
+            end = upcoming.at  # idle until the next arrival
+        else:
+            break
         while upcoming is not None and upcoming.at <= end and upcoming.at < until:
             clock.at = max(clock.at, upcoming.at)
             request = target.submit(  # a greedy request for exactly its output tokens, as loadgen sends

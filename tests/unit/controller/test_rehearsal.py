@@ -136,7 +136,7 @@ def ended(spec: SpeculationPilotSpec, status: RehearsalStatus, crossovers: dict[
         saturated=None,
         router_ready=True,
         figures=None,
-        crossovers=crossovers,
+        crossover=crossovers.get,
         now=step.started_at + step_duration(spec.rehearsal, step),
     )
     assert found is not None

@@ -45,7 +45,9 @@ def cadence(analysis: Analysis) -> float:
 def horizon(analysis: Analysis, rehearsal: Rehearsal | None = None) -> timedelta:
     """How far back measurements are kept: two windows (KV loads look that far), or a rehearsal step
     where longer (a ladder or crossover step is read over most of it), and a margin."""
-    step = rehearsal.step_duration * (2 if rehearsal.crossover_steps else 1) if rehearsal is not None else timedelta(0)
+    step = timedelta(0)
+    if rehearsal is not None:
+        step = rehearsal.crossover_step_duration if rehearsal.crossover_steps else rehearsal.step_duration
     return max(analysis.window * 2, step) + timedelta(seconds=4 * cadence(analysis))
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -117,7 +117,7 @@ def restarting(status: RehearsalStatus | None) -> datetime | None:
 def step_duration(rehearsal: Rehearsal, step: RehearsalStep) -> timedelta:
     if step.burst and rehearsal.burst is not None:
         return rehearsal.burst.duration
-    return rehearsal.step_duration * (2 if step.crossover is not None else 1)
+    return rehearsal.crossover_step_duration if step.crossover is not None else rehearsal.step_duration
 
 
 def step_rate(spec: SpeculationPilotSpec, step: RehearsalStep) -> float:
@@ -139,12 +139,13 @@ def advance(
     flip: RoutingFlip | None = None,
     restart: RestartFallback | None = None,
     requested: bool = False,
-    crossovers: Mapping[str, float | None] | None = None,
+    crossover: Callable[[str], float | None] | None = None,
     now: datetime,
 ) -> RehearsalStatus | None:
     """The rehearsal's next state. `figures` are each rehearsed arm's over the current step's read span
     (None before anything was collected); `flip` and `restart` what the fallbacks' steps measured so far;
-    `crossovers` each rehearsed scope's crossover on the evidence so far (`crossover_point`).
+    `crossover` a rehearsed scope's crossover on the evidence so far (`crossover_point`), asked only
+    as a step ends where a crossover step may follow.
     Due once the decision is stated, on the scopes on speculative decoding; or when `requested`
     (the rehearse annotation) and none runs, on the scopes the speculative arm serves."""
     rehearsal = spec.rehearsal
@@ -179,7 +180,7 @@ def advance(
             message = f"waiting: production cannot take the rehearsed scopes' shares ({saturated})"
             return previous.model_copy(update={"phase": RehearsalPhase.WAITING, "message": message})
         return _start(previous, router_ready, now)
-    return _run(rehearsal, previous, figures=figures, flip=flip, restart=restart, crossovers=crossovers or {}, now=now)
+    return _run(rehearsal, previous, figures=figures, flip=flip, restart=restart, crossover=crossover, now=now)
 
 
 def _due(scopes: Sequence[ScopeStatus], *, decision: Decision | None, requested: bool) -> list[str]:
@@ -226,7 +227,7 @@ def _run(
     figures: StepFigures | None,
     flip: RoutingFlip | None,
     restart: RestartFallback | None,
-    crossovers: Mapping[str, float | None],
+    crossover: Callable[[str], float | None] | None,
     now: datetime,
 ) -> RehearsalStatus:
     index, steps = previous.step, list(previous.steps)
@@ -246,7 +247,7 @@ def _run(
         previous = previous.model_copy(update={"routing_flip": flip})
     if current.restart:
         previous = previous.model_copy(update={"restart_fallback": restart})
-    refine = _crossover_step(rehearsal, steps, index, crossovers, started=previous.started_at or now, now=now)
+    refine = _crossover_step(rehearsal, previous, steps, crossover, now=now) if crossover is not None else None
     if refine is not None:
         steps.insert(index + 1, refine)
     if index + 1 == len(steps):
@@ -260,31 +261,27 @@ def _run(
 
 def _crossover_step(
     rehearsal: Rehearsal,
+    status: RehearsalStatus,
     steps: Sequence[RehearsalStep],
-    index: int,
-    crossovers: Mapping[str, float | None],
+    crossover: Callable[[str], float | None],
     *,
-    started: datetime,
     now: datetime,
 ) -> RehearsalStep | None:
-    """The crossover step to run next, as step `index` ends the ladder or a crossover step: at the
+    """The crossover step to run next, as the current step ends the ladder or a crossover step: at the
     crossover of the rehearsed scope with the fewest such steps so far (the lowest crossover first),
     while one fits within maxDuration with the steps still to run; None otherwise."""
-    current = steps[index]
-    if not current.held or (index + 1 < len(steps) and steps[index + 1].on_ladder):
+    index = status.step
+    if not steps[index].held or (index + 1 < len(steps) and steps[index + 1].on_ladder):
         return None
     taken = Counter(step.crossover for step in steps if step.crossover is not None)
-    due = sorted(
-        (taken[scope], load, scope)
-        for scope, load in crossovers.items()
-        if load is not None and taken[scope] < rehearsal.crossover_steps
-    )
+    wanted = [scope for scope in status.scopes if taken[scope] < rehearsal.crossover_steps]
+    due = sorted((taken[scope], load, scope) for scope in wanted if (load := crossover(scope)) is not None)
     if not due:
         return None
     _, load, scope = due[0]
     step = RehearsalStep(load=round(load, 4), crossover=scope)
     rest = sum((step_duration(rehearsal, later) for later in steps[index + 1 :]), timedelta())
-    if now + step_duration(rehearsal, step) + rest > started + rehearsal.max_duration:
+    if now + step_duration(rehearsal, step) + rest > (status.started_at or now) + rehearsal.max_duration:
         return None
     return step
 

@@ -87,7 +87,7 @@ def rehearsal_tick(
         flip=_flip(snapshot, spec, previous, figures),
         restart=_restart(snapshot, previous),
         requested=requested,
-        crossovers=_crossovers(spec, previous, evidence, snapshot.now),
+        crossover=lambda scope: crossover_point(evidence, scope),
         now=snapshot.now,
     )
     return RehearsalTick(
@@ -103,19 +103,6 @@ def rehearsal_tick(
             *(_refused(spec, previous, status, snapshot.now) if requested else ()),
         ),
     )
-
-
-def _crossovers(
-    spec: SpeculationPilotSpec, previous: RehearsalStatus | None, evidence: Evidence, now: datetime
-) -> dict[str, float | None] | None:
-    """Each rehearsed scope's crossover on the evidence so far, once the current step has run its time (a
-    crossover step may follow it); None before."""
-    if spec.rehearsal is None or previous is None or previous.phase is not RehearsalPhase.RUNNING:
-        return None
-    step = previous.steps[previous.step]
-    if step.started_at is None or now < step.started_at + step_duration(spec.rehearsal, step):
-        return None
-    return {scope: crossover_point(evidence, scope) for scope in previous.scopes}
 
 
 def load_changed_at(rehearsal: RehearsalStatus | None, spec: SpeculationPilotSpec, now: datetime) -> datetime | None:
