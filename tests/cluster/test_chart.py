@@ -214,6 +214,8 @@ def peering(cluster: Cluster, release: Release, pods: list[dict[str, Any]]) -> d
     return status if all(p["metadata"]["name"] in status for p in pods) else None
 
 
+# A kill run (about 70 s): the standby's takeover is in `make test` through tests/cluster/test_operator_peering.py.
+@pytest.mark.long
 def test_standby_replica_takes_over_when_the_active_one_is_killed(
     cluster: Cluster, release: Release, pilot_namespace: str
 ) -> None:

@@ -21,7 +21,8 @@ import copy
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,17 +94,30 @@ def drive(cluster: Cluster, router: str, tmp: Path) -> None:
         assert done.returncode == 0, f"loadgen at {in_flight} in flight failed: {done.stderr[-2000:]}"
 
 
-def direct_crossover(tmp: Path) -> float:
+@contextmanager
+def direct_crossover(tmp: Path) -> Iterator[Callable[[], float]]:
     """The crossover of mid that a sweep of the two arms measures, as offered load: requests per second
-    per replica, each arm's time per committed token read at the same throughput."""
+    per replica, each arm's time per committed token read at the same throughput. The sweep runs its own
+    two engines in the background (after the pilot's load: it would share the cores with it) and is read
+    when asked for."""
     out = tmp / "sweep.json"
     argv = [sys.executable, str(ROOT / "bench/mockvllm_concurrency.py"), "--profile", json.dumps(PROFILE)]
     argv += ["--scope", "mid", "--draft-tokens", str(DRAFT_TOKENS), "--levels", "2,3,4,5", "--level-seconds", "15"]
     argv += ["--time-scale", "1", "--input-tokens", "100", "--output-tokens", "50", "--json", str(out)]
-    subprocess.run(argv, check=True, capture_output=True, timeout=300)
-    found = json.loads(out.read_text())["offered_crossover"]
-    assert found is not None, out.read_text()
-    return float(found)
+    sweep = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def read() -> float:
+        _, errors = sweep.communicate(timeout=300)
+        assert sweep.returncode == 0, errors[-2000:]
+        found = json.loads(out.read_text())["offered_crossover"]
+        assert found is not None, out.read_text()
+        return float(found)
+
+    try:
+        yield read
+    finally:
+        sweep.kill()
+        sweep.wait()
 
 
 def report(cluster: Cluster, namespace: str, folder: Path) -> dict[str, bytes]:
@@ -119,6 +133,28 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(decisions_pilot()))
     wait_ready(cluster, operator, namespace)
     drive(cluster, router_ip(cluster, namespace), tmp_path)
+    with direct_crossover(tmp_path) as sweep:
+        decisions, mid_bands = three_decisions(cluster, operator, namespace, tmp_path)
+        crossover = sweep()
+    mid = decisions["mid"]
+    found = mid.get("crossoverLoad")
+    print(
+        f"mid: {mid['outcome']}, crossover {found if found is None else f'{found:.2f}'} requests per second per "
+        f"replica from the pilot's windows, {crossover:.2f} from a direct sweep; "
+        f"fast adopted up to {decisions['fast']['maxLoad']:.2f}"
+    )
+    if found is not None:
+        assert found == pytest.approx(crossover, rel=0.2), (mid, crossover)
+    # where the sweep says ordinary decoding wins, so do the pilot's matched bands
+    above = [band for band in mid_bands if band["load"] > crossover * 1.2]
+    assert all(band["ratio"] > 1 for band in above), (mid_bands, crossover)
+
+
+def three_decisions(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The pilot's settled decisions, checked against its report and the report after a restart: the
+    scopes' decisions and mid's matched comparisons."""
 
     def decided() -> dict[str, Any] | None:
         status = pilot(cluster, namespace).get("status", {})
@@ -187,20 +223,7 @@ def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     )
     after = report(cluster, namespace, tmp_path / "after")
     assert after == before, [name for name in before if before[name] != after.get(name)]
-
-    crossover = direct_crossover(tmp_path)
-    found = mid.get("crossoverLoad")
-    print(
-        f"mid: {mid['outcome']}, crossover {found if found is None else f'{found:.2f}'} requests per second per "
-        f"replica from the pilot's windows, {crossover:.2f} from a direct sweep; "
-        f"fast adopted up to {fast['maxLoad']:.2f}"
-    )
-    if found is not None:
-        assert found == pytest.approx(crossover, rel=0.2), (mid, crossover)
-    # where the sweep says ordinary decoding wins, so do the pilot's matched bands
-    mid_bands = body["scopes"][[s["name"] for s in body["scopes"]].index("mid")]["comparisons"]
-    above = [band for band in mid_bands if band["load"] > crossover * 1.2]
-    assert all(band["ratio"] > 1 for band in above), (mid_bands, crossover)
+    return decisions, body["scopes"][[s["name"] for s in body["scopes"]].index("mid")]["comparisons"]
 
 
 PREFILL_PROFILE = {

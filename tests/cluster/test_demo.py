@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from specpilot.wire.names import MANAGER
@@ -119,6 +120,9 @@ def watching(cluster: Cluster, namespace: str) -> Iterator[dict[str, list[Any]]]
         yield seen
 
 
+# The whole demo a second time (about 200 s): a pilot on the team's own Deployment is in `make test` through
+# tests/cluster/test_takeover.py.
+@pytest.mark.long
 def test_the_demo_on_the_teams_own_deployment_reaches_the_same_outcomes_and_leaves_it_as_it_was(
     cluster: Cluster, tmp_path: Path
 ) -> None:

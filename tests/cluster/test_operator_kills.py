@@ -30,6 +30,9 @@ from tests.cluster.pilots import judged_pilot, router_ip
 pytestmark = pytest.mark.cluster
 
 
+# A kill run (about 100 s): SIGKILLs mid-reconcile are in `make test` through the restarts of the
+# decisions, rehearsal, takeover and peering tests.
+@pytest.mark.long
 def test_ten_sigkills_during_a_rollback_leave_one_record_per_flip(
     cluster: Cluster, namespace: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

@@ -208,6 +208,9 @@ def scenario() -> dict[str, Any]:
     return doc
 
 
+# Two whole judged runs one after the other (about 170 s): in `make test`, the Prometheus source is held to direct
+# scraping by tests/component/metrics/test_prometheus_source.py and flips a scope below.
+@pytest.mark.long
 def test_prometheus_source_gives_direct_scrapings_outcomes(
     cluster: Cluster, operator: Operator, prometheus: Prometheus
 ) -> None:

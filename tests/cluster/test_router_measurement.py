@@ -69,10 +69,13 @@ def test_samples_and_metrics_agree_with_the_load_generator(cluster: Cluster, nam
         assert arms == ({"baseline", "speculative"} if name == "code" else {"baseline"})
         for key, field in (("ttft_s", "ttftSeconds"), ("e2e_s", "e2eSeconds")):
             ours = [s[field] / TIME_SCALE for s in mine if s["outcome"] == "ok"]  # in the mock's model seconds
-            for q, label in ((0.5, "p50"), (0.9, "p90")):
+            # The client's clock also runs over the network hop, the client's parsing and its event loop, and
+            # over the router's own accept queue: on two busy cores a stall of tens of milliseconds reaches the
+            # tail (70 ms once at p90). Every request's router time is below its client time, so each quantile
+            # is too (less 2 ms for the two clocks' rounding).
+            for q, label, slack in ((0.5, "p50", 0.05), (0.9, "p90", 0.15)):
                 gap = seen[key][label] - quantile(ours, q)
-                # The client's clock also runs over the network hop, the client's parsing and its event loop.
-                assert -0.002 / TIME_SCALE <= gap <= 0.05 / TIME_SCALE, (name, key, label, gap)
+                assert -0.002 / TIME_SCALE <= gap <= slack / TIME_SCALE, (name, key, label, gap)
         if name == "code":
             assert seen["on_time"] == sum(1 for s in mine if s["deadlineMet"])
         for arm in arms:
