@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 
+from specpilot.analysis.evidence import Evidence, bin_bounds
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import router_ip
@@ -61,6 +62,26 @@ def reference(tmp: Path, ladder: list[float]) -> dict[str, Any]:
     print(done.stdout)
     found: dict[str, Any] = json.loads(out.read_text())
     return found
+
+
+def bins(cluster: Cluster, namespace: str) -> str:
+    """mid's evidence per load bin and arm: windows, their mean load and time per committed token (ms)."""
+    stored = cluster.get_json("configmap", "demo-evidence", "-n", namespace)["data"]["evidence.json"]
+    scope = Evidence.model_validate_json(stored).scopes["mid"]
+    lines = ["bin load range | arm: windows (rehearsed), mean load, tpct ms mean (sd)"]
+    for index in sorted({index for cells in scope.bins.values() for index in cells}):
+        low, high = bin_bounds(index)
+        cells = []
+        for arm, found in sorted(scope.bins.items()):
+            cell = found.get(index)
+            if cell is not None and cell.tpct.n:
+                sd = cell.tpct.sd
+                cells.append(
+                    f"{arm.value}: {cell.tpct.n} ({scope.rehearsed.get(index, 0)}), {cell.load.mean or 0:.3f}, "
+                    f"{(cell.tpct.mean or 0) * 1000:.1f} ({'-' if sd is None else f'{sd * 1000:.1f}'})"
+                )
+        lines.append(f"{low:.3f}-{high:.3f} | " + "; ".join(cells))
+    return "\n".join(lines)
 
 
 def test_the_rehearsal_finds_each_arms_capacity_and_the_crossover_the_engines_have(
@@ -100,6 +121,7 @@ def test_the_rehearsal_finds_each_arms_capacity_and_the_crossover_the_engines_ha
     rehearsal, decision = status["rehearsal"], status["scopes"][0]["decision"]
     print(json.dumps(rehearsal, indent=1))
     print(json.dumps(decision, indent=1))
+    print(bins(cluster, namespace))
     ladder = [step["load"] for step in rehearsal["steps"] if not (step.get("flip") or step.get("crossover"))]
     # the live stages never reached the crossover: the ladder placed it, and two steps ran there
     crossover_steps = [step for step in rehearsal["steps"] if step.get("crossover")]
