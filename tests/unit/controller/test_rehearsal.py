@@ -23,6 +23,7 @@ from specpilot.controller.core.rehearsal import (
     read_span,
     step_duration,
 )
+from specpilot.controller.core.rehearse import load_changed_at
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
@@ -199,6 +200,28 @@ def test_the_next_tick_comes_when_the_rehearsal_moves_not_an_interval_late() -> 
     assert next_move(rehearsal, done, start) is None and next_move(rehearsal, None, start) is None
 
 
+def test_no_window_is_binned_while_the_arms_run_unmatched_after_the_flip_and_through_the_restart() -> None:
+    spec = SpeculationPilotSpec.model_validate(rehearsed_doc(steps=2, crossoverSteps=0)["spec"])
+    assert spec.rehearsal is not None
+    planned = ladder(spec.rehearsal, {})
+    assert not isinstance(planned, str) and [s.flip for s in planned] == [False, False, True, False]
+    start = datetime(2026, 12, 1, tzinfo=UTC)
+    later = start + timedelta(seconds=STEP * 0.9)
+    climbing = ran(spec.rehearsal, list(planned), index=1, at=start)
+    assert load_changed_at(climbing, spec, later) == start  # a ladder step: from its start
+    flipping = ran(spec.rehearsal, list(planned), index=2, at=start)
+    # the routing fallback: matched until it flips halfway, then the speculative arm drains what it held
+    assert load_changed_at(flipping, spec, start + timedelta(seconds=STEP * 0.4)) == start
+    assert load_changed_at(flipping, spec, later) == later
+    # the restart fallback: one speculative replica is down or decodes without a draft, all step long
+    restarting = ran(spec.rehearsal, list(planned), index=3, at=start)
+    assert load_changed_at(restarting, spec, later) == later
+    finished = start + timedelta(seconds=STEP)
+    done = restarting.model_copy(update={"phase": RehearsalPhase.COMPLETED, "finished_at": finished})
+    assert load_changed_at(done, spec, finished + timedelta(seconds=STEP)) == finished
+    assert load_changed_at(None, spec, later) is None
+
+
 def test_a_crossover_step_that_would_not_fit_the_cap_is_not_run() -> None:
     spec = SpeculationPilotSpec.model_validate(rehearsed_doc(maxDuration="3m", restart=False)["spec"])
     assert spec.rehearsal is not None
@@ -322,12 +345,28 @@ async def test_after_the_decision_the_rehearsal_climbs_its_ladder_on_its_own_rou
     assert "had not caught up on time" in rehearsal["message"]
 
 
+def rehearsed_windows(h: Harness) -> int:
+    """Windows of the rehearsal's traffic in the evidence's bins, every scope."""
+    found = h.kube.objects.get(("ConfigMap", "team-a", "demo-evidence"))
+    if found is None:
+        return 0
+    evidence = Evidence.model_validate_json(found["data"]["evidence.json"])
+    return sum(sum(scope.rehearsed.values()) for scope in evidence.scopes.values())
+
+
 async def test_the_routing_fallback_at_peak_flips_the_rehearsal_table_and_times_the_recovery() -> None:
     h = Harness(rehearsed_doc())
     await decided(h)
     flipped_tables = []
+    binned: dict[str, int] = {"matched": 0, "unmatched": 0}  # windows binned per tick, by what the arms ran
     for _ in range(40):
+        before, running = rehearsed_windows(h), h.status()["rehearsal"]
+        step = running["steps"][running["step"]] if running["phase"] == "Running" else {}
         await h.step(10)
+        flipped = step.get("flip") and h.clock.now >= datetime.fromisoformat(step["startedAt"]) + timedelta(
+            seconds=STEP / 2
+        )
+        binned["unmatched" if flipped or step.get("restart") else "matched"] += rehearsed_windows(h) - before
         found = h.kube.objects.get(("ConfigMap", "team-a", "demo-rehearsal-routes"))
         if found is not None and '"control":100' in found["data"]["routes.json"].replace(" ", ""):
             flipped_tables.append(h.clock.now)
@@ -342,6 +381,9 @@ async def test_the_routing_fallback_at_peak_flips_the_rehearsal_table_and_times_
     assert "recovered in 0 s" in rehearsal["message"]
     # the flip step is not a ladder step: capacity comes from the ladder
     assert rehearsal["speculativeCapacity"] == rehearsal["steps"][2]["speculative"]["completedPerReplica"]
+    # the evidence holds the ladder's windows, and none from the flip on: the speculative arm only
+    # drained what it held then, and the restart replaced a replica of it with ordinary decoding
+    assert binned["matched"] > 0 and binned["unmatched"] == 0, binned
 
 
 async def test_the_restart_fallback_at_peak_replaces_a_speculative_replica_and_times_its_readiness() -> None:

@@ -106,16 +106,21 @@ def rehearsal_tick(
 
 
 def load_changed_at(rehearsal: RehearsalStatus | None, spec: SpeculationPilotSpec, now: datetime) -> datetime | None:
-    """When the rehearsal last changed the arms' load: its current step began, its routing fallback
-    flipped, or it ended."""
+    """When the rehearsal last changed the arms' load: its current step began, or it ended. From its
+    routing fallback's flip to that step's end, and through its restart fallback, the arms take no
+    longer the same share at the same size (the speculative arm drains what it held, or a replica of it
+    decodes without a draft): the load changes `now`, so that no window of that time is binned."""
     if rehearsal is None:
         return None
     if rehearsal.finished_at is not None:
         return rehearsal.finished_at
+    if not rehearsal.steps:
+        return None
+    step = rehearsal.steps[rehearsal.step]
     flip = flipped_at(spec.rehearsal, rehearsal) if spec.rehearsal is not None else None
-    if flip is not None and flip <= now:
-        return flip
-    return rehearsal.steps[rehearsal.step].started_at if rehearsal.steps else None
+    if step.restart or (flip is not None and flip <= now):
+        return now
+    return step.started_at
 
 
 def _refused(
