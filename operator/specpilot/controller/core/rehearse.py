@@ -107,8 +107,8 @@ def rehearsal_tick(
 
 def load_changed_at(rehearsal: RehearsalStatus | None, spec: SpeculationPilotSpec, now: datetime) -> datetime | None:
     """When the rehearsal last changed the arms' load: its current step began, or it ended. From its
-    routing fallback's flip to that step's end, and through its restart fallback, the arms take no
-    longer the same share at the same size (the speculative arm drains what it held, or a replica of it
+    routing fallback's flip to that step's end, and through its restart fallback, the arms no longer
+    take the same share at the same size (the speculative arm drains what it held, or a replica of it
     decodes without a draft): the load changes `now`, so that no window of that time is binned."""
     if rehearsal is None:
         return None
