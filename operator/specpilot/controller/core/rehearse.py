@@ -114,13 +114,10 @@ def load_changed_at(rehearsal: RehearsalStatus | None, spec: SpeculationPilotSpe
         return None
     if rehearsal.finished_at is not None:
         return rehearsal.finished_at
-    if not rehearsal.steps:
-        return None
-    step = rehearsal.steps[rehearsal.step]
     flip = flipped_at(spec.rehearsal, rehearsal) if spec.rehearsal is not None else None
-    if step.restart or (flip is not None and flip <= now):
+    if restarting(rehearsal) is not None or (flip is not None and flip <= now):
         return now
-    return step.started_at
+    return rehearsal.steps[rehearsal.step].started_at if rehearsal.steps else None
 
 
 def _refused(
