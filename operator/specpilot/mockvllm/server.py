@@ -68,7 +68,7 @@ def cache_config_info(config: ServeConfig, limits: EngineLimits, profile: Profil
         "simple_cpu_offload_num_blocks": "None",
         "effective_attention_block_size": str(block),
         "kv_cache_size_tokens": str(blocks * block),
-        "kv_cache_max_load": str(round(blocks * block / limits.max_model_len, 2)),
+        "kv_cache_max_concurrency": str(round(blocks * block / limits.max_model_len, 2)),
         "hash_block_size": str(block),
         "cache_hit_alignment_tokens": str(block),
         "kv_sharing_fast_prefill": "False",
