@@ -34,12 +34,14 @@ StartMock = Callable[..., Awaitable[RunningMock]]
 
 @pytest.fixture
 async def mock_vllm() -> AsyncIterator[StartMock]:
-    """Start mock servers: `await mock_vllm(*vllm_flags, profile={...})`."""
+    """Start mock servers: `await mock_vllm(*vllm_flags, profile={...}, env={...})`."""
     running: list[RunningMock] = []
 
-    async def start(*flags: str, profile: dict[str, Any] | None = None, model: str = "test-model") -> RunningMock:
+    async def start(
+        *flags: str, profile: dict[str, Any] | None = None, model: str = "test-model", env: dict[str, str] | None = None
+    ) -> RunningMock:
         crashes: list[int] = []
-        server = MockServer(parse_args([model, *flags]), parse_profile(profile), env={}, on_crash=crashes.append)
+        server = MockServer(parse_args([model, *flags]), parse_profile(profile), env=env or {}, on_crash=crashes.append)
         await server.start("127.0.0.1", 0, 0)
         mock = RunningMock(server, f"http://127.0.0.1:{server.port}", f"http://127.0.0.1:{server.admin_port}", crashes)
         running.append(mock)
