@@ -36,7 +36,7 @@ adoption, met when the upper end of the share's 95% Wilson interval is at or bel
 Judged side by side on the same traces:
 
 - `judge`: `specpilot.analysis` itself: `judge_window` on every window, driven through `rollout.advance`
-  at default settings (stages 10/25/50%, confidence 0.95, failureLimit 3, minSamples 50): a flip is the
+  at default settings (stages 10/25/33%, confidence 0.95, failureLimit 3, minSamples 50): a flip is the
   scope reaching RolledBack, for any check;
 - `judge, tpct only`: the same run, counting only the time-per-committed-token check (failureLimit
   failing windows in a row);
