@@ -20,90 +20,17 @@ from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamil
 from prometheus_client.utils import floatToGoString
 
 from specpilot.router.core.decide import Endpoint, Routes
+from specpilot.wire.buckets import INTER_TOKEN_LATENCY, REQUEST_LATENCY, TIME_TO_FIRST_TOKEN
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import Fallback, RequestOutcome, RequestSample
 
 _K = TypeVar("_K", bound=tuple[str, ...])
 
 PREFIX = "specpilot_router"
-# vLLM's TTFT set; vLLM's ITL set with finer low buckets (speculation goes well below 10 ms);
-# vLLM's request-latency set with sub-0.3 s buckets for short requests.
-TTFT_BUCKETS = (
-    0.001,
-    0.005,
-    0.01,
-    0.02,
-    0.04,
-    0.06,
-    0.08,
-    0.1,
-    0.25,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-    160.0,
-    640.0,
-    2560.0,
-)
-TPOT_BUCKETS = (
-    0.001,
-    0.0025,
-    0.005,
-    0.0075,
-    0.01,
-    0.025,
-    0.05,
-    0.075,
-    0.1,
-    0.15,
-    0.2,
-    0.3,
-    0.4,
-    0.5,
-    0.75,
-    1.0,
-    2.5,
-    5.0,
-    7.5,
-    10.0,
-    20.0,
-    40.0,
-    80.0,
-)
-LATENCY_BUCKETS = (
-    0.01,
-    0.05,
-    0.1,
-    0.2,
-    0.3,
-    0.5,
-    0.8,
-    1.0,
-    1.5,
-    2.0,
-    2.5,
-    5.0,
-    10.0,
-    15.0,
-    20.0,
-    30.0,
-    40.0,
-    50.0,
-    60.0,
-    120.0,
-    240.0,
-    480.0,
-    960.0,
-    1920.0,
-    7680.0,
-)
+# vLLM's TTFT set as it is; its ITL set with finer low buckets (speculation goes well below 10 ms); its
+# request-latency set with sub-0.3 s buckets for short requests.
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.0075, *INTER_TOKEN_LATENCY)
+LATENCY_BUCKETS = (0.01, 0.05, 0.1, 0.2, *REQUEST_LATENCY)
 
 _SCOPE_ARM = ("scope", "arm")
 
@@ -154,7 +81,7 @@ class RequestTally:
         if sample.outcome is not RequestOutcome.OK:
             return
         if sample.ttft is not None:
-            _observe(self._ttft, key, TTFT_BUCKETS, sample.ttft)
+            _observe(self._ttft, key, TIME_TO_FIRST_TOKEN, sample.ttft)
         tpot = sample.tpot
         if tpot is not None and sample.decode is not None and sample.output_tokens is not None:
             _observe(self._tpot, key, TPOT_BUCKETS, tpot)
@@ -165,7 +92,11 @@ class RequestTally:
         with_outcome = [*_SCOPE_ARM, "outcome"]
         yield _counters("requests", "Finished requests by outcome.", with_outcome, self._requests)
         yield _histograms(
-            "ttft_seconds", "Time to the first content chunk of ok streams.", _SCOPE_ARM, TTFT_BUCKETS, self._ttft
+            "ttft_seconds",
+            "Time to the first content chunk of ok streams.",
+            _SCOPE_ARM,
+            TIME_TO_FIRST_TOKEN,
+            self._ttft,
         )
         yield _histograms(
             "e2e_seconds",

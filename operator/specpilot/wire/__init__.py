@@ -8,4 +8,5 @@ reads), so both sides parse and render through the same code:
 - `routes`: the routing table the operator writes into ``<pilot>-routes`` and the router follows.
 - `samples`: the per-request samples the router serves on ``/samples``, and their outcomes.
 - `routerconfig`: the router's configuration, rendered as the container args the router parses.
+- `buckets`: vLLM's histogram buckets, which the mock serves and the router's histograms share.
 """

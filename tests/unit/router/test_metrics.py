@@ -8,7 +8,8 @@ from collections.abc import Iterable
 from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.metrics_core import Metric
 
-from specpilot.router.metrics import LATENCY_BUCKETS, PREFIX, TPOT_BUCKETS, TTFT_BUCKETS, RouterMetrics
+from specpilot.router.metrics import LATENCY_BUCKETS, PREFIX, TPOT_BUCKETS, RouterMetrics
+from specpilot.wire.buckets import TIME_TO_FIRST_TOKEN
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
 
@@ -30,7 +31,7 @@ def _sample(rng: random.Random, seq: int) -> RequestSample:
         status=200,
         outcome=outcome,
         e2e=e2e,
-        ttft=rng.choice([rng.uniform(0, 2), rng.choice(TTFT_BUCKETS)]) if streamed else None,
+        ttft=rng.choice([rng.uniform(0, 2), rng.choice(TIME_TO_FIRST_TOKEN)]) if streamed else None,
         output_tokens=tokens,
         tokens_from_usage=True,
         decode=rng.choice([rng.uniform(0, 5), rng.choice(TPOT_BUCKETS)]) if streamed else None,
@@ -44,7 +45,7 @@ def _reference(samples: list[RequestSample]) -> CollectorRegistry:
     r = CollectorRegistry()
     requests = Counter(f"{PREFIX}_requests", "", ["scope", "arm", "outcome"], registry=r)
     e2e = Histogram(f"{PREFIX}_e2e_seconds", "", ["scope", "arm", "outcome"], buckets=LATENCY_BUCKETS, registry=r)
-    ttft = Histogram(f"{PREFIX}_ttft_seconds", "", ["scope", "arm"], buckets=TTFT_BUCKETS, registry=r)
+    ttft = Histogram(f"{PREFIX}_ttft_seconds", "", ["scope", "arm"], buckets=TIME_TO_FIRST_TOKEN, registry=r)
     tpot = Histogram(f"{PREFIX}_time_per_output_token_seconds", "", ["scope", "arm"], buckets=TPOT_BUCKETS, registry=r)
     decode = Histogram(f"{PREFIX}_decode_seconds", "", ["scope", "arm"], buckets=LATENCY_BUCKETS, registry=r)
     decode_tokens = Counter(f"{PREFIX}_decode_tokens", "", ["scope", "arm"], registry=r)
