@@ -24,6 +24,7 @@ from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.quality import HttpQuality
 from specpilot.controller.reconcile import Controller
 from specpilot.controller.routes import ConfigMapRoutes
+from specpilot.fetch.outbound import outbound_session
 from specpilot.fetch.prometheus import PrometheusAuth
 from specpilot.kubeaccess import load_access
 
@@ -163,7 +164,7 @@ async def run(config: OperatorConfig) -> None:
     timeout = aiohttp.ClientTimeout(total=30)
     async with (
         aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as api,
-        aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as http,
+        outbound_session(timeout=timeout) as http,  # every call made for a pilot: it follows no redirect
     ):
         kube = Kube(access, api, observe=metrics.observe_apply)
         controller = Controller(

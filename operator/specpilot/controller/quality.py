@@ -9,7 +9,8 @@ of each arm at their temperature, whole, and each answer is scored (a score webh
 time and never learns its arm); cancel cases drop a stream and watch the pod's running-requests gauge,
 one arm at a time after the other cases, so that no other probe moves the gauge. What the answers mean
 is judged in `analysis.probes`; only the answers' shape is read here, and nothing of a body, an answer's
-or a webhook's reply, is logged.
+or a webhook's reply, is logged. The session given follows no redirect (`fetch.outbound`): a webhook or
+a pod that answers with one has failed the call.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from specpilot.analysis.probes import (
 )
 from specpilot.analysis.quality import ProbeResult, WebhookResult, case_key
 from specpilot.api.spec import ProbeCase, ProbeKind, Probes, ScoreWebhook, Webhook
+from specpilot.fetch.outbound import RedirectRefused
 from specpilot.wire.names import ENGINE_PORT
 
 RUNNING = "vllm:num_requests_running"
@@ -164,6 +166,11 @@ async def _cancel(
     return Readings(before, after)
 
 
+def _failed(error: aiohttp.ClientError | TimeoutError) -> str:
+    """Why a call failed: a refused redirect names its target, anything else is no answer."""
+    return str(error) if isinstance(error, RedirectRefused) else f"no answer: {error or type(error).__name__}"
+
+
 async def _score(
     session: aiohttp.ClientSession, hook: ScoreWebhook, case: ProbeCase, answer: Answer, *, max_tokens: int
 ) -> Scored:
@@ -189,7 +196,7 @@ async def _score(
                 return Scored(answer, None, f"score webhook answered HTTP {resp.status}")
             reply = await resp.content.read(SCORE_REPLY_LIMIT + 1)
     except (aiohttp.ClientError, TimeoutError) as error:
-        return Scored(answer, None, f"score webhook: no answer: {error or type(error).__name__}")
+        return Scored(answer, None, f"score webhook: {_failed(error)}")
     score = reply_score(reply)
     return Scored(answer, score, "" if score is not None else "score webhook replied without a finite score")
 
@@ -295,7 +302,7 @@ async def call_webhooks(
                 # the URL reaches; nothing of it goes into status or Events.
                 return WebhookResult(hook.name, 200 <= resp.status < 300, hook.critical, f"HTTP {resp.status}")
         except (aiohttp.ClientError, TimeoutError) as error:
-            return WebhookResult(hook.name, False, hook.critical, f"no answer: {error or type(error).__name__}")
+            return WebhookResult(hook.name, False, hook.critical, _failed(error))
 
     return list(await asyncio.gather(*(call(hook) for hook in webhooks)))
 

@@ -23,6 +23,7 @@ from datetime import datetime
 
 import aiohttp
 
+from specpilot.fetch.outbound import outbound_session
 from specpilot.metrics.engine import EngineScrape, Scrape, ScrapeFailure
 from specpilot.metrics.exposition import parse_exposition
 from specpilot.wire.samples import SamplesPage
@@ -57,13 +58,14 @@ class _BadEncoding(Exception):
 
 
 def scrape_session(*, limit: int = 100, limit_per_host: int = 2, keepalive_s: float = 30.0) -> aiohttp.ClientSession:
-    """The session to share between all scrapes and reads; create it in the running loop, close it at exit.
+    """The session to share between all scrapes and reads (an `outbound_session`: it follows no redirect);
+    create it in the running loop, close it at exit.
 
     `keepalive_s` should outlast the scrape interval so connections are reused from one cycle to
     the next (where the server keeps them: vLLM's uvicorn closes idle ones after 5 s by default).
     """
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit_per_host, keepalive_timeout=keepalive_s)
-    return aiohttp.ClientSession(connector=connector)
+    return outbound_session(connector=connector)
 
 
 async def scrape(
