@@ -1,6 +1,6 @@
 """The mock profile the decision tests run: a compute-heavy target whose scopes' drafts are accepted at
 0.95, 0.5 and 0.1, so that one scope wins at every load measured, one crosses over near 1 request per
-second per replica (with 3 draft tokens) and one loses everywhere."""
+second per replica (with 3 draft tokens) and one loses everywhere; and the lengths of their requests."""
 
 from __future__ import annotations
 
@@ -15,3 +15,7 @@ PROFILE = {
     "acceptance": {"default": 0.7, "scopes": {"fast": 0.95, "mid": 0.5, "slow": 0.1}},
 }
 DRAFT_TOKENS = 3
+LENGTHS = {
+    "input_tokens": {"dist": "uniform", "min": 80, "max": 120},
+    "output_tokens": {"dist": "uniform", "min": 40, "max": 60},
+}

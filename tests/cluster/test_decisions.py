@@ -31,14 +31,10 @@ import pytest
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip
-from tests.profiles import DRAFT_TOKENS, PROFILE
+from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 pytestmark = pytest.mark.cluster
 
-LENGTHS = {
-    "input_tokens": {"dist": "uniform", "min": 80, "max": 120},
-    "output_tokens": {"dist": "uniform", "min": 40, "max": 60},
-}
 # (scopes, requests in flight, seconds): slow only at low load, then fast and mid rising. Arrivals
 # come faster than the arms serve, and loadgen sends only while fewer than that many requests are in
 # flight, so the load is the cap (split between the arms by their speed) whatever the engines do.

@@ -10,7 +10,6 @@ shares go to production meanwhile and come back after, and nothing of the rehear
 
 from __future__ import annotations
 
-import copy
 import json
 import subprocess
 import sys
@@ -25,54 +24,16 @@ import pytest
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.faults import ADMIN_PORT, inject
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
-from tests.cluster.pilots import judged_pilot, router_ip
-from tests.cluster.test_decisions import DRAFT_TOKENS, LENGTHS, PROFILE
+from tests.cluster.pilots import router_ip
+from tests.cluster.rehearsals import MODEL_LOAD_SECONDS, PEAK, live_load, rehearsed_pilot
 
 pytestmark = pytest.mark.cluster
-
-PEAK = 4.0  # requests per second per replica: well past the crossover
-LIVE_RATE = 2.0  # the live traffic: 0.5 per second per replica on each compared arm at a quarter share
-MODEL_LOAD_SECONDS = 8
-
-
-def rehearsed_pilot() -> dict[str, Any]:
-    doc = copy.deepcopy(judged_pilot())
-    spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
-    # a restarted engine loads its model first: the restart fallback's replacement takes this long at least
-    spec["engine"]["extraArgs"] = [f"--model-load-seconds={MODEL_LOAD_SECONDS}"]
-    spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
-    spec["scopes"] = [
-        {"name": "mid", "deadline": "20s", "stages": [{"weight": 25, "minRequests": 5, "minDuration": "10s"}]}
-    ]
-    spec["analysis"]["failureLimit"] = 12
-    spec["analysis"]["minSamples"] = 5
-    # Production takes the whole live load while the rehearsal runs: two replicas keep it clear of the
-    # saturation guard (one replica of this profile at the live rate sits at its edge, and stops it).
-    spec["baseline"] = {"replicas": 2}
-    spec["rehearsal"] = {
-        "peak": {"perReplica": PEAK},
-        "steps": 4,
-        "stepDuration": "30s",
-        # a crossover step needs steps long enough to form bands of their own: the sweep test's (long) runs them
-        "crossoverSteps": 0,
-        "maxDuration": "6m",
-    }
-    return doc
 
 
 @pytest.fixture(scope="module")
 def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
     with running_operator(cluster, tmp_path_factory.mktemp("rehearsal") / "operator.log") as running:
         yield running
-
-
-def live_load(cluster: Cluster, router: str, tmp: Path, seconds: int) -> subprocess.Popen[bytes]:
-    mix = tmp / "mix.json"
-    mix.write_text(json.dumps({"scopes": [{"name": "mid", "deadline_s": 20, **LENGTHS}]}))
-    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080", "--mix", str(mix)]
-    argv += ["--arrivals", "poisson", "--rate", str(LIVE_RATE), "--duration", str(seconds), "--timeout", "60"]
-    return subprocess.Popen([*argv, "--no-progress"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 def samples(address: str) -> list[dict[str, Any]]:
