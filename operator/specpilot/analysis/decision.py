@@ -508,6 +508,296 @@ def crossover_point(evidence: Evidence, name: str) -> float | None:
     return found.load if found is not None else None
 
 
+@dataclass(frozen=True, kw_only=True)
+class Facts:
+    """What one scope's decision is drawn from, gathered once; the rules read it and change nothing."""
+
+    name: str
+    evidence: Evidence
+    compared: Arm  # the arm the speculative arm is compared with
+    comparisons: tuple[Comparison, ...]
+    measured: tuple[Comparison, ...]  # those where the compared arm ran
+    wins: tuple[Comparison, ...]
+    crossing: Crossover | None
+    share: DecodeShare | None
+    flipped_for: frozenset[FallbackReason]  # every flip's reason
+    flip: FallbackRecord | None  # the latest flip, when for speed or latency and the scope stays rolled back
+    quality_failed: int  # windows with a failing quality check
+    coverage: str | None  # the caveat for bands the compared arm never ran at
+    ttft: QuantileRatio
+    confidence: float
+    peak: float | None  # the load an envelope must reach (None: production's p95)
+    gated: bool  # a probe or webhook checks its answers
+
+    @property
+    def wins_everywhere(self) -> bool:
+        return len(self.wins) == len(self.measured)
+
+    def tail(self, over: Sequence[Comparison]) -> TtftTail | None:
+        return ttft_tail(over, limit=self.ttft, overlap=self.evidence.overlap)
+
+    def blocked(self, over: Sequence[Comparison]) -> tuple[DeferReason, str] | None:
+        return _adoption_blocked(
+            self.name, over, self.compared, tail=self.tail(over), ttft=self.ttft, confidence=self.confidence
+        )
+
+    def defer(self, reason: DeferReason, sentence: str) -> ScopeDecision:
+        return _defer(reason, sentence, self.share, self.coverage)
+
+
+def _adopt(
+    f: Facts,
+    outcome: DecisionOutcome,
+    sentence: str,
+    *,
+    top: float,
+    crossing: Crossover | None,
+    over: Sequence[Comparison],
+) -> ScopeDecision:
+    """Adopted up to `top` on the bands `over`, with what users saw there and production's share below it."""
+    production, covered = _production_sentence(f.evidence.production, top)
+    figures = _figures(f.share)
+    gain, tail = observed_gain(over), f.tail(over)
+    seen = _seen_sentence(gain, tail.ratio if tail is not None else None, f.ttft, f.compared)
+    speed = None if f.gated else f"{f.name}'s adoption rests on speed alone: no probe or webhook checked its answers."
+    return ScopeDecision(
+        outcome=outcome,
+        max_load=top,
+        crossover_load=crossing.load if crossing else None,
+        crossover_low=crossing.low if crossing else None,
+        crossover_high=crossing.high if crossing else None,
+        observed_gain=gain,
+        ttft_ratio=tail.ratio if tail is not None else None,
+        production_covered=covered,
+        reasons=[sentence, *(s for s in (speed, seen, production, _share_sentence(f.share), f.coverage) if s)],
+        decode_share=figures[0],
+        decode_gain=figures[1],
+        implied_gain=figures[2],
+    )
+
+
+def _held(f: Facts, over: Sequence[Comparison], why: tuple[DeferReason, str]) -> ScopeDecision:
+    """`over` blocked for `why`: adopted below the highest load up to which its own figures agree
+    (the longest run from the lowest load with enough evidence that is not blocked), else deferred."""
+    for end in range(len(over) - 1, 0, -1):
+        run = over[:end]
+        if sum(c.band.independent for c in run) < MIN_INDEPENDENT:
+            break
+        if f.blocked(run) is None:
+            top = run[-1].band.load
+            sentence = f"{why[1]} It holds up to {_load(top)}: adopt speculation below that load."
+            return _adopt(f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=run)
+    return _defer(*why, f.share, f.coverage)
+
+
+# The rules, each alone: a decision with its sentence, or None to pass to the next (`RULES` orders them).
+
+
+def quality_regressed(f: Facts) -> ScopeDecision | None:
+    """A quality gate failed in a window, or flipped the scope back."""
+    quality = f.flipped_for & {FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED}
+    if not quality and not f.quality_failed:
+        return None
+    what = f"{f.quality_failed} window(s) with a failing quality check" if f.quality_failed else ""
+    flipped = "it was flipped back for " + " and ".join(sorted(quality)) if quality else ""
+    detail = "; ".join(part for part in (what, flipped) if part)
+    return _defer(DeferReason.QUALITY_REGRESSION, f"{f.name}: quality regressed ({detail}).", f.share)
+
+
+def out_of_kv_cache(f: Facts) -> ScopeDecision | None:
+    """The scope was flipped back for the speculative arm's KV cache."""
+    if FallbackReason.KV_CACHE_PRESSURE not in f.flipped_for:
+        return None
+    blocks = f.evidence.kv_blocks
+    detail = (
+        f"; the draft leaves it {blocks[Arm.SPECULATIVE]} KV blocks per replica against the baseline's "
+        f"{blocks[Arm.BASELINE]}"
+        if Arm.SPECULATIVE in blocks and Arm.BASELINE in blocks
+        else ""
+    )
+    sentence = f"{f.name}: the speculative arm ran out of KV cache and the scope was flipped back{detail}."
+    return _defer(DeferReason.MEMORY_PRESSURE, sentence, f.share)
+
+
+def flipped_for_speed(f: Facts) -> ScopeDecision | None:
+    """The flip is evidence of a load where speculation loses: with no win measured, or "wins at every
+    load" beside it, the scope is not adopted. (Winning below a crossover and losing above it can.)"""
+    flip = f.flip
+    if flip is None or (f.wins and not f.wins_everywhere):
+        return None
+    ratios = f" although time per committed token reads {_ratios(f.measured)} {_arm(f.compared)}'s" if f.wins else ""
+    sentence = (
+        f"{f.name}: its windows flipped it back to ordinary decoding ({flip.reason.value} on {flip.metric.value}"
+        f"{_observed(flip)}) and it stays rolled back, so it is not adopted{ratios}."
+    )
+    return f.defer(DeferReason.NO_NET_GAIN, sentence)
+
+
+def too_little_evidence(f: Facts) -> ScopeDecision | None:
+    """Fewer than `bands.MIN_INDEPENDENT` windows' worth of distinct requests at matched loads."""
+    independent = sum(c.band.independent for c in f.measured)
+    if independent >= MIN_INDEPENDENT:
+        return None
+    windows = sum(c.band.windows for c in f.measured)
+    sentence = (
+        f"{f.name}: {windows} window(s) measured speculation against {_arm(f.compared)} at the same load, "
+        f"{independent:.1f} windows' worth of distinct requests; at least {MIN_INDEPENDENT:g} are needed to "
+        "state a decision."
+    )
+    return f.defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence)
+
+
+def decode_gain_too_small(f: Facts) -> ScopeDecision | None:
+    """Winning everywhere, yet decoding faster by less than an end-to-end gain worth having."""
+    decode_gain = f.share.decode_gain if f.share else None
+    if not f.wins_everywhere or decode_gain is None or decode_gain >= MIN_END_TO_END_GAIN:
+        return None
+    sentence = (
+        f"{f.name}: speculation decodes only {decode_gain:.2f}x as fast ({_ratios(f.measured)}): less than "
+        f"the {MIN_END_TO_END_GAIN:.2f}x end to end it would need even if decoding were all of request time."
+    )
+    return f.defer(DeferReason.NO_NET_GAIN, sentence)
+
+
+def bottleneck_elsewhere(f: Facts) -> ScopeDecision | None:
+    """Winning everywhere, but decoding is too small a share of request time for the gain to matter."""
+    gain = f.share.implied_gain if f.share else None
+    if not f.wins_everywhere or f.share is None or gain is None or gain >= MIN_END_TO_END_GAIN:
+        return None
+    sentence = (
+        f"{f.name}: speculation decodes faster at every load measured ({_ratios(f.measured)}), but decoding "
+        f"is only {f.share.share:.0%} of request time, so it gains {gain:.2f}x end to end: the bottleneck "
+        "is elsewhere."
+    )
+    return f.defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence)
+
+
+def contradicted(f: Facts) -> ScopeDecision | None:
+    """Winning everywhere, but its own end-to-end or TTFT figures contradict adoption somewhere."""
+    why = f.blocked(f.measured) if f.wins_everywhere else None
+    return _held(f, f.measured, why) if why is not None else None
+
+
+def short_of_the_envelope(f: Facts) -> ScopeDecision | None:
+    """Winning everywhere, but not measured up to the load the envelope must reach."""
+    if not f.wins_everywhere:
+        return None
+    bar, what = (
+        (f.peak, "the rehearsal's peak")
+        if f.peak is not None
+        else (production_quantile(f.evidence.production, 0.95), "production's p95")
+    )
+    band_top = max(c.band.high for c in f.measured)
+    if bar is None or band_top >= bar:
+        return None
+    top = max(c.band.load for c in f.measured)
+    sentence = (
+        f"{f.name}: speculation wins at every load measured against {_arm(f.compared)}, but only up to "
+        f"{_load(top)}, below {what} of {bar:.2f}: adopt it below that load; the load it must hold "
+        f"was not measured (time per committed token {_ratios(f.measured)})."
+    )
+    return _adopt(f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=f.measured)
+
+
+def wins_everywhere(f: Facts) -> ScopeDecision | None:
+    """Winning at every load measured, up to the envelope's."""
+    if not f.wins_everywhere:
+        return None
+    top = max(c.band.load for c in f.measured)
+    sentence = (
+        f"{f.name}: speculation wins at every load measured, up to {_load(top)}: time per committed token "
+        f"{_ratios(f.measured)} {_arm(f.compared)}'s at the same load, with the quality and latency gates green."
+    )
+    return _adopt(f, DecisionOutcome.ADOPT_WITHIN_ENVELOPE, sentence, top=top, crossing=None, over=f.measured)
+
+
+def wins_below_a_load(f: Facts) -> ScopeDecision | None:
+    """Winning from the lowest load up to a load and not above it: adopted below it, at the crossover
+    where the arms' curves cross."""
+    prefix = list(takewhile(lambda c: c in f.wins, f.measured))
+    if not prefix:
+        return None
+    below = prefix[-1].band.load
+    crossing = f.crossing if f.crossing is not None and f.crossing.load >= below else None
+    why = f.blocked(prefix)
+    if why is not None:
+        return _held(f, prefix, why)
+    measured = f"time per committed token {_ratios(f.measured)} {_arm(f.compared)}'s at the same load."
+    if crossing is not None:
+        caveat = " Speculation wins again at some load above it, so the curve is not monotone."
+        sentence = (
+            f"{f.name}: speculation wins below {_load(crossing.load)} ({crossing.confidence:.0%} interval "
+            f"{crossing.low:.2f} to {crossing.high:.2f}) and ordinary decoding wins above it: {measured}"
+            + (caveat if crossing.non_monotone else "")
+        )
+    else:
+        sentence = f"{f.name}: speculation wins up to {_load(below)} and is not measurably faster above it: {measured}"
+    return _adopt(f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=below, crossing=crossing, over=prefix)
+
+
+def no_gain(f: Facts) -> ScopeDecision:
+    """Not measurably faster from the lowest load measured."""
+    sentence = (
+        f"{f.name}: speculation is not measurably faster at the loads measured: time per committed token "
+        f"{_ratios(f.measured)} {_arm(f.compared)}'s at the same load."
+    )
+    return f.defer(DeferReason.NO_NET_GAIN, sentence)
+
+
+Rule = Callable[[Facts], ScopeDecision | None]
+
+# The order is the policy: what defers regardless of speed first, then whether the evidence suffices,
+# then what speed alone says. The first rule that decides is the decision.
+RULES: tuple[Rule, ...] = (
+    quality_regressed,
+    out_of_kv_cache,
+    flipped_for_speed,
+    too_little_evidence,
+    decode_gain_too_small,
+    bottleneck_elsewhere,
+    contradicted,
+    short_of_the_envelope,
+    wins_everywhere,
+    wins_below_a_load,
+    no_gain,
+)
+
+
+def facts(
+    name: str,
+    evidence: Evidence,
+    *,
+    comparisons: Sequence[Comparison],
+    fallbacks: Sequence[FallbackRecord],
+    confidence: float,
+    state: ScopeState | None = None,
+    ttft: QuantileRatio = DEFAULT_TTFT,
+    peak: float | None = None,
+    gated: bool = True,
+) -> Facts:
+    """A scope's facts for the rules from its evidence, its comparisons and the pilot's flips."""
+    scope = evidence.scopes.get(name, ScopeEvidence())
+    measured = tuple(c for c in comparisons if c.measured)
+    return Facts(
+        name=name,
+        evidence=evidence,
+        compared=evidence.compared,
+        comparisons=tuple(comparisons),
+        measured=measured,
+        wins=tuple(c for c in measured if c.wins),
+        crossing=crossover(comparisons, confidence=confidence),
+        share=decode_share(scope, evidence.compared),
+        flipped_for=frozenset(record.reason for record in fallbacks if record.scope == name),
+        flip=_speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None,
+        quality_failed=scope.quality_failed,
+        coverage=_coverage_sentence(comparisons, evidence.compared),
+        ttft=ttft,
+        confidence=confidence,
+        peak=peak,
+        gated=gated,
+    )
+
+
 def decide_scope(
     name: str,
     evidence: Evidence,
@@ -524,176 +814,35 @@ def decide_scope(
     the TTFT limit an adopted scope's matched bands must meet, `peak` the load its envelope must
     reach to be adopted at every load (`envelope_peak`; None: production's p95), and `gated` whether a
     probe or webhook checks its answers (an adoption without one says it rests on speed alone)."""
-    scope = evidence.scopes.get(name, ScopeEvidence())
-    compared = evidence.compared
     arm_bands, comparisons = _compared(evidence, name, confidence)
-    measured = [c for c in comparisons if c.measured]
-    cross = crossover(comparisons, confidence=confidence)
-    share = decode_share(scope, compared)
-    reasons = {record.reason for record in fallbacks if record.scope == name}
-    coverage = _coverage_sentence(comparisons, compared)
-
+    found = facts(
+        name,
+        evidence,
+        comparisons=comparisons,
+        fallbacks=fallbacks,
+        confidence=confidence,
+        state=state,
+        ttft=ttft,
+        peak=peak,
+        gated=gated,
+    )
+    decision = next(d for rule in RULES if (d := rule(found)) is not None)
     alternative = (
-        judge_alternative(name, scope, arm_bands, overlap=evidence.overlap, confidence=confidence)
-        if Arm.ALTERNATIVE in evidence.gpus and compared is Arm.CONTROL
+        judge_alternative(
+            name, evidence.scopes.get(name, ScopeEvidence()), arm_bands, overlap=evidence.overlap, confidence=confidence
+        )
+        if Arm.ALTERNATIVE in evidence.gpus and evidence.compared is Arm.CONTROL
         else None
     )
-
-    def findings(decision: ScopeDecision) -> ScopeFindings:
-        return ScopeFindings(
-            scope=name,
-            compared=compared,
-            bands=arm_bands,
-            comparisons=comparisons,
-            crossover=cross,
-            share=share,
-            decision=decision.model_copy(update={"alternative": alternative}),
-        )
-
-    def tail_of(over: Sequence[Comparison]) -> TtftTail | None:
-        return ttft_tail(over, limit=ttft, overlap=evidence.overlap)
-
-    def blocked(over: Sequence[Comparison]) -> tuple[DeferReason, str] | None:
-        return _adoption_blocked(name, over, compared, tail=tail_of(over), ttft=ttft, confidence=confidence)
-
-    def held(over: Sequence[Comparison], why: tuple[DeferReason, str]) -> ScopeFindings:
-        """`over` blocked for `why`: adopted below the highest load up to which its own figures agree
-        (the longest run from the lowest load with enough evidence that is not blocked), else deferred."""
-        for end in range(len(over) - 1, 0, -1):
-            run = over[:end]
-            if sum(c.band.independent for c in run) < MIN_INDEPENDENT:
-                break
-            if blocked(run) is None:
-                top = run[-1].band.load
-                sentence = f"{why[1]} It holds up to {_load(top)}: adopt speculation below that load."
-                return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top, None, run)
-        return findings(_defer(*why, share, coverage))
-
-    def adopt(
-        outcome: DecisionOutcome, sentence: str, top: float, crossing: Crossover | None, over: Sequence[Comparison]
-    ) -> ScopeFindings:
-        production, covered = _production_sentence(evidence.production, top)
-        figures = _figures(share)
-        gain, tail = observed_gain(over), tail_of(over)
-        seen = _seen_sentence(gain, tail.ratio if tail is not None else None, ttft, compared)
-        speed = None if gated else f"{name}'s adoption rests on speed alone: no probe or webhook checked its answers."
-        return findings(
-            ScopeDecision(
-                outcome=outcome,
-                max_load=top,
-                crossover_load=crossing.load if crossing else None,
-                crossover_low=crossing.low if crossing else None,
-                crossover_high=crossing.high if crossing else None,
-                observed_gain=gain,
-                ttft_ratio=tail.ratio if tail is not None else None,
-                production_covered=covered,
-                reasons=[sentence, *(s for s in (speed, seen, production, _share_sentence(share), coverage) if s)],
-                decode_share=figures[0],
-                decode_gain=figures[1],
-                implied_gain=figures[2],
-            )
-        )
-
-    quality = reasons & {FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED}
-    if quality or scope.quality_failed:
-        what = f"{scope.quality_failed} window(s) with a failing quality check" if scope.quality_failed else ""
-        flipped = "it was flipped back for " + " and ".join(sorted(quality)) if quality else ""
-        detail = "; ".join(part for part in (what, flipped) if part)
-        return findings(_defer(DeferReason.QUALITY_REGRESSION, f"{name}: quality regressed ({detail}).", share))
-    if FallbackReason.KV_CACHE_PRESSURE in reasons:
-        blocks = evidence.kv_blocks
-        detail = (
-            f"; the draft leaves it {blocks[Arm.SPECULATIVE]} KV blocks per replica against the baseline's "
-            f"{blocks[Arm.BASELINE]}"
-            if Arm.SPECULATIVE in blocks and Arm.BASELINE in blocks
-            else ""
-        )
-        sentence = f"{name}: the speculative arm ran out of KV cache and the scope was flipped back{detail}."
-        return findings(_defer(DeferReason.MEMORY_PRESSURE, sentence, share))
-    wins = [c for c in measured if c.wins]
-    flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
-    if flip is not None and (not wins or len(wins) == len(measured)):
-        # The flip is evidence of a load where speculation loses: with no win measured, or "wins at every
-        # load" beside it, the scope is not adopted. (Winning below a crossover and losing above it can.)
-        ratios = f" although time per committed token reads {_ratios(measured)} {_arm(compared)}'s" if wins else ""
-        sentence = (
-            f"{name}: its windows flipped it back to ordinary decoding ({flip.reason.value} on {flip.metric.value}"
-            f"{_observed(flip)}) and it stays rolled back, so it is not adopted{ratios}."
-        )
-        return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))
-    independent = sum(c.band.independent for c in measured)
-    if independent < MIN_INDEPENDENT:
-        windows = sum(c.band.windows for c in measured)
-        sentence = (
-            f"{name}: {windows} window(s) measured speculation against {_arm(compared)} at the same load, "
-            f"{independent:.1f} windows' worth of distinct requests; at least {MIN_INDEPENDENT:g} are needed to "
-            "state a decision."
-        )
-        return findings(_defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence, share, coverage))
-    if len(wins) == len(measured):
-        top = max(c.band.load for c in measured)
-        gain = share.implied_gain if share else None
-        decode_gain = share.decode_gain if share else None
-        if decode_gain is not None and decode_gain < MIN_END_TO_END_GAIN:
-            sentence = (
-                f"{name}: speculation decodes only {decode_gain:.2f}x as fast ({_ratios(measured)}): less than "
-                f"the {MIN_END_TO_END_GAIN:.2f}x end to end it would need even if decoding were all of request time."
-            )
-            return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))
-        if share is not None and gain is not None and gain < MIN_END_TO_END_GAIN:
-            sentence = (
-                f"{name}: speculation decodes faster at every load measured ({_ratios(measured)}), but decoding "
-                f"is only {share.share:.0%} of request time, so it gains {gain:.2f}x end to end: the bottleneck "
-                "is elsewhere."
-            )
-            return findings(_defer(DeferReason.BOTTLENECK_ELSEWHERE, sentence, share, coverage))
-        why = blocked(measured)
-        if why is not None:
-            return held(measured, why)
-        bar, what = (
-            (peak, "the rehearsal's peak")
-            if peak is not None
-            else (production_quantile(evidence.production, 0.95), "production's p95")
-        )
-        band_top = max(c.band.high for c in measured)
-        if bar is not None and band_top < bar:
-            sentence = (
-                f"{name}: speculation wins at every load measured against {_arm(compared)}, but only up to "
-                f"{_load(top)}, below {what} of {bar:.2f}: adopt it below that load; the load it must hold "
-                f"was not measured (time per committed token {_ratios(measured)})."
-            )
-            return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top, None, measured)
-        sentence = (
-            f"{name}: speculation wins at every load measured, up to {_load(top)}: time per committed token "
-            f"{_ratios(measured)} {_arm(compared)}'s at the same load, with the quality and latency gates green."
-        )
-        return adopt(DecisionOutcome.ADOPT_WITHIN_ENVELOPE, sentence, top, None, measured)
-    prefix = list(takewhile(lambda c: c in wins, measured))  # the wins from the lowest load up
-    if prefix:
-        below = prefix[-1].band.load
-        crossing = cross if cross is not None and cross.load >= below else None
-        why = blocked(prefix)
-        if why is not None:
-            return held(prefix, why)
-        if crossing is not None:
-            caveat = " Speculation wins again at some load above it, so the curve is not monotone."
-            sentence = (
-                f"{name}: speculation wins below {_load(crossing.load)} ({crossing.confidence:.0%} interval "
-                f"{crossing.low:.2f} to {crossing.high:.2f}) and ordinary decoding wins above it: time per committed "
-                f"token {_ratios(measured)} {_arm(compared)}'s at the same load."
-                + (caveat if crossing.non_monotone else "")
-            )
-        else:
-            sentence = (
-                f"{name}: speculation wins up to {_load(below)} and is not measurably faster above it: time per "
-                f"committed token {_ratios(measured)} {_arm(compared)}'s at the same load."
-            )
-        return adopt(DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, below, crossing, prefix)
-    sentence = (
-        f"{name}: speculation is not measurably faster at the loads measured: time per committed token "
-        f"{_ratios(measured)} {_arm(compared)}'s at the same load."
+    return ScopeFindings(
+        scope=name,
+        compared=found.compared,
+        bands=arm_bands,
+        comparisons=tuple(comparisons),
+        crossover=found.crossing,
+        share=found.share,
+        decision=decision.model_copy(update={"alternative": alternative}),
     )
-    return findings(_defer(DeferReason.NO_NET_GAIN, sentence, share, coverage))
 
 
 def revisions(
