@@ -1,17 +1,22 @@
 """Component tier: real processes and HTTP on loopback, no cluster.
 
 `mock_vllm` starts in-process mock vLLM servers on 127.0.0.1 (port 0) and stops them after the
-test; `scrape` reads a server's /metrics through prometheus-client's parser.
+test; `scrape` reads a server's /metrics through prometheus-client's parser; `serve` serves any
+aiohttp app on loopback (fakes of the API server, Prometheus, webhooks, engines) until the test ends;
+`free_port` is a loopback port nothing listens on.
 """
 
 from __future__ import annotations
 
+import socket
+import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
 from specpilot.mockvllm.config import parse_args
@@ -74,3 +79,53 @@ def scrape() -> Scrape:
         return out
 
     return read
+
+
+@dataclass(frozen=True)
+class Served:
+    """An app served on loopback: a base URL per port, and a way to stop it before the test ends."""
+
+    urls: tuple[str, ...]
+    runner: web.AppRunner
+
+    @property
+    def url(self) -> str:
+        return self.urls[0]
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1])
+
+    async def stop(self) -> None:
+        await self.runner.cleanup()
+
+
+Serve = Callable[..., Awaitable[Served]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Serve]:
+    """Serve apps on loopback: `await serve(app, ports=n, tls=context)`; a handler whose client goes
+    away is cancelled."""
+    runners: list[web.AppRunner] = []
+
+    async def start(app: web.Application, *, ports: int = 1, tls: ssl.SSLContext | None = None) -> Served:
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
+        await runner.setup()
+        runners.append(runner)
+        for _ in range(ports):
+            await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=tls).start()
+        scheme = "http" if tls is None else "https"
+        return Served(tuple(f"{scheme}://127.0.0.1:{address[1]}" for address in runner.addresses), runner)
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
+
+
+@pytest.fixture
+def free_port() -> int:
+    """A loopback port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

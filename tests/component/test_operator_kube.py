@@ -3,13 +3,13 @@ asks (Retry-After, in seconds or as a date), a few times, then reported."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.component.conftest import Serve
 
 from specpilot.controller.kube import THROTTLED_RETRIES, ApiError, Kube
 from specpilot.kubeaccess import KubeAccess, retry_after
@@ -34,17 +34,11 @@ class Throttling:
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[tuple[Throttling, str]]:
+async def server(serve: Serve) -> tuple[Throttling, str]:
     fake = Throttling()
     app = web.Application()
     app.router.add_patch("/api/v1/namespaces/ns1/configmaps/p1-routes", fake.apply)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0).start()
-    try:
-        yield fake, f"http://127.0.0.1:{runner.addresses[0][1]}"
-    finally:
-        await runner.cleanup()
+    return fake, (await serve(app)).url
 
 
 async def test_a_throttled_call_waits_as_the_server_asks_then_lands(server: tuple[Throttling, str]) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.component.conftest import Serve
 
 from specpilot.api.spec import Webhook
 from specpilot.controller.quality import call_webhooks
@@ -16,7 +16,7 @@ SECRET = "internal-dashboard-token=hunter2 " * 200  # what an internal page the 
 
 
 @pytest.fixture
-async def hooks() -> AsyncIterator[str]:
+async def hooks(serve: Serve) -> str:
     """A webhook server on loopback: /ok passes, /fail answers 500 with a long body, /slow never answers in time."""
     received: list[dict[str, object]] = []
 
@@ -33,15 +33,7 @@ async def hooks() -> AsyncIterator[str]:
 
     app = web.Application()
     app.add_routes([web.post("/ok", ok), web.post("/fail", fail), web.post("/slow", slow)])
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        await runner.cleanup()
+    return (await serve(app)).url
 
 
 async def test_a_webhook_result_names_the_status_code_and_never_the_reply(hooks: str) -> None:

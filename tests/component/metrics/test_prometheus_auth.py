@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import ssl
 import subprocess
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.component.conftest import Serve
 
 from specpilot.fetch.prometheus import PrometheusAuth, query
 from specpilot.metrics.promql import QueryFailure
@@ -37,7 +37,7 @@ def certificate(tmp_path: Path) -> tuple[Path, Path]:
 
 
 @pytest.fixture
-async def prometheus(certificate: tuple[Path, Path]) -> AsyncIterator[tuple[str, Path, list[str | None]]]:
+async def prometheus(certificate: tuple[Path, Path], serve: Serve) -> tuple[str, Path, list[str | None]]:
     """HTTPS on loopback with that certificate; 401 without `Bearer good`."""
     cert, key = certificate
     seen: list[str | None] = []
@@ -52,13 +52,7 @@ async def prometheus(certificate: tuple[Path, Path]) -> AsyncIterator[tuple[str,
     app.router.add_post("/api/v1/query", answer)
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(cert, key)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context).start()
-    try:
-        yield f"https://127.0.0.1:{runner.addresses[0][1]}", cert, seen
-    finally:
-        await runner.cleanup()
+    return (await serve(app, tls=context)).url, cert, seen
 
 
 async def test_credentials_reach_the_prometheus_they_are_for_and_nothing_else(

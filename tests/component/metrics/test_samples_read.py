@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
-from tests.component.metrics.conftest import Serve
+from tests.component.conftest import Serve
 from tests.component.router.conftest import Harness, HarnessFactory
 
 from specpilot.fetch.scrape import ReadFailure, read_samples, scrape_session
@@ -77,7 +77,7 @@ async def test_failed_reads_come_back_as_reasons(make_router: HarnessFactory, se
     app = web.Application()
     app.router.add_get("/wrong/samples", not_a_page)
     app.router.add_get("/html/samples", not_json)
-    (url,) = await serve(app)
+    url = (await serve(app)).url
     fake = f"http://{h.baseline.address}"  # an engine, not a router: it has no /samples
     async with scrape_session() as session:
         failures = [

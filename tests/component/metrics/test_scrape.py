@@ -11,7 +11,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.metrics.conftest import Serve
+from tests.component.conftest import Serve
 
 from specpilot.fetch import scrape as scraping
 from specpilot.fetch.scrape import MAX_BODY_BYTES, ScrapeTarget, scrape_all, scrape_session
@@ -90,7 +90,7 @@ async def test_one_kept_alive_gzip_connection_serves_every_cycle(mock_vllm: Any,
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    (url,) = await serve(app)
+    url = (await serve(app)).url
     async with scrape_session() as session:
         results = [
             await scraping.scrape(
@@ -176,7 +176,7 @@ async def test_a_broken_server_makes_the_window_inconclusive_with_a_reason(
     mock_vllm: Any, serve: Serve, free_port: int, path: str, reason: str
 ) -> None:
     text = await exposition_of((await mock_vllm("--time-scale", "0.01", *SPEC)).url)
-    (url,) = await serve(await broken_app(text))
+    url = (await serve(await broken_app(text))).url
     port = url.rsplit(":", 1)[1]
     bad = f"http://127.0.0.1:{free_port}/metrics" if path == ":refused" else url + path
     async with scrape_session() as session:
@@ -203,7 +203,7 @@ async def test_scrape_all_keeps_the_targets_order_under_its_concurrency_bound(se
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)
-    urls = await serve(app, ports=12)
+    urls = (await serve(app, ports=12)).urls
     targets = [ScrapeTarget(f"pod-{i}", f"{url}/metrics") for i, url in enumerate(urls)]
     targets.insert(5, ScrapeTarget("gone", f"http://127.0.0.1:{free_port}/metrics"))
     async with scrape_session() as session:

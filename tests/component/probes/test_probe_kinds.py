@@ -5,12 +5,12 @@ webhook on loopback, and what cannot be scored is never a pass."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.component.conftest import Serve
 from tests.component.mockvllm.client import FAST, TOOL_FLAGS, WEATHER_PARAMETERS, inject, post
 
 from specpilot.analysis.checks import Check
@@ -168,7 +168,7 @@ async def test_the_mock_samples_a_new_answer_each_time_above_temperature_zero(mo
 
 
 @pytest.fixture
-async def rater() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
+async def rater(serve: Serve) -> tuple[str, list[dict[str, Any]]]:
     """A score webhook on loopback: /diversity scores an answer by its share of distinct words (a looping
     answer scores low); /broken answers 500 with a long body; /garbage answers 200 without a score."""
     received: list[dict[str, Any]] = []
@@ -187,15 +187,7 @@ async def rater() -> AsyncIterator[tuple[str, list[dict[str, Any]]]]:
 
     app = web.Application()
     app.add_routes([web.post("/diversity", diversity), web.post("/broken", broken), web.post("/garbage", garbage)])
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    try:
-        yield f"http://127.0.0.1:{port}", received
-    finally:
-        await runner.cleanup()
+    return (await serve(app)).url, received
 
 
 @pytest.mark.parametrize("faulty", [False, True], ids=["healthy", "looping"])

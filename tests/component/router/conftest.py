@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -23,6 +22,7 @@ import uvloop
 from aiohttp import web
 from multidict import CIMultiDictProxy
 from prometheus_client.parser import text_string_to_metric_families
+from tests.component.conftest import Serve, Served
 
 from specpilot.router.app import Router
 from specpilot.wire.routerconfig import RouterConfig
@@ -55,25 +55,25 @@ class FakeVllm:
     received: list[Received] = field(default_factory=list)
     active: int = 0
     cancelled: int = 0
-    port: int = 0
-    _runner: web.AppRunner | None = None
+    served: Served | None = None
 
-    async def start(self) -> None:
+    async def start(self, serve: Serve) -> None:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._completion)
         app.router.add_post("/v1/completions", self._completion)
         app.router.add_get("/v1/models", self._models)
         for path in ("/ping", "/version", "/tokenize", "/detokenize", "/health"):
             app.router.add_route("*", path, self._engine)
-        self._runner = web.AppRunner(app, access_log=None, handler_cancellation=True)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        self.port = int(self._runner.addresses[0][1])
+        self.served = await serve(app)
 
     async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
+        assert self.served is not None
+        await self.served.stop()
+
+    @property
+    def port(self) -> int:
+        assert self.served is not None
+        return self.served.port
 
     @property
     def address(self) -> str:
@@ -285,22 +285,14 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
 
 
 @pytest.fixture
-def free_port() -> int:
-    """A loopback port nothing listens on."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-@pytest.fixture
-async def make_router(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
+async def make_router(tmp_path: Path, serve: Serve) -> AsyncIterator[HarnessFactory]:
     """Start a router on loopback with fake baseline and speculative arms."""
     started: list[Harness] = []
 
     async def make(*extra_args: str, routes: RoutingTable | None = None, spec_endpoints: str | None = None) -> Harness:
         baseline, speculative = FakeVllm("baseline"), FakeVllm("speculative")
-        await baseline.start()
-        await speculative.start()
+        await baseline.start(serve)
+        await speculative.start(serve)
         routes_file = tmp_path / f"routes-{len(started)}.json"
         routes_file.write_text(render_routes(routes or Harness.table(Harness.scope("code", spec=100)))[ROUTES_KEY])
         spec = spec_endpoints if spec_endpoints is not None else speculative.address
@@ -333,5 +325,3 @@ async def make_router(tmp_path: Path) -> AsyncIterator[HarnessFactory]:
     for harness in started:
         await harness.client.close()
         await harness.router.stop()
-        await harness.baseline.stop()
-        await harness.speculative.stop()

@@ -13,6 +13,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
+from tests.component.conftest import Serve
 from tests.component.router.conftest import Harness
 
 from specpilot.kubeaccess import KubeAccess
@@ -42,23 +43,17 @@ class FakeApi:
         self.queries: list[dict[str, str]] = []
         self.requests: list[tuple[str, str, str | None]] = []  # (resource, "list" or "watch", Authorization)
         self.port = 0
-        self._runner: web.AppRunner | None = None
 
-    async def start(self) -> None:
+    def app(self) -> web.Application:
         app = web.Application()
         app.router.add_get(f"/api/v1/namespaces/{NS}/configmaps", self._serve)
         app.router.add_get(f"/apis/discovery.k8s.io/v1/namespaces/{NS}/endpointslices", self._serve)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", 0).start()
-        self.port = int(self._runner.addresses[0][1])
+        return app
 
-    async def stop(self) -> None:
+    def end_watches(self) -> None:
         for queues in self.queues.values():
             for queue in queues:
                 queue.put_nowait(_DROP)
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _serve(self, request: web.Request) -> web.StreamResponse:
         resource = request.path.rsplit("/", 1)[1]
@@ -139,14 +134,14 @@ def endpointslice(arm: str, *ips: str, ready: bool = True) -> dict[str, Any]:
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[FakeApi]:
+async def api(serve: Serve) -> AsyncIterator[FakeApi]:
     fake = FakeApi()
     fake.put("configmaps", configmap(1, 20))
     fake.put("endpointslices", endpointslice("baseline", "198.18.0.1"))
     fake.put("endpointslices", endpointslice("speculative", "198.18.0.2"))
-    await fake.start()
+    fake.port = (await serve(fake.app())).port
     yield fake
-    await fake.stop()
+    fake.end_watches()
 
 
 @pytest.fixture
