@@ -447,7 +447,8 @@ def record_window(
     gaps = dict(scope.chunk_gaps)
     for arm, engine_of_arm in ((compared, window.compared_engine), (Arm.SPECULATIVE, engine)):
         if engine_of_arm.inconclusive is None:
-            gaps[arm] = gaps.get(arm, Moments()).add(engine_of_arm.inter_token_latency)
+            gap = engine_of_arm.inter_token_latency
+            gaps[arm] = gaps.get(arm, Moments()).add(gap.value if gap is not None else None)
     verdicts = dict(scope.verdicts)
     verdicts[verdict] = verdicts.get(verdict, 0) + 1
     updated = ScopeEvidence(

@@ -24,7 +24,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from specpilot.analysis.checks import Check, inconclusive
-from specpilot.analysis.stats import exceedance_pvalue, log_ratio_of_sums, nearest_rank, spent_alpha, z_quantile
+from specpilot.analysis.stats import (
+    BucketQuantile,
+    exceedance_pvalue,
+    log_ratio_of_sums,
+    nearest_rank,
+    ratio_interval,
+    spent_alpha,
+    z_quantile,
+)
 from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import Analysis, QuantileRatio
@@ -168,8 +176,12 @@ def inter_token_latency_check(
 ) -> Check:
     """The engines' gap between streamed chunks at the limit's quantile, speculative over compared.
 
-    Arm-wide (vLLM's histogram cannot tell scopes apart) and a point comparison: there are no
-    per-request values to test, only bucket deltas. A speculative step delivers several tokens at
+    Arm-wide (vLLM's histogram cannot tell scopes apart) and read from bucket deltas: each quantile is
+    known only to lie in its bucket, so the ratio only to lie in the interval the two buckets allow
+    (`stats.ratio_interval`). It fails when that whole interval is above max_ratio, passes when the
+    whole interval is within it, and is inconclusive when it straddles max_ratio: vLLM's edges at 25
+    and 50 ms read p99s just below each as a ratio of 2 whatever the gaps were. There are no
+    per-request values to test, so no look is spent. A speculative step delivers several tokens at
     once, so its gaps are longer by nature; the default limit (2x) is loose for that reason. A scope
     that sent the arm fewer than `min_samples` requests (`routed`) is not judged on it: the gaps
     are other scopes' then."""
@@ -183,20 +195,49 @@ def inter_token_latency_check(
     for name, engine in ((Arm.SPECULATIVE.value, speculative), (compared_arm.value, compared)):
         if engine.inconclusive:
             return inconclusive(metric, f"{label}: {name} engines: {engine.inconclusive}")
-        if engine.inter_token_latency is None or not math.isfinite(engine.inter_token_latency):
+        if engine.inter_token_latency is None or not math.isfinite(engine.inter_token_latency.value):
             return inconclusive(metric, f"{label}: no {name} engine steps in the window")
     spec, base = speculative.inter_token_latency, compared.inter_token_latency
     assert spec is not None and base is not None
-    if base <= 0:
+    if base.value <= 0:
         return inconclusive(metric, f"{label}: the {compared_arm} arm's quantile is zero")
-    ratio = spec / base
-    above = ratio > limit.max_ratio
+    ratio = spec.value / base.value
+    low, high = ratio_interval(spec, base)
+    between = f"between {_end(low)} and {_end(high)}"
+    evidence = (
+        f"speculative {spec.value * 1000:.1f} ms in {_bucket_ms(spec)}, {compared_arm} {base.value * 1000:.1f} ms "
+        f"in {_bucket_ms(base)} (histogram quantiles): ratio {ratio:.3f}, {between} as the buckets allow"
+    )
+    if low > limit.max_ratio:
+        verdict, reason = Verdict.FAIL, f"{label} ratio {ratio:.3f} is above {limit.max_ratio:g} ({between})"
+    elif high <= limit.max_ratio:
+        verdict, reason = Verdict.PASS, f"{label} ratio {ratio:.3f} is within {limit.max_ratio:g} ({between})"
+    else:
+        verdict = Verdict.INCONCLUSIVE
+        reason = (
+            f"{label} ratio {ratio:.3f} against {limit.max_ratio:g}: the buckets cannot resolve it: "
+            f"{compared_arm} p{limit.quantile * 100:g} in {_bucket_ms(base)} ms, speculative in {_bucket_ms(spec)} ms, "
+            f"ratio {between}"
+        )
     return Check(
         metric=metric,
-        verdict=Verdict.FAIL if above else Verdict.PASS,
+        verdict=verdict,
         observed=ratio,
         threshold=limit.max_ratio,
-        evidence=f"speculative {spec * 1000:.1f} ms, {compared_arm} {base * 1000:.1f} ms (histogram quantiles)",
-        reason=f"{label} ratio {ratio:.3f} is {'above' if above else 'within'} {limit.max_ratio:g}",
+        evidence=evidence,
+        reason=reason,
         hard=False,
     )
+
+
+def _bucket_ms(quantile: BucketQuantile) -> str:
+    """The quantile's bucket in milliseconds, as (low, high]."""
+    low, high = (f"{edge * 1000:g}" if math.isfinite(edge) else f"{edge:+}" for edge in (quantile.low, quantile.high))
+    return f"({low}, {high}]".replace("inf", "Inf")
+
+
+def _end(ratio: float) -> str:
+    """An end of a ratio's interval: three figures, whole above 1000, or +Inf."""
+    if math.isinf(ratio):
+        return "+Inf"
+    return f"{ratio:.3g}" if ratio < 1000 else f"{ratio:.0f}"

@@ -1,5 +1,6 @@
 """The statistics the judge rests on: an alpha-spending schedule across looks, the ratio of two ratio
-estimators, a distribution-free test of a quantile ratio, and exact binomial tails.
+estimators, a distribution-free test of a quantile ratio, the interval a ratio of two histogram
+quantiles allows, and exact binomial tails.
 
 Why spending: the operator judges the same scope every interval on windows that overlap (window = 5 x
 interval shares 80% of its requests with the next one), for hours. A test at a fixed 95% per window
@@ -80,6 +81,32 @@ def nearest_rank(sorted_values: Sequence[float], q: float) -> float:
     """The q-quantile of ascending values by nearest rank: the ceil(q * n)-th smallest value."""
     rank = max(1, math.ceil(q * len(sorted_values)))
     return sorted_values[rank - 1]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BucketQuantile:
+    """A quantile read from a histogram: the interpolated point and the bucket (low, high] it lies in.
+
+    The bucket is all the counts can tell: the point is PromQL's interpolation within it. `high` is
+    +inf in the +Inf bucket (where the point is the highest finite bound), `low` -inf below a lowest
+    bound that is not positive."""
+
+    value: float
+    low: float
+    high: float
+
+
+def ratio_interval(numerator: BucketQuantile, denominator: BucketQuantile) -> tuple[float, float]:
+    """The interval of numerator / denominator that the buckets of two non-negative quantities allow:
+    the numerator's low over the denominator's high to the numerator's high over the denominator's low.
+
+    A side the buckets leave open is open in the ratio: a denominator in the +Inf bucket puts the low
+    end at 0, one in a bucket from zero puts the high end at +inf."""
+    if denominator.high <= 0:
+        raise ValueError(f"the denominator's bucket must reach above zero, not ({denominator.low}, {denominator.high}]")
+    low = max(numerator.low, 0.0) / denominator.high
+    high = numerator.high / denominator.low if denominator.low > 0 else math.inf
+    return low, high
 
 
 def exceedance_pvalue(above: int, trials: int, *, rank: int, reference: int) -> float:

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from specpilot.analysis.stats import BucketQuantile
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 
@@ -60,7 +61,8 @@ class ArmEngine:
     acceptance_length: float | None = None  # 1 + Δaccepted / Δdrafts: committed tokens per round
     per_position_acceptance: tuple[float, ...] = ()  # acceptance rate at draft position 0, 1, ...
     kv_usage: tuple[tuple[datetime, float], ...] = ()  # (scrape time, highest kv_cache_usage_perc of its pods)
-    inter_token_latency: float | None = None  # seconds, at thresholds.interTokenLatency.quantile (bucket deltas)
+    # Seconds, at thresholds.interTokenLatency.quantile, from bucket deltas: the point and its bucket.
+    inter_token_latency: BucketQuantile | None = None
     preemptions: int = 0
     running: float | None = None  # mean of num_requests_running over the scrapes
     waiting: float | None = None  # mean of num_requests_waiting over the scrapes

@@ -145,10 +145,15 @@ async def arm_engines(
     matched = {arm: arm_matchers(source, namespace=namespace, pilot=pilot, arm=arm) for arm in MEASURED_ARMS}
 
     async def one(arm: Arm, matchers: tuple[Matcher, ...]) -> ArmEngine:
-        queries = engine_queries(matchers, window=window, step=step, quantile=quantile, pod_label=source.pod_label)
+        queries = engine_queries(matchers, window=window, step=step, pod_label=source.pod_label)
         answers = await query_all(session, source.url, queries, at=end, timeout_s=timeout_s, auth=auth)
         return arm_engine(
-            answers, start=end - window, speculative=arm is Arm.SPECULATIVE, pod_label=source.pod_label, arm=arm.value
+            answers,
+            start=end - window,
+            quantile=quantile,
+            speculative=arm is Arm.SPECULATIVE,
+            pod_label=source.pod_label,
+            arm=arm.value,
         )
 
     arms = [(arm, matchers) for arm, matchers in matched.items() if matchers is not None]

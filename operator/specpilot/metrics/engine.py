@@ -33,7 +33,7 @@ from datetime import datetime, timedelta
 from specpilot.analysis.window import ArmEngine
 from specpilot.metrics.counters import Increase, bucket_increases, increase, total
 from specpilot.metrics.exposition import Exposition, Labels, label
-from specpilot.metrics.quantile import histogram_quantile
+from specpilot.metrics.quantile import bucket_quantile
 
 GENERATION_TOKENS = "vllm:generation_tokens_total"
 DECODE_SUM = "vllm:request_decode_time_seconds_sum"
@@ -140,14 +140,14 @@ def engine_window(
     kv, running, waiting, batch_seen = _gauges(by_pod, start=start, end=end)
     generated, decode, finished = (_sum(grown[name]) for name in (GENERATION_TOKENS, DECODE_SUM, DECODE_COUNT))
     drafts, draft_tokens, accepted = (_sum(grown[name]) for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED))
-    itl = histogram_quantile(quantile, bucket_increases(grown[ITL_BUCKETS])) if counted else math.nan
+    itl = bucket_quantile(quantile, bucket_increases(grown[ITL_BUCKETS])) if counted else None
     return ArmEngine(
         time_per_committed_token=decode / (generated - finished) if generated - finished > 0 else None,
         acceptance_rate=accepted / draft_tokens if draft_tokens > 0 else None,
         acceptance_length=1 + accepted / drafts if drafts > 0 else None,
         per_position_acceptance=_per_position(grown[ACCEPTED_PER_POS], drafts),
         kv_usage=kv,
-        inter_token_latency=None if math.isnan(itl) else itl,
+        inter_token_latency=itl,
         preemptions=round(_sum(grown[PREEMPTIONS])),
         running=sum(running) / len(running) if running else None,
         waiting=sum(waiting) / len(waiting) if waiting else None,

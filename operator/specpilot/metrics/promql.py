@@ -5,7 +5,9 @@ writes them in Grafana, each an instant query evaluated at the window's end:
 
 - counters as ``sum(increase(c{arm}[window]))``, differenced per series across resets before the
   arm's series are summed, then divided (time per committed token, acceptance);
-- the inter-token-latency quantile as ``histogram_quantile(q, sum by (le) (increase(b{arm}[window])))``;
+- the inter-token-latency buckets as ``sum by (le) (increase(b{arm}[window]))``, the quantile taken
+  here from them as ``histogram_quantile(q, ...)`` takes it (`quantile.bucket_quantile`), with the
+  bucket it lies in: a comparison needs the bounds, which ``histogram_quantile`` drops;
 - KV-cache usage as the highest usage of the arm's pods at each step (``max(g{arm})[window:step]``,
   a series, since the judge asks how long it stayed high), and running/waiting as the sum of the
   pods' means over every sample Prometheus holds (``sum(avg_over_time(g{arm}[window]))``).
@@ -36,6 +38,7 @@ from typing import Any
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.spec import PrometheusSource
 from specpilot.metrics import engine
+from specpilot.metrics.quantile import bucket_quantile
 from specpilot.wire.names import Arm, arm_name
 
 
@@ -127,7 +130,7 @@ _SOURCE = {
 
 
 def engine_queries(
-    matchers: Sequence[Matcher], *, window: timedelta, step: timedelta, quantile: float, pod_label: str
+    matchers: Sequence[Matcher], *, window: timedelta, step: timedelta, pod_label: str
 ) -> dict[Figure, str]:
     """Every query of one arm's window, by figure; evaluate each at the window's end."""
     w, st = _duration(window), _duration(step)
@@ -137,10 +140,9 @@ def engine_queries(
         return selector(matchers, name)
 
     queries = {figure: f"sum(increase({of(name)}[{w}]))" for figure, name in _INCREASES.items()}
-    buckets = f"sum by (le) (increase({of(engine.ITL_BUCKETS)}[{w}]))"
     return {
         **queries,
-        Figure.INTER_TOKEN_LATENCY: f"histogram_quantile({quantile!r}, {buckets})",
+        Figure.INTER_TOKEN_LATENCY: f"sum by (le) (increase({of(engine.ITL_BUCKETS)}[{w}]))",
         Figure.ACCEPTED_PER_POSITION: f"sum by (position) (increase({of(engine.ACCEPTED_PER_POS)}[{w}]))",
         Figure.KV_USAGE: f"max({of(engine.KV_USAGE)})[{w}:{st}]",
         Figure.RUNNING: f"sum(avg_over_time({of(engine.RUNNING)}[{w}]))",
@@ -207,10 +209,10 @@ def _series(item: Mapping[str, Any], *, matrix: bool) -> Series:
 
 
 def arm_engine(
-    answers: Mapping[Figure, Answer], *, start: datetime, speculative: bool, pod_label: str, arm: str
+    answers: Mapping[Figure, Answer], *, start: datetime, quantile: float, speculative: bool, pod_label: str, arm: str
 ) -> ArmEngine:
-    """The arm's figures over the window from `start` from the answers to `engine_queries`; `speculative`
-    requires the spec-decode ones."""
+    """The arm's figures over the window from `start` from the answers to `engine_queries`; `quantile` is
+    the inter-token-latency quantile; `speculative` requires the spec-decode ones."""
     reasons: list[str] = []
     failed = {figure: a.reason for figure, a in answers.items() if isinstance(a, QueryFailure)}
     if failed:
@@ -240,7 +242,8 @@ def arm_engine(
         reasons.append(f"Prometheus holds no {', '.join(missing)} of the {arm} arm")
     values = {f: _single(series.get(f, ())) for f in _INCREASES}
     nan = [_SOURCE[f] for f, v in values.items() if v is not None and math.isnan(v)]
-    nan += [_SOURCE[f] for f in (Figure.RUNNING, Figure.WAITING) if any(math.isnan(i.value) for i in series.get(f, ()))]
+    grouped = (Figure.INTER_TOKEN_LATENCY, Figure.RUNNING, Figure.WAITING)  # every series of the answer
+    nan += [_SOURCE[f] for f in grouped if any(math.isnan(i.value) for i in series.get(f, ()))]
     if nan:
         reasons.append(f"NaN in {', '.join(nan)} of the {arm} arm")
 
@@ -250,7 +253,7 @@ def arm_engine(
 
     generated, decode, finished = amount(Figure.GENERATED), amount(Figure.DECODE), amount(Figure.FINISHED)
     drafts, draft_tokens, accepted = amount(Figure.DRAFTS), amount(Figure.DRAFT_TOKENS), amount(Figure.ACCEPTED)
-    itl = _single(series.get(Figure.INTER_TOKEN_LATENCY, ()))
+    itl = bucket_quantile(quantile, _buckets(series.get(Figure.INTER_TOKEN_LATENCY, ())))
     running, waiting = (_single(series.get(f, ())) for f in (Figure.RUNNING, Figure.WAITING))
     return ArmEngine(
         time_per_committed_token=decode / (generated - finished) if generated - finished > 0 else None,
@@ -258,7 +261,7 @@ def arm_engine(
         acceptance_length=1 + accepted / drafts if drafts > 0 else None,
         per_position_acceptance=_per_position(series.get(Figure.ACCEPTED_PER_POSITION, ()), drafts),
         kv_usage=_kv(series.get(Figure.KV_USAGE, ())),
-        inter_token_latency=itl if itl is not None and math.isfinite(itl) else None,
+        inter_token_latency=itl,
         preemptions=round(amount(Figure.PREEMPTIONS)),
         running=running if running is not None and not math.isnan(running) else None,
         waiting=waiting if waiting is not None and not math.isnan(waiting) else None,
@@ -291,6 +294,20 @@ def _coverage(
 def _single(items: Sequence[Series]) -> float | None:
     """The value of an aggregation without grouping (one series, or none when nothing matched)."""
     return items[0].value if items else None
+
+
+def _buckets(items: Sequence[Series]) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of each bucket series; one without a numeric ``le`` is left out,
+    as ``histogram_quantile`` leaves it out."""
+    buckets = []
+    for item in items:
+        try:
+            bound = float(item.labels.get("le", "NaN"))
+        except ValueError:
+            continue
+        if not math.isnan(bound):
+            buckets.append((bound, item.value))
+    return buckets
 
 
 def _per_position(items: Sequence[Series], drafts: float) -> tuple[float, ...]:

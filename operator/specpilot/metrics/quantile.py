@@ -1,11 +1,16 @@
-"""Quantiles of classic histograms, exactly as PromQL's ``histogram_quantile`` computes them.
+"""Quantiles of classic histograms, as PromQL's ``histogram_quantile`` computes them, with the bucket
+each lies in.
 
-An SRE reading a pilot's figures next to a Grafana panel must see the same number, so this
-follows Prometheus' ``bucketQuantile`` step by step, special cases included: q < 0 is -Inf,
-q > 1 is +Inf, q NaN, fewer than two buckets, no +Inf bucket or no observations are NaN; the
-lowest bucket starts at 0 when its bound is positive (else its bound is returned); a rank past
-the highest finite bucket is that bucket's bound; buckets with one bound are merged, counts that
-differ by a relative 1e-12 are taken as equal and a count below the one before is raised to it.
+An SRE reading a pilot's figures next to a Grafana panel must see the same number, so the point
+follows Prometheus' ``bucketQuantile`` step by step, special cases included: fewer than two buckets,
+no +Inf bucket or no observations have no quantile (NaN there); the lowest bucket starts at 0 when
+its bound is positive (else its bound is the point); a rank past the highest finite bucket is that
+bucket's bound; buckets with one bound are merged, counts that differ by a relative 1e-12 are taken
+as equal and a count below the one before is raised to it. A q outside [0, 1] is refused (PromQL
+answers it with an infinity; a pilot's quantile is validated well inside).
+
+The bucket is what the counts allow; the point is only PromQL's linear guess within it, so a
+comparison of two quantiles carries the buckets (`stats.ratio_interval`).
 """
 
 from __future__ import annotations
@@ -14,42 +19,42 @@ import bisect
 import math
 from collections.abc import Iterable
 
+from specpilot.analysis.stats import BucketQuantile
+
 # Relative difference below which two cumulative counts are float noise (Prometheus' value).
 _SMALL_DELTA = 1e-12
 
 
-def histogram_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> float:
-    """The q-quantile of (upper bound, cumulative count) buckets, in any order."""
-    if math.isnan(q):
-        return math.nan
-    if q < 0:
-        return -math.inf
-    if q > 1:
-        return math.inf
+def bucket_quantile(q: float, buckets: Iterable[tuple[float, float]]) -> BucketQuantile | None:
+    """The q-quantile of (upper bound, cumulative count) buckets, in any order, with the bucket it lies
+    in; None where PromQL's answer is NaN."""
+    if not 0 <= q <= 1:
+        raise ValueError(f"a quantile is between 0 and 1, not {q}")
     ordered = sorted(buckets, key=lambda bucket: bucket[0])
     if not ordered or ordered[-1][0] != math.inf:
-        return math.nan
+        return None
     bounds, counts = _coalesce(ordered)
     _correct_precision(counts)
     _ensure_monotonic(counts)
     if len(bounds) < 2:
-        return math.nan
+        return None
     observations = counts[-1]
     if observations == 0:
-        return math.nan
+        return None
     rank = q * observations
     b = bisect.bisect_left(counts, rank, 0, len(counts) - 1)  # first bucket whose count reaches the rank
     if b == len(counts) - 1:
-        return bounds[-2]
+        return BucketQuantile(value=bounds[-2], low=bounds[-2], high=math.inf)
     if b == 0 and bounds[0] <= 0:
-        return bounds[0]
+        return BucketQuantile(value=bounds[0], low=-math.inf, high=bounds[0])
     start, end, count = 0.0, bounds[b], counts[b]
     if b > 0:
         start = bounds[b - 1]
         count -= counts[b - 1]
         rank -= counts[b - 1]
-    # Go divides floats without raising: 0/0 (q = 0 in an empty lowest bucket) is NaN there too.
-    return start + (end - start) * (rank / count) if count else math.nan
+    if not count:  # q = 0 in an empty lowest bucket: 0/0, NaN in Go
+        return None
+    return BucketQuantile(value=start + (end - start) * (rank / count), low=start, high=end)
 
 
 def _coalesce(ordered: list[tuple[float, float]]) -> tuple[list[float], list[float]]:

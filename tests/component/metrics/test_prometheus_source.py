@@ -290,7 +290,7 @@ def differences(a: ArmEngine, b: ArmEngine) -> dict[str, float]:
 
     out = {name: relative(getattr(a, name), getattr(b, name)) for name in FIGURES if getattr(a, name) is not None}
     assert a.inter_token_latency is not None and b.inter_token_latency is not None
-    buckets = (bisect.bisect_left(ITL_BUCKETS, q) for q in (a.inter_token_latency, b.inter_token_latency))
+    buckets = (bisect.bisect_left(ITL_BUCKETS, q.value) for q in (a.inter_token_latency, b.inter_token_latency))
     out["inter-token latency (buckets apart)"] = abs(next(buckets) - next(buckets))
     for i, (x, y) in enumerate(zip(a.per_position_acceptance, b.per_position_acceptance, strict=True)):
         out[f"acceptance at position {i}"] = relative(x, y)

@@ -72,7 +72,7 @@ async def test_counters_move_as_a_mock_vllm_serves_traffic(mock_vllm: Any, scrap
     assert 1 < got.acceptance_length <= 4
     assert len(got.per_position_acceptance) == 3
     assert list(got.per_position_acceptance) == sorted(got.per_position_acceptance, reverse=True)
-    assert got.inter_token_latency is not None and got.inter_token_latency > 0
+    assert got.inter_token_latency is not None and got.inter_token_latency.value > 0
     assert got.kv_usage == ((T0, 0.0), (END, 0.0)) and got.running == 0
 
 

@@ -6,6 +6,7 @@ import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
+from specpilot.analysis.stats import BucketQuantile
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.wire.samples import RequestOutcome
 
@@ -39,12 +40,13 @@ def arm(
 
 
 def engine(usage: float = 0.4, *, acceptance: float | None = 2.5, scrapes: int = 31, itl: float = 0.03) -> ArmEngine:
-    """Scrapes every 10 s over the window, all at `usage`; engine steps `itl` s apart at the quantile."""
+    """Scrapes every 10 s over the window, all at `usage`; engine steps `itl` s apart at the quantile
+    (exactly: the bucket is the point)."""
     step = (END - START) / (scrapes - 1)
     return ArmEngine(
         kv_usage=tuple((START + i * step, usage) for i in range(scrapes)),
         acceptance_length=acceptance,
-        inter_token_latency=itl,
+        inter_token_latency=BucketQuantile(value=itl, low=itl, high=itl),
     )
 
 

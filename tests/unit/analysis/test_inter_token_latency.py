@@ -1,51 +1,107 @@
-"""The inter-token-latency check: the engines' histogram quantiles compared directly."""
+"""The inter-token-latency check: the engines' histogram quantiles compared as the interval their
+buckets allow, so that bucket edges never read as a ratio."""
 
 from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
 from specpilot.analysis.ratios import inter_token_latency_check
+from specpilot.analysis.stats import BucketQuantile
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.spec import QuantileRatio
 from specpilot.api.status import Verdict
+from specpilot.metrics.quantile import bucket_quantile
+from specpilot.wire.buckets import INTER_TOKEN_LATENCY
 from specpilot.wire.names import Arm
 
 LIMIT = QuantileRatio(quantile=0.99, max_ratio=2.0)
 
 
+def steps(counts: Mapping[float, int]) -> ArmEngine:
+    """An arm whose engines counted `counts[bound]` steps in the bucket up to each of vLLM's bounds."""
+    bounds = (*INTER_TOKEN_LATENCY, math.inf)
+    cumulative = itertools.accumulate(counts.get(edge, 0) for edge in bounds)
+    return ArmEngine(inter_token_latency=bucket_quantile(LIMIT.quantile, zip(bounds, cumulative, strict=True)))
+
+
+# p99 24.85 ms, in (10, 25]; p99 49.75 ms, in (25, 50]: a point ratio of 2.002 whatever the gaps were.
+BELOW_25 = steps({0.025: 1000})
+BELOW_50 = steps({0.05: 1000})
+
+
 @pytest.mark.parametrize(
     ("speculative", "compared", "verdict", "words"),
     [
-        (ArmEngine(inter_token_latency=0.05), ArmEngine(inter_token_latency=0.03), Verdict.PASS, "within 2"),
-        (
-            ArmEngine(inter_token_latency=0.09),
-            ArmEngine(inter_token_latency=0.03),
-            Verdict.FAIL,
-            "ratio 3.000 is above 2",
-        ),
-        (ArmEngine(), ArmEngine(inter_token_latency=0.03), Verdict.INCONCLUSIVE, "no speculative engine steps"),
-        (
-            ArmEngine(inter_token_latency=0.05),
-            ArmEngine(inter_token_latency=0.03, inconclusive="p: counters reset"),
+        pytest.param(
+            BELOW_50,
+            BELOW_25,
             Verdict.INCONCLUSIVE,
-            "control engines: p: counters reset",
+            "ratio 2.002 against 2: the buckets cannot resolve it: control p99 in (10, 25] ms, "
+            "speculative in (25, 50] ms, ratio between 1 and 5",
+            id="bucket-edges-are-no-ratio",
         ),
-        (ArmEngine(inter_token_latency=0.05), ArmEngine(inter_token_latency=0.0), Verdict.INCONCLUSIVE, "zero"),
+        pytest.param(
+            steps({0.075: 980, 0.1: 20}),  # p99 87.5 ms, in (75, 100]
+            BELOW_25,
+            Verdict.FAIL,
+            "ratio 3.521 is above 2 (between 3 and 10)",
+            id="regression-wholly-above",
+        ),
+        pytest.param(
+            steps({80.0: 5, math.inf: 995}), BELOW_25, Verdict.FAIL, "between 3200 and +Inf", id="beyond-the-buckets"
+        ),
+        pytest.param(BELOW_25, BELOW_50, Verdict.PASS, "ratio 0.499 is within 2 (between 0.2 and 1)", id="clear-pass"),
+        pytest.param(BELOW_50, steps({0.05: 800, 0.075: 200}), Verdict.PASS, "(between 0.333 and 1)", id="faster"),
+        pytest.param(BELOW_50, BELOW_50, Verdict.PASS, "within 2 (between 0.5 and 2)", id="same-bucket"),
+        pytest.param(
+            steps({0.01: 1000}), steps({0.01: 1000}), Verdict.INCONCLUSIVE, "between 0 and +Inf", id="lowest-bucket"
+        ),
     ],
-    ids=["within", "above", "no-steps", "engine-inconclusive", "zero-control"],
 )
-def test_inter_token_latency(speculative: ArmEngine, compared: ArmEngine, verdict: Verdict, words: str) -> None:
+def test_inter_token_latency_is_judged_on_the_interval_the_buckets_allow(
+    speculative: ArmEngine, compared: ArmEngine, verdict: Verdict, words: str
+) -> None:
     check = inter_token_latency_check(
         speculative, compared, compared_arm=Arm.CONTROL, limit=LIMIT, routed=50, min_samples=10
     )
     assert check.verdict is verdict
     assert words in check.reason
     assert not check.hard
+    spec, base = speculative.inter_token_latency, compared.inter_token_latency
+    assert spec is not None and base is not None
+    assert check.observed == pytest.approx(spec.value / base.value)  # the point ratio, whatever the verdict
+    assert "as the buckets allow" in check.evidence
+
+
+def itl(value: float) -> ArmEngine:
+    return ArmEngine(inter_token_latency=BucketQuantile(value=value, low=0.025, high=0.05))
+
+
+@pytest.mark.parametrize(
+    ("speculative", "compared", "words"),
+    [
+        (ArmEngine(), itl(0.03), "no speculative engine steps"),
+        (itl(0.05), replace(itl(0.03), inconclusive="p: counters reset"), "control engines: p: counters reset"),
+        (itl(0.05), ArmEngine(inter_token_latency=BucketQuantile(value=0.0, low=-math.inf, high=0.0)), "zero"),
+    ],
+    ids=["no-steps", "engine-inconclusive", "zero-control"],
+)
+def test_inter_token_latency_without_figures_to_compare(
+    speculative: ArmEngine, compared: ArmEngine, words: str
+) -> None:
+    check = inter_token_latency_check(
+        speculative, compared, compared_arm=Arm.CONTROL, limit=LIMIT, routed=50, min_samples=10
+    )
+    assert check.verdict is Verdict.INCONCLUSIVE
+    assert words in check.reason
 
 
 def test_a_scope_with_too_few_requests_on_the_arm_is_not_judged_on_other_scopes_gaps() -> None:
-    slow = ArmEngine(inter_token_latency=0.09)
-    check = inter_token_latency_check(
-        slow, ArmEngine(inter_token_latency=0.03), compared_arm=Arm.CONTROL, limit=LIMIT, routed=3, min_samples=10
-    )
+    slow = steps({0.075: 980, 0.1: 20})
+    check = inter_token_latency_check(slow, BELOW_25, compared_arm=Arm.CONTROL, limit=LIMIT, routed=3, min_samples=10)
     assert check.verdict is Verdict.INCONCLUSIVE and "3 requests of the scope" in check.reason

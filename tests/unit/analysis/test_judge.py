@@ -12,6 +12,7 @@ from specpilot.analysis.checks import Check
 from specpilot.analysis.judge import WindowVerdict, judge_window, summarize
 from specpilot.analysis.probes import CaseTally
 from specpilot.analysis.quality import behaviour_check, probe_checks, webhook_check
+from specpilot.analysis.stats import BucketQuantile
 from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import Analysis, ProbeKind, Probes, Quality, Thresholds, Webhook
@@ -147,7 +148,7 @@ CASES = {
         window(
             speculative_engine=ArmEngine(
                 kv_usage=tuple((END - timedelta(seconds=10 * i), 0.5 if i == 3 else 0.97) for i in range(30)),
-                inter_token_latency=0.03,
+                inter_token_latency=BucketQuantile(value=0.03, low=0.025, high=0.05),
             )
         ),
         Verdict.PASS,

@@ -1,4 +1,5 @@
-"""The judge's statistics: the spending schedule, the ratio estimator, and the exact tails."""
+"""The judge's statistics: the spending schedule, the ratio estimator, the interval of a ratio of
+histogram quantiles, and the exact tails."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import pytest
 
 from specpilot.analysis.stats import (
     EARLY_SHARE,
+    BucketQuantile,
     binomial_sf,
     exceedance_pvalue,
     log_ratio_of_sums,
     nearest_rank,
+    ratio_interval,
     spent_alpha,
     z_quantile,
 )
@@ -62,6 +65,33 @@ def test_log_ratio_of_sums_needs_two_pairs_and_positive_sums(numerators: list[fl
 @pytest.mark.parametrize(("q", "expected"), [(0.5, 5), (0.95, 10), (0.99, 10), (0.1, 1)])
 def test_nearest_rank(q: float, expected: float) -> None:
     assert nearest_rank([float(v) for v in range(1, 11)], q) == expected
+
+
+def quantile(value: float, low: float, high: float) -> BucketQuantile:
+    return BucketQuantile(value=value, low=low, high=high)
+
+
+@pytest.mark.parametrize(
+    ("numerator", "denominator", "expected"),
+    [
+        (quantile(0.04975, 0.025, 0.05), quantile(0.02485, 0.01, 0.025), (1.0, 5.0)),
+        (quantile(0.0875, 0.075, 0.1), quantile(0.02485, 0.01, 0.025), (3.0, 10.0)),
+        (quantile(0.1, 0.1, math.inf), quantile(0.02485, 0.01, 0.025), (4.0, math.inf)),
+        (quantile(0.04975, 0.025, 0.05), quantile(0.1, 0.1, math.inf), (0.0, 0.5)),
+        (quantile(0.04975, 0.025, 0.05), quantile(0.005, 0.0, 0.01), (2.5, math.inf)),
+        (quantile(0.0, -math.inf, 0.0), quantile(0.02485, 0.01, 0.025), (0.0, 0.0)),
+    ],
+    ids=["straddling-edges", "wholly-above", "numerator-unbounded", "denominator-unbounded", "from-zero", "at-zero"],
+)
+def test_ratio_interval_is_what_the_two_buckets_allow(
+    numerator: BucketQuantile, denominator: BucketQuantile, expected: tuple[float, float]
+) -> None:
+    assert ratio_interval(numerator, denominator) == pytest.approx(expected)
+
+
+def test_ratio_interval_needs_a_denominator_above_zero() -> None:
+    with pytest.raises(ValueError, match="above zero"):
+        ratio_interval(quantile(0.03, 0.025, 0.05), quantile(0.0, -math.inf, 0.0))
 
 
 def _binomial_sf_by_definition(count: int, trials: int, rate: float) -> float:

@@ -22,6 +22,7 @@ from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.evidence import load as load_evidence
 from specpilot.analysis.probes import CaseTally
 from specpilot.analysis.quality import ProbeResult, WebhookResult, case_key
+from specpilot.analysis.stats import BucketQuantile
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.pilot import API_VERSION, KIND
 from specpilot.api.spec import Analysis, ProbeCase, ProbeKind, Probes, Webhook
@@ -239,11 +240,15 @@ class FakeQuality:
             await self._asking.wait_for(lambda: len(self.asked) >= count)
 
 
+# Engine steps 20 ms apart at the quantile, in vLLM's (10, 25] ms inter-token-latency bucket.
+ITL = BucketQuantile(value=0.02, low=0.01, high=0.025)
+
+
 class FakeEngines:
     """Engine figures per arm as the test sets them, for the window ending at each collection."""
 
     def __init__(self) -> None:
-        self.figures = {arm: ArmEngine(acceptance_length=2.0, inter_token_latency=0.02) for arm in MEASURED_ARMS}
+        self.figures = {arm: ArmEngine(acceptance_length=2.0, inter_token_latency=ITL) for arm in MEASURED_ARMS}
 
     async def read(
         self,

@@ -27,7 +27,7 @@ from specpilot.controller.core.rehearse import load_changed_at
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
-from tests.unit.controller.fakes import Harness, Json, pilot_doc
+from tests.unit.controller.fakes import ITL, Harness, Json, pilot_doc
 
 STEP = 30  # seconds: the local demo's analysis window
 
@@ -452,7 +452,7 @@ async def test_a_saturated_production_holds_the_rehearsal_before_it_moves_any_sh
     h = Harness(rehearsed_doc())
     await decided(h)
     assert h.status()["rehearsal"]["phase"] == "Starting"
-    h.engines.figures[Arm.BASELINE] = ArmEngine(acceptance_length=2.0, inter_token_latency=0.02, waiting=50.0)
+    h.engines.figures[Arm.BASELINE] = ArmEngine(acceptance_length=2.0, inter_token_latency=ITL, waiting=50.0)
     for _ in range(3):
         await h.step(10)
     rehearsal = h.status()["rehearsal"]

@@ -37,14 +37,20 @@ def pods(*values: tuple[str, float]) -> tuple[Series, ...]:
     return tuple(Series(labels={"pod": pod}, points=((END, value),)) for pod, value in values)
 
 
+def buckets(*counts: tuple[str, float]) -> tuple[Series, ...]:
+    """``sum by (le)`` of bucket increases: one series per upper bound."""
+    return tuple(Series(labels={"le": le}, points=((END, count),)) for le, count in counts)
+
+
 def healthy(**changes: Answer) -> dict[Figure, Answer]:
-    """A speculative arm of two pods over a window: 1,000 tokens of 100 requests in 9 s of decoding."""
+    """A speculative arm of two pods over a window: 1,000 tokens of 100 requests in 9 s of decoding,
+    and 1,000 engine steps, 50 of them 25 to 50 ms apart (the p99 in that bucket)."""
     answers: dict[Figure, Answer] = {
         Figure.GENERATED: one(1000),
         Figure.DECODE: one(9.0),
         Figure.FINISHED: one(100),
         Figure.PREEMPTIONS: one(2.0000001),
-        Figure.INTER_TOKEN_LATENCY: one(0.045),
+        Figure.INTER_TOKEN_LATENCY: buckets(("0.01", 0), ("0.025", 950), ("0.05", 1000), ("+Inf", 1000)),
         Figure.DRAFTS: one(300),
         Figure.DRAFT_TOKENS: one(900),
         Figure.ACCEPTED: one(600),
@@ -68,7 +74,7 @@ def healthy(**changes: Answer) -> dict[Figure, Answer]:
 
 def engine(answers: dict[Figure, Answer], *, speculative: bool = True) -> Any:
     start = datetime.fromtimestamp(END - 60, UTC)
-    return arm_engine(answers, start=start, speculative=speculative, pod_label="pod", arm="speculative")
+    return arm_engine(answers, start=start, quantile=0.99, speculative=speculative, pod_label="pod", arm="speculative")
 
 
 # --- selectors and queries ----------------------------------------------------------------------
@@ -133,7 +139,7 @@ SEL = '{namespace="team-a",pod=~"demo-baseline-.+"}'
         (Figure.DRAFTS, f"sum(increase(vllm:spec_decode_num_drafts_total{SEL}[300s]))"),
         (
             Figure.INTER_TOKEN_LATENCY,
-            f"histogram_quantile(0.99, sum by (le) (increase(vllm:inter_token_latency_seconds_bucket{SEL}[300s])))",
+            f"sum by (le) (increase(vllm:inter_token_latency_seconds_bucket{SEL}[300s]))",
         ),
         (
             Figure.ACCEPTED_PER_POSITION,
@@ -150,16 +156,12 @@ SEL = '{namespace="team-a",pod=~"demo-baseline-.+"}'
     ids=lambda value: value.value if isinstance(value, Figure) else "",
 )
 def test_query(figure: Figure, expected: str) -> None:
-    queries = engine_queries(
-        MATCH, window=timedelta(minutes=5), step=timedelta(seconds=2.5), quantile=0.99, pod_label="pod"
-    )
+    queries = engine_queries(MATCH, window=timedelta(minutes=5), step=timedelta(seconds=2.5), pod_label="pod")
     assert queries[figure] == expected
 
 
 def test_every_counter_read_is_checked_for_resets() -> None:
-    query = engine_queries(
-        MATCH, window=timedelta(seconds=15), step=timedelta(seconds=2), quantile=0.9, pod_label="pod"
-    )
+    query = engine_queries(MATCH, window=timedelta(seconds=15), step=timedelta(seconds=2), pod_label="pod")
     resets = query[Figure.RESETS].split(" or ")
     assert resets[0] == f"(sum by (pod) (resets(vllm:generation_tokens_total{SEL}[15s])) > 0)"
     assert len(resets) == 9
@@ -244,7 +246,9 @@ def test_figures_as_direct_scraping_defines_them() -> None:
     assert got.acceptance_rate == pytest.approx(600 / 900)
     assert got.acceptance_length == pytest.approx(1 + 600 / 300)
     assert got.per_position_acceptance == pytest.approx((0.9, 0.6, 0.5))  # by position, over drafts
-    assert got.inter_token_latency == 0.045
+    # the quantile from the buckets, as histogram_quantile reads them, with the bucket it lies in
+    itl = got.inter_token_latency
+    assert itl is not None and (itl.value, itl.low, itl.high) == pytest.approx((0.045, 0.025, 0.05))
     assert got.preemptions == 2
     assert (got.running, got.waiting) == (3.5, 0.25)
     # a step with NaN has no point, as a scrape cycle with NaN has none
@@ -254,9 +258,15 @@ def test_figures_as_direct_scraping_defines_them() -> None:
     )
 
 
+def test_bucket_series_without_a_numeric_le_are_left_out_as_promql_leaves_them() -> None:
+    odd = (*buckets(("0.025", 950), ("0.05", 1000), ("+Inf", 1000)), *one(5000), *buckets(("x", 5000)))
+    itl = engine(healthy(interTokenLatency=odd)).inter_token_latency
+    assert itl is not None and itl.value == pytest.approx(0.045)
+
+
 def test_no_traffic_is_no_figure_and_not_inconclusive() -> None:
     zero = {f: one(0) for f in (Figure.GENERATED, Figure.DECODE, Figure.FINISHED, Figure.DRAFTS, Figure.ACCEPTED)}
-    got = engine(healthy(**zero, draftTokens=one(0), interTokenLatency=one(math.nan)))
+    got = engine(healthy(**zero, draftTokens=one(0), interTokenLatency=buckets(("0.01", 0), ("+Inf", 0))))
     assert got.inconclusive is None
     assert (got.time_per_committed_token, got.acceptance_rate, got.acceptance_length) == (None, None, None)
     assert (got.per_position_acceptance, got.inter_token_latency) == ((), None)
@@ -329,6 +339,11 @@ INCONCLUSIVE = [
         {"decode": one(math.nan), "waiting": one(math.nan)},
         "NaN in vllm:request_decode_time_seconds_sum, vllm:num_requests_waiting of the speculative arm",
         id="nan",
+    ),
+    pytest.param(
+        {"interTokenLatency": buckets(("0.025", math.nan), ("+Inf", 10))},
+        "NaN in vllm:inter_token_latency_seconds_bucket of the speculative arm",
+        id="nan-bucket",
     ),
 ]
 

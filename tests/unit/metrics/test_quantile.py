@@ -1,12 +1,16 @@
-"""`histogram_quantile` against PromQL's documented behaviour, special cases included."""
+"""`bucket_quantile`: PromQL's ``histogram_quantile`` point, special cases included, and the bucket
+it lies in."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
 
-from specpilot.metrics.quantile import histogram_quantile
+from specpilot.analysis.stats import BucketQuantile
+from specpilot.metrics.quantile import bucket_quantile
+from specpilot.wire.buckets import INTER_TOKEN_LATENCY
 
 INF = math.inf
 BUCKETS = [(1.0, 20.0), (2.0, 60.0), (INF, 100.0)]
@@ -26,9 +30,6 @@ BUCKETS = [(1.0, 20.0), (2.0, 60.0), (INF, 100.0)]
         (0.5, [(-1.0, 20.0), (2.0, 60.0), (INF, 100.0)], 1.25),
         (0.1, [(-1.0, 20.0), (2.0, 60.0), (INF, 100.0)], -1.0),  # lowest bound <= 0: that bound
         (0.1, [(0.0, 20.0), (2.0, 60.0), (INF, 100.0)], 0.0),
-        (-0.1, BUCKETS, -INF),
-        (1.1, BUCKETS, INF),
-        (math.nan, BUCKETS, math.nan),
         (0.5, [(1.0, 0.0), (INF, 0.0)], math.nan),  # no observations
         (0.5, [(1.0, 1.0), (2.0, 2.0)], math.nan),  # no +Inf bucket
         (0.5, [(INF, 5.0)], math.nan),  # fewer than two buckets
@@ -51,9 +52,6 @@ BUCKETS = [(1.0, 20.0), (2.0, 60.0), (INF, 100.0)]
         "negative-lowest-interpolated",
         "negative-lowest",
         "zero-lowest",
-        "q-below-zero",
-        "q-above-one",
-        "q-nan",
         "no-observations",
         "no-inf",
         "only-inf",
@@ -65,5 +63,47 @@ BUCKETS = [(1.0, 20.0), (2.0, 60.0), (INF, 100.0)]
         "empty-low-buckets",
     ],
 )
-def test_histogram_quantile_matches_promql(q: float, buckets: list[tuple[float, float]], expected: float) -> None:
-    assert histogram_quantile(q, buckets) == pytest.approx(expected, nan_ok=True)
+def test_the_point_is_promqls(q: float, buckets: list[tuple[float, float]], expected: float) -> None:
+    got = bucket_quantile(q, buckets)
+    assert (math.nan if got is None else got.value) == pytest.approx(expected, nan_ok=True)
+
+
+def itl(*counts: float) -> list[tuple[float, float]]:
+    """Cumulative buckets over vLLM's inter-token-latency bounds from the count in each, the rest empty."""
+    padded = itertools.chain(counts, itertools.repeat(0.0))
+    return list(zip((*INTER_TOKEN_LATENCY, INF), itertools.accumulate(padded), strict=False))
+
+
+@pytest.mark.parametrize(
+    ("q", "buckets", "expected"),
+    [
+        (0.99, itl(0, 1000), BucketQuantile(value=0.02485, low=0.01, high=0.025)),
+        (0.99, itl(0, 0, 1000), BucketQuantile(value=0.04975, low=0.025, high=0.05)),
+        (0.5, BUCKETS, BucketQuantile(value=1.75, low=1.0, high=2.0)),
+        (0.2, BUCKETS, BucketQuantile(value=1.0, low=0.0, high=1.0)),  # on a bucket's count: that bucket
+        (0.1, BUCKETS, BucketQuantile(value=0.5, low=0.0, high=1.0)),  # the lowest bucket starts at 0
+        (0.9, BUCKETS, BucketQuantile(value=2.0, low=2.0, high=INF)),  # past the highest finite bound
+        (0.1, [(-1.0, 20.0), (2.0, 60.0), (INF, 100.0)], BucketQuantile(value=-1.0, low=-INF, high=-1.0)),
+    ],
+    ids=[
+        "itl-p99-just-below-25ms",
+        "itl-p99-just-below-50ms",
+        "within-a-bucket",
+        "on-a-bound",
+        "lowest-from-zero",
+        "in-inf-bucket",
+        "non-positive-lowest",
+    ],
+)
+def test_bucket_quantile_gives_the_point_and_its_bucket(
+    q: float, buckets: list[tuple[float, float]], expected: BucketQuantile
+) -> None:
+    got = bucket_quantile(q, buckets)
+    assert got is not None
+    assert (got.value, got.low, got.high) == pytest.approx((expected.value, expected.low, expected.high))
+
+
+@pytest.mark.parametrize("q", [-0.1, 1.1, math.nan])
+def test_bucket_quantile_takes_quantiles_only(q: float) -> None:
+    with pytest.raises(ValueError, match="between 0 and 1"):
+        bucket_quantile(q, BUCKETS)
