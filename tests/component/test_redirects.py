@@ -3,12 +3,12 @@ another host fails the call, names where it pointed, and the other host hears no
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pytest
 from aiohttp import web
+from tests.component.conftest import Serve
 
 from specpilot.api.spec import Probes, Webhook
 from specpilot.controller.quality import call_webhooks, run_probes
@@ -29,36 +29,27 @@ class Loopback:
     reached: list[str] = field(default_factory=list)
 
 
-async def _serve(handler: web.RequestHandler) -> tuple[web.AppRunner, str]:
+def _answering(handler: web.RequestHandler) -> web.Application:
     app = web.Application()
     app.router.add_route("*", "/{tail:.*}", handler)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    return runner, f"http://127.0.0.1:{port}"
+    return app
 
 
 @pytest.fixture
-async def loopback() -> AsyncIterator[Loopback]:
+async def loopback(serve: Serve) -> Loopback:
     reached: list[str] = []
 
     async def record(request: web.Request) -> web.Response:
         reached.append(f"{request.method} {request.path}")
         return web.Response(text="secret")
 
-    other, elsewhere = await _serve(record)
+    elsewhere = (await serve(_answering(record))).url
 
     async def redirect(request: web.Request) -> web.Response:
         raise web.HTTPFound(f"{elsewhere}/latest/meta-data/")
 
-    first, allowed = await _serve(redirect)
-    try:
-        yield Loopback(allowed, elsewhere, reached)
-    finally:
-        await first.cleanup()
-        await other.cleanup()
+    allowed = (await serve(_answering(redirect))).url
+    return Loopback(allowed, elsewhere, reached)
 
 
 def _names_the_refusal(detail: str, loopback: Loopback) -> bool:
