@@ -45,7 +45,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from itertools import takewhile
 
@@ -67,6 +67,8 @@ from specpilot.analysis.evidence import (
     ScopeEvidence,
     add_counts,
     bin_bounds,
+    load_bin,
+    matched_load,
     production_quantile,
     rehearsal_peak,
     ttft_bucket_bounds,
@@ -522,6 +524,7 @@ class Facts:
     share: DecodeShare | None
     flipped_for: frozenset[FallbackReason]  # every flip's reason
     flip: FallbackRecord | None  # the latest flip, when for speed or latency and the scope stays rolled back
+    flip_load: float | None  # the load its window is binned at: where speculation lost (None: not recorded)
     quality_failed: int  # windows with a failing quality check
     coverage: str | None  # the caveat for bands the compared arm never ran at
     ttft: QuantileRatio
@@ -532,6 +535,20 @@ class Facts:
     @property
     def wins_everywhere(self) -> bool:
         return len(self.wins) == len(self.measured)
+
+    @property
+    def flip_above_wins(self) -> bool:
+        """The flip's load lies in a load bin above every winning band's: the other side of a crossover."""
+        top = max((c.band.load for c in self.wins), default=None)
+        return self.flip_load is not None and top is not None and load_bin(self.flip_load) > load_bin(top)
+
+    def flip_sentence(self) -> str:
+        assert self.flip is not None
+        at = f" at {_load(self.flip_load)}" if self.flip_load is not None else ""
+        return (
+            f"its windows flipped it back to ordinary decoding{at} ({self.flip.reason.value} on "
+            f"{self.flip.metric.value}{_observed(self.flip)})"
+        )
 
     def tail(self, over: Sequence[Comparison]) -> TtftTail | None:
         return ttft_tail(over, limit=self.ttft, overlap=self.evidence.overlap)
@@ -553,8 +570,10 @@ def _adopt(
     top: float,
     crossing: Crossover | None,
     over: Sequence[Comparison],
+    bracket: tuple[float, float] | None = None,
 ) -> ScopeDecision:
-    """Adopted up to `top` on the bands `over`, with what users saw there and production's share below it."""
+    """Adopted up to `top` on the bands `over`, with what users saw there and production's share below it;
+    the crossover where the arms' curves cross, or only the `bracket` it lies in (a win and a flip)."""
     production, covered = _production_sentence(f.evidence.production, top)
     figures = _figures(f.share)
     gain, tail = observed_gain(over), f.tail(over)
@@ -564,8 +583,8 @@ def _adopt(
         outcome=outcome,
         max_load=top,
         crossover_load=crossing.load if crossing else None,
-        crossover_low=crossing.low if crossing else None,
-        crossover_high=crossing.high if crossing else None,
+        crossover_low=crossing.low if crossing else bracket[0] if bracket else None,
+        crossover_high=crossing.high if crossing else bracket[1] if bracket else None,
         observed_gain=gain,
         ttft_ratio=tail.ratio if tail is not None else None,
         production_covered=covered,
@@ -619,18 +638,47 @@ def out_of_kv_cache(f: Facts) -> ScopeDecision | None:
     return _defer(DeferReason.MEMORY_PRESSURE, sentence, f.share)
 
 
-def flipped_for_speed(f: Facts) -> ScopeDecision | None:
-    """The flip is evidence of a load where speculation loses: with no win measured, or "wins at every
-    load" beside it, the scope is not adopted. (Winning below a crossover and losing above it can.)"""
-    flip = f.flip
-    if flip is None or (f.wins and not f.wins_everywhere):
+def flipped_without_a_win(f: Facts) -> ScopeDecision | None:
+    """Flipped back for speed or latency and faster at no load measured: the flip is the evidence that
+    it loses, not too little of it."""
+    if f.flip is None or f.wins:
         return None
-    ratios = f" although time per committed token reads {_ratios(f.measured)} {_arm(f.compared)}'s" if f.wins else ""
-    sentence = (
-        f"{f.name}: its windows flipped it back to ordinary decoding ({flip.reason.value} on {flip.metric.value}"
-        f"{_observed(flip)}) and it stays rolled back, so it is not adopted{ratios}."
-    )
+    sentence = f"{f.name}: {f.flip_sentence()} and it stays rolled back; it wins at no load measured."
     return f.defer(DeferReason.NO_NET_GAIN, sentence)
+
+
+def flipped_at_an_unknown_load(f: Facts) -> ScopeDecision | None:
+    """Flipped back at a load its record does not hold, beside wins at every load measured: where it
+    loses cannot be placed. (Measured losses above the wins place it; `wins_below_a_load` reads them.)"""
+    if f.flip is None or f.flip_load is not None or not f.wins_everywhere:
+        return None
+    sentence = (
+        f"{f.name}: {f.flip_sentence()} and it stays rolled back; time per committed token reads "
+        f"{_ratios(f.measured)} {_arm(f.compared)}'s, but the flip's load was not recorded, so where it loses "
+        "cannot be placed against where it wins."
+    )
+    return f.defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence)
+
+
+def flipped_at_a_winning_load(f: Facts) -> ScopeDecision | None:
+    """Flipped back for a limit at a load no higher than where it wins: that limit, not speed, fails
+    there. The wins below the flip's load are decided alone by the rules that follow; adopted there, or
+    else deferred for the limit."""
+    if f.flip is None or f.flip_load is None or f.flip_above_wins:
+        return None
+    flip_bin = load_bin(f.flip_load)
+    below = tuple(takewhile(lambda c: c in f.wins and load_bin(c.band.load) < flip_bin, f.measured))
+    fails = (
+        f"{f.name}: {f.flip_sentence()}, a load where it decodes faster ({_ratios(f.wins)} {_arm(f.compared)}'s): "
+        f"the {f.flip.metric.value} limit fails there, not speed."
+    )
+    alone = replace(f, measured=below, wins=below, flip=None, flip_load=None)
+    held = _first(alone, RULES[RULES.index(too_little_evidence) :]) if below else None
+    if held is None or held.outcome is DecisionOutcome.DEFER:
+        return f.defer(DeferReason.LIMIT_FAILED, fails)
+    # a limit failed at a load measured: whatever the wins below it reach, adoption stops below it
+    reasons = [f"{fails} Below that load: {held.reasons[0]}", *held.reasons[1:]]
+    return held.model_copy(update={"outcome": DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, "reasons": reasons})
 
 
 def too_little_evidence(f: Facts) -> ScopeDecision | None:
@@ -678,23 +726,48 @@ def contradicted(f: Facts) -> ScopeDecision | None:
     return _held(f, f.measured, why) if why is not None else None
 
 
-def short_of_the_envelope(f: Facts) -> ScopeDecision | None:
-    """Winning everywhere, but not measured up to the load the envelope must reach."""
-    if not f.wins_everywhere:
-        return None
-    bar, what = (
-        (f.peak, "the rehearsal's peak")
-        if f.peak is not None
-        else (production_quantile(f.evidence.production, 0.95), "production's p95")
-    )
-    band_top = max(c.band.high for c in f.measured)
-    if bar is None or band_top >= bar:
+def wins_below_the_flip(f: Facts) -> ScopeDecision | None:
+    """Winning at every load measured and flipped back at a load above them all: the staged climb
+    crossed over between the highest win and the flip. Adopted below the highest win."""
+    if not f.wins_everywhere or not f.flip_above_wins or f.flip_load is None:
         return None
     top = max(c.band.load for c in f.measured)
     sentence = (
+        f"{f.name}: speculation wins at every load measured, up to {_load(top)} (time per committed token "
+        f"{_ratios(f.measured)} {_arm(f.compared)}'s), and {f.flip_sentence()}: the crossover lies between "
+        f"{top:.2f} and {f.flip_load:.2f}; adopt speculation below {top:.2f}."
+    )
+    bracket = (top, f.flip_load)
+    return _adopt(
+        f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=f.measured, bracket=bracket
+    )
+
+
+# An envelope reaches a load when its highest winning band's load lies within one load bin below it: the
+# loads are binned that finely, and production's quantiles are read from those bins.
+BIN_RATIO = 2 ** (1 / BINS_PER_OCTAVE)
+
+
+def envelope_bar(f: Facts) -> tuple[float | None, str]:
+    """The load an envelope must reach to be adopted at every load, and what it is."""
+    if f.peak is not None:
+        return f.peak, "the rehearsal's peak"
+    return production_quantile(f.evidence.production, 0.95), "production's p95"
+
+
+def short_of_the_envelope(f: Facts) -> ScopeDecision | None:
+    """Winning everywhere, but not measured up to the load the envelope must reach: the load checked is
+    the load stated."""
+    if not f.wins_everywhere:
+        return None
+    bar, what = envelope_bar(f)
+    top = max(c.band.load for c in f.measured)
+    if bar is None or top * BIN_RATIO >= bar:
+        return None
+    sentence = (
         f"{f.name}: speculation wins at every load measured against {_arm(f.compared)}, but only up to "
-        f"{_load(top)}, below {what} of {bar:.2f}: adopt it below that load; the load it must hold "
-        f"was not measured (time per committed token {_ratios(f.measured)})."
+        f"{_load(top)}, more than a load bin below {what} of {bar:.2f}: adopt it below that load; the load it "
+        f"must hold was not measured (time per committed token {_ratios(f.measured)})."
     )
     return _adopt(f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=f.measured)
 
@@ -704,16 +777,19 @@ def wins_everywhere(f: Facts) -> ScopeDecision | None:
     if not f.wins_everywhere:
         return None
     top = max(c.band.load for c in f.measured)
+    bar, what = envelope_bar(f)
+    reaches = f", within a load bin of {what} ({bar:.2f})" if bar is not None else ""
     sentence = (
-        f"{f.name}: speculation wins at every load measured, up to {_load(top)}: time per committed token "
-        f"{_ratios(f.measured)} {_arm(f.compared)}'s at the same load, with the quality and latency gates green."
+        f"{f.name}: speculation wins at every load measured, up to {_load(top)}{reaches}: time per committed "
+        f"token {_ratios(f.measured)} {_arm(f.compared)}'s at the same load, with the quality and latency gates "
+        "green."
     )
     return _adopt(f, DecisionOutcome.ADOPT_WITHIN_ENVELOPE, sentence, top=top, crossing=None, over=f.measured)
 
 
 def wins_below_a_load(f: Facts) -> ScopeDecision | None:
     """Winning from the lowest load up to a load and not above it: adopted below it, at the crossover
-    where the arms' curves cross."""
+    where the arms' curves cross; a flip above the wins bounds the crossover from above."""
     prefix = list(takewhile(lambda c: c in f.wins, f.measured))
     if not prefix:
         return None
@@ -722,6 +798,10 @@ def wins_below_a_load(f: Facts) -> ScopeDecision | None:
     why = f.blocked(prefix)
     if why is not None:
         return _held(f, prefix, why)
+    flipped = f.flip_load if f.flip_above_wins else None
+    if crossing is not None and flipped is not None and crossing.high > flipped:
+        load = min(crossing.load, flipped)
+        crossing = replace(crossing, load=load, low=min(crossing.low, load), high=flipped)
     measured = f"time per committed token {_ratios(f.measured)} {_arm(f.compared)}'s at the same load."
     if crossing is not None:
         caveat = " Speculation wins again at some load above it, so the curve is not monotone."
@@ -730,9 +810,23 @@ def wins_below_a_load(f: Facts) -> ScopeDecision | None:
             f"{crossing.low:.2f} to {crossing.high:.2f}) and ordinary decoding wins above it: {measured}"
             + (caveat if crossing.non_monotone else "")
         )
+    elif flipped is not None:
+        sentence = (
+            f"{f.name}: speculation wins up to {_load(below)} and {f.flip_sentence()}: the crossover lies "
+            f"between {below:.2f} and {flipped:.2f}; {measured}"
+        )
     else:
         sentence = f"{f.name}: speculation wins up to {_load(below)} and is not measurably faster above it: {measured}"
-    return _adopt(f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=below, crossing=crossing, over=prefix)
+    bracket = (below, flipped) if crossing is None and flipped is not None else None
+    return _adopt(
+        f,
+        DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
+        sentence,
+        top=below,
+        crossing=crossing,
+        over=prefix,
+        bracket=bracket,
+    )
 
 
 def no_gain(f: Facts) -> ScopeDecision:
@@ -751,16 +845,24 @@ Rule = Callable[[Facts], ScopeDecision | None]
 RULES: tuple[Rule, ...] = (
     quality_regressed,
     out_of_kv_cache,
-    flipped_for_speed,
+    flipped_without_a_win,
+    flipped_at_an_unknown_load,
+    flipped_at_a_winning_load,
     too_little_evidence,
     decode_gain_too_small,
     bottleneck_elsewhere,
     contradicted,
+    wins_below_the_flip,
     short_of_the_envelope,
     wins_everywhere,
     wins_below_a_load,
     no_gain,
 )
+
+
+def _first(f: Facts, rules: Sequence[Rule]) -> ScopeDecision | None:
+    """The decision of the first rule that decides."""
+    return next((d for rule in rules if (d := rule(f)) is not None), None)
 
 
 def facts(
@@ -778,6 +880,7 @@ def facts(
     """A scope's facts for the rules from its evidence, its comparisons and the pilot's flips."""
     scope = evidence.scopes.get(name, ScopeEvidence())
     measured = tuple(c for c in comparisons if c.measured)
+    flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
     return Facts(
         name=name,
         evidence=evidence,
@@ -788,7 +891,8 @@ def facts(
         crossing=crossover(comparisons, confidence=confidence),
         share=decode_share(scope, evidence.compared),
         flipped_for=frozenset(record.reason for record in fallbacks if record.scope == name),
-        flip=_speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None,
+        flip=flip,
+        flip_load=matched_load(flip.loads, evidence.compared).get(Arm.SPECULATIVE) if flip is not None else None,
         quality_failed=scope.quality_failed,
         coverage=_coverage_sentence(comparisons, evidence.compared),
         ttft=ttft,
@@ -826,7 +930,8 @@ def decide_scope(
         peak=peak,
         gated=gated,
     )
-    decision = next(d for rule in RULES if (d := rule(found)) is not None)
+    decision = _first(found, RULES)
+    assert decision is not None  # the last rule always decides
     alternative = (
         judge_alternative(
             name, evidence.scopes.get(name, ScopeEvidence()), arm_bands, overlap=evidence.overlap, confidence=confidence

@@ -321,6 +321,11 @@ class WindowLoad:
     prompt_tokens: tuple[int, ...] = ()
     output_tokens: tuple[int, ...] = ()
 
+    @property
+    def offered(self) -> dict[Arm, float | None]:
+        """Each arm's offered load per replica."""
+        return {arm: arm_load.offered_per_replica for arm, arm_load in self.arms.items()}
+
 
 def load_bin(load: float) -> int:
     """The fine bin of a load: a quarter octave wide, clamped to the range kept."""
@@ -363,12 +368,13 @@ def _add_totals(totals: ArmTotals, requests: ArmRequests, load: ArmLoad) -> ArmT
     )
 
 
-def matched_load(load: WindowLoad, compared: Arm) -> dict[Arm, float | None]:
-    """The load each arm's window is binned at: the compared pair at their mean offered load when the
-    comparison is with the control arm (the same share at the same size), every arm at its own else.
-    The alternative arm takes the same share on the same GPU budget in other replicas, so it is binned at
-    the pair's load too: its bins hold the same traffic as theirs, whatever its own replica count."""
-    own = {arm: arm_load.offered_per_replica for arm, arm_load in load.arms.items()}
+def matched_load(offered: Mapping[Arm, float | None], compared: Arm) -> dict[Arm, float | None]:
+    """The load each arm's window is binned at, from each arm's offered load per replica: the compared
+    pair at their mean when the comparison is with the control arm (the same share at the same size),
+    every arm at its own else. The alternative arm takes the same share on the same GPU budget in other
+    replicas, so it is binned at the pair's load too: its bins hold the same traffic as theirs, whatever
+    its own replica count."""
+    own = dict(offered)
     pair = [own.get(arm) for arm in (Arm.SPECULATIVE, compared)]
     if compared is Arm.CONTROL and all(value is not None for value in pair):
         mean = sum(value for value in pair if value is not None) / 2
@@ -424,7 +430,7 @@ def record_window(
         return evidence
     bins = {arm: dict(scope.bins.get(arm, {})) for arm in Arm if arm in scope.bins or arm in arms}
     totals = dict(scope.totals)
-    loads = matched_load(load, compared)
+    loads = matched_load(load.offered, compared)
     counted = verdict is not Verdict.INCONCLUSIVE
     marked = dict(scope.rehearsed)
     for arm, requests in arms.items() if counted else ():

@@ -22,7 +22,7 @@ promotions, since the spending covers the scope's whole pilot (resetting it at e
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
@@ -30,6 +30,7 @@ from specpilot.analysis.judge import WindowVerdict
 from specpilot.api.reasons import FallbackReason, MetricName, Reason
 from specpilot.api.spec import Analysis, Reentry, Rollback, Scope, Stage
 from specpilot.api.status import FallbackRecord, ScopeState, ScopeStatus, Verdict, Window, WindowSummary
+from specpilot.wire.names import Arm
 
 
 class EventType(StrEnum):
@@ -62,12 +63,13 @@ class Judged:
 
     `requests` counts the speculative-arm requests that this window is the first to include (those
     that finished after the previous window's end): windows overlap, and a request must count once
-    towards the stage's minRequests."""
+    towards the stage's minRequests. A flip records `loads`: where speculation lost."""
 
     verdict: WindowVerdict
     summary: WindowSummary
     start: datetime
     requests: int
+    loads: Mapping[Arm, float] = field(default_factory=dict)  # the compared arms' offered load per replica
 
 
 @dataclass(frozen=True)
@@ -393,6 +395,7 @@ def _roll_back(move: _Move) -> Step:
         observed=check.observed,
         threshold=check.threshold,
         window=Window(start=judged.start, end=judged.summary.end),
+        loads=dict(judged.loads),
     )
     message = f"Scope {status.name}: flipped back to ordinary decoding ({reason.value}): {check.reason}"
     return Step(status=status, record=record, events=(Event(EventType.WARNING, Reason.SCOPE_ROLLED_BACK, message),))

@@ -14,6 +14,7 @@ from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel, KubeObject
 from specpilot.api.reasons import FallbackReason, MetricName
+from specpilot.wire.names import Arm
 
 FALLBACK_LIMIT = 20
 
@@ -168,6 +169,8 @@ class DeferReason(StrEnum):
     """Decoding is too small a share of request time for its gain to matter end to end."""
     INSUFFICIENT_EVIDENCE = "InsufficientEvidence"
     """Too few windows, or too few loads, to say."""
+    LIMIT_FAILED = "LimitFailed"
+    """A latency or error limit flipped the scope back at a load where speculation decodes faster."""
 
 
 class DecisionTrigger(StrEnum):
@@ -333,6 +336,9 @@ class FallbackRecord(ApiModel):
     """The limit it crossed."""
     window: Window
     """The window judged."""
+    loads: Annotated[dict[Arm, float], Field(max_length=4)] = {}
+    """Each compared arm's offered load over that window, in requests per second per replica: where
+    speculation lost, for a flip for speed or latency."""
 
 
 class Envelope(ApiModel):

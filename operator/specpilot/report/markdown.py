@@ -273,6 +273,8 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
         interval = (
             f"{d['crossoverLoad']:.2f} ({d['crossoverLow']:.2f} to {d['crossoverHigh']:.2f})"
             if d.get("crossoverLoad") is not None
+            else f"between {d['crossoverLow']:.2f} and {d['crossoverHigh']:.2f}"
+            if d.get("crossoverLow") is not None and d.get("crossoverHigh") is not None
             else ""
         )
         lines.append(
@@ -350,8 +352,7 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
         ]
         for item in report["schedules"]:
             lines += [
-                f"From {item['derivedFrom']} (crossover at {item['crossoverLoad']:.2f} requests per second per "
-                f"replica, interval from {item['crossoverLow']:.2f}; at {item['batchMeasuredAtLoad']:.2f} the "
+                f"From {item['derivedFrom']} ({_crossover(item)}; at {item['batchMeasuredAtLoad']:.2f} the "
                 f"speculative arm held {item['inFlightPerReplica']:.1f} requests in flight per replica, so batch "
                 f"size {item['lastSpeculativeBatchSize']} is the last to speculate):",
                 "",
@@ -430,6 +431,16 @@ def _probes(report: Json) -> list[str]:
 def _band_at(scope: Json, load: float) -> Json:
     """The speculative band a comparison was made at."""
     return next(band for band in scope["bands"]["speculative"] if band["load"] == load)
+
+
+def _crossover(item: Json) -> str:
+    """Where a schedule's crossover was placed: measured with its interval, or only bracketed."""
+    if item.get("crossoverLoad") is None:
+        return f"crossover above {item['crossoverLow']:.2f} requests per second per replica, not measured"
+    return (
+        f"crossover at {item['crossoverLoad']:.2f} requests per second per replica, interval from "
+        f"{item['crossoverLow']:.2f}"
+    )
 
 
 def _json_line(value: Any) -> str:

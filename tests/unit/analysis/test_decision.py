@@ -47,6 +47,7 @@ from specpilot.api.status import (
     DecisionTrigger,
     DeferReason,
     FallbackRecord,
+    ScopeDecision,
     ScopeState,
     ScopeStatus,
     Verdict,
@@ -139,40 +140,121 @@ def test_a_decode_gain_too_small_at_any_share_is_no_net_gain_not_a_bottleneck_el
     assert "not measurably faster" in findings.decision.reasons[0]
 
 
-def test_a_scope_that_wins_everywhere_yet_stays_rolled_back_for_speed_is_not_adopted() -> None:
-    evidence = pilot({"always": 0.95, "low": 0.5})
-    flip = FallbackRecord(
-        scope="always",
+def _flip(scope: str, metric: MetricName, load: float | None, *, observed: float = 2.5) -> FallbackRecord:
+    """A flip for speed or latency of `scope`, its window at `load` on both compared arms (None: not recorded)."""
+    return FallbackRecord(
+        scope=scope,
         at=END,
         reason=FallbackReason.THRESHOLD_EXCEEDED,
-        metric=MetricName.INTER_TOKEN_LATENCY_RATIO,
-        observed=2.002,
+        metric=metric,
+        observed=observed,
         threshold=2.0,
         window=Window(start=END - timedelta(seconds=15), end=END),
+        loads={Arm.SPECULATIVE: load, Arm.CONTROL: load} if load is not None else {},
     )
-    kept = decide_scope("always", evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.ROLLED_BACK)
-    assert kept.decision.outcome is DecisionOutcome.DEFER and kept.decision.defer_reason is DeferReason.NO_NET_GAIN
-    assert "ThresholdExceeded on interTokenLatencyRatio, 2 against 2" in kept.decision.reasons[0]
-    assert "stays rolled back" in kept.decision.reasons[0]
-    # Back on speculation since (automatic re-entry): its evidence decides again.
-    again = decide_scope("always", evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.SPECULATIVE)
-    assert again.decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
-    # Flipped for its KV cache: memory pressure, as before.
-    kv = flip.model_copy(update={"reason": FallbackReason.KV_CACHE_PRESSURE, "metric": MetricName.KV_CACHE_USAGE})
-    memory = decide_scope("always", evidence, fallbacks=[kv], confidence=0.9, state=ScopeState.ROLLED_BACK)
-    assert memory.decision.defer_reason is DeferReason.MEMORY_PRESSURE
-    # Winning below a crossover and flipped back above it agree: the flip is where it loses.
-    low_flip = flip.model_copy(update={"scope": "low", "metric": MetricName.TIME_PER_COMMITTED_TOKEN_RATIO})
-    low = decide_scope("low", evidence, fallbacks=[low_flip], confidence=0.9, state=ScopeState.ROLLED_BACK)
-    assert low.decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
-    # Flipped for speed after two windows and never winning: the flip is the evidence, not too little of it.
+
+
+def _rolled_back(evidence: Evidence, flip: FallbackRecord) -> ScopeDecision:
+    return decide_scope(flip.scope, evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.ROLLED_BACK).decision
+
+
+def test_a_flip_above_every_win_brackets_the_crossover_and_adopts_below_the_highest_win() -> None:
+    evidence = pilot({"s": 0.95}, loads=(5.6, 7.4), per_load=9)
+    found = _rolled_back(evidence, _flip("s", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 12.0))
+    assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, found.reasons
+    assert found.max_load == pytest.approx(7.4)
+    assert found.crossover_load is None  # nothing is read between a win and a flip
+    assert found.crossover_low == pytest.approx(7.4) and found.crossover_high == pytest.approx(12.0)
+    assert found.reasons[0] == (
+        "s: speculation wins at every load measured, up to 7.40 requests per second per replica (time per committed "
+        f"token {_ratios_of(evidence, 's')} the control arm's), and its windows flipped it back to ordinary decoding "
+        "at 12.00 requests per second per replica (ThresholdExceeded on timePerCommittedTokenRatio, 2.5 against 2): "
+        "the crossover lies between 7.40 and 12.00; adopt speculation below 7.40."
+    )
+    assert found.observed_gain is not None and found.observed_gain > 1
+    # the pilot adopts below the highest win, not at a crossover it did not measure
+    stated = decide_pilot(
+        [
+            decide_scope(
+                "s",
+                evidence,
+                fallbacks=[_flip("s", MetricName.TTFT_RATIO, 12.0)],
+                confidence=0.9,
+                state=ScopeState.ROLLED_BACK,
+            )
+        ],
+        trigger=DecisionTrigger.SETTLED,
+        now=NOW,
+    )
+    assert stated.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert stated.crossover_load == pytest.approx(7.4) and stated.crossover_high == pytest.approx(12.0)
+    assert "the highest load s won at" in stated.reasons[0]
+
+
+def _ratios_of(evidence: Evidence, scope: str) -> str:
+    measured = [c for c in decide(evidence, scope).comparisons if c.measured and c.ratio is not None]
+    return ", ".join(f"{c.ratio:.2f}x at {c.band.load:.2f}" for c in measured)
+
+
+def test_a_flip_at_a_winning_load_is_the_limit_that_failed_not_no_net_gain() -> None:
+    at_win = pilot({"s": 0.95}, loads=(5.6,), per_load=9)
+    found = _rolled_back(at_win, _flip("s", MetricName.INTER_TOKEN_LATENCY_RATIO, 5.6, observed=3.1))
+    assert found.outcome is DecisionOutcome.DEFER and found.defer_reason is DeferReason.LIMIT_FAILED
+    assert found.reasons[0] == (
+        "s: its windows flipped it back to ordinary decoding at 5.60 requests per second per replica "
+        "(ThresholdExceeded on interTokenLatencyRatio, 3.1 against 2), a load where it decodes faster "
+        f"({_ratios_of(at_win, 's')} the control arm's): the interTokenLatencyRatio limit fails there, not speed."
+    )
+    # with wins below the flip's load, those are decided alone: adopted below it, saying why not above
+    wider = pilot({"s": 0.95}, loads=(2, 3, 5.6), per_load=9)
+    held = _rolled_back(wider, _flip("s", MetricName.INTER_TOKEN_LATENCY_RATIO, 5.6, observed=3.1))
+    assert held.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, held.reasons
+    assert held.max_load is not None and held.max_load == pytest.approx(3.0)
+    assert (
+        "the interTokenLatencyRatio limit fails there, not speed. Below that load: s: speculation wins"
+        in (held.reasons[0])
+    )
+    # the same flip a load bin above the wins is the other side of a crossover
+    above = _rolled_back(at_win, _flip("s", MetricName.INTER_TOKEN_LATENCY_RATIO, 7.0, observed=3.1))
+    assert above.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and above.crossover_high == pytest.approx(7.0)
+
+
+def test_a_flip_without_a_win_is_no_net_gain_and_one_at_an_unrecorded_load_says_why_it_is_not_placed() -> None:
     short = pilot({"never": 0.1}, loads=(2,), per_load=2)
-    never_flip = flip.model_copy(update={"scope": "never", "metric": MetricName.TIME_PER_COMMITTED_TOKEN_RATIO})
-    never = decide_scope("never", short, fallbacks=[never_flip], confidence=0.9, state=ScopeState.ROLLED_BACK)
-    assert never.decision.defer_reason is DeferReason.NO_NET_GAIN and "flipped it back" in never.decision.reasons[0]
+    never = _rolled_back(short, _flip("never", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 2.0))
+    assert never.defer_reason is DeferReason.NO_NET_GAIN and "flipped it back" in never.reasons[0]
+    assert "it wins at no load measured" in never.reasons[0]
     assert decide_scope("never", short, fallbacks=[], confidence=0.9).decision.defer_reason is (
         DeferReason.INSUFFICIENT_EVIDENCE
     )
+    evidence = pilot({"always": 0.95, "low": 0.5})
+    unplaced = _rolled_back(evidence, _flip("always", MetricName.INTER_TOKEN_LATENCY_RATIO, None, observed=2.002))
+    assert unplaced.outcome is DecisionOutcome.DEFER and unplaced.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
+    assert "ThresholdExceeded on interTokenLatencyRatio, 2 against 2" in unplaced.reasons[0]
+    assert "the flip's load was not recorded, so where it loses cannot be placed" in unplaced.reasons[0]
+    # measured losses above the wins place it: adopted below the crossover
+    low = _rolled_back(evidence, _flip("low", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, None))
+    assert low.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+
+
+def test_a_flip_above_the_wins_bounds_a_measured_crossover_from_above() -> None:
+    evidence = pilot({"low": 0.5})
+    free = decide(evidence, "low").decision
+    assert free.crossover_high is not None and free.crossover_load is not None
+    capped = _rolled_back(evidence, _flip("low", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, free.crossover_load))
+    assert capped.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
+    assert capped.crossover_high == pytest.approx(free.crossover_load)
+    assert capped.crossover_low is not None and capped.crossover_low <= capped.crossover_high
+
+
+def test_a_scope_back_on_speculation_or_flipped_for_memory_is_decided_as_before() -> None:
+    evidence = pilot({"always": 0.95})
+    flip = _flip("always", MetricName.INTER_TOKEN_LATENCY_RATIO, 20.0)
+    # back on speculation since (automatic re-entry): its evidence decides again
+    again = decide_scope("always", evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.SPECULATIVE)
+    assert again.decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    kv = flip.model_copy(update={"reason": FallbackReason.KV_CACHE_PRESSURE, "metric": MetricName.KV_CACHE_USAGE})
+    assert _rolled_back(evidence, kv).defer_reason is DeferReason.MEMORY_PRESSURE
 
 
 def test_a_restated_decision_moves_only_on_an_outcome_or_beyond_its_load_bin_or_interval() -> None:
@@ -581,9 +663,26 @@ def test_with_a_rehearsal_the_envelope_must_reach_its_peak_and_the_rehearsal_can
     found = decide_scope("always", live, fallbacks=(), confidence=0.9, peak=8.0).decision
     assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
     assert "below the rehearsal's peak of 8.00" in found.reasons[0]
-    # without a rehearsal the bar is production's p95, which the live loads cover
-    assert decide(live, "always").decision.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
-    rehearsed = pilot({"always": 0.95}, loads=(1, 1.5, 2, 3, 5, 7, 9), production=2.0, rehearsed_from=5)
+    # without a rehearsal the bar is production's p95 (2.38, its bin's upper edge): the one band's load, 1.88,
+    # is the load stated and the load checked, and it lies more than a load bin below
+    short = decide(live, "always").decision
+    assert short.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and short.max_load == pytest.approx(1.875)
+    assert (
+        "only up to 1.88 requests per second per replica, more than a load bin below production's p95 of 2.38"
+        in (short.reasons[0])
+    )
+    quieter = decide(pilot({"always": 0.95}, loads=(1, 1.5, 2, 3), production=1.5), "always").decision
+    assert quieter.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+    assert (
+        "up to 1.88 requests per second per replica, within a load bin of production's p95 (1.68)"
+        in (quieter.reasons[0])
+    )
+    # a rehearsal whose top band (3 to 9, its windows at 6.00 on average) stops short of the peak is not
+    # read as reaching it; one that holds its steps long enough for a band at each is
+    pooled = pilot({"always": 0.95}, loads=(1, 1.5, 2, 3, 5, 7, 9), production=2.0, rehearsed_from=5)
+    found = decide_scope("always", pooled, fallbacks=(), confidence=0.9, peak=8.0).decision
+    assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and found.max_load == pytest.approx(6.0)
+    rehearsed = pilot({"always": 0.95}, loads=(1, 1.5, 2, 3, 5, 7, 9), per_load=9, production=2.0, rehearsed_from=5)
     found = decide_scope("always", rehearsed, fallbacks=(), confidence=0.9, peak=8.0).decision
     assert found.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE
     assert found.max_load is not None and found.max_load > 3  # beyond every live load

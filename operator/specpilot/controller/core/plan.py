@@ -13,7 +13,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from specpilot.analysis.checks import Check
-from specpilot.analysis.evidence import Evidence
+from specpilot.analysis.evidence import Evidence, WindowLoad
 from specpilot.analysis.quality import probe_checks, scope_cases, webhook_check
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.analysis.window import ScopeWindow
@@ -174,6 +174,11 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     saturated = _saturation(snapshot, spec)
     last_rehearsal = previous.rehearsal if previous is not None else None
     rehearsed = rehearsing(last_rehearsal, window=spec.analysis.window, now=now)
+    replicas = {arm_plan.arm: len(seen.ready(arm_plan.arm.value)) or arm_plan.replicas for arm_plan in arms}
+    loads = {
+        name: snapshot.measurements.load(item.window, replicas=replicas, analysis=spec.analysis)
+        for name, item in measured.items()
+    }
     progress = advance_scopes(
         scopes,
         spec,
@@ -184,12 +189,20 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         now=now,
         # every scope: a flipped one's requests in flight hold the cache until they drain
         kv_loads=snapshot.measurements.kv_loads(names, analysis=spec.analysis, end=_end(snapshot)) if measured else {},
+        loads=loads,
         paused=saturated is not None,
         rehearsing=rehearsed,
     )
-    replicas = {plan.arm: len(seen.ready(plan.arm.value)) or plan.replicas for plan in arms}
     evidence = _evidence(
-        snapshot, spec, arms, measured, progress, replicas=replicas, rehearsal=last_rehearsal, rehearsing=rehearsed
+        snapshot,
+        spec,
+        arms,
+        measured,
+        progress,
+        loads=loads,
+        replicas=replicas,
+        rehearsal=last_rehearsal,
+        rehearsing=rehearsed,
     )
     decided = decide(
         evidence,
@@ -389,6 +402,7 @@ def _evidence(
     measured: Mapping[str, Measured],
     progress: Progress,
     *,
+    loads: Mapping[str, WindowLoad],
     replicas: Mapping[Arm, int],
     rehearsal: RehearsalStatus | None,
     rehearsing: Collection[str],
@@ -407,10 +421,7 @@ def _evidence(
         fresh_for(snapshot.evidence, {plan.arm: plan.config_hash for plan in arms}, compared_arm(spec)),
         spec=spec,
         measured=measured,
-        loads={
-            name: snapshot.measurements.load(item.window, replicas=replicas, analysis=spec.analysis)
-            for name, item in measured.items()
-        },
+        loads=loads,
         scopes=progress.scopes,
         kv_blocks=snapshot.measurements.kv_blocks(),
         block_size=snapshot.measurements.block_size(),

@@ -11,6 +11,7 @@ from typing import Any
 
 from specpilot.analysis import rollout
 from specpilot.analysis.checks import Check
+from specpilot.analysis.evidence import WindowLoad
 from specpilot.analysis.judge import (
     WindowVerdict,
     attribute_kv_pressure,
@@ -174,6 +175,7 @@ def advance_scopes(
     warm: bool,
     now: datetime,
     kv_loads: Mapping[str, float] | None = None,
+    loads: Mapping[str, WindowLoad] | None = None,
     paused: bool = False,
     rehearsing: Collection[str] = (),
 ) -> Progress:
@@ -181,17 +183,18 @@ def advance_scopes(
 
     `kv_loads` is the KV cache each scope's requests held on the speculative arm over the last
     windows (token-seconds), flipped scopes included while their requests drain: sustained KV
-    pressure is put on the heaviest. `paused`: production is saturated, so no scope is promoted.
+    pressure is put on the heaviest. `loads`: what loaded the arms over each judged window (a flip
+    records the compared arms' load). `paused`: production is saturated, so no scope is promoted.
     `rehearsing`: scopes whose windows hold the peak rehearsal's traffic (evidence; only a hard limit
     moves them)."""
     by_name = {scope.name: scope for scope in spec.scopes}
     verdicts = _judge(scopes, spec, measured=measured, manual=manual, fallbacks=fallbacks)
-    loads = kv_loads or {}
+    kv = kv_loads or {}
     on_ordinary = {status.name for status in scopes if status.weight == 0}
     held = _confounded_by_kv(
-        measured, verdicts, fallbacks, heaviest=heaviest_loader(loads), flipped=on_ordinary, analysis=spec.analysis
+        measured, verdicts, fallbacks, heaviest=heaviest_loader(kv), flipped=on_ordinary, analysis=spec.analysis
     )
-    verdicts = attribute_kv_pressure(verdicts, loads, overlapping=held, flipped=on_ordinary)
+    verdicts = attribute_kv_pressure(verdicts, kv, overlapping=held, flipped=on_ordinary)
     out: list[ScopeStatus] = []
     records = list(fallbacks)
     events: list[rollout.Event] = []
@@ -215,6 +218,7 @@ def advance_scopes(
                 summary=summarize(item.window, verdict),
                 start=item.window.start,
                 requests=item.new_requests,
+                loads=_compared_loads(item.window, (loads or {}).get(status.name)),
             )
         else:
             event = rollout.Tick()
@@ -226,6 +230,13 @@ def advance_scopes(
         if status.weight > 0 and step.status.weight == 0:
             flipped.append(status.name)
     return Progress(out, records[-FALLBACK_LIMIT:], events, tuple(flipped))
+
+
+def _compared_loads(window: ScopeWindow, load: WindowLoad | None) -> dict[Arm, float]:
+    """The speculative and compared arms' offered load per replica over the window, where measured."""
+    offered = load.offered if load is not None else {}
+    arms = (Arm.SPECULATIVE, window.compared_arm)
+    return {arm: value for arm in arms if (value := offered.get(arm)) is not None}
 
 
 def _judge(
