@@ -2,26 +2,31 @@
 
 The speculative arm is compared with the control arm (the baseline's engine at its size and share),
 or, for a pilot without one, with production's baseline; only at the same offered load, never
-beyond the loads the compared arm ran at (`bands.compare`). A scope is decided, in this order:
+beyond the loads the compared arm ran at (`bands.compare`). A scope is decided by the first of an
+ordered list of small rules (`RULES`) over its facts (`Facts`), each alone:
 
 1. **Defer, QualityRegression**: a quality gate failed in a window, or flipped the scope back.
 2. **Defer, MemoryPressure**: the scope was flipped back for the speculative arm's KV cache.
-3. **Defer, NoNetGain**: the scope stays rolled back for speed or latency and wins nowhere, or
-   "everywhere": the flip shows a load where it loses.
+3. A scope that stays rolled back for speed or latency: the flip's load is evidence (where it lost).
+   With no win measured, **Defer, NoNetGain**; beside wins at every load, at a load not recorded,
+   **Defer, InsufficientEvidence**; at or below a winning load's bin, the wins below it are decided
+   alone and adopted in low-load windows if they hold, else **Defer, LimitFailed** (a latency or error
+   limit failed where it decodes faster) or **NoNetGain** (its windows were slower there).
 4. **Defer, InsufficientEvidence**: fewer than `bands.MIN_INDEPENDENT` windows' worth of distinct
    requests at matched loads.
-5. Each speculative load band against the compared arm in the same bins:
-   - wins at every matched band: adopted, unless the decode gain is under `MIN_END_TO_END_GAIN`
-     itself (**Defer, NoNetGain**), implies less than that end to end at the scope's decode share
-     (**Defer, BottleneckElsewhere**), or its own figures contradict adoption: an observed end-to-end
-     gain below 1, or a TTFT quantile over the limit across every request of its matched bands
-     (**Defer, NoNetGain** where shown so, **InsufficientEvidence** where within its noise). Adopted
-     **AdoptWithinEnvelope** when the bands reach production's p95 load, else
-     **AdoptInLowLoadWindows** below the highest load it was measured winning at;
-   - wins from the lowest band up to a load, and not above it: **AdoptInLowLoadWindows** below it
-     (at the crossover, with its interval at analysis.confidence, where the arms' curves cross),
-     under the same contradiction checks;
-   - otherwise: **Defer, NoNetGain**.
+5. Winning at every matched band: not adopted when the decode gain is under `MIN_END_TO_END_GAIN`
+   itself (**Defer, NoNetGain**) or implies less than that end to end at the scope's decode share
+   (**Defer, BottleneckElsewhere**); held below where its own figures stop contradicting adoption (an
+   observed end-to-end gain below 1, or a TTFT quantile over the limit across every request of its
+   matched bands: **Defer, NoNetGain** where shown so, **InsufficientEvidence** where within its
+   noise); with a flip above every win, **AdoptInLowLoadWindows** below the highest win, the crossover
+   bracketed by it and the flip's load; **AdoptInLowLoadWindows** below the highest win when that lies
+   more than a load bin below production's p95 (or the rehearsal's peak): the load checked is the load
+   stated; else **AdoptWithinEnvelope**.
+6. Winning from the lowest band up to a load, and not above it: **AdoptInLowLoadWindows** below it (at
+   the crossover, with its interval at analysis.confidence, where the arms' curves cross, bounded above
+   by a flip's load), under the same contradiction checks.
+7. Otherwise: **Defer, NoNetGain**.
 
 A band is a win only when speculation is faster by `bands.MIN_GAIN` or more, beyond the spread of
 both arms' windows at analysis.confidence: two identical arms are never adopted on noise.
@@ -74,7 +79,7 @@ from specpilot.analysis.evidence import (
     ttft_bucket_bounds,
 )
 from specpilot.analysis.stats import exceedance_pvalue
-from specpilot.api.reasons import FallbackReason
+from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import QuantileRatio, SpeculationPilotSpec, Thresholds
 from specpilot.api.status import (
     AlternativeDecision,
@@ -282,6 +287,10 @@ def _defer(reason: DeferReason, sentence: str, share: DecodeShare | None, *extra
 
 # Flips for what the arms' speed or latency showed: a scope still rolled back for one is not adopted.
 _SPEED_FLIPS = frozenset({FallbackReason.THRESHOLD_EXCEEDED, FallbackReason.HARD_LIMIT})
+
+
+# Metrics whose flip says speculation was slower, not that a latency or error limit failed.
+_SPEED_METRICS = frozenset({MetricName.TIME_PER_COMMITTED_TOKEN_RATIO})
 
 
 def _speed_flip(name: str, fallbacks: Sequence[FallbackRecord]) -> FallbackRecord | None:
@@ -661,21 +670,31 @@ def flipped_at_an_unknown_load(f: Facts) -> ScopeDecision | None:
 
 
 def flipped_at_a_winning_load(f: Facts) -> ScopeDecision | None:
-    """Flipped back for a limit at a load no higher than where it wins: that limit, not speed, fails
-    there. The wins below the flip's load are decided alone by the rules that follow; adopted there, or
-    else deferred for the limit."""
+    """Flipped back at a load no higher than where it wins: for a latency or error limit, that limit
+    fails there, not speed (LimitFailed); for speed, the windows that flipped it show the crossover at
+    or below that load, whatever the pooled bands say (NoNetGain). Either way the wins below the flip's
+    load are decided alone by the rules that follow, and adopted there if they hold."""
     if f.flip is None or f.flip_load is None or f.flip_above_wins:
         return None
     flip_bin = load_bin(f.flip_load)
     below = tuple(takewhile(lambda c: c in f.wins and load_bin(c.band.load) < flip_bin, f.measured))
-    fails = (
-        f"{f.name}: {f.flip_sentence()}, a load where it decodes faster ({_ratios(f.wins)} {_arm(f.compared)}'s): "
-        f"the {f.flip.metric.value} limit fails there, not speed."
-    )
+    wins = f"{_ratios(f.wins)} {_arm(f.compared)}'s"
+    if f.flip.metric in _SPEED_METRICS:
+        reason = DeferReason.NO_NET_GAIN
+        fails = (
+            f"{f.name}: {f.flip_sentence()}, a load where its bands pooled a win ({wins}): the windows that "
+            "flipped it were slower there, so speculation stops paying at or below that load."
+        )
+    else:
+        reason = DeferReason.LIMIT_FAILED
+        fails = (
+            f"{f.name}: {f.flip_sentence()}, a load where it decodes faster ({wins}): the {f.flip.metric.value} "
+            "limit fails there, not speed."
+        )
     alone = replace(f, measured=below, wins=below, flip=None, flip_load=None)
     held = _first(alone, RULES[RULES.index(too_little_evidence) :]) if below else None
     if held is None or held.outcome is DecisionOutcome.DEFER:
-        return f.defer(DeferReason.LIMIT_FAILED, fails)
+        return f.defer(reason, fails)
     # a limit failed at a load measured: whatever the wins below it reach, adoption stops below it
     reasons = [f"{fails} Below that load: {held.reasons[0]}", *held.reasons[1:]]
     return held.model_copy(update={"outcome": DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, "reasons": reasons})

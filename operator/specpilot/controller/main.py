@@ -90,8 +90,9 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         action="append",
         default=_listed(environ.get("SPECPILOT_ALLOW_OUTBOUND")),
         metavar="HOST[:PORT]",
-        help="a host (glob) the operator may call for pilots' webhooks and Prometheus, besides in-cluster "
-        "Services (repeatable; env SPECPILOT_ALLOW_OUTBOUND, comma-separated)",
+        help="a host (glob) the operator may call for pilots' webhooks and Prometheus, besides the Services of "
+        "a pilot's own namespace; another namespace's Service as SERVICE.NAMESPACE, its Services as *.NAMESPACE "
+        "(repeatable; env SPECPILOT_ALLOW_OUTBOUND, comma-separated)",
     )
     p.add_argument(
         "--allow-image",

@@ -35,7 +35,7 @@ from specpilot.analysis.probes import (
 )
 from specpilot.analysis.quality import ProbeResult, WebhookResult, case_key
 from specpilot.api.spec import ProbeCase, ProbeKind, Probes, ScoreWebhook, Webhook
-from specpilot.fetch.outbound import RedirectRefused
+from specpilot.fetch.outbound import Refused
 from specpilot.wire.names import ENGINE_PORT
 
 RUNNING = "vllm:num_requests_running"
@@ -167,8 +167,8 @@ async def _cancel(
 
 
 def _failed(error: aiohttp.ClientError | TimeoutError) -> str:
-    """Why a call failed: a refused redirect names its target, anything else is no answer."""
-    return str(error) if isinstance(error, RedirectRefused) else f"no answer: {error or type(error).__name__}"
+    """Why a call failed: what the session refused (a redirect, an address) says so, anything else is no answer."""
+    return str(error) if isinstance(error, Refused) else f"no answer: {error or type(error).__name__}"
 
 
 async def _score(

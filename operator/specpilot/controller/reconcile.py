@@ -311,10 +311,10 @@ class Controller:
         ref = pilot_ref(body)
         memory = self.memory(ref)
         try:
-            spec = SpeculationPilotSpec.from_wire(body["spec"])
+            spec = self.policy.admit(SpeculationPilotSpec.from_wire(body["spec"]), ref.namespace)
         except ValidationError:
             return INVALID_SPEC_TICK.total_seconds()
-        if self.policy.problems(spec):  # nothing is called for a pilot outside the operator's policy
+        if isinstance(spec, list):  # nothing is called for a pilot outside the operator's policy
             return INVALID_SPEC_TICK.total_seconds()
         workload = memory.workload
         if spec.workload_ref is not None:

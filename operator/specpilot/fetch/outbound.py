@@ -5,20 +5,34 @@ A pilot names its webhooks' and Prometheus' URLs and runs the engine pods that p
 so the server at any of them may answer with a redirect to a host the operator's policy never allowed
 (the cloud's metadata address, the API server, another team's Service). Policy is checked on the URLs a
 spec names, so no call follows a redirect: the session refuses every 3xx answer by raising
-`RedirectRefused`, an `aiohttp.ClientError` that callers already turn into a failed call, and its
-message names where the redirect pointed.
+`RedirectRefused`, a `Refused` (an `aiohttp.ClientError`, which callers already turn into a failed
+call) whose message names where the redirect pointed.
+
+A name the policy allows may still resolve to an address it never would (a Service of type ExternalName
+in the pilot's namespace, a DNS record): the session's resolver drops link-local and metadata addresses
+(`api.hosts.never_called`), and a request to one written as an address is refused before it is sent
+(`AddressRefused`).
 """
 
 from __future__ import annotations
 
+import socket
+
 import aiohttp
+from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.client import DEFAULT_TIMEOUT
 from yarl import URL
+
+from specpilot.api.hosts import never_called
 
 LOCATION_SHOWN = 200  # characters of a refused redirect's target kept in its message
 
 
-class RedirectRefused(aiohttp.ClientError):
+class Refused(aiohttp.ClientError):
+    """A call the session refused: its message says why."""
+
+
+class RedirectRefused(Refused):
     """A 3xx answer, which the operator never follows."""
 
     def __init__(self, status: int, location: str) -> None:
@@ -28,6 +42,38 @@ class RedirectRefused(aiohttp.ClientError):
 
     def __str__(self) -> str:
         return f"HTTP {self.status}: redirect to {self.location} refused (the operator follows no redirect)"
+
+
+class AddressRefused(Refused):
+    """A link-local or metadata address, which the operator never calls."""
+
+    def __init__(self, host: str, addresses: list[str]) -> None:
+        super().__init__(host, addresses)
+        self.host = host
+        self.addresses = addresses
+
+    def __str__(self) -> str:
+        found = "" if self.addresses == [self.host] else f" (resolved to {', '.join(self.addresses)})"
+        return f"{self.host}{found} refused: the operator never calls link-local or cloud metadata addresses"
+
+
+class GuardedResolver(AbstractResolver):
+    """aiohttp's resolver, without the addresses the operator never calls."""
+
+    def __init__(self) -> None:
+        self._resolver = aiohttp.DefaultResolver()
+
+    async def resolve(
+        self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+    ) -> list[ResolveResult]:
+        found = await self._resolver.resolve(host, port, family)
+        kept = [answer for answer in found if not never_called(answer["host"])]
+        if not kept:
+            raise AddressRefused(host, [answer["host"] for answer in found])
+        return kept
+
+    async def close(self) -> None:
+        await self._resolver.close()
 
 
 def _target(response: aiohttp.ClientResponse) -> str:
@@ -42,10 +88,12 @@ def _target(response: aiohttp.ClientResponse) -> str:
     return found if len(found) <= LOCATION_SHOWN else f"{found[:LOCATION_SHOWN]}..."
 
 
-async def refuse_redirects(
-    request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
-) -> aiohttp.ClientResponse:
-    """The session's middleware: every answer passes through here before aiohttp would follow it."""
+async def guard(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+    """The session's middleware: every request and answer passes through here, before aiohttp would
+    follow a redirect."""
+    host = request.url.raw_host or ""
+    if never_called(host):
+        raise AddressRefused(host, [host])
     response = await handler(request)
     if 300 <= response.status < 400:
         refused = RedirectRefused(response.status, _target(response))
@@ -55,12 +103,17 @@ async def refuse_redirects(
 
 
 def outbound_session(
-    *, timeout: aiohttp.ClientTimeout | None = None, connector: aiohttp.BaseConnector | None = None
+    *,
+    timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
+    limit: int = 100,
+    limit_per_host: int = 0,
+    keepalive_s: float = 15.0,
 ) -> aiohttp.ClientSession:
-    """A session that follows no redirect and keeps no cookies; create it in the running loop, close it at exit."""
+    """A session that follows no redirect, calls no link-local address and keeps no cookies; create it in
+    the running loop, close it at exit. The connector's limits are aiohttp's unless given."""
+    connector = aiohttp.TCPConnector(
+        resolver=GuardedResolver(), limit=limit, limit_per_host=limit_per_host, keepalive_timeout=keepalive_s
+    )
     return aiohttp.ClientSession(
-        timeout=timeout if timeout is not None else DEFAULT_TIMEOUT,
-        connector=connector,
-        cookie_jar=aiohttp.DummyCookieJar(),
-        middlewares=(refuse_redirects,),
+        timeout=timeout, connector=connector, cookie_jar=aiohttp.DummyCookieJar(), middlewares=(guard,)
     )

@@ -22,6 +22,7 @@ import aiohttp
 
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.common import endpoint
+from specpilot.api.hosts import service_of
 from specpilot.api.spec import PrometheusSource
 from specpilot.fetch.scrape import MAX_BODY_BYTES, TooLarge, read_body
 from specpilot.metrics.promql import (
@@ -49,10 +50,16 @@ class PrometheusAuth:
     ca_file: str | None = None
 
     def covers(self, url: str) -> bool:
-        """The same scheme, host and port, and a path at or under this one."""
+        """The same scheme, host (a Service in any of its qualified spellings) and port, and a path at or
+        under this one."""
         mine, theirs = endpoint(self.url), endpoint(url)
         path, under = urlsplit(self.url).path.rstrip("/"), urlsplit(url).path.rstrip("/")
-        return mine is not None and mine == theirs and (under == path or under.startswith(f"{path}/"))
+        return (
+            mine is not None
+            and theirs is not None
+            and _same(mine, theirs)
+            and (under == path or under.startswith(f"{path}/"))
+        )
 
     def headers(self) -> dict[str, str]:
         if self.token_file is None:
@@ -61,6 +68,14 @@ class PrometheusAuth:
 
     def ssl(self) -> ssl.SSLContext | None:
         return ssl.create_default_context(cafile=self.ca_file) if self.ca_file is not None else None
+
+
+def _same(a: tuple[str, str, int], b: tuple[str, str, int]) -> bool:
+    """The same endpoint: `prometheus.monitoring` is `prometheus.monitoring.svc` (pilots' URLs are called so)."""
+    (scheme, host, port), (their_scheme, their_host, their_port) = a, b
+    service = service_of(host, None)
+    same_host = host == their_host or (service is not None and service == service_of(their_host, None))
+    return scheme == their_scheme and port == their_port and same_host
 
 
 _ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)

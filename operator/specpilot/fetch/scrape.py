@@ -58,14 +58,13 @@ class _BadEncoding(Exception):
 
 
 def scrape_session(*, limit: int = 100, limit_per_host: int = 2, keepalive_s: float = 30.0) -> aiohttp.ClientSession:
-    """The session to share between all scrapes and reads (an `outbound_session`: it follows no redirect);
-    create it in the running loop, close it at exit.
+    """The session to share between all scrapes and reads (an `outbound_session`: it follows no redirect
+    and calls no link-local address); create it in the running loop, close it at exit.
 
     `keepalive_s` should outlast the scrape interval so connections are reused from one cycle to
     the next (where the server keeps them: vLLM's uvicorn closes idle ones after 5 s by default).
     """
-    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit_per_host, keepalive_timeout=keepalive_s)
-    return outbound_session(connector=connector)
+    return outbound_session(limit=limit, limit_per_host=limit_per_host, keepalive_s=keepalive_s)
 
 
 async def scrape(

@@ -214,6 +214,11 @@ def test_a_flip_at_a_winning_load_is_the_limit_that_failed_not_no_net_gain() -> 
         "the interTokenLatencyRatio limit fails there, not speed. Below that load: s: speculation wins"
         in (held.reasons[0])
     )
+    # flipped for speed there: its windows were slower where its bands pooled a win, so no gain holds at it
+    slower = _rolled_back(at_win, _flip("s", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 5.6))
+    assert slower.outcome is DecisionOutcome.DEFER and slower.defer_reason is DeferReason.NO_NET_GAIN
+    assert "a load where its bands pooled a win (" in slower.reasons[0]
+    assert "the windows that flipped it were slower there" in slower.reasons[0]
     # the same flip a load bin above the wins is the other side of a crossover
     above = _rolled_back(at_win, _flip("s", MetricName.INTER_TOKEN_LATENCY_RATIO, 7.0, observed=3.1))
     assert above.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and above.crossover_high == pytest.approx(7.0)

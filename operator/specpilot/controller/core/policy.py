@@ -4,8 +4,12 @@ pilot outside the policy is an invalid spec naming the field: nothing is deploye
 is called.
 
 Anyone who may create a pilot makes the operator's pod send HTTP requests to the URLs in its spec,
-and run an image of their choosing in their namespace; the policy bounds both. Patterns are shell
-globs (`fnmatch`): hosts as `host` or `host:port`, images as the whole reference.
+and run an image of their choosing in their namespace; the policy bounds both. A pilot may call its
+own namespace's Services, in any spelling (`api.hosts`); every other host only where a pattern allows
+it. Patterns are shell globs (`fnmatch`): hosts as `host` or `host:port`, a Service matched in each of
+its qualified spellings (so `prometheus-operated.monitoring:9090` and `*.monitoring` allow it however a
+pilot writes it), images as the whole reference. The API server and link-local addresses are never
+allowed, whatever the patterns say.
 """
 
 from __future__ import annotations
@@ -13,47 +17,59 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
-from urllib.parse import urlsplit
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from specpilot.api.common import endpoint
+from specpilot.api.hosts import API_SERVER, CLUSTER_DOMAIN, never_called, service_of
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.validate import Problem, listed_cases
 
-# In-cluster Services, which every policy allows: `<service>.<namespace>.svc[.cluster.local]`.
-IN_CLUSTER = ("*.svc", "*.svc.cluster.local")
+SETTINGS = "the operator's --allow-outbound, the chart's policy.outboundHosts"
 
 
 @dataclass(frozen=True)
 class Policy:
-    """Allowed outbound hosts (besides in-cluster Services) and engine images (empty: any image)."""
+    """Hosts a pilot may call besides its own namespace's Services, and engine images (empty: any image)."""
 
     outbound: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
 
-    def problems(self, spec: SpeculationPilotSpec) -> list[Problem]:
-        return [*self._outbound(spec), *self._image(spec)]
+    def problems(self, spec: SpeculationPilotSpec, namespace: str) -> list[Problem]:
+        """What the spec of a pilot in `namespace` asks beyond the policy, by field."""
+        return [*self._outbound(spec, namespace), *self._image(spec)]
 
-    def _outbound(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
-        urls = [(f"spec.quality.webhooks[{i}].url", hook.url) for i, hook in enumerate(spec.quality.webhooks)]
-        urls += _score_urls(spec)
-        if spec.analysis.metrics_source is not None:
-            urls.append(("spec.analysis.metricsSource.prometheus.url", spec.analysis.metrics_source.prometheus.url))
-        for field, url in urls:
-            if not self.allows_url(url):
-                allowed = ", ".join((*self.outbound, *IN_CLUSTER))
-                yield Problem(
-                    field,
-                    f"the operator may not call {urlsplit(url).netloc}: it calls in-cluster Services and the hosts "
-                    f"its installer allows ({allowed}; the operator's --allow-outbound, the chart's "
-                    "policy.outboundHosts)",
-                )
+    def admit(self, spec: SpeculationPilotSpec, namespace: str) -> SpeculationPilotSpec | list[Problem]:
+        """The spec as the operator calls it (`as_called`), or what it asks beyond the policy."""
+        return self.problems(spec, namespace) or as_called(spec, namespace)
 
-    def allows_url(self, url: str) -> bool:
+    def _outbound(self, spec: SpeculationPilotSpec, namespace: str) -> Iterator[Problem]:
+        for field, url in outbound_urls(spec):
+            refused = self.refusal(url, namespace)
+            if refused is not None:
+                yield Problem(field, f"the operator may not call {urlsplit(url).netloc}: {refused}")
+
+    def refusal(self, url: str, namespace: str) -> str | None:
+        """Why a pilot in `namespace` may not have the operator call `url`; None when it may."""
         found = endpoint(url)
         if found is None:
-            return False
+            return "the URL names no port the operator can call"
         _, host, port = found
-        return any(fnmatchcase(host, p) or fnmatchcase(f"{host}:{port}", p) for p in (*IN_CLUSTER, *self.outbound))
+        service = service_of(host, namespace)
+        if service == API_SERVER:
+            return "it never calls the Kubernetes API server for a pilot"
+        if service is None and never_called(host):
+            return "it never calls link-local or cloud metadata addresses"
+        if service is not None and service.namespace == namespace:
+            return None
+        names = service.spellings if service is not None else (host,)
+        if any(fnmatchcase(n, p) or fnmatchcase(f"{n}:{port}", p) for n in names for p in self.outbound):
+            return None
+        allowed = ", ".join(self.outbound) or "none"
+        return (
+            f"it calls the pilot's own namespace's Services ({namespace}) and the hosts its installer allows "
+            f"({allowed}; {SETTINGS}: a Service as name.namespace, a namespace's Services as *.namespace)"
+        )
 
     def _image(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
         if spec.engine is not None:
@@ -69,14 +85,55 @@ class Policy:
             )
 
 
-def _score_urls(spec: SpeculationPilotSpec) -> list[tuple[str, str]]:
-    """Every sampled case's score webhook, named by its field."""
-    return [
+def outbound_urls(spec: SpeculationPilotSpec) -> list[tuple[str, str]]:
+    """Every URL the operator calls for a pilot, named by its field: webhooks, sampled cases' score
+    webhooks, the Prometheus source."""
+    urls = [(f"spec.quality.webhooks[{i}].url", hook.url) for i, hook in enumerate(spec.quality.webhooks)]
+    urls += [
         (f"{field}.score.webhook.url", case.score.webhook.url)
         for field, case in listed_cases(spec)
         if case.score is not None and case.score.webhook is not None
     ]
+    if spec.analysis.metrics_source is not None:
+        urls.append(("spec.analysis.metricsSource.prometheus.url", spec.analysis.metrics_source.prometheus.url))
+    return urls
 
 
-# The policy of an operator started without one: in-cluster Services only, any image.
+def called_url(url: str, namespace: str) -> str:
+    """`url` as the operator calls it for a pilot in `namespace`: a Service written short (`name`,
+    `name.ns`) as `name.ns.svc`; anything else as written."""
+    parts = urlsplit(url)
+    host = (parts.hostname or "").lower()
+    service = service_of(host, namespace)
+    if service is None or host.removesuffix(".") in (service.called, f"{service.called}.{CLUSTER_DOMAIN}"):
+        return url
+    port = f":{parts.port}" if parts.port is not None else ""
+    userinfo = parts.netloc.rpartition("@")[0]
+    netloc = f"{userinfo}@{service.called}{port}" if userinfo else f"{service.called}{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def as_called(spec: SpeculationPilotSpec, namespace: str) -> SpeculationPilotSpec:
+    """The spec with every URL the operator calls (`outbound_urls`) as it calls it (`called_url`)."""
+    doc = spec.to_wire()
+    changed = False
+    for field, url in outbound_urls(spec):
+        called = called_url(url, namespace)
+        if called != url:
+            _set(doc, field.removeprefix("spec."), called)
+            changed = True
+    return SpeculationPilotSpec.from_wire(doc) if changed else spec
+
+
+def _set(doc: dict[str, Any], field: str, value: str) -> None:
+    """Set the value at a field path as `outbound_urls` names it (`a.b[1].c`)."""
+    *parents, last = field.split(".")
+    node: Any = doc
+    for part in parents:
+        name, _, index = part.partition("[")
+        node = node[name] if not index else node[name][int(index.rstrip("]"))]
+    node[last] = value
+
+
+# The policy of an operator started without one: the pilot's own namespace's Services only, any image.
 DEFAULT = Policy()

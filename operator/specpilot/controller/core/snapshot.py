@@ -99,18 +99,19 @@ class Pilot:
 def read_pilot(
     body: Mapping[str, Any], *, last_written: SpeculationPilotStatus | None = None, policy: Policy = DEFAULT
 ) -> Pilot:
-    """The pilot from its body, judged by the API's rules and the operator's policy; `last_written`
-    (this process's last status write) wins over a status that a lagging watch still shows."""
+    """The pilot from its body, judged by the API's rules and the operator's policy, its URLs as the
+    operator calls them; `last_written` (this process's last status write) wins over a status that a
+    lagging watch still shows."""
     meta = body["metadata"]
     ref = PilotRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     problems = tuple(validate(body))
-    spec = None if problems else SpeculationPilotSpec.from_wire(body["spec"])
-    if spec is not None:
-        problems = tuple(policy.problems(spec))
+    spec = None if problems else policy.admit(SpeculationPilotSpec.from_wire(body["spec"]), ref.namespace)
+    if isinstance(spec, list):
+        problems, spec = tuple(spec), None
     return Pilot(
         ref=ref,
         generation=int(meta.get("generation") or 0),
-        spec=None if problems else spec,
+        spec=spec,
         problems=problems,
         status=last_written or status_of(body),
         deleting=bool(meta.get("deletionTimestamp")),

@@ -1,0 +1,79 @@
+"""How the operator reads a host a pilot names: an in-cluster Service in any of the spellings teams
+write, or a host outside the cluster; and the addresses it never calls, whatever a policy allows.
+
+A Service is written `name` (in the pilot's namespace), `name.ns`, `name.ns.svc` or
+`name.ns.svc.cluster.local`. The operator's pod resolves names against its own namespace, so it calls
+the short forms as `name.ns.svc`: `name` alone would reach its own namespace's Service, and `name.ns`
+falls through to the public DNS where no such Service exists (`evil.dev` for a pilot in `dev`).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+
+CLUSTER_DOMAIN = "cluster.local"
+
+# Link-local addresses, where clouds serve instance metadata and credentials (169.254.169.254, AWS'
+# fd00:ec2::254): never called, whatever the policy says.
+NEVER_NETWORKS = tuple(ipaddress.ip_network(net) for net in ("169.254.0.0/16", "fe80::/10", "fd00:ec2::254/128"))
+
+
+@dataclass(frozen=True, slots=True)
+class Service:
+    """A Service by name and namespace."""
+
+    name: str
+    namespace: str
+
+    @property
+    def called(self) -> str:
+        """The host the operator calls it by: one that no search path or outside DNS can turn elsewhere."""
+        return f"{self.name}.{self.namespace}.svc"
+
+    @property
+    def spellings(self) -> tuple[str, ...]:
+        """Every qualified way to write it, for matching a policy's patterns against."""
+        return (f"{self.name}.{self.namespace}", self.called, f"{self.called}.{CLUSTER_DOMAIN}")
+
+
+# The Kubernetes API server's Service: never called for a pilot, in any spelling.
+API_SERVER = Service("kubernetes", "default")
+
+
+def service_of(host: str, namespace: str | None) -> Service | None:
+    """The Service `host` names, a one-label name read in `namespace` (None: no namespace to read it in);
+    None for an IP address or a host outside the cluster."""
+    host = host.lower()
+    absolute = host.endswith(".")
+    labels = host.removesuffix(".").split(".")
+    if not all(labels) or is_address(host):
+        return None
+    if labels[2:] == ["svc", *CLUSTER_DOMAIN.split(".")]:
+        return Service(labels[0], labels[1])
+    if absolute:
+        return None  # an absolute name other than the long form is a name outside
+    if len(labels) == 1:
+        return Service(labels[0], namespace) if namespace is not None else None
+    if len(labels) == 2 or labels[2:] == ["svc"]:
+        return Service(labels[0], labels[1])
+    return None
+
+
+def is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def never_called(address: str) -> bool:
+    """Whether an IP address is one the operator never calls (link-local or a cloud's metadata address)."""
+    try:
+        found = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is no part of the address
+    except ValueError:
+        return False
+    if isinstance(found, ipaddress.IPv6Address) and found.ipv4_mapped is not None:
+        found = found.ipv4_mapped
+    return any(found in net for net in NEVER_NETWORKS)
