@@ -94,3 +94,19 @@ def test_credentials_cover_one_prometheus_exactly(url: str, covered: bool) -> No
     under = PrometheusAuth(url="https://vm.example/select/0/prometheus")
     assert under.covers("https://vm.example/select/0/prometheus/") and not under.covers("https://vm.example/select/1")
     assert not under.covers("https://vm.example/select/0/prometheus-other")
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://prometheus-k8s.monitoring:9091",
+        "https://prometheus-k8s.monitoring.svc:9091",
+        "https://prometheus-k8s.monitoring.svc.cluster.local:9091/",
+    ],
+)
+def test_credentials_for_a_service_cover_it_in_every_spelling(url: str) -> None:
+    """A pilot's `name.ns` is called as `name.ns.svc`: the credentials follow the Service, not the spelling."""
+    for written in ("https://prometheus-k8s.monitoring:9091", "https://prometheus-k8s.monitoring.svc:9091"):
+        assert PrometheusAuth(url=written).covers(url)
+        assert not PrometheusAuth(url=written).covers(url.replace("monitoring", "team-a"))
+        assert not PrometheusAuth(url=written).covers(url.replace("9091", "9090"))
