@@ -110,8 +110,14 @@ class DecodeShare:
     decode: float  # mean decode time (first to last token), seconds
     e2e: float  # mean end-to-end time, seconds
     share: float  # decode / e2e
-    decode_ratio: float | None  # speculative / baseline time per committed token, over every window
-    speculative_e2e: float | None
+    decode_ratio: float | None  # speculative / compared time per committed token
+    observed_gain: float | None  # compared / speculative mean end-to-end time
+
+    def at(self, comparisons: Sequence[Comparison]) -> DecodeShare:
+        """The decode ratio and the observed gain read over `comparisons`' matched bands, the loads a
+        decision is about (every window's totals include loads it does not adopt or refuse at)."""
+        ratio, gain = _pooled_ratio(comparisons), observed_gain(comparisons)
+        return replace(self, decode_ratio=ratio, observed_gain=gain) if ratio is not None else self
 
     @property
     def decode_gain(self) -> float | None:
@@ -120,10 +126,6 @@ class DecodeShare:
     @property
     def implied_gain(self) -> float | None:
         return implied_gain(self.share, self.decode_ratio) if self.decode_ratio is not None else None
-
-    @property
-    def observed_gain(self) -> float | None:
-        return self.e2e / self.speculative_e2e if self.speculative_e2e else None
 
 
 def implied_gain(share: float, decode_ratio: float) -> float:
@@ -137,7 +139,8 @@ def _tpct(totals: ArmTotals | None) -> float | None:
 
 
 def decode_share(scope: ScopeEvidence, compared: Arm = Arm.BASELINE) -> DecodeShare | None:
-    """The compared arm's timing breakdown of the scope's ok requests, and the decode ratio."""
+    """The compared arm's timing breakdown of the scope's ok requests, and the decode ratio and observed
+    gain over every window."""
     base = scope.totals.get(compared)
     spec = scope.totals.get(Arm.SPECULATIVE)
     if base is None or not base.ok or not base.decoded or not base.streams or base.e2e_seconds <= 0:
@@ -151,7 +154,7 @@ def decode_share(scope: ScopeEvidence, compared: Arm = Arm.BASELINE) -> DecodeSh
         e2e=e2e,
         share=min(1.0, decode / e2e),
         decode_ratio=spec_tpct / base_tpct if spec_tpct is not None and base_tpct else None,
-        speculative_e2e=spec.e2e_seconds / spec.ok if spec is not None and spec.ok else None,
+        observed_gain=e2e / (spec.e2e_seconds / spec.ok) if spec is not None and spec.ok and spec.e2e_seconds else None,
     )
 
 
@@ -530,7 +533,7 @@ class Facts:
     measured: tuple[Comparison, ...]  # those where the compared arm ran
     wins: tuple[Comparison, ...]
     crossing: Crossover | None
-    share: DecodeShare | None
+    share: DecodeShare | None  # the timing breakdown; its decode ratio and observed gain over `measured`
     flipped_for: frozenset[FallbackReason]  # every flip's reason
     flip: FallbackRecord | None  # the latest flip, when for speed or latency and the scope stays rolled back
     flip_load: float | None  # the load its window is binned at: where speculation lost (None: not recorded)
@@ -584,7 +587,8 @@ def _adopt(
     """Adopted up to `top` on the bands `over`, with what users saw there and production's share below it;
     the crossover where the arms' curves cross, or only the `bracket` it lies in (a win and a flip)."""
     production, covered = _production_sentence(f.evidence.production, top)
-    figures = _figures(f.share)
+    share = f.share.at(over) if f.share is not None else None
+    figures = _figures(share)
     gain, tail = observed_gain(over), f.tail(over)
     seen = _seen_sentence(gain, tail.ratio if tail is not None else None, f.ttft, f.compared)
     speed = None if f.gated else f"{f.name}'s adoption rests on speed alone: no probe or webhook checked its answers."
@@ -597,7 +601,7 @@ def _adopt(
         observed_gain=gain,
         ttft_ratio=tail.ratio if tail is not None else None,
         production_covered=covered,
-        reasons=[sentence, *(s for s in (speed, seen, production, _share_sentence(f.share), f.coverage) if s)],
+        reasons=[sentence, *(s for s in (speed, seen, production, _share_sentence(share), f.coverage) if s)],
         decode_share=figures[0],
         decode_gain=figures[1],
         implied_gain=figures[2],
@@ -691,7 +695,8 @@ def flipped_at_a_winning_load(f: Facts) -> ScopeDecision | None:
             f"{f.name}: {f.flip_sentence()}, a load where it decodes faster ({wins}): the {f.flip.metric.value} "
             "limit fails there, not speed."
         )
-    alone = replace(f, measured=below, wins=below, flip=None, flip_load=None)
+    share = f.share.at(below) if f.share is not None and below else f.share
+    alone = replace(f, measured=below, wins=below, flip=None, flip_load=None, share=share)
     held = _first(alone, RULES[RULES.index(too_little_evidence) :]) if below else None
     if held is None or held.outcome is DecisionOutcome.DEFER:
         return f.defer(reason, fails)
@@ -900,6 +905,7 @@ def facts(
     scope = evidence.scopes.get(name, ScopeEvidence())
     measured = tuple(c for c in comparisons if c.measured)
     flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
+    share = decode_share(scope, evidence.compared)
     return Facts(
         name=name,
         evidence=evidence,
@@ -908,7 +914,7 @@ def facts(
         measured=measured,
         wins=tuple(c for c in measured if c.wins),
         crossing=crossover(comparisons, confidence=confidence),
-        share=decode_share(scope, evidence.compared),
+        share=share.at(measured) if share is not None and measured else share,
         flipped_for=frozenset(record.reason for record in fallbacks if record.scope == name),
         flip=flip,
         flip_load=matched_load(flip.loads, evidence.compared).get(Arm.SPECULATIVE) if flip is not None else None,

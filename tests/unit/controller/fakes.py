@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -291,6 +291,8 @@ class Traffic:
     tokens: int = 100
     # Offered requests per second per replica above which an arm's requests miss their deadline.
     capacity: dict[Arm, float] = field(default_factory=dict)
+    # An arm's seconds per committed token at its offered load per replica, where it depends on load.
+    curves: dict[Arm, Callable[[float], float]] = field(default_factory=dict)
     failing: frozenset[Arm] = frozenset()  # arms whose engines answer every request with an error
 
 
@@ -437,7 +439,9 @@ class Harness:
             count = round(rate * seconds)
             for index in range(count):
                 arm = pick_arm(route.weights, (index * GOLDEN) % 1)  # the router's split, spread evenly in time
-                decode = self.traffic.seconds_per_token[arm] * (self.traffic.tokens - 1)
+                curve = self.traffic.curves.get(arm)
+                per_token = curve(per_replica[arm]) if curve else self.traffic.seconds_per_token[arm]
+                decode = per_token * (self.traffic.tokens - 1)
                 e2e = 0.05 + decode
                 finished = end - seconds + (index + 1) * seconds / count
                 into.append(

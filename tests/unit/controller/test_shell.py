@@ -11,7 +11,10 @@ import copy
 from dataclasses import replace
 from datetime import datetime
 
+import pytest
+
 from specpilot.analysis.evidence import ProbeArm, ProbeCounts
+from specpilot.analysis.proportions import Sequential
 from specpilot.analysis.quality import scope_cases
 from specpilot.api.pilot import ABORT_ANNOTATION, KIND, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
@@ -238,16 +241,18 @@ async def test_probe_counts_reach_the_evidence_store_and_survive_a_restart() -> 
         assert stored is not None
         return stored.scopes["chat"].probes.counts()[ProbeKind.GREEDY]
 
-    assert greedy() == ProbeCounts(
+    assert greedy().model_copy(update={"test": Sequential()}) == ProbeCounts(
         rounds=2,
         baseline=ProbeArm(checks=200 * cases, passed=200 * cases),
         speculative=ProbeArm(checks=200 * cases, passed=200 * cases),
     )
+    assert greedy().test.rounds == 2
     h.restart()  # the rounds so far were in the old process's memory; the ConfigMap kept their counts
     h.quality.agreement = 0.99
     for _ in range(4):
         await h.step(INTERVAL)  # two more rounds, 30 s apart
     assert greedy().rounds == 4 and greedy().speculative == ProbeArm(checks=400 * cases, passed=398 * cases)
+    assert greedy().test.rounds == 4  # the probe tests go on from the rounds before the restart
 
 
 async def test_status_then_events_then_the_evidence_they_describe() -> None:
@@ -523,3 +528,37 @@ async def test_a_taken_over_service_goes_back_on_an_invalid_spec_and_on_abort_un
     await h.step(INTERVAL)
     assert any(c["type"] == "InvalidSpec" and c["status"] == "True" for c in h.status()["conditions"])
     assert h.kube.objects[("Service", "team-a", "llm")] == original and h.status()["takeover"]["phase"] == "Restored"
+
+
+async def test_a_staged_climb_past_the_crossover_is_adopted_below_its_win_with_the_crossover_bracketed() -> None:
+    """Speculation's time per committed token rises with its load, the control arm's does not: they cross
+    at 4 requests per second per replica. The first stage runs the arms at 2 (a win), the second at 10,
+    where the scope flips back; the flip's load is recorded, and the decision adopts below the win with
+    the crossover between the two."""
+    doc = pilot_doc()
+    spec = doc["spec"]
+    spec["scopes"] = [spec["scopes"][1]]  # code alone: its arms' load is its own
+    spec["scopes"][0]["stages"] = [
+        {"weight": 10, "minRequests": 50, "minDuration": "2m"},  # a band's worth of windows at the first stage
+        {"weight": 50, "minRequests": 100, "minDuration": "1m"},
+    ]
+    spec["rollback"]["reentry"] = "Manual"
+    spec.pop("alternative")  # the control arm takes the second stage's half
+    h = Harness(doc)
+    h.traffic.rate = 20.0  # per scope: 2 and 10 requests per second per replica at the two stages
+    h.traffic.curves = {Arm.SPECULATIVE: lambda load: 0.01 * (1 + load / 4), Arm.CONTROL: lambda load: 0.02}
+    await warm(h)
+    for _ in range(40):
+        await h.step(INTERVAL)
+        if h.status().get("decision"):
+            break
+    scope = h.scope("code")
+    assert scope["state"] == "RolledBack", scope
+    (flip,) = h.status()["fallbacks"]
+    assert flip["metric"] == "timePerCommittedTokenRatio"
+    assert flip["loads"] == {"speculative": pytest.approx(10, rel=0.05), "control": pytest.approx(10, rel=0.05)}
+    decision = scope["decision"]
+    assert decision["outcome"] == "AdoptInLowLoadWindows", decision["reasons"]
+    assert decision["maxLoad"] == pytest.approx(2, rel=0.05)
+    assert decision["crossoverLow"] <= 4 <= decision["crossoverHigh"] <= 10 * 1.05, decision
+    assert h.status()["decision"]["outcome"] == "AdoptInLowLoadWindows"
