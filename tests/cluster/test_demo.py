@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from specpilot.controller.core.render import HOME_VOLUME
 from specpilot.wire.names import MANAGER
 from tests.cluster.conftest import ROOT, Cluster, in_background
 
@@ -141,7 +142,8 @@ def test_the_demo_on_the_teams_own_deployment_reaches_the_same_outcomes_and_leav
         assert seen["copies"], "the speculative arm was seen"
         pod, team = seen["copies"][-1]["spec"], TEAM["spec"]["template"]["spec"]
         assert pod["serviceAccountName"] == "vllm" and pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
-        assert pod["volumes"] == [{"name": "models", "persistentVolumeClaim": {"claimName": "team-vllm-models"}}], pod[
+        team_volumes = [v for v in pod["volumes"] if v["name"] != HOME_VOLUME]  # the operator adds HOME's
+        assert team_volumes == [{"name": "models", "persistentVolumeClaim": {"claimName": "team-vllm-models"}}], pod[
             "volumes"
         ]
         (engine,) = pod["containers"]

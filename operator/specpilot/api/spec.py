@@ -182,7 +182,8 @@ class EngineContainerTemplate(ApiModel):
     """Mounts of the template's volumes, e.g. the model weights at the path spec.engine.model names."""
     security_context: KubeObject | None = None
     """The container's security context; the operator's hardening (no privilege escalation, no
-    capabilities) wins where they differ."""
+    capabilities) wins where they differ. Privileged, root, added capabilities and unconfined profiles
+    are refused."""
     startup_probe: KubeObject | None = None
     """A startup probe, e.g. long enough for a large model to load."""
     readiness_probe: KubeObject | None = None
@@ -201,7 +202,10 @@ class PodTemplate(ApiModel):
     annotations: Annotated[dict[str, Annotated[str, StringConstraints(max_length=4096)]], Field(max_length=32)] = {}
     """Pod annotations, e.g. for log shippers."""
     service_account_name: Name | None = None
-    """The engine pods' ServiceAccount; with one, its token is mounted (without, none is)."""
+    """The engine pods' ServiceAccount, e.g. for a workload identity."""
+    automount_service_account_token: Annotated[bool, Field(strict=True)] = False
+    """Mount the ServiceAccount's token into the engine pods; without it none is (the engine calls no
+    Kubernetes API)."""
     image_pull_secrets: Annotated[list[Name], Field(max_length=16)] = []
     """Secrets to pull spec.engine.image with."""
     priority_class_name: Annotated[str, StringConstraints(max_length=253)] | None = None
@@ -211,9 +215,12 @@ class PodTemplate(ApiModel):
     topology_spread_constraints: Annotated[list[KubeObject], Field(max_length=8)] = []
     """How the pods spread over zones or nodes."""
     security_context: KubeObject | None = None
-    """The pod's security context; its seccomp profile stays the runtime's default."""
+    """The pod's security context. The operator sets runAsNonRoot and the runtime's default seccomp
+    profile, and without a runAsUser runs the pods as user 1000 with HOME on an emptyDir; root and
+    unconfined profiles are refused."""
     volumes: Annotated[list[KubeObject], Field(max_length=32)] = []
-    """Volumes, e.g. a PersistentVolumeClaim holding the model weights."""
+    """Volumes, e.g. a PersistentVolumeClaim holding the model weights; hostPath and other volumes that
+    reach the node are refused."""
     container: EngineContainerTemplate = EngineContainerTemplate()
     """The engine container's part."""
 

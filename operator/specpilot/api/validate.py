@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from specpilot.api.common import Rule
 from specpilot.api.pilot import NAME_LEAVES_REHEARSAL, NAME_MAX_LENGTH, NAME_PATTERN, NAME_RULE
+from specpilot.api.podsecurity import annotation_refusals, container_refusals, context_refusals, volume_refusals
 from specpilot.api.spec import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
@@ -63,6 +64,7 @@ from specpilot.api.spec import (
     WORKLOAD_WITHOUT_ALTERNATIVE,
     Engine,
     HeaderMatchType,
+    PodTemplate,
     ProbeCase,
     ProbeKind,
     ScopeMatch,
@@ -214,6 +216,20 @@ def _engine_problems(engine: Engine) -> Iterator[Problem]:
     for index, toleration in enumerate(engine.tolerations):
         if toleration.operator is TolerationOperator.EXISTS and toleration.value is not None:
             yield _problem(f"spec.engine.tolerations[{index}].value", TOLERATION_EXISTS_WITHOUT_VALUE)
+    if engine.pod_template is not None:
+        yield from _template_problems(engine.pod_template)
+
+
+def _template_problems(template: PodTemplate) -> Iterator[Problem]:
+    """What the engine pods' template may not ask for (`api.podsecurity`)."""
+    field = "spec.engine.podTemplate"
+    refused = [
+        *annotation_refusals(template.annotations, f"{field}.annotations"),
+        *volume_refusals(template.volumes, f"{field}.volumes"),
+        *context_refusals(template.security_context or {}, f"{field}.securityContext"),
+        *container_refusals(template.container.to_wire(), f"{field}.container"),
+    ]
+    return (Problem(where, why) for where, why in refused)
 
 
 def _arm_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:

@@ -12,15 +12,20 @@ from typing import Any
 import pytest
 import yaml
 
+from specpilot.api.podsecurity import pod_refusals
 from specpilot.api.spec import GPU_RESOURCE, Control, Rehearsal, SpeculationPilotSpec
 from specpilot.controller.core.render import (
+    HOME_VOLUME,
     ArmPlan,
     PilotRef,
     Rendered,
     content_hash,
+    engine_pod,
+    hardened_engine_pod,
     max_table_age_seconds,
     render,
     render_arm,
+    render_restart,
     render_router,
     render_step_load,
     router_rbac,
@@ -85,7 +90,7 @@ def test_baseline_and_speculative_differ_by_the_speculative_config_alone(example
     baseline, control, speculative = plans
     pods = [copy.deepcopy(p.deployment["spec"]["template"]["spec"]) if p.deployment else None for p in plans]
     if workload is not None:
-        assert baseline.deployment is None and pods[1] == workload.template["spec"]
+        assert baseline.deployment is None and pods[1] == hardened_engine_pod(workload.template["spec"])
         assert baseline.config_hash == control.config_hash
     base_pod, spec_pod = pods[1] if workload is not None else pods[0], pods[2]
     assert base_pod is not None and spec_pod is not None
@@ -152,10 +157,10 @@ def test_shared_memory_for_tensor_parallel_engines(tp: int, shm: bool) -> None:
     spec = with_spec(spec, "engine.tensorParallelSize", tp)
     spec = with_spec(spec, "engine.resources", {"limits": {GPU_RESOURCE: tp}})
     pod = render_arm(ref, spec, Arm.BASELINE).deployment["spec"]["template"]["spec"]
-    assert ("volumes" in pod) is shm
-    if shm:
-        assert pod["volumes"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
-        assert pod["containers"][0]["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
+    shared = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}] if shm else []
+    assert [v for v in pod["volumes"] if v["name"] != HOME_VOLUME] == shared
+    mounts = [m for m in pod["containers"][0]["volumeMounts"] if m["name"] != HOME_VOLUME]
+    assert mounts == ([{"name": "dshm", "mountPath": "/dev/shm"}] if shm else [])
     assert pod["containers"][0]["resources"]["limits"][GPU_RESOURCE] == tp
 
 
@@ -249,28 +254,135 @@ def test_the_control_and_alternative_arms_take_the_speculative_arms_share() -> N
     assert code is not None and code.weights == ArmWeights(baseline=80, speculative=20)
 
 
-@pytest.mark.parametrize("example", INLINE, ids=lambda p: p.stem)
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
 def test_engine_pods_are_hardened_outside_the_config_hash_and_the_router_keeps_its_token(example: Path) -> None:
+    """Every engine pod, a workload's copies too: no root, no capability, no privilege escalation, the
+    runtime's seccomp profile, no token; HOME on a volume of its own for the user the operator picks."""
     ref, spec = load(example)
-    assert spec.engine is not None
     out = rendered(ref, spec)
     for plan in out.arms:
-        assert plan.deployment is not None
+        if plan.deployment is None:
+            continue  # production's own Deployment, never rendered
         pod = plan.deployment["spec"]["template"]["spec"]
-        if spec.engine.pod_template is None or spec.engine.pod_template.service_account_name is None:
-            assert pod["automountServiceAccountToken"] is False
-            assert "serviceAccountName" not in pod
-        else:  # a pod template that names an account gets its token
-            assert "automountServiceAccountToken" not in pod
-        assert pod["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+        assert pod["automountServiceAccountToken"] is False
+        assert pod["securityContext"] == {
+            "runAsNonRoot": True,
+            "seccompProfile": {"type": "RuntimeDefault"},
+            "runAsUser": 1000,
+            "fsGroup": 1000,
+            "fsGroupChangePolicy": "OnRootMismatch",
+        }
+        assert {"name": HOME_VOLUME, "emptyDir": {}} in pod["volumes"]
         for engine in pod["containers"]:
             assert engine["securityContext"] == {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-        bare = {k: v for k, v in pod.items() if k not in ("automountServiceAccountToken", "securityContext")}
-        bare["containers"] = [{k: v for k, v in c.items() if k != "securityContext"} for c in pod["containers"]]
-        assert plan.config_hash == content_hash(bare), "hygiene stays outside the config hash"
+            assert {"name": "HOME", "value": "/home/engine"} in engine["env"]
+            assert {"name": HOME_VOLUME, "mountPath": "/home/engine"} in engine["volumeMounts"]
+        if spec.engine is not None and plan.arm in (Arm.BASELINE, Arm.CONTROL):
+            unhardened = engine_pod(spec.engine, tensor_parallel_size=spec.engine.tensor_parallel_size)
+            assert plan.config_hash == content_hash(unhardened), "hygiene stays outside the config hash"
     router = next(o for o in out.objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-router"))
     assert router["spec"]["template"]["spec"].get("automountServiceAccountToken", True) is True
     assert router["spec"]["template"]["spec"]["serviceAccountName"] == f"{ref.name}-router"
+
+
+def restricted(pod: dict[str, Any]) -> list[str]:
+    """What in a pod spec the restricted Pod Security Standard refuses (a read-only root is no part of it)."""
+    found = [f"{where}: {why}" for where, why in pod_refusals(pod, "spec")]
+    context = pod.get("securityContext", {})
+    for c in pod["containers"]:
+        own = c.get("securityContext", {})
+        if own.get("runAsNonRoot", context.get("runAsNonRoot")) is not True:
+            found.append(f"{c['name']}: runAsNonRoot")
+        if own.get("seccompProfile", context.get("seccompProfile", {})).get("type") not in (
+            "RuntimeDefault",
+            "Localhost",
+        ):
+            found.append(f"{c['name']}: seccompProfile")
+        if own.get("allowPrivilegeEscalation") is not False:
+            found.append(f"{c['name']}: allowPrivilegeEscalation")
+        if "ALL" not in own.get("capabilities", {}).get("drop", []):
+            found.append(f"{c['name']}: capabilities.drop")
+    return found
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)
+def test_every_pod_rendered_meets_the_restricted_pod_security_standard(example: Path) -> None:
+    ref, spec = load(example)
+    workload = workload_of(spec)
+    objects = [
+        *rendered(ref, spec).objects,
+        render_restart(ref, spec, workload),
+        render_step_load(ref, spec, step=0, router_ip="10.0.0.1", mix="{}", rate=1.0, seconds=60, image=IMAGE),
+    ]
+    pods = {o["metadata"]["name"]: o["spec"]["template"]["spec"] for o in objects if o["kind"] in ("Deployment", "Job")}
+    assert pods
+    assert {name: restricted(pod) for name, pod in pods.items()} == {name: [] for name in pods}
+
+
+@pytest.mark.parametrize(
+    ("template", "pod", "engine"),
+    [
+        pytest.param(
+            {"securityContext": {"runAsUser": 2000, "fsGroup": 2000}},
+            {"runAsUser": 2000, "fsGroup": 2000, "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
+            {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+            id="the-templates-user-and-no-home",
+        ),
+        pytest.param(
+            {"container": {"securityContext": {"runAsUser": 3000, "readOnlyRootFilesystem": True}}},
+            {
+                "runAsUser": 1000,
+                "fsGroup": 1000,
+                "fsGroupChangePolicy": "OnRootMismatch",
+                "runAsNonRoot": True,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            {
+                "runAsUser": 3000,
+                "readOnlyRootFilesystem": True,
+                "allowPrivilegeEscalation": False,
+                "capabilities": {"drop": ["ALL"]},
+            },
+            id="the-containers-user-and-no-home",
+        ),
+    ],
+)
+def test_a_template_that_names_a_user_keeps_it_and_its_own_home(
+    template: dict[str, Any], pod: dict[str, Any], engine: dict[str, Any]
+) -> None:
+    ref, spec = load(ROOT / "manifests/examples/minimal.yaml")
+    rendered_pod = render_arm(ref, with_spec(spec, "engine.podTemplate", template), Arm.SPECULATIVE).deployment
+    found = rendered_pod["spec"]["template"]["spec"]  # type: ignore[index]
+    assert found["securityContext"] == pod
+    assert found["containers"][0]["securityContext"] == engine
+    assert not any(v["name"] == HOME_VOLUME for v in found.get("volumes", []))
+    assert not any(var["name"] == "HOME" for var in found["containers"][0]["env"])
+
+
+@pytest.mark.parametrize(("asked", "mounted"), [(None, False), (False, False), (True, True)])
+def test_the_token_is_mounted_only_when_the_template_asks(asked: bool | None, mounted: bool) -> None:
+    ref, spec = load(ROOT / "manifests/examples/pod-template.yaml")  # names a ServiceAccount
+    template = spec.engine.pod_template.to_wire()  # type: ignore[union-attr]
+    template.pop("automountServiceAccountToken", None)
+    if asked is not None:
+        template["automountServiceAccountToken"] = asked
+    plan = render_arm(ref, with_spec(spec, "engine.podTemplate", template), Arm.SPECULATIVE)
+    pod = plan.deployment["spec"]["template"]["spec"]  # type: ignore[index]
+    assert pod["serviceAccountName"] == "vllm" and pod["automountServiceAccountToken"] is mounted
+
+
+def test_a_workloads_copies_are_hardened_and_keep_an_explicit_token() -> None:
+    ref, spec = load(ROOT / "manifests/examples/workload-ref.yaml")
+    workload = workload_of(spec)
+    assert workload is not None
+    asking = copy.deepcopy(workload.template)
+    asking["spec"]["automountServiceAccountToken"] = True
+    for template, mounted in ((workload.template, False), (asking, True)):
+        changed = type(workload)(workload.name, template, workload.selector, workload.state, workload.container)
+        pod = render_arm(ref, spec, Arm.CONTROL, changed).deployment["spec"]["template"]["spec"]  # type: ignore[index]
+        assert pod["automountServiceAccountToken"] is mounted
+        assert pod["securityContext"]["runAsNonRoot"] is True
+        assert pod["containers"][0]["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
 
 def test_router_pods_take_pull_secrets_placement_and_resources_from_spec_router_and_meet_restricted() -> None:
@@ -314,9 +426,9 @@ def test_the_pod_template_reaches_every_arm_under_the_operators_own_fields() -> 
         assert pod["serviceAccountName"] == "vllm" and pod["imagePullSecrets"] == [{"name": "registry-example"}]
         assert pod["priorityClassName"] == "serving-critical"
         assert pod["topologySpreadConstraints"][0]["topologyKey"] == "topology.kubernetes.io/zone"
-        # tensor parallel size 4: the operator's shared memory, then the template's model cache
-        assert [v["name"] for v in pod["volumes"]] == ["dshm", "models"]
-        assert [m["mountPath"] for m in engine["volumeMounts"]] == ["/dev/shm", "/models"]
+        # tensor parallel size 4: the operator's shared memory, then the template's model cache, then HOME
+        assert [v["name"] for v in pod["volumes"]] == ["dshm", "models", HOME_VOLUME]
+        assert [m["mountPath"] for m in engine["volumeMounts"]] == ["/dev/shm", "/models", "/home/engine"]
         assert engine["startupProbe"]["failureThreshold"] == 90
         assert engine["readinessProbe"]["httpGet"]["path"] == "/health"  # the operator's, not replaced
         assert template["metadata"]["labels"]["sidecar.istio.io/inject"] == "false"
@@ -343,7 +455,11 @@ def test_where_the_template_and_the_operator_both_set_a_field_the_operators_wins
     assert speculative["metadata"]["labels"]["team"] == "serving"
     assert [v for v in pod["volumes"] if v["name"] == "dshm"] == [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
     assert engine["volumeMounts"] == [{"name": "dshm", "mountPath": "/dev/shm"}]
-    assert pod["securityContext"] == {"runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["securityContext"] == {
+        "runAsUser": 1000,
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     assert (
         engine["securityContext"]["allowPrivilegeEscalation"] is False
         and engine["securityContext"]["runAsGroup"] == 1000

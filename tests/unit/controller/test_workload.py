@@ -14,7 +14,7 @@ from specpilot.api.reasons import Reason
 from specpilot.api.spec import WorkloadRef
 from specpilot.api.status import ScopeState, SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
-from specpilot.controller.core.render import content_hash, render_arm, speculative_config
+from specpilot.controller.core.render import content_hash, hardened_engine_pod, render_arm, speculative_config
 from specpilot.controller.core.status import carry_scopes
 from specpilot.controller.core.workload import (
     Workload,
@@ -136,10 +136,11 @@ def test_the_arms_are_copies_differing_by_the_speculative_config_and_the_baselin
     assert baseline.service["spec"]["ports"][0]["targetPort"] == 8000
     assert control.deployment is not None and speculative.deployment is not None
     pods = [plan.deployment["spec"]["template"]["spec"] for plan in (control, speculative)]  # type: ignore[index]
-    assert pods[0] == DEPLOYMENT["spec"]["template"]["spec"], "the control arm runs the team's pod as it is"
+    team_pod = DEPLOYMENT["spec"]["template"]["spec"]
+    assert pods[0] == hardened_engine_pod(team_pod), "the control arm runs the team's pod as it is, hardened"
     flag = ["--speculative-config", speculative_config(spec.speculative.draft)]
-    assert pods[1] == copied_pod(workload, flag)
-    assert baseline.config_hash == control.config_hash == content_hash(pods[0])
+    assert pods[1] == hardened_engine_pod(copied_pod(workload, flag))
+    assert baseline.config_hash == control.config_hash == content_hash(team_pod)
     # every field the team's pod needs travels with the copies
     for pod in pods:
         assert pod["serviceAccountName"] == "vllm" and pod["imagePullSecrets"] == [{"name": "registry-credentials"}]
@@ -200,3 +201,46 @@ def test_a_spec_names_one_engine_source_and_leaves_the_workload_as_it_runs() -> 
     collide = {**spec, "workloadRef": {**spec["workloadRef"], "name": taken}}
     (problem,) = validate(_pilot(collide))
     assert problem.field == "spec.workloadRef.name" and "rename the pilot" in problem.message
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "says"),
+    [
+        (
+            {"volumes": [{"name": "root", "hostPath": {"path": "/"}}]},
+            "spec.template.spec.volumes[0].hostPath",
+            "hostPath volumes are refused",
+        ),
+        ({"hostNetwork": True}, "spec.template.spec.hostNetwork", "the node's namespaces are refused"),
+        ({"hostPID": True}, "spec.template.spec.hostPID", "the node's namespaces are refused"),
+        ({"securityContext": {"runAsUser": 0}}, "spec.template.spec.securityContext.runAsUser", "running as root"),
+        (
+            {"containers": [{"securityContext": {"privileged": True}}]},
+            "spec.template.spec.containers[0].securityContext.privileged",
+            "privileged containers are refused",
+        ),
+        (
+            {"initContainers": [{"name": "fetch", "image": "busybox", "securityContext": {"runAsNonRoot": False}}]},
+            "spec.template.spec.initContainers[0].securityContext.runAsNonRoot",
+            "runAsNonRoot false is refused",
+        ),
+        (
+            {"containers": [{"ports": [{"containerPort": 8000, "hostPort": 8000}]}]},
+            "spec.template.spec.containers[0].ports[0].hostPort",
+            "host ports are refused",
+        ),
+    ],
+)
+def test_a_deployment_whose_pod_no_engine_pod_may_be_is_refused_naming_its_field(
+    change: dict[str, Any], field: str, says: str
+) -> None:
+    doc = copy.deepcopy(DEPLOYMENT)
+    pod = doc["spec"]["template"]["spec"]
+    for key, value in change.items():
+        if key == "containers":  # merged into the engine container
+            pod["containers"][0] |= value[0]
+        else:
+            pod[key] = value
+    (problem,) = refused(doc)
+    assert problem.field == "spec.workloadRef.name"
+    assert problem.message.startswith(f"Deployment {REF.name}'s {field}: {says}"), problem.message

@@ -221,6 +221,7 @@ def _templated(pod: Json, template: PodTemplate) -> Json:
     extra_volumes = [dict(v) for v in template.volumes if v.get("name") not in named]
     given: Json = {
         "serviceAccountName": template.service_account_name,
+        "automountServiceAccountToken": True if template.automount_service_account_token else None,
         "imagePullSecrets": [{"name": name} for name in template.image_pull_secrets] or None,
         "priorityClassName": template.priority_class_name,
         "affinity": dict(template.affinity) if template.affinity is not None else None,
@@ -283,13 +284,12 @@ def _engine_template(
     spec: SpeculationPilotSpec, workload: Workload | None, pod: Json, labels: Mapping[str, str], config_hash: str | None
 ) -> Json:
     """An engine Deployment's pod template: the operator's labels and config hash over the pod template's
-    (or the workload's) own; an engine described in the spec is hardened, a workload's copy runs as the
-    team runs it."""
+    (or the workload's) own, hardened whoever wrote it."""
     annotations = {CONFIG_HASH_ANNOTATION: config_hash} if config_hash is not None else {}
     if spec.engine is None:
         assert workload is not None
-        return {"metadata": copied_metadata(workload, labels, annotations), "spec": pod}
-    return {"metadata": _pod_metadata(spec.engine, labels, annotations), "spec": _hardened(pod)}
+        return {"metadata": copied_metadata(workload, labels, annotations), "spec": hardened_engine_pod(pod)}
+    return {"metadata": _pod_metadata(spec.engine, labels, annotations), "spec": hardened_engine_pod(pod)}
 
 
 def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm, workload: Workload | None = None) -> ArmPlan:
@@ -342,27 +342,57 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm, workload: Wo
     )
 
 
-# What vLLM runs with: its official image runs as root and writes its caches under the home directory,
-# so neither a non-root user nor a read-only root is imposed; it needs no capability and no privilege
-# escalation (GPUs come through the device plugin), and nothing outside the runtime's seccomp profile.
+# What every engine pod runs with, whoever wrote its template (the restricted Pod Security Standard but
+# a read-only root, which vLLM's caches need writable): no capability, no privilege escalation (GPUs come
+# through the device plugin), the runtime's seccomp profile, and no root. vLLM's official image runs as
+# root and keeps its caches in the home directory, so a pod whose template names no user runs as
+# ENGINE_USER with HOME on an emptyDir of its own, and its volumes (a model cache a workload writes to)
+# are made writable to that user's group the way Kubernetes does it, by fsGroup.
 ENGINE_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+ENGINE_USER = 1000
+ENGINE_HOME = "/home/engine"
+HOME_VOLUME = "specpilot-home"
 
 
-def _hardened(pod: Json) -> Json:
-    """The engine pod as deployed: no service-account token (the engine calls no Kubernetes API) unless
-    its pod template names an account, no capabilities or privilege escalation, the runtime's seccomp
-    profile. Outside the config hash, which covers what the engine runs."""
-    containers = [
-        {**c, "securityContext": {**c.get("securityContext", {}), **ENGINE_SECURITY}} for c in pod["containers"]
-    ]
+def hardened_engine_pod(pod: Json) -> Json:
+    """The engine pod as deployed: hardened as ENGINE_SECURITY says, and with no service-account token
+    (the engine calls no Kubernetes API) unless its template asks for one. `api.podsecurity` has refused
+    whatever would undo this. Outside the config hash, which covers what the engine runs."""
+    context = {**pod.get("securityContext", {}), "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    homed = "runAsUser" not in context  # the operator picks the user, so it gives the home too
+    if homed:
+        context["runAsUser"] = ENGINE_USER
+        if "fsGroup" not in context:
+            context |= {"fsGroup": ENGINE_USER, "fsGroupChangePolicy": "OnRootMismatch"}
     hardened = {
         **pod,
-        "containers": containers,
-        "securityContext": {**pod.get("securityContext", {}), "seccompProfile": {"type": "RuntimeDefault"}},
+        "securityContext": context,
+        "automountServiceAccountToken": pod.get("automountServiceAccountToken") is True,
     }
-    if "serviceAccountName" not in pod:  # a pod template that names an account gets its token
-        hardened["automountServiceAccountToken"] = False
+    for key in ("initContainers", "containers"):
+        if key in pod:
+            hardened[key] = [_hardened_container(c, homed=homed) for c in pod[key]]
+    if any(_homed(c) for key in ("initContainers", "containers") for c in hardened.get(key, ())):
+        others = [v for v in pod.get("volumes", []) if v.get("name") != HOME_VOLUME]
+        hardened["volumes"] = [*others, {"name": HOME_VOLUME, "emptyDir": {}}]
     return hardened
+
+
+def _hardened_container(container: Json, *, homed: bool) -> Json:
+    """A container under ENGINE_SECURITY; given HOME on the pod's home volume where it runs as
+    ENGINE_USER and sets no HOME of its own."""
+    context = {**container.get("securityContext", {}), **ENGINE_SECURITY}
+    out = {**container, "securityContext": context}
+    own_home = any(var.get("name") == "HOME" for var in container.get("env", []))
+    if homed and "runAsUser" not in context and not own_home:
+        out["env"] = [*container.get("env", []), {"name": "HOME", "value": ENGINE_HOME}]
+        mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != HOME_VOLUME]
+        out["volumeMounts"] = [*mounts, {"name": HOME_VOLUME, "mountPath": ENGINE_HOME}]
+    return out
+
+
+def _homed(container: Json) -> bool:
+    return any(m.get("name") == HOME_VOLUME for m in container.get("volumeMounts", []))
 
 
 def _service(ref: PilotRef, name: str, selector: Mapping[str, str], labels: Mapping[str, str], ports: Any) -> Json:

@@ -1,6 +1,7 @@
 """A Deployment a team already runs vLLM in (`spec.workloadRef`), as read each tick: its pod template,
 the engine container in it, and what the engine serves. The other arms run copies of that template,
-the speculative arm with one switch added to the engine container. Pure."""
+the speculative arm with one switch added to the engine container, hardened as every engine pod is; a
+template that asks for what no engine pod may (`api.podsecurity`) is refused. Pure."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from itertools import pairwise
 from typing import Any
 
 from specpilot.api.flags import flag_value
+from specpilot.api.podsecurity import annotation_refusals, pod_refusals
 from specpilot.api.spec import WorkloadRef
 from specpilot.api.status import WorkloadStatus
 from specpilot.api.validate import Problem
@@ -110,6 +112,13 @@ def read_workload(obj: Mapping[str, Any] | None, ref: WorkloadRef) -> Workload |
                 f"{ENGINE_PORT}: drop --port",
             )
         )
+    refused = [
+        *annotation_refusals(
+            (template.get("metadata") or {}).get("annotations") or {}, "spec.template.metadata.annotations"
+        ),
+        *pod_refusals(template.get("spec") or {}, "spec.template.spec"),
+    ]
+    problems += [Problem("spec.workloadRef.name", f"Deployment {ref.name}'s {where}: {why}") for where, why in refused]
     if problems:
         return problems
     return Workload(

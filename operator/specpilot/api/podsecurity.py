@@ -1,0 +1,124 @@
+"""What no engine pod may ask for, whoever wrote its template: a pilot's `spec.engine.podTemplate`, or the
+Deployment `spec.workloadRef` names, whose pod the other arms copy.
+
+Whoever may create a pilot would otherwise get pods out of the operator's own permissions (a confused
+deputy): a hostPath volume reaches the node's files, a privileged or root container the node itself. The
+checks are the Pod Security Standards' baseline, and of the restricted standard its volume types, no
+privilege escalation, no added capability and no root; the operator renders the rest of restricted
+itself (`controller.core.render`). A GPU reaches the engine through the device plugin, and shared
+memory through an emptyDir of medium Memory, so an engine needs none of what is refused here. Each
+check yields the field refused and why, with the fix; `api.validate` and the workload reader make them
+problems.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+Json = Mapping[str, Any]
+Refused = tuple[str, str]  # the field, as the API server names it, and why, with the fix
+
+# The restricted standard's volume types: none reaches the node.
+VOLUME_TYPES = (
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+)
+HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
+CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
+
+HOST_PATH = (
+    "hostPath volumes are refused: they reach the node's files. Keep model weights on a persistentVolumeClaim "
+    "(or an image volume of the csi kind) and scratch space, /dev/shm included, on an emptyDir (medium: Memory)"
+)
+HOST_NAMESPACE = "the node's namespaces are refused: remove it (the engine is reached on its pod's own IP)"
+HOST_PORT = "host ports are refused: remove it (the routers reach the engine on its pod's IP)"
+PRIVILEGED = "privileged containers are refused: remove it (GPUs come through the device plugin, nvidia.com/gpu)"
+ESCALATION = "privilege escalation is refused: remove it (the operator sets false)"
+CAPABILITIES = "added capabilities are refused: remove them (the engine needs none; the operator drops ALL)"
+ROOT_USER = "running as root is refused: give a non-zero user, or none (the operator then runs the engine as 1000)"
+ROOT_ALLOWED = "runAsNonRoot false is refused: remove it (the operator sets true)"
+UNCONFINED = "an unconfined profile is refused: remove it (the runtime's default applies) or name a Localhost profile"
+UNMASKED = "an unmasked /proc is refused: remove it"
+SYSCTLS = "sysctls are refused: remove them (the engine needs none)"
+HOST_PROCESS = "Windows host processes are refused: remove it"
+SELINUX = f"SELinux user and role are refused, and types other than {', '.join(SELINUX_TYPES)}: remove them"
+PROBE_HOST = "a probe's host is refused: remove it (the kubelet probes the pod's own IP)"
+
+
+def pod_refusals(pod: Json, field: str) -> Iterator[Refused]:
+    """A whole pod spec at `field`: a workload's pod template, which the other arms copy."""
+    for key in HOST_NAMESPACES:
+        if pod.get(key) is True:
+            yield f"{field}.{key}", HOST_NAMESPACE
+    yield from volume_refusals(pod.get("volumes") or (), f"{field}.volumes")
+    yield from context_refusals(pod.get("securityContext") or {}, f"{field}.securityContext")
+    for key in CONTAINER_LISTS:
+        for index, container in enumerate(pod.get(key) or ()):
+            yield from container_refusals(container, f"{field}.{key}[{index}]")
+
+
+def container_refusals(container: Json, field: str) -> Iterator[Refused]:
+    """One container's security context, host ports and probes."""
+    yield from context_refusals(container.get("securityContext") or {}, f"{field}.securityContext")
+    for index, port in enumerate(container.get("ports") or ()):
+        if port.get("hostPort"):
+            yield f"{field}.ports[{index}].hostPort", HOST_PORT
+    for key in PROBES:
+        for action in ("httpGet", "tcpSocket"):
+            if ((container.get(key) or {}).get(action) or {}).get("host"):
+                yield f"{field}.{key}.{action}.host", PROBE_HOST
+
+
+def volume_refusals(volumes: Sequence[Json], field: str) -> Iterator[Refused]:
+    """Volumes of any type but the restricted standard's."""
+    for index, volume in enumerate(volumes):
+        for kind in sorted(set(volume) - {"name", *VOLUME_TYPES}):
+            message = (
+                HOST_PATH
+                if kind == "hostPath"
+                else (f"{kind} volumes are refused: engine pods may use {', '.join(VOLUME_TYPES)} volumes")
+            )
+            yield f"{field}[{index}].{kind}", message
+
+
+def context_refusals(context: Json, field: str) -> Iterator[Refused]:
+    """A pod's or a container's securityContext."""
+    user = context.get("runAsUser")
+    found = [
+        ("privileged", PRIVILEGED, context.get("privileged") is True),
+        ("allowPrivilegeEscalation", ESCALATION, context.get("allowPrivilegeEscalation") is True),
+        ("capabilities.add", CAPABILITIES, bool((context.get("capabilities") or {}).get("add"))),
+        ("runAsUser", ROOT_USER, user == 0 and not isinstance(user, bool)),
+        ("runAsNonRoot", ROOT_ALLOWED, context.get("runAsNonRoot") is False),
+        ("seccompProfile.type", UNCONFINED, (context.get("seccompProfile") or {}).get("type") == "Unconfined"),
+        ("appArmorProfile.type", UNCONFINED, (context.get("appArmorProfile") or {}).get("type") == "Unconfined"),
+        ("procMount", UNMASKED, context.get("procMount") == "Unmasked"),
+        ("sysctls", SYSCTLS, bool(context.get("sysctls"))),
+        ("windowsOptions.hostProcess", HOST_PROCESS, (context.get("windowsOptions") or {}).get("hostProcess") is True),
+        ("seLinuxOptions", SELINUX, _selinux_refused(context.get("seLinuxOptions") or {})),
+    ]
+    for name, message, refused in found:
+        if refused:
+            yield f"{field}.{name}", message
+
+
+def _selinux_refused(options: Json) -> bool:
+    kind = options.get("type")
+    return bool(options.get("user") or options.get("role")) or (bool(kind) and kind not in SELINUX_TYPES)
+
+
+def annotation_refusals(annotations: Mapping[str, str], field: str) -> Iterator[Refused]:
+    """Pod annotations that unconfine a container (AppArmor's, before its field)."""
+    for key, value in annotations.items():
+        if key.startswith(APPARMOR_ANNOTATION) and value == "unconfined":
+            yield f"{field}[{key}]", UNCONFINED
