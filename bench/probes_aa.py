@@ -1,10 +1,11 @@
-"""Greedy probe benchmark: how often identical arms flip the greedy probe check, and how often an arm
-that diverges at twice the baseline's rate does, over a pilot's probe rounds.
+"""Greedy probe benchmark: how often identical arms flip the greedy probe check, how often and how soon an
+arm that diverges at twice the baseline's rate does, from the first round or after 500 clean ones, over
+a pilot's probe rounds.
 
 Run on demand, not a test:
 
-    .venv/bin/python bench/probes_aa.py  # 1% 3% 10%, 1,000 runs x 200 rounds, 2 workers: about 3.5 minutes
-    .venv/bin/python bench/probes_aa.py --runs 200 --server-rounds 0 --json probes_aa.json  # a smoke run
+    .venv/bin/python bench/probes_aa.py  # 1% 3% 10%, 1,000 runs each, 2 workers
+    .venv/bin/python bench/probes_aa.py --runs 200 --late-runs 50 --server-rounds 0 --json probes_aa.json  # smoke
 
 Both sides are the project's own code. The arms are the mock's natural variation: each probe answer's
 divergence is drawn by `textgen.draw_divergence` (what the mock's handler calls for a temperature-0
@@ -12,10 +13,11 @@ request), with the profile's `model.greedy_divergence` as the rate, the batch th
 the same horizon, and its text is the mock's: the controller's request body (`request_body`) parsed
 by the mock (`parse_generation`), planned (`answers.plan`) and committed token by token by the
 engine's `Request` until it finishes, as the server's engine does. The verdict is the operator's: each
-round is judged by `probes.greedy_round`, added to the rounds before by `quality.accumulated` and
-checked by `quality.probe_checks` at the default analysis.confidence (0.95, alpha spent across rounds
-by `stats.spent_alpha`), as the controller does once a round lands. The greedy check is a hard limit:
-one failing check flips the scope, so a run flips at its first failing round.
+round is judged by `probes.greedy_round`, added to the rounds before by `quality.accumulated` (which
+steps the sequential tests, `proportions.Sequential`) and checked by `quality.probe_checks` at the
+default analysis.confidence (0.95: the probes' 1% of false flips, half to the mixture test and half to
+the change detector), as the controller does once a round lands. The greedy check is a hard limit: one
+failing check flips the scope, so a run flips at its first failing round.
 
 Why in-process is faithful: the server decides a greedy answer's divergence from nothing but the knob,
 the batch it counts when the request arrives (requests running and waiting, plus itself), the horizon
@@ -40,13 +42,19 @@ prompt's canonical answer runs to maxTokens (64), so every drawn position shows 
 comparison differs when either answer diverged, so at rate r both arms' comparisons differ about twice
 as often; with every answer alone (`apart`), a speculative arm at 2r differs from the baseline about
 1.5 times as often as the baseline from itself, which is what the power rows have to detect. The
-header prints the level the check spends at a few rounds, and the smallest p-value one round (two
-comparisons a side) can reach.
+header prints the tests' settings, the smallest p-value one round (two comparisons a side) can reach,
+and what a round costs in requests.
 
-Tables: per batching, per rate: the comparisons that differed on each side, the share of A/A runs with
-any flip against the target (met when the upper end of the 95% Wilson interval is at most 1%), and the
-power: the share of runs with the speculative arm at twice the rate that flip within the rounds, and
-the median round of the first flip.
+Tables: per batching, per rate, over that rate's rounds (`--rounds`; the targets: 80% power
+within 300 rounds at 10% and within 1,500 at 3%): the comparisons that differed on each side, the
+share of A/A runs with any flip against the target (met when the upper end of the 95% Wilson interval
+is at most 1%), the power (the share of runs with the speculative arm at twice the rate that flip
+within the rounds), the median and the 80th-percentile round of the first flip, and the fixed-sample
+bound: the rounds a one-sided test at 1% looking once would need for 80% power at the differing rates
+measured (normal approximation, comparisons taken as independent), the information limit the 80th
+percentile is set beside. Then the late faults: runs with the speculative arm at the baseline's rate
+until round 500 and at twice it after, for twice the rate's rounds: the median rounds from the fault to
+the flip beside the median from the first round (the power runs').
 """
 
 from __future__ import annotations
@@ -57,7 +65,6 @@ import itertools
 import json
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -70,9 +77,9 @@ import aiohttp
 
 from specpilot.analysis.answers import Answer
 from specpilot.analysis.probes import ArmAnswers, CaseTally, greedy_round
-from specpilot.analysis.proportions import rate_above_pvalue
-from specpilot.analysis.quality import ProbeResult, accumulated, case_key, probe_checks
-from specpilot.analysis.stats import spent_alpha
+from specpilot.analysis.proportions import BLOCK, HORIZON, ODDS, WEIGHTS, Sequential
+from specpilot.analysis.quality import ProbeResult, accumulated, case_key, kind_groups, probe_alpha, probe_checks
+from specpilot.analysis.stats import z_quantile
 from specpilot.api.spec import Analysis, ProbeCase, Probes, Quality
 from specpilot.api.status import Verdict
 from specpilot.controller.quality import probe_case, request_body
@@ -87,6 +94,9 @@ from specpilot.mockvllm.textgen import divergence_chance, draw_divergence, text_
 MODEL = "bench-model"
 PROMPT = "Summarise the release notes for version 2.4."  # its canonical answer runs past maxTokens
 RATES = (0.01, 0.03, 0.10)
+ROUNDS = (3000, 1500, 300)  # per rate: the rounds a pilot runs (the A/A side) and the power is counted within
+ONSET = 500  # the late faults: clean rounds before the speculative arm diverges at FACTOR times the rate
+POWER = 0.8  # the power the fixed-sample bound is computed for
 FACTOR = 2.0  # the speculative arm's rate in the power rows, as a multiple of the baseline's
 TARGET = 0.01  # at most this share of A/A runs may flip
 QUALITY = Quality()
@@ -117,6 +127,7 @@ class Job:
     batching: Batching
     prompt: str
     mock_seed: int = 0  # the pods' --seed
+    onset: int = 0  # rounds the speculative arm runs at the baseline's rate before it diverges more
 
 
 @dataclass
@@ -238,8 +249,10 @@ class Pilot:
         probes, self.case = probe(job.prompt)
         self.baseline = Pod(self.case, max_tokens=probes.max_tokens, rate=job.rate, seed=job.mock_seed)
         self.speculative = Pod(self.case, max_tokens=probes.max_tokens, rate=job.rate * job.factor, seed=job.mock_seed)
+        self.onset = job.onset
         self.batches = batches(job.batching, job.load)
         self.key = case_key(self.case)
+        self.groups = kind_groups([self.case]).values()
         # greedy_round is pure and the texts are cached, so a round whose answers repeat an earlier
         # round's is judged once.
         self.judged = lru_cache(maxsize=1 << 16)(self._judge)
@@ -247,20 +260,23 @@ class Pilot:
     def _judge(self, baseline: ArmAnswers, again: ArmAnswers, speculative: ArmAnswers) -> CaseTally:
         return greedy_round(self.case, baseline=baseline, again=again, speculative=speculative)
 
-    def round(self, rng: random.Random) -> CaseTally:
-        """One probe round: the baseline, its repeat and the speculative arm, in the order they arrive."""
+    def round(self, rng: random.Random, index: int = 1) -> CaseTally:
+        """Probe round `index`: the baseline, its repeat and the speculative arm (at the baseline's rate
+        until the onset), in the order they arrive."""
         first, again, spec = self.batches
+        speculative = self.speculative if index > self.onset else self.baseline
         return self.judged(
-            self.baseline.answers(rng, first), self.baseline.answers(rng, again), self.speculative.answers(rng, spec)
+            self.baseline.answers(rng, first), self.baseline.answers(rng, again), speculative.answers(rng, spec)
         )
 
     def flip(self, rng: random.Random, *, rounds: int, seen: Runs) -> int | None:
         """Rounds accumulated and checked after each, as the controller does; the first failing round."""
         result: ProbeResult | None = None
         for index in range(1, rounds + 1):
-            tally = self.round(rng)
-            seen.count(tally)
-            result = accumulated(result, ProbeResult({self.key: tally}))
+            tally = self.round(rng, index)
+            if index > self.onset:
+                seen.count(tally)
+            result = accumulated(result, ProbeResult({self.key: tally}), groups=self.groups)
             (check,) = probe_checks(result, [self.case], quality=QUALITY, confidence=CONFIDENCE)
             if check.verdict is Verdict.FAIL:
                 return index
@@ -338,10 +354,27 @@ def _sides(sides: Sequence[Sequence[int]]) -> str:
     return " / ".join(f"{diverged / trials:.2%}" if trials else "-" for diverged, trials in sides)
 
 
-def median_round(first_flip: Sequence[int | None]) -> float | None:
-    """The median round of the first flip over the runs that flipped; None when none did."""
-    rounds = [first for first in first_flip if first is not None]
-    return statistics.median(rounds) if rounds else None
+def quantile_round(first_flip: Sequence[int | None], q: float) -> int | None:
+    """The round by which `q` of all the runs flipped; None when fewer did within the rounds."""
+    rounds = sorted(first for first in first_flip if first is not None)
+    need = math.ceil(q * len(first_flip))
+    return rounds[need - 1] if need <= len(rounds) else None
+
+
+def fixed_sample_rounds(sides: Sequence[Sequence[int]], *, alpha: float, power: float) -> float | None:
+    """The rounds a one-sided two-proportion test looking once at level `alpha` needs for `power` at the
+    measured differing rates (speculative vs baseline, baseline vs itself), two comparisons a side per
+    round; None when the speculative side does not differ more."""
+    (x_s, n_s), (x_b, n_b) = sides
+    if not n_s or not n_b:
+        return None
+    p_s, p_b = x_s / n_s, x_b / n_b
+    if p_s <= p_b:
+        return None
+    pooled = (p_s + p_b) / 2
+    spread = z_quantile(1 - alpha) * math.sqrt(2 * pooled * (1 - pooled))
+    spread += z_quantile(power) * math.sqrt(p_s * (1 - p_s) + p_b * (1 - p_b))
+    return (spread / (p_s - p_b)) ** 2 / 2
 
 
 def row(rate: float, aa: Runs, power: Runs, *, rounds: int, batching: Batching) -> dict[str, Any]:
@@ -360,32 +393,82 @@ def row(rate: float, aa: Runs, power: Runs, *, rounds: int, batching: Batching) 
         "power_runs": len(power.first_flip),
         "power_diverged": power.sides(),
         "power": power.flipped / len(power.first_flip),
-        "power_median_round": median_round(power.first_flip),
+        "power_median_round": quantile_round(power.first_flip, 0.5),
+        "power_round": quantile_round(power.first_flip, POWER),
+        "fixed_sample_rounds": fixed_sample_rounds(power.sides(), alpha=TARGET, power=POWER),
     }
+
+
+def late_row(rate: float, late: Runs, power: Runs, *, rounds: int, batching: Batching) -> dict[str, Any]:
+    """The runs whose speculative arm diverges more from round ONSET + 1, beside the power runs (from the
+    first round): the rounds from the fault to the flip that half of all the runs reach."""
+    after = [None if first is None else first - ONSET for first in late.first_flip]
+    return {
+        "batching": str(batching),
+        "rate": rate,
+        "runs": len(after),
+        "rounds": rounds,
+        "diverged": late.sides(),
+        "flipped": sum(first is not None for first in after),
+        "median_round": quantile_round(after, 0.5),
+        "from_start_median_round": quantile_round(power.first_flip, 0.5),
+    }
+
+
+def _cell(value: int | None, rounds: int) -> str:
+    """A round by which a share of the runs flipped: beyond the rounds run when fewer did."""
+    return f"> {rounds}" if value is None else str(value)
 
 
 def print_table(rows: Sequence[dict[str, Any]], *, batching: Batching, load: int) -> None:
     print(
         f"\n{batching} (load {load}); differed: comparisons that differed, speculative vs baseline / baseline vs itself"
     )
-    head = ["rate", "runs", "rounds", "A/A differed", "A/A runs flipped", "95% interval", "target"]
-    head += [f"{FACTOR:g}x differed", f"power ({FACTOR:g}x)", "median round"]
+    head = ["natural greedy divergence", "runs", "rounds", "A/A differed", "A/A runs with any flip", "95% interval"]
+    head += ["target", f"{FACTOR:g}x differed", f"{FACTOR:g}x: flipped within the rounds", "median round"]
+    head += [f"{POWER:.0%} flipped by", f"fixed-sample bound ({POWER:.0%})", "ratio"]
     cells = [head]
     for r in rows:
         low, high = r["aa_flip_interval"]
-        median = r["power_median_round"]
+        by, bound = r["power_round"], r["fixed_sample_rounds"]
         cells.append(
             [
                 f"{r['rate']:.0%}",
                 str(r["runs"]),
                 str(r["rounds"]),
                 _sides(r["aa_diverged"]),
-                f"{r['aa_flipped']} ({r['aa_flip_share']:.2%})",
+                f"{r['aa_flipped']} of {r['runs']} ({r['aa_flip_share']:.2%})",
                 f"[{low:.2%}, {high:.2%}]",
                 "met" if r["aa_target_met"] else "NOT met",
                 _sides(r["power_diverged"]),
                 f"{r['power']:.1%}",
-                "never" if median is None else f"{median:g}",
+                _cell(r["power_median_round"], r["rounds"]),
+                _cell(by, r["rounds"]),
+                "-" if bound is None else f"{bound:.0f}",
+                "-" if by is None or bound is None else f"{by / bound:.2f}",
+            ]
+        )
+    _print_cells(cells)
+
+
+def print_late(rows: Sequence[dict[str, Any]]) -> None:
+    print(f"\nLate faults: the speculative arm at the baseline's rate for {ONSET} rounds, then at {FACTOR:g}x")
+    head = ["batching", "rate", "runs", "rounds after the fault", f"{FACTOR:g}x differed", "flipped"]
+    head += ["median rounds from the fault", "from the first round", "ratio"]
+    cells = [head]
+    for r in rows:
+        late, start = r["median_round"], r["from_start_median_round"]
+        cells.append(
+            [
+                r["batching"],
+                f"{r['rate']:.0%}",
+                str(r["runs"]),
+                str(r["rounds"]),
+                _sides(r["diverged"]),
+                f"{r['flipped'] / r['runs']:.1%}",
+                _cell(late, r["rounds"]),
+                _cell(start, r["rounds"] // 2),
+                "-" if late is None or start is None else f"{late / start:.2f}",
             ]
         )
     _print_cells(cells)
@@ -441,7 +524,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES), help="baseline rates, comma-separated")
     parser.add_argument("--runs", type=int, default=1000, help="runs per row, A/A and power each")
-    parser.add_argument("--rounds", type=int, default=200, help="probe rounds per run")
+    parser.add_argument("--rounds", default=",".join(map(str, ROUNDS)), help="probe rounds per run, one per rate")
+    parser.add_argument("--late-rates", default="0.1", help="rates whose late faults are run; empty skips them")
+    parser.add_argument("--late-runs", type=int, default=1000, help="runs per late-fault row")
     parser.add_argument("--batching", default=",".join(Batching), help="probed, apart, or both comma-separated")
     parser.add_argument("--load", type=int, default=0, help="sequences running on each pod besides the probe's")
     parser.add_argument("--prompt", default=PROMPT, help="the greedy probe's prompt")
@@ -452,19 +537,26 @@ def main() -> None:
     args = parser.parse_args()
     started = time.perf_counter()
     rates = [float(r) for r in args.rates.split(",")]
+    windows = dict(zip(rates, (int(r) for r in args.rounds.split(",")), strict=True))
+    late_rates = [float(r) for r in args.late_rates.split(",") if r]
     probes, case = probe(args.prompt)
     length = Pod(case, max_tokens=probes.max_tokens, rate=0.0).length()
-    # The greedy check's levels, spent as rate_check spends them, and the smallest p-value one round
-    # (two comparisons a side) can give.
-    levels = {look: spent_alpha(look, alpha=1 - CONFIDENCE, failure_limit=1) for look in (1, 2, 10, args.rounds)}
+    alpha = probe_alpha(CONFIDENCE)
+    blatant = Sequential().step([(2, 2, 0, 2)])
     print(
         f"defaults: confidence {CONFIDENCE}, maxTokens {probes.max_tokens}, prompt {args.prompt!r} "
         f"({length} tokens canonical); target: at most {TARGET:.0%} of A/A runs flip"
     )
     print(
-        "level by round: "
-        + ", ".join(f"{look}: {level:.3g}" for look, level in levels.items())
-        + f"; the smallest p-value of one round: {rate_above_pvalue(2, 2, 0, 2):.3g}"
+        f"tests: {alpha:g} of false flips per kind, half to the mixture SPRT, half to the CUSUM (boundaries every "
+        f"{BLOCK} rounds, over {HORIZON}); odds {', '.join(f'{o:g}' for o in ODDS)} weighted "
+        f"{', '.join(f'{w:g}' for w in WEIGHTS)}; the smallest p-value of one round: {blatant.mixture_p():.3g}"
+    )
+    interval = probes.interval.total_seconds() / 60
+    print(
+        f"cost: a greedy round asks the baseline 4 requests (whole and streamed, and their repeat) and the "
+        f"speculative arm 2; at the default interval ({interval:g} min), {4 / interval:.2g} and {2 / interval:.2g} "
+        "requests per minute per case"
     )
     if args.load:
         chances = ", ".join(f"{rate:g}: {divergence_chance(rate, args.load + 1):.3g}" for rate in rates)
@@ -473,19 +565,34 @@ def main() -> None:
         "confidence": CONFIDENCE,
         "max_tokens": probes.max_tokens,
         "load": args.load,
-        "levels": levels,
+        "alpha": alpha,
         "rows": [],
+        "late": [],
     }
     with ProcessPoolExecutor(args.workers) as pool:
         for batching in (Batching(b) for b in args.batching.split(",")):
             rows = []
             for i, rate in enumerate(rates):
-                template = Job(rate, 1.0, args.runs, args.rounds, args.seed + i, args.load, batching, args.prompt)
+                rounds = windows[rate]
+                template = Job(rate, 1.0, args.runs, rounds, args.seed + i, args.load, batching, args.prompt)
                 aa = simulate(pool, template)
                 power = simulate(pool, replace(template, factor=FACTOR, seed=args.seed + 100 + i))
-                rows.append(row(rate, aa, power, rounds=args.rounds, batching=batching))
+                rows.append(row(rate, aa, power, rounds=rounds, batching=batching))
+                if rate in late_rates:
+                    late = replace(
+                        template,
+                        factor=FACTOR,
+                        runs=args.late_runs,
+                        rounds=ONSET + 2 * rounds,
+                        seed=args.seed + 200 + i,
+                        onset=ONSET,
+                    )
+                    found = simulate(pool, late)
+                    out["late"].append(late_row(rate, found, power, rounds=2 * rounds, batching=batching))
             print_table(rows, batching=batching, load=args.load)
             out["rows"] += rows
+    if out["late"]:
+        print_late(out["late"])
     if args.server_rounds:
         out["server"] = calibrate(rates, rounds=args.server_rounds, seed=args.seed, prompt=args.prompt)
         print_server(out["server"])

@@ -13,8 +13,9 @@ decision reads are learned from them (`decision.bands`). Production's baseline i
 windows' loads it ran at are kept as a histogram over the same bins. The store lives in a ConfigMap
 beside the pilot, never in status.
 
-The probe rounds' counts by scope, kind and arm are kept here too, so that the report's quality by
-scope survives an operator restart (`record_probes`).
+The probe rounds' counts by scope, kind and arm are kept here too, with the state of each kind's
+sequential tests, so that the report's quality by scope and the probe checks survive an operator restart
+(`record_probes`).
 
 Pure: the shell passes the window, its load and its verdict, and writes back what this returns.
 """
@@ -30,6 +31,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from specpilot.analysis.proportions import Sequential
 from specpilot.analysis.stats import nearest_rank
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.common import ApiModel
@@ -192,12 +194,16 @@ class ProbeCounts(ApiModel):
     """The most rounds any of the kind's cases ran."""
     baseline: ProbeArm = ProbeArm()
     speculative: ProbeArm = ProbeArm()
+    test: Sequential = Sequential()
+    """The kind's sequential tests over these rounds, in the order they came (`proportions`)."""
 
     def merge(self, other: ProbeCounts) -> ProbeCounts:
+        """These rounds, then `other`'s (a later run of the operator)."""
         return ProbeCounts(
             rounds=self.rounds + other.rounds,
             baseline=self.baseline.merge(other.baseline),
             speculative=self.speculative.merge(other.speculative),
+            test=self.test.then(other.test),
         )
 
 
@@ -226,6 +232,11 @@ class ProbeRecord(ApiModel):
     def counts(self) -> dict[ProbeKind, ProbeCounts]:
         """Every run's counts together."""
         return _merged(self.kept, self.current)
+
+    def before(self, since: datetime | None) -> dict[ProbeKind, ProbeCounts]:
+        """What the runs before the one whose first round began at `since` counted (None: a run without
+        a round yet)."""
+        return dict(self.kept) if since is not None and since == self.since else self.counts()
 
 
 class ScopeEvidence(ApiModel):

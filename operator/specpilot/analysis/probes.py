@@ -2,10 +2,11 @@
 
 A tally counts answers per arm and, for the checks, what pins a failure to speculation: for greedy
 text, the speculative arm's divergences from the baseline beside the baseline's divergences from
-itself (the same prompt asked twice); for sampled answers, both arms' scores; for the other kinds,
-answers the speculative arm failed where the baseline's passed. Tallies add up over rounds
-(`accumulate`), so the checks judge every round so far, and the latest failure is kept as a finding
-with short excerpts, never a whole answer.
+itself (the same prompt asked twice); for sampled answers, both arms' scores and the pairs each arm
+won; for the other kinds, answers the speculative arm failed where the baseline's passed. Tallies add
+up over rounds (`accumulate`), and the latest failure is kept as a finding with short excerpts, never
+a whole answer. A round's tally is also a stratum of the sequential tests (`strata`,
+`proportions.Sequential`), which follow the rounds in order.
 """
 
 from __future__ import annotations
@@ -25,9 +26,8 @@ from specpilot.analysis.answers import (
     tool_call_fault,
 )
 from specpilot.analysis.evidence import Moments
+from specpilot.analysis.proportions import Stratum
 from specpilot.api.spec import Better, ProbeCase, ProbeKind
-
-MAX_PAIRS = 256  # newest pairs of scores a sampled case keeps: what its test compares
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ class Finding:
 class CaseTally:
     """A case's answers so far. Greedy: trials are text comparisons (speculative against baseline, and
     the baseline against its own repeat), passes the equal ones. Sampled: trials are answers asked,
-    passes those whose score counts (a round counts only when every answer got one), and the scores
-    are kept in pairs, one answer of each arm. Other kinds: trials are answers, and `paired` /
+    passes those whose score counts (a round counts only when every answer got one), and the pairs (one
+    answer of each arm) that either arm's answer won. Other kinds: trials are answers, and `paired` /
     `regressions` count those whose baseline answer passed / that failed on speculative only."""
 
     kind: ProbeKind
@@ -64,7 +64,8 @@ class CaseTally:
     paired: int = 0
     regressions: int = 0
     diverged_at: int = 0  # greedy: sum of the first divergence positions of speculative texts
-    score_pairs: tuple[tuple[float, float], ...] = ()  # sampled: (baseline, speculative), the newest MAX_PAIRS
+    lost: int = 0  # sampled: pairs whose speculative answer scored worse
+    won: int = 0  # sampled: pairs whose speculative answer scored better
     baseline_scores: Moments = field(default_factory=Moments)  # sampled: every score that counted
     speculative_scores: Moments = field(default_factory=Moments)
     unscored: str | None = None  # sampled: why the latest round's answers were not all scored
@@ -108,7 +109,8 @@ def accumulate(total: CaseTally, latest: CaseTally) -> CaseTally:
         paired=total.paired + latest.paired,
         regressions=total.regressions + latest.regressions,
         diverged_at=total.diverged_at + latest.diverged_at,
-        score_pairs=(*total.score_pairs, *latest.score_pairs)[-MAX_PAIRS:],
+        lost=total.lost + latest.lost,
+        won=total.won + latest.won,
         baseline_scores=total.baseline_scores.merge(latest.baseline_scores),
         speculative_scores=total.speculative_scores.merge(latest.speculative_scores),
         unscored=latest.unscored,
@@ -162,9 +164,9 @@ def sampled_round(case: ProbeCase, *, baseline: Sequence[Scored], speculative: S
     missing = [scored for scored in answers if scored.score is None]
     counted = not missing and len(baseline) == len(speculative)
     pairs = tuple((_score(b), _score(s)) for b, s in zip(baseline, speculative, strict=True)) if counted else ()
+    sign = score_sign(case)
     finding = None
     if pairs:
-        sign = score_sign(case)
         worst_base, worst_spec = (min(arm, key=lambda scored: sign * _score(scored)) for arm in (baseline, speculative))
         if sign * _score(worst_spec) < sign * _score(worst_base):
             shown = _shown_score(worst_base), _shown_score(worst_spec)
@@ -178,12 +180,25 @@ def sampled_round(case: ProbeCase, *, baseline: Sequence[Scored], speculative: S
         baseline_trials=len(baseline),
         speculative_passed=len(pairs),
         speculative_trials=len(speculative),
-        score_pairs=pairs[-MAX_PAIRS:],
+        lost=sum(sign * s < sign * b for b, s in pairs),
+        won=sum(sign * s > sign * b for b, s in pairs),
         baseline_scores=_moments(b for b, _ in pairs),
         speculative_scores=_moments(s for _, s in pairs),
         unscored=why,
         finding=finding,
     )
+
+
+def strata(tally: CaseTally) -> tuple[Stratum, ...]:
+    """One round's tally as the sequential tests' strata: the speculative arm's failures (greedy: its
+    divergences from the baseline) beside the baseline's (greedy: from itself); sampled: each untied pair
+    a stratum of its own, one answer a side, the loser the one that failed. A greedy round's comparisons
+    share the baseline's answers: one that diverged makes both sides differ at once, which only gathers
+    the speculative count closer to half the total than the hypergeometric does, so the tests stay
+    valid, a little cautious."""
+    if tally.kind is ProbeKind.SAMPLED:
+        return ((1, 1, 0, 1),) * tally.lost + ((0, 1, 1, 1),) * tally.won
+    return ((tally.speculative_diverged, tally.speculative_trials, tally.baseline_diverged, tally.baseline_trials),)
 
 
 def score_sign(case: ProbeCase) -> float:

@@ -4,32 +4,44 @@ The operator runs the probes and calls the webhooks; these functions turn what c
 that `judge_window` takes as `extra`, one per probe kind of a scope. Verification is probability
 computation, not fact checking, so quality is judged against its own limits and never traded against a
 speedup.
+
+A probe check is a hard limit, judged after every round for as long as the pilot runs, so each kind's
+chance of flipping a scope whose arms are equal is bounded over the whole pilot (`probe_alpha`), not
+per look: half of it goes to the mixture test since the first round, half to the change detector, which
+catches a fault that begins after many clean rounds about as soon as one that begins at the first
+(`proportions`). Both follow the rounds in order, per scope and kind (`ProbeResult.tests`), and what
+they have seen is kept in the evidence beside the counts, so a restart of the operator resumes them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 from specpilot.analysis.checks import Check, inconclusive
 from specpilot.analysis.evidence import ProbeArm, ProbeCounts
-from specpilot.analysis.probes import CaseTally, accumulate, combined, score_sign
-from specpilot.analysis.proportions import rate_above_pvalue
-from specpilot.analysis.stats import binomial_sf, spent_alpha
+from specpilot.analysis.probes import CaseTally, accumulate, combined, strata
+from specpilot.analysis.proportions import Sequential
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import ProbeCase, ProbeKind, Quality, SpeculationPilotSpec
 from specpilot.api.status import Verdict
 
+FALSE_FLIPS = 0.01  # the share of pilots with equal arms in which a probe kind may flip its scope
+
+Group = frozenset[str]  # the case keys of one kind among a scope's cases: what its sequential tests follow
+
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """Probe tallies by case (`case_key`), accumulated over rounds, why the latest round failed, and when
-    the first of these rounds began (the rounds of one run of the operator: they live in its memory)."""
+    """Probe tallies by case (`case_key`), accumulated over rounds, the sequential tests by group
+    (`kind_groups`), stepped once per round, why the latest round failed, and when the first of these
+    rounds began (the rounds of one run of the operator: they live in its memory)."""
 
     tallies: Mapping[str, CaseTally] = field(default_factory=dict)
     error: str | None = None
     since: datetime | None = None
+    tests: Mapping[Group, Sequential] = field(default_factory=dict)
 
 
 def case_key(case: ProbeCase) -> str:
@@ -49,15 +61,36 @@ def round_cases(spec: SpeculationPilotSpec) -> tuple[ProbeCase, ...]:
     return tuple(unique.values())
 
 
-def accumulated(previous: ProbeResult | None, latest: ProbeResult) -> ProbeResult:
-    """The latest round added to the rounds before it. Cases no longer probed are dropped; a round
-    that failed keeps the tallies so far and says why."""
+def kind_groups(cases: Sequence[ProbeCase]) -> dict[ProbeKind, Group]:
+    """A scope's cases by kind, as keys: each kind's sequential tests pool its cases' rounds (scopes with
+    the same cases share them)."""
+    groups: dict[ProbeKind, set[str]] = {}
+    for case in cases:
+        groups.setdefault(case.kind, set()).add(case_key(case))
+    return {kind: frozenset(keys) for kind, keys in groups.items()}
+
+
+def probe_groups(spec: SpeculationPilotSpec) -> frozenset[Group]:
+    """Every scope's groups: what `accumulated` steps."""
+    return frozenset(group for cases in scope_cases(spec).values() for group in kind_groups(cases).values())
+
+
+def accumulated(previous: ProbeResult | None, latest: ProbeResult, *, groups: Collection[Group]) -> ProbeResult:
+    """The latest round added to the rounds before it, and a step of each group's tests that the round
+    answered. Cases and groups no longer probed are dropped; a round that failed keeps what it has so
+    far and says why."""
     before = previous.tallies if previous is not None else {}
+    tested = previous.tests if previous is not None else {}
     since = previous.since if previous is not None else latest.since
     if latest.error is not None and not latest.tallies:
-        return ProbeResult(before, latest.error, since)
+        return ProbeResult(before, latest.error, since, tested)
     tallies = {key: accumulate(before[key], tally) if key in before else tally for key, tally in latest.tallies.items()}
-    return ProbeResult(tallies, latest.error, since)
+    tests = {}
+    for group in groups:
+        answered = [latest.tallies[key] for key in sorted(group) if key in latest.tallies]
+        test = tested.get(group, Sequential())
+        tests[group] = test.step(s for tally in answered for s in strata(tally)) if answered else test
+    return ProbeResult(tallies, latest.error, since, tests)
 
 
 PROBE_METRIC = {
@@ -71,25 +104,37 @@ PROBE_METRIC = {
 
 
 def probe_checks(
-    result: ProbeResult | None, cases: Sequence[ProbeCase], *, quality: Quality, confidence: float
+    result: ProbeResult | None,
+    cases: Sequence[ProbeCase],
+    *,
+    quality: Quality,
+    confidence: float,
+    earlier: Mapping[ProbeKind, ProbeCounts] | None = None,
 ) -> tuple[Check, ...]:
-    """A scope's probe checks, one per kind among its cases; hard limits. Inconclusive until a round
-    has answered."""
+    """A scope's probe checks, one per kind among its cases; hard limits. `earlier` is what the operator's
+    earlier runs counted for the scope (`ProbeRecord.before`): their tests go on where they stopped.
+    Inconclusive until a round of this run has answered."""
     by_kind = _by_kind(result, cases)
     if not by_kind:
         why = result.error if result is not None and result.error else "no completed probe round"
         return (inconclusive(MetricName.PROBE_AGREEMENT, f"probes: {why}", hard=True),)
+    assert result is not None  # a kind with a tally has a result
+    alpha = probe_alpha(confidence)
+    groups = kind_groups(cases)
     checks = []
     for kind, found in by_kind.items():
+        test = result.tests.get(groups[kind], Sequential())
+        if earlier and kind in earlier:
+            test = earlier[kind].test.then(test)
         if kind is ProbeKind.SAMPLED:
-            checks.append(sampled_check(found, confidence=confidence))
+            checks.append(sampled_check(found, test, alpha=alpha))
             continue
         tally = combined(tally for _, tally in found)
         assert tally is not None  # every kind listed has a tally
         if kind in _RATE_WORDS:
-            checks.append(rate_check(tally, confidence=confidence))
+            checks.append(rate_check(tally, test, alpha=alpha))
         else:
-            checks.append(behaviour_check(tally, min_agreement=quality.min_agreement))
+            checks.append(behaviour_check(tally, test, min_agreement=quality.min_agreement, alpha=alpha))
     return tuple(checks)
 
 
@@ -109,9 +154,10 @@ def kind_counts(result: ProbeResult | None, cases: Sequence[ProbeCase]) -> dict[
     """A scope's probe rounds so far as the evidence keeps them: per kind, each arm's checks, passes and
     scores over the kind's cases (`CaseTally` says what they count for each kind)."""
     out = {}
+    groups = kind_groups(cases)
     for kind, found in _by_kind(result, cases).items():
         tally = combined(tally for _, tally in found)
-        assert tally is not None  # every kind listed has a tally
+        assert tally is not None and result is not None  # every kind listed has a tally
         out[kind] = ProbeCounts(
             rounds=tally.rounds,
             baseline=ProbeArm(checks=tally.baseline_trials, passed=tally.baseline_passed, scores=tally.baseline_scores),
@@ -120,15 +166,24 @@ def kind_counts(result: ProbeResult | None, cases: Sequence[ProbeCase]) -> dict[
                 passed=tally.speculative_passed,
                 scores=tally.speculative_scores,
             ),
+            test=result.tests.get(groups[kind], Sequential()),
         )
     return out
 
 
-def probe_level(rounds: int, confidence: float) -> float:
-    """The level a probe test is held to after `rounds` rounds: `1 - confidence` spent across rounds as
-    the judge spends it across windows (a hard limit: one failing round flips), so that testing after
-    every round does not eventually flip identical arms."""
-    return spent_alpha(rounds, alpha=1 - confidence, failure_limit=1)
+def probe_alpha(confidence: float) -> float:
+    """The chance a probe kind may flip a scope whose arms are equal, over the whole pilot: FALSE_FLIPS, or
+    `1 - confidence` where that is smaller."""
+    return min(FALSE_FLIPS, 1 - confidence)
+
+
+def _tested(test: Sequential, *, alpha: float) -> tuple[bool, str]:
+    """Whether either sequential test shows the speculative arm failing more often, each at half of
+    `alpha` (a union bound keeps the two within it), and what they read."""
+    mixture, change = test.mixture_p(), test.change_p()
+    level = alpha / 2
+    said = f"mixture SPRT p={mixture:.3g}, CUSUM p={change:.3g} over {test.rounds} round(s), each at level {level:.3g}"
+    return min(mixture, change) <= level, said
 
 
 @dataclass(frozen=True)
@@ -157,13 +212,13 @@ _RATE_WORDS = {
 }
 
 
-def rate_check(tally: CaseTally, *, confidence: float) -> Check:
+def rate_check(tally: CaseTally, test: Sequential, *, alpha: float) -> Check:
     """greedy or cancel: fails only when the speculative arm's failure rate is shown above the compared
     arm's (greedy: text that parts from the baseline's, against the baseline's parting from its own
     repeat; cancel: a dropped stream's slot not back within the bound, against the same on the
     baseline, whose pod carries the same share of the same traffic and so the same chance that load
-    hides the gauge's return). Fisher's one-sided exact test on the accumulated counts at the probes'
-    level (`probe_level`): a single difference is natural variation, not a failure."""
+    hides the gauge's return), by the kind's sequential tests (`_tested`): a single difference is
+    natural variation, not a failure."""
     metric, words = PROBE_METRIC[tally.kind], _RATE_WORDS[tally.kind]
     x_s, n_s, x_b, n_b = (
         tally.speculative_diverged,
@@ -173,15 +228,12 @@ def rate_check(tally: CaseTally, *, confidence: float) -> Check:
     )
     if not n_s or not n_b:
         return inconclusive(metric, f"{tally.kind.value} probe: no comparison yet", hard=True)
-    level = probe_level(tally.rounds, confidence)
-    p = rate_above_pvalue(x_s, n_s, x_b, n_b)
+    shown, said = _tested(test, alpha=alpha)
     evidence = (
-        f"speculative {words.failed} {x_s}/{n_s}, {words.compared} {x_b}/{n_b} over {tally.rounds} round(s); "
-        f"one-sided Fisher p={p:.3g}, level {level:.3g}"
+        f"speculative {words.failed} {x_s}/{n_s}, {words.compared} {x_b}/{n_b} over {tally.rounds} round(s); {said}"
     )
-    if p <= level:
-        detail = f": {tally.finding.sentence()}" if tally.finding else ""
-        verdict, reason = Verdict.FAIL, f"{words.fails}{detail}"
+    if shown:
+        verdict, reason = Verdict.FAIL, f"{words.fails}{_detail(tally)}"
     else:
         verdict, reason = Verdict.PASS, words.passes
     return Check(
@@ -195,34 +247,32 @@ def rate_check(tally: CaseTally, *, confidence: float) -> Check:
     )
 
 
-def sampled_check(found: Sequence[tuple[ProbeCase, CaseTally]], *, confidence: float) -> Check:
+def sampled_check(found: Sequence[tuple[ProbeCase, CaseTally]], test: Sequential, *, alpha: float) -> Check:
     """Sampled answers fail only when the speculative arm's scores are shown worse than the baseline's:
-    a one-sided sign test on the newest pairs of answers (one of each arm, of the same case and round,
-    ties left out). With no difference each untied pair goes either way at even odds, so the pairs the
-    speculative answer lost are Binomial(untied, 1/2), an exact tail (`stats.binomial_sf`) whatever the
-    scores' scale and however many ties they hold (0/1 finish reasons, lengths at maxTokens, a rubric's
-    grades), where a rank test's normal approximation would flip identical arms too often. The level is
-    spent across rounds as the greedy check spends it. A case whose latest round left answers unscored
+    a one-sided sign test on the pairs of answers (one of each arm, of the same case and round, ties
+    left out). With no difference each untied pair goes either way at even odds whatever the scores'
+    scale and however many ties they hold (0/1 finish reasons, lengths at maxTokens, a rubric's grades),
+    where a rank test's normal approximation would flip identical arms too often; the kind's sequential
+    tests (`_tested`) read the pairs round by round. A case whose latest round left answers unscored
     makes it inconclusive: a score that could not be read never passes."""
     metric = MetricName.PROBE_SAMPLED
     unscored = next((tally.unscored for _, tally in found if tally.unscored), None)
     if unscored is not None:
         return inconclusive(metric, f"sampled probe: {unscored}", hard=True)
-    pairs = [_turned(case, pair) for case, tally in found for pair in tally.score_pairs]
+    pairs = sum(tally.baseline_passed for _, tally in found)
     if not pairs:
         return inconclusive(metric, "sampled probe: no round scored yet", hard=True)
-    untied = sum(base != spec for base, spec in pairs)
-    lost = sum(spec < base for base, spec in pairs)
+    lost = sum(tally.lost for _, tally in found)
+    untied = lost + sum(tally.won for _, tally in found)
     rounds = max(tally.rounds for _, tally in found)
-    level = probe_level(rounds, confidence)
-    p = binomial_sf(lost, untied, 0.5)
+    shown, said = _tested(test, alpha=alpha)
     evidence = (
-        f"the speculative answer scored worse in {lost} of {untied} untied pairs ({len(pairs)} pairs over "
-        f"{rounds} round(s)); one-sided sign test p={p:.3g}, level {level:.3g}"
+        f"the speculative answer scored worse in {lost} of {untied} untied pairs ({pairs} pairs over "
+        f"{rounds} round(s)); {said}"
     )
-    if p <= level:
-        worst = next((tally.finding for _, tally in reversed(found) if tally.finding), None)
-        detail = f": {worst.sentence()}" if worst else ""
+    if shown:
+        worst = next((tally for _, tally in reversed(found) if tally.finding), None)
+        detail = _detail(worst) if worst else ""
         verdict, reason = Verdict.FAIL, f"sampled probe scores worse than the baseline's{detail}"
     else:
         verdict, reason = Verdict.PASS, "sampled probe scores no worse than the baseline's"
@@ -237,24 +287,26 @@ def sampled_check(found: Sequence[tuple[ProbeCase, CaseTally]], *, confidence: f
     )
 
 
-def _turned(case: ProbeCase, pair: tuple[float, float]) -> tuple[float, float]:
-    """A pair of scores with higher better, whichever way the case's score improves."""
-    sign = score_sign(case)
-    return sign * pair[0], sign * pair[1]
-
-
-def behaviour_check(tally: CaseTally, *, min_agreement: float) -> Check:
-    """stop, toolCall or structured: the share of answers that pass on the speculative arm
-    where the baseline's pass, against quality.minAgreement. Where the baseline fails too, speculation
-    is not to blame: inconclusive."""
+def behaviour_check(tally: CaseTally, test: Sequential, *, min_agreement: float, alpha: float) -> Check:
+    """stop, toolCall or structured: the share of answers that pass on the speculative arm where the
+    baseline's pass, against quality.minAgreement, and the kind's sequential tests (`_tested`) on the
+    arms' failures, which catch a regression below that share and one that begins after many clean
+    rounds. Where the baseline fails too, and the tests show nothing, speculation is not to blame:
+    inconclusive."""
     kind, metric = tally.kind.value, PROBE_METRIC[tally.kind]
-    if not tally.paired:
-        return inconclusive(metric, f"{kind} probe: the baseline fails it too", hard=True)
-    share = 1 - tally.regressions / tally.paired
-    evidence = f"{tally.paired - tally.regressions}/{tally.paired} speculative answers pass where the baseline's do"
-    if share < min_agreement:
-        detail = f": {tally.finding.sentence()}" if tally.finding else ""
-        verdict, reason = Verdict.FAIL, f"{kind} probe passes {share:.1%}, below {min_agreement:.1%}{detail}"
+    shown, said = _tested(test, alpha=alpha)
+    if not tally.paired and not shown:
+        return inconclusive(metric, f"{kind} probe: the baseline fails it too", hard=True, evidence=said)
+    share = 1 - tally.regressions / tally.paired if tally.paired else 0.0
+    evidence = (
+        f"{tally.paired - tally.regressions}/{tally.paired} speculative answers pass where the baseline's do; "
+        f"speculative failed {tally.speculative_diverged}/{tally.speculative_trials}, baseline "
+        f"{tally.baseline_diverged}/{tally.baseline_trials}; {said}"
+    )
+    if tally.paired and share < min_agreement:
+        verdict, reason = Verdict.FAIL, f"{kind} probe passes {share:.1%}, below {min_agreement:.1%}{_detail(tally)}"
+    elif shown:
+        verdict, reason = Verdict.FAIL, f"{kind} probe fails more often than the baseline{_detail(tally)}"
     else:
         verdict, reason = Verdict.PASS, f"{kind} probe passes {share:.1%}"
     return Check(
@@ -266,6 +318,11 @@ def behaviour_check(tally: CaseTally, *, min_agreement: float) -> Check:
         reason=reason,
         hard=True,
     )
+
+
+def _detail(tally: CaseTally) -> str:
+    """A failing reason's tail: the latest finding."""
+    return f": {tally.finding.sentence()}" if tally.finding else ""
 
 
 @dataclass(frozen=True)

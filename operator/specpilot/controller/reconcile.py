@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from pydantic import ValidationError
 
-from specpilot.analysis.quality import ProbeResult, accumulated, round_cases
+from specpilot.analysis.quality import ProbeResult, accumulated, probe_groups, round_cases
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import API_VERSION, KIND, PLURAL
 from specpilot.api.reasons import Reason
@@ -348,7 +348,8 @@ class Controller:
                 model=served_model(workload) if workload is not None else spec.served_model,
             )
             latest = replace(result, since=now)
-            memory.probe = (accumulated(memory.probe[0] if memory.probe else None, latest), now)
+            before = memory.probe[0] if memory.probe else None
+            memory.probe = (accumulated(before, latest, groups=probe_groups(spec)), now)
         return cadence(spec.analysis)
 
     # --- teardown ----------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from tests.component.conftest import Serve
 from tests.component.mockvllm.client import FAST, TOOL_FLAGS, WEATHER_PARAMETERS, inject, post
 
 from specpilot.analysis.checks import Check
-from specpilot.analysis.quality import ProbeResult, accumulated, probe_checks
+from specpilot.analysis.quality import ProbeResult, accumulated, kind_groups, probe_checks
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import ProbeCase, Probes, Quality
 from specpilot.api.status import Verdict
@@ -35,7 +35,7 @@ async def probe(baseline: Any, speculative: Any, cases: list[dict[str, Any]], *,
                 session, baseline=baseline.url, speculative=speculative.url, probes=probes, cases=parsed, model=MODEL
             )
             assert latest.error is None, latest.error
-            result = accumulated(result, latest)
+            result = accumulated(result, latest, groups=kind_groups(parsed).values())
     return list(probe_checks(result, parsed, quality=Quality(probes=probes), confidence=0.95))
 
 
@@ -53,7 +53,8 @@ async def test_greedy(mock_vllm: Any, faulty: bool) -> None:
     baseline, speculative = await mock_vllm(*FAST), await mock_vllm(*FAST)
     if faulty:
         await inject(speculative.admin_url, {"kind": "divergence", "rate": 1.0, "after_tokens": 3})
-    check = only(await probe(baseline, speculative, GREEDY), MetricName.PROBE_GREEDY)
+    # every speculative answer parting, none of the baseline's: shown by the second round of four cases
+    check = only(await probe(baseline, speculative, GREEDY, rounds=2), MetricName.PROBE_GREEDY)
     assert check.verdict is (Verdict.FAIL if faulty else Verdict.PASS), check.reason
     if faulty:
         assert "greedy probe" in check.reason and "text at" in check.reason
@@ -116,8 +117,8 @@ async def test_cancel(mock_vllm: Any, faulty: bool) -> None:
     if faulty:
         await inject(speculative.admin_url, {"kind": "cancel_leak", "rate": 1.0})
     case = {"kind": "cancel", "prompt": "long", "chat": False, "maxTokens": 3000, "afterChunks": 3, "settle": "1s"}
-    # a kept slot every round, against none on the baseline: shown at the probes' level by the 8th round
-    check = only(await probe(baseline, speculative, [case], rounds=8), MetricName.PROBE_CANCEL)
+    # a kept slot every round, against none on the baseline: shown by the 11th round
+    check = only(await probe(baseline, speculative, [case], rounds=11), MetricName.PROBE_CANCEL)
     assert check.verdict is (Verdict.FAIL if faulty else Verdict.PASS), check.reason
     if faulty:
         assert check.reason.startswith("cancel probe keeps") and "vllm:num_requests_running differs" in check.reason
@@ -199,9 +200,10 @@ async def test_sampled_scored_by_a_webhook_that_never_learns_the_arm(
     if faulty:
         await inject(speculative.admin_url, LOOPING)
     case = sampled_case({"webhook": {"url": f"{url}/diversity", "metadata": {"rubric": "v3"}}})
-    check = only(await probe(baseline, speculative, [case], rounds=2), MetricName.PROBE_SAMPLED)
+    # a looping answer now and then still scores above its pair: shown by the third round
+    check = only(await probe(baseline, speculative, [case], rounds=3), MetricName.PROBE_SAMPLED)
     assert check.verdict is (Verdict.FAIL if faulty else Verdict.PASS), check.evidence
-    assert len(received) == 2 * 2 * 8  # every answer of both arms, each round
+    assert len(received) == 3 * 2 * 8  # every answer of both arms, each round
     assert {tuple(sorted(body)) for body in received} == {("answer", "case", "metadata")}
     assert received[0]["case"] == {
         "kind": "sampled",

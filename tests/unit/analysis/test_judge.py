@@ -11,6 +11,7 @@ import pytest
 from specpilot.analysis.checks import Check
 from specpilot.analysis.judge import WindowVerdict, judge_window, summarize
 from specpilot.analysis.probes import CaseTally
+from specpilot.analysis.proportions import Sequential
 from specpilot.analysis.quality import behaviour_check, probe_checks, webhook_check
 from specpilot.analysis.stats import BucketQuantile
 from specpilot.analysis.window import ArmEngine, ScopeWindow
@@ -255,7 +256,7 @@ def stop_probes(share: float) -> Check:
     """A stop probe's check after 20 answers the baseline passed, `share` of them on the speculative arm."""
     regressions = round((1 - share) * 20)
     tally = CaseTally(ProbeKind.STOP, baseline_passed=20, baseline_trials=20, paired=20, regressions=regressions)
-    return behaviour_check(tally, min_agreement=PROBES.min_agreement)
+    return behaviour_check(tally, Sequential(), min_agreement=PROBES.min_agreement, alpha=0.01)
 
 
 NO_ROUND = probe_checks(None, PROBES.probes.all_cases if PROBES.probes else (), quality=PROBES, confidence=0.95)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import random
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -17,6 +20,8 @@ from specpilot.analysis.answers import (
     structured_fault,
     tool_call_fault,
 )
+from specpilot.analysis.checks import Check
+from specpilot.analysis.evidence import ProbeRecord
 from specpilot.analysis.probes import (
     ArmAnswers,
     CaseTally,
@@ -25,15 +30,17 @@ from specpilot.analysis.probes import (
     answer_round,
     cancel_round,
     greedy_round,
+    strata,
 )
-from specpilot.analysis.proportions import rate_above_pvalue
+from specpilot.analysis.proportions import ODDS, Sequential, log_ratios
 from specpilot.analysis.quality import (
     ProbeResult,
     accumulated,
     behaviour_check,
     case_key,
+    kind_counts,
+    kind_groups,
     probe_checks,
-    rate_check,
     round_cases,
     scope_cases,
 )
@@ -41,6 +48,8 @@ from specpilot.api.reasons import MetricName
 from specpilot.api.spec import ProbeCase, ProbeKind, Probes, Quality, SpeculationPilotSpec
 from specpilot.api.status import Verdict
 
+NOW = datetime(2025, 1, 1, tzinfo=UTC)
+INTERVAL = timedelta(minutes=10)
 SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 WEATHER = {"name": "get_weather", "parameters": SCHEMA}
 
@@ -186,86 +195,202 @@ def test_a_failure_on_both_arms_is_not_pinned_on_speculation() -> None:
     broken = both(Answer("x", "stop"))
     tally = answer_round(case("structured", jsonSchema=SCHEMA), baseline=broken, speculative=broken)
     assert (tally.paired, tally.regressions) == (0, 0)
-    check = behaviour_check(tally, min_agreement=0.95)
+    check = behaviour_check(tally, Sequential().step(strata(tally)), min_agreement=0.95, alpha=0.01)
     assert check.verdict is Verdict.INCONCLUSIVE and check.metric is MetricName.PROBE_STRUCTURED
 
 
+def checks_by_round(probe: ProbeCase, tallies: Iterable[CaseTally]) -> Iterator[Check]:
+    """The probe's check after each of these rounds, accumulated as the operator does."""
+    result = None
+    for tally in tallies:
+        result = accumulated(result, ProbeResult({case_key(probe): tally}), groups=kind_groups([probe]).values())
+        (check,) = probe_checks(result, [probe], quality=Quality(), confidence=0.95)
+        yield check
+
+
+def first_failing(probe: ProbeCase, tallies: Iterable[CaseTally]) -> int | None:
+    return next(
+        (i for i, check in enumerate(checks_by_round(probe, tallies), 1) if check.verdict is Verdict.FAIL), None
+    )
+
+
+LEAK = cancel_round(case("cancel"), baseline=Readings(0, 0), speculative=Readings(0, 1))
+CLEAN = cancel_round(case("cancel"), baseline=Readings(0, 0), speculative=Readings(0, 0))
+
+
 def test_a_leak_on_the_speculative_arm_only_fails_once_shown_above_the_baselines_rate() -> None:
-    leak = cancel_round(case("cancel"), baseline=Readings(0, 0), speculative=Readings(0, 1))
-    # one kept slot is what load on the pod can look like: not yet shown
-    assert rate_check(leak, confidence=0.95).verdict is Verdict.PASS
-    tally = leak
-    for _ in range(8):
-        tally = accumulate(tally, leak)
-    check = rate_check(tally, confidence=0.95)
-    assert check.verdict is Verdict.FAIL and check.fires and check.metric is MetricName.PROBE_CANCEL
-    assert "cancel probe keeps dropped streams' slots" in check.reason
+    # one kept slot is what load on the pod can look like: a leak every round is shown by the 11th
+    *passing, failing = list(checks_by_round(case("cancel"), [LEAK] * 11))
+    assert all(check.verdict is Verdict.PASS for check in passing)
+    assert failing.verdict is Verdict.FAIL and failing.fires and failing.metric is MetricName.PROBE_CANCEL
+    assert "cancel probe keeps dropped streams' slots" in failing.reason and "mixture SPRT p=" in failing.evidence
+
+
+def test_a_leak_after_500_clean_rounds_is_caught_as_soon_as_one_from_the_first() -> None:
+    assert first_failing(case("cancel"), [*[CLEAN] * 500, *[LEAK] * 20]) == 500 + 11
+
+
+def test_a_tool_call_that_breaks_after_500_clean_rounds_flips_long_before_the_share_falls() -> None:
+    probe = case("toolCall", tools=[WEATHER], toolChoice="required")
+    good = both(Answer("", "tool_calls", None, GOOD_CALL))
+    bad = both(Answer("", "tool_calls", None, (ToolCall("get_weather", '{"city":'),)))
+    clean = answer_round(probe, baseline=good, speculative=good)
+    broken = answer_round(probe, baseline=good, speculative=bad)
+    assert first_failing(probe, [broken]) == 1  # below quality.minAgreement at once
+    # the share of 500 clean rounds falls below 95% after 27 broken ones; the tests see it by the 11th
+    *_, check = checks_by_round(probe, [*[clean] * 500, *[broken] * 11])
+    assert check.verdict is Verdict.FAIL and check.reason.startswith(
+        "toolCall probe fails more often than the baseline"
+    )
+
+
+def loaded(rng: random.Random, *, spec_hidden: float, base_hidden: float = 0.2) -> CaseTally:
+    """A cancel round on loaded pods: the gauge stays up for the whole bound that often on each arm."""
+    base = Readings(3, 4 if rng.random() < base_hidden else 3)
+    spec = Readings(3, 4 if rng.random() < spec_hidden else 3)
+    return cancel_round(case("cancel"), baseline=base, speculative=spec)
 
 
 def test_slots_that_load_hides_as_often_on_both_arms_flip_nothing() -> None:
     rng = random.Random(5)
-    flips = 0
-    for _ in range(200):  # 3% of rounds on each loaded pod see the gauge stay up for the whole bound
-        tally = None
-        for _ in range(40):
-            base = Readings(3, 4 if rng.random() < 0.03 else 3)
-            spec = Readings(3, 4 if rng.random() < 0.03 else 3)
-            latest = cancel_round(case("cancel"), baseline=base, speculative=spec)
-            tally = latest if tally is None else accumulate(tally, latest)
-            flips += rate_check(tally, confidence=0.95).verdict is Verdict.FAIL
-    assert flips <= 2
+    flips = sum(
+        first_failing(case("cancel"), (loaded(rng, spec_hidden=0.2) for _ in range(60))) is not None for _ in range(100)
+    )
+    assert flips <= 1
+
+
+@pytest.mark.parametrize("clean", [0, 500], ids=["from-the-first-round", "after-500-clean-rounds"])
+def test_a_leak_where_load_hides_slots_on_both_arms_is_caught_soon_whenever_it_starts(clean: int) -> None:
+    rng = random.Random(9)
+    delays = []
+    for _ in range(10):
+        rounds = [
+            *(loaded(rng, spec_hidden=0.2) for _ in range(clean)),
+            *(loaded(rng, spec_hidden=1.0) for _ in range(60)),
+        ]
+        first = first_failing(case("cancel"), rounds)
+        assert first is not None and first > clean
+        delays.append(first - clean)
+    # from the first round, the mixture test: about 14 rounds; later, the change detector's threshold,
+    # log(STARTS / (alpha / 2 * 0.1)) = 10.6, at log(2 * 50 / 51) a round where only the speculative arm fails
+    assert max(delays) <= (20 if clean == 0 else 30)
 
 
 def test_tallies_accumulate_over_rounds_and_drop_cases_no_longer_probed() -> None:
     one = CaseTally(ProbeKind.GREEDY, baseline_trials=2, speculative_trials=2, speculative_passed=2)
     assert accumulate(one, one) == CaseTally(ProbeKind.GREEDY, 2, 0, 4, 4, 4)
-    first = accumulated(None, ProbeResult({"a": one, "b": one}))
-    second = accumulated(first, ProbeResult({"a": one}))
+    group = frozenset({"a", "b"})
+    first = accumulated(None, ProbeResult({"a": one, "b": one}), groups=[group])
+    second = accumulated(first, ProbeResult({"a": one}), groups=[group])
     assert second.tallies == {"a": accumulate(one, one)}
-    failed = accumulated(second, ProbeResult(error="probes failed: refused"))
+    assert second.tests[group].rounds == 2  # a round that answered one case of the group steps it
+    failed = accumulated(second, ProbeResult(error="probes failed: refused"), groups=[group])
     assert failed.tallies == second.tallies and failed.error == "probes failed: refused"
+    assert failed.tests == second.tests
+    assert accumulated(failed, ProbeResult({"a": one}), groups=[]).tests == {}  # a group no longer probed
 
 
 # --- statistics ------------------------------------------------------------------------------------
 
 
-def test_the_exact_test_matches_known_values() -> None:
-    assert rate_above_pvalue(8, 8, 0, 8) == pytest.approx(1 / 12870)
-    assert rate_above_pvalue(10, 100, 2, 100) == pytest.approx(0.01652, abs=1e-4)  # Fisher, one-sided
-    assert rate_above_pvalue(0, 5, 3, 5) == 1.0 and rate_above_pvalue(0, 0, 0, 0) == 1.0
+@pytest.mark.parametrize(
+    ("stratum", "expected"),
+    [
+        ((1, 1, 0, 1), lambda odds: 2 * odds / (1 + odds)),
+        ((0, 1, 1, 1), lambda odds: 2 / (1 + odds)),
+        ((2, 2, 0, 2), lambda odds: 6 * odds**2 / (1 + 4 * odds + odds**2)),
+        ((0, 2, 0, 2), lambda odds: 1.0),
+        ((3, 3, 2, 2), lambda odds: 1.0),
+    ],
+    ids=["lost-pair", "won-pair", "both-diverged", "no-failure", "all-failed"],
+)
+def test_the_likelihood_ratio_is_the_noncentral_over_the_central_hypergeometric(
+    stratum: tuple[int, int, int, int], expected: Callable[[float], float]
+) -> None:
+    assert log_ratios(*stratum) == pytest.approx([math.log(expected(odds)) for odds in ODDS])
+
+
+@pytest.mark.parametrize(("trials", "other_trials"), [(1, 1), (2, 2), (4, 2), (3, 8)])
+def test_the_likelihood_ratio_averages_to_one_when_the_arms_fail_alike(trials: int, other_trials: int) -> None:
+    """Given a stratum's total failures, equal arms put them anywhere with the hypergeometric chance: the
+    ratio's expectation is one whatever the total, so its product over rounds is a martingale."""
+    for total in range(trials + other_trials + 1):
+        support = range(max(0, total - other_trials), min(trials, total) + 1)
+        chance = [math.comb(trials, k) * math.comb(other_trials, total - k) for k in support]
+        ratios = [log_ratios(k, trials, total - k, other_trials) for k in support]
+        for i in range(len(ODDS)):
+            mean = sum(c * math.exp(r[i]) for c, r in zip(chance, ratios, strict=True)) / sum(chance)
+            assert mean == pytest.approx(1.0)
     with pytest.raises(ValueError):
-        rate_above_pvalue(3, 2, 0, 2)
+        log_ratios(3, 2, 0, 2)
 
 
-def greedy_tally(rng: random.Random, *, rounds: int, per_round: int, spec_rate: float, base_rate: float) -> CaseTally:
-    n = rounds * per_round
-    x_s = sum(rng.random() < spec_rate for _ in range(n))
-    x_b = sum(rng.random() < base_rate for _ in range(n))
-    return CaseTally(ProbeKind.GREEDY, rounds, n - x_b, n, n - x_s, n)
+def greedy_stratum(rng: random.Random, spec_rate: float, base_rate: float) -> tuple[int, int, int, int]:
+    """A greedy round: two comparisons a side, each differing at its rate."""
+    return sum(rng.random() < spec_rate for _ in range(2)), 2, sum(rng.random() < base_rate for _ in range(2)), 2
 
 
-def test_equal_natural_variation_on_both_arms_flips_nothing() -> None:
+def first_flip(strata: Iterable[tuple[int, int, int, int]], *, alpha: float = 0.01) -> int | None:
+    """The round at which either test first shows the speculative arm failing more, at half of alpha each."""
+    test = Sequential()
+    for index, stratum in enumerate(strata, 1):
+        test = test.step([stratum])
+        if min(test.mixture_p(), test.change_p()) <= alpha / 2:
+            return index
+    return None
+
+
+@pytest.mark.parametrize("rate", [0.03, 0.1, 0.4], ids=["3%", "10%", "40%"])
+def test_equal_arms_flip_at_most_alpha_of_pilots_over_every_round(rate: float) -> None:
     rng = random.Random(7)
-    flips = 0
-    for _ in range(200):  # every look of 200 pilots, 1 to 30 rounds each
-        flips += any(
-            rate_check(greedy_tally(rng, rounds=r, per_round=8, spec_rate=0.1, base_rate=0.1), confidence=0.95).verdict
-            is Verdict.FAIL
-            for r in (1, 3, 10, 30)
-        )
-    assert flips <= 10  # at most alpha of the pilots ever flip; the spending keeps it below
+    pilots = 100
+    flips = sum(first_flip(greedy_stratum(rng, rate, rate) for _ in range(300)) is not None for _ in range(pilots))
+    assert flips <= 0.01 * pilots
 
 
-def test_clearly_higher_speculative_divergence_fails() -> None:
-    rng = random.Random(11)
-    tally = greedy_tally(rng, rounds=5, per_round=8, spec_rate=0.6, base_rate=0.05)
-    check = rate_check(tally, confidence=0.95)
-    assert check.verdict is Verdict.FAIL and check.metric is MetricName.PROBE_GREEDY and check.fires
+def test_a_greedy_divergence_at_twice_the_baselines_rate_is_caught_within_1500_rounds() -> None:
+    """2x of 3%: the speculative texts differ from the baseline's in 8.8% of comparisons, the baseline's
+    from themselves in 5.9% (a comparison differs when either answer does). At least 80% of pilots flip
+    within 1,500 rounds (half of them within about 700)."""
+    rng = random.Random(3)
+    spec, base = 1 - 0.94 * 0.97, 1 - 0.97**2
+    firsts = [first_flip(greedy_stratum(rng, spec, base) for _ in range(1500)) for _ in range(20)]
+    assert sum(first is not None for first in firsts) >= 16
 
 
-def test_a_single_text_difference_is_not_a_failure() -> None:
-    tally = CaseTally(ProbeKind.GREEDY, 1, 2, 2, 1, 2)
-    assert rate_check(tally, confidence=0.95).verdict is Verdict.PASS
+def test_a_restart_carries_both_tests_over() -> None:
+    rng = random.Random(4)
+    rounds = [greedy_stratum(rng, 0.1, 0.1) for _ in range(450)] + [(2, 2, 0, 2)] * 3
+    whole = Sequential()
+    for stratum in rounds:
+        whole = whole.step([stratum])
+    earlier, later = Sequential(), Sequential()
+    for stratum in rounds[:449]:
+        earlier = earlier.step([stratum])
+    for stratum in rounds[449:]:
+        later = later.step([stratum])
+    resumed = earlier.then(later)
+    assert resumed.ratios == pytest.approx(whole.ratios) and resumed.rounds == whole.rounds
+    assert resumed.change_p() == pytest.approx(whole.change_p())  # the best start lies after the restart
+    assert Sequential().then(later) == later and earlier.then(Sequential()).change_p() == earlier.change_p()
+
+
+def test_a_scope_resumes_its_probe_tests_after_a_restart_from_the_evidence() -> None:
+    probe = case("cancel")
+    groups = kind_groups([probe]).values()
+    first = None
+    for _ in range(8):  # not yet shown
+        first = accumulated(first, ProbeResult({case_key(probe): LEAK}), groups=groups)
+    kept = ProbeRecord(since=NOW, current=kind_counts(first, [probe]))
+    assert kept.before(NOW) == {} and kept.before(None) == kept.counts()
+    second = None
+    verdicts = []
+    for _ in range(3):  # the operator's next run
+        second = accumulated(second, ProbeResult({case_key(probe): LEAK}, since=NOW), groups=groups)
+        earlier = kept.before(second.since + INTERVAL)
+        (check,) = probe_checks(second, [probe], quality=Quality(), confidence=0.95, earlier=earlier)
+        verdicts.append(check.verdict)
+    assert verdicts == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]  # the 11th round, as in one run
 
 
 # --- cases of a pilot ------------------------------------------------------------------------------

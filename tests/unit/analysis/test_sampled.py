@@ -1,4 +1,4 @@
-"""Sampled probe cases: answers scored, paired, tallied and judged by an exact sign test."""
+"""Sampled probe cases: answers scored, paired, tallied and judged by a sequential sign test."""
 
 from __future__ import annotations
 
@@ -8,9 +8,19 @@ from collections.abc import Sequence
 import pytest
 
 from specpilot.analysis.answers import SCORE_REPLY_LIMIT, Answer, Scored, builtin_score, reply_score
+from specpilot.analysis.checks import Check
 from specpilot.analysis.evidence import ProbeArm, ProbeCounts
-from specpilot.analysis.probes import MAX_PAIRS, CaseTally, accumulate, sampled_round
-from specpilot.analysis.quality import ProbeResult, accumulated, case_key, kind_counts, probe_checks, sampled_check
+from specpilot.analysis.probes import CaseTally, accumulate, sampled_round, strata
+from specpilot.analysis.proportions import Sequential
+from specpilot.analysis.quality import (
+    ProbeResult,
+    accumulated,
+    case_key,
+    kind_counts,
+    kind_groups,
+    probe_checks,
+    sampled_check,
+)
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import BuiltinScore, ProbeCase, ProbeKind, Probes, Quality
 from specpilot.api.status import Verdict
@@ -77,7 +87,7 @@ def test_a_reply_scores_only_with_a_finite_number(reply: bytes, score: float | N
 
 def test_a_scored_round_pairs_the_answers_in_order() -> None:
     tally = sampled_round(sampled(), baseline=scored(3, 4, 5, 6), speculative=scored(1, 4, 5, 7))
-    assert tally.score_pairs == ((3, 1), (4, 4), (5, 5), (6, 7))
+    assert (tally.lost, tally.won) == (1, 1)  # (3, 1) lost, (6, 7) won, two ties
     assert (tally.baseline_trials, tally.baseline_passed, tally.speculative_trials, tally.speculative_passed) == (
         4,
         4,
@@ -93,7 +103,7 @@ def test_a_scored_round_pairs_the_answers_in_order() -> None:
 
 def test_a_round_with_an_unscored_answer_adds_no_scores_and_says_why() -> None:
     tally = sampled_round(sampled(), baseline=scored(3, 4, 5, 6), speculative=scored(1, None, 5, 7))
-    assert tally.score_pairs == () and tally.speculative_passed == tally.baseline_passed == 0
+    assert tally.lost == tally.won == 0 and tally.speculative_passed == tally.baseline_passed == 0
     assert tally.baseline_trials == tally.speculative_trials == 4
     assert tally.unscored == "1 of 8 answers of the latest round unscored (score webhook answered HTTP 500)"
 
@@ -102,17 +112,17 @@ def test_the_worst_answer_follows_the_direction_the_score_improves() -> None:
     shorter = sampled(builtin="length", better="Lower")
     tally = sampled_round(shorter, baseline=scored(30, 40), speculative=scored(35, 90))
     assert tally.finding is not None and tally.finding.speculative.startswith("90: ")
+    assert (tally.lost, tally.won) == (2, 0)
     assert sampled_round(shorter, baseline=scored(30, 90), speculative=scored(35, 40)).finding is None
 
 
-def test_pairs_are_bounded_and_the_latest_round_says_whether_it_was_scored() -> None:
+def test_the_latest_round_says_whether_it_was_scored() -> None:
     case = sampled()
     good = sampled_round(case, baseline=scored(*range(16)), speculative=scored(*range(16)))
     total = good
     for _ in range(40):
         total = accumulate(total, good)
-    assert len(total.score_pairs) == MAX_PAIRS and total.rounds == 41
-    assert total.speculative_scores.n == 41 * 16  # the moments keep every score
+    assert total.rounds == 41 and total.speculative_scores.n == 41 * 16  # the moments keep every score
     failed = sampled_round(case, baseline=scored(1, 2), speculative=scored(None, 2))
     assert accumulate(total, failed).unscored is not None
     assert accumulate(accumulate(total, failed), good).unscored is None
@@ -121,27 +131,30 @@ def test_pairs_are_bounded_and_the_latest_round_says_whether_it_was_scored() -> 
 # --- the check -------------------------------------------------------------------------------------
 
 
-def rounds(case: ProbeCase, pairs: Sequence[Sequence[tuple[float, float]]]) -> CaseTally:
-    """The tally of rounds of (baseline, speculative) score pairs."""
+def rounds(case: ProbeCase, pairs: Sequence[Sequence[tuple[float, float]]]) -> tuple[CaseTally, Sequential]:
+    """The tally of rounds of (baseline, speculative) score pairs, and the tests stepped by each."""
     tallies = [
         sampled_round(case, baseline=scored(*(b for b, _ in r)), speculative=scored(*(s for _, s in r))) for r in pairs
     ]
-    total = tallies[0]
+    total, test = tallies[0], Sequential().step(strata(tallies[0]))
     for tally in tallies[1:]:
-        total = accumulate(total, tally)
-    return total
+        total, test = accumulate(total, tally), test.step(strata(tally))
+    return total, test
+
+
+def judged(case: ProbeCase, pairs: Sequence[Sequence[tuple[float, float]]]) -> Check:
+    tally, test = rounds(case, pairs)
+    return sampled_check([(case, tally)], test, alpha=0.01)
 
 
 def test_identical_scores_pass() -> None:
-    case = sampled()
-    check = sampled_check([(case, rounds(case, [[(1.0, 1.0)] * 8] * 3))], confidence=0.95)
+    check = judged(sampled(), [[(1.0, 1.0)] * 8] * 3)
     assert check.verdict is Verdict.PASS and check.metric is MetricName.PROBE_SAMPLED and check.hard
     assert "0 of 0 untied pairs" in check.evidence
 
 
 def test_clearly_worse_speculative_scores_fail_naming_the_worst_answers() -> None:
-    case = sampled()
-    check = sampled_check([(case, rounds(case, [[(5.0, 1.0)] * 8] * 2))], confidence=0.95)
+    check = judged(sampled(), [[(5.0, 1.0)] * 8] * 2)
     assert check.verdict is Verdict.FAIL and check.fires
     assert check.observed == 1.0 and check.threshold == 0.5
     assert "sampled probe scores worse than the baseline's" in check.reason and "worst score" in check.reason
@@ -149,11 +162,9 @@ def test_clearly_worse_speculative_scores_fail_naming_the_worst_answers() -> Non
 
 
 def test_better_lower_turns_the_comparison() -> None:
-    shorter = sampled(builtin="length", better="Lower")
-    longer_answers = rounds(shorter, [[(20.0, 60.0)] * 8] * 2)
-    assert sampled_check([(shorter, longer_answers)], confidence=0.95).verdict is Verdict.FAIL
-    higher = sampled(builtin="length")
-    assert sampled_check([(higher, longer_answers)], confidence=0.95).verdict is Verdict.PASS
+    longer_answers = [[(20.0, 60.0)] * 8] * 2
+    assert judged(sampled(builtin="length", better="Lower"), longer_answers).verdict is Verdict.FAIL
+    assert judged(sampled(builtin="length"), longer_answers).verdict is Verdict.PASS
 
 
 @pytest.mark.parametrize(
@@ -165,8 +176,8 @@ def test_better_lower_turns_the_comparison() -> None:
     ids=["unscored", "nothing-scored"],
 )
 def test_missing_scores_are_inconclusive_never_a_pass(tally: CaseTally, saying: str) -> None:
-    earlier = rounds(sampled(), [[(1.0, 1.0)] * 8] * 5)
-    check = sampled_check([(sampled(), accumulate(earlier, tally) if tally.unscored else tally)], confidence=0.95)
+    earlier, test = rounds(sampled(), [[(1.0, 1.0)] * 8] * 5)
+    check = sampled_check([(sampled(), accumulate(earlier, tally) if tally.unscored else tally)], test, alpha=0.01)
     assert check.verdict is Verdict.INCONCLUSIVE and check.hard and saying in check.reason
 
 
@@ -174,14 +185,15 @@ def a_a_pilot(rng: random.Random, *, looks: int, repeats: int, grades: Sequence[
     """Whether a pilot of identical arms (or, with `worse`, a speculative arm that scores lower that often)
     fails the check at any of its rounds; scores are a rubric's grades, so ties are the rule."""
     case = sampled()
-    total: CaseTally | None = None
+    group = kind_groups([case]).values()
+    result = None
     for _ in range(looks):
         pairs = [
             (rng.choice(grades), grades[0] if rng.random() < worse else rng.choice(grades)) for _ in range(repeats)
         ]
-        tally = rounds(case, [pairs])
-        total = tally if total is None else accumulate(total, tally)
-        if sampled_check([(case, total)], confidence=0.95).verdict is Verdict.FAIL:
+        result = accumulated(result, ProbeResult({case_key(case): rounds(case, [pairs])[0]}), groups=group)
+        (check,) = probe_checks(result, [case], quality=Quality(), confidence=0.95)
+        if check.verdict is Verdict.FAIL:
             return True
     return False
 
@@ -198,7 +210,7 @@ def a_a_pilot(rng: random.Random, *, looks: int, repeats: int, grades: Sequence[
 def test_identical_arms_flip_at_most_alpha_of_pilots_over_every_round(grades: Sequence[float]) -> None:
     rng = random.Random(5)
     flips = sum(a_a_pilot(rng, looks=20, repeats=8, grades=grades) for _ in range(300))
-    assert flips <= 15  # 1 - confidence of 300 pilots, every round of each judged
+    assert flips <= 3  # 1% of 300 pilots, every round of each judged
 
 
 def test_a_speculative_arm_whose_answers_drop_to_the_lowest_grade_is_caught() -> None:
@@ -215,9 +227,10 @@ def test_a_speculative_arm_whose_answers_drop_to_the_lowest_grade_is_caught() ->
 def test_a_scope_with_sampled_cases_gets_one_sampled_check_and_counts_per_arm() -> None:
     cases = [sampled("a"), sampled("b", builtin="finishReason")]
     quality = Quality(probes=Probes(cases=cases))
-    a = rounds(cases[0], [[(1.0, 1.0), (2.0, 2.0)]])
-    b = rounds(cases[1], [[(1.0, 0.0), (1.0, 1.0)]])
-    result = accumulated(None, ProbeResult({case_key(cases[0]): a, case_key(cases[1]): b}))
+    a, _ = rounds(cases[0], [[(1.0, 1.0), (2.0, 2.0)]])
+    b, _ = rounds(cases[1], [[(1.0, 0.0), (1.0, 1.0)]])
+    groups = kind_groups(cases).values()
+    result = accumulated(None, ProbeResult({case_key(cases[0]): a, case_key(cases[1]): b}), groups=groups)
     (check,) = probe_checks(result, cases, quality=quality, confidence=0.95)
     assert check.metric is MetricName.PROBE_SAMPLED and check.verdict is Verdict.PASS
     assert "1 of 1 untied pairs (4 pairs over 1 round(s))" in check.evidence
@@ -227,5 +240,6 @@ def test_a_scope_with_sampled_cases_gets_one_sampled_check_and_counts_per_arm() 
             rounds=1,
             baseline=ProbeArm(checks=4, passed=4, scores=a.baseline_scores.merge(b.baseline_scores)),
             speculative=ProbeArm(checks=4, passed=4, scores=a.speculative_scores.merge(b.speculative_scores)),
+            test=Sequential().step(strata(b)),
         )
     }

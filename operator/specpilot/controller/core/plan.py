@@ -386,7 +386,12 @@ def _quality(snapshot: Snapshot, spec: SpeculationPilotSpec, scope: str) -> tupl
     checks: list[Check] = []
     if spec.quality.probes is not None:
         cases = scope_cases(spec).get(scope, ())
-        checks += probe_checks(snapshot.probe, cases, quality=spec.quality, confidence=spec.analysis.confidence)
+        found = snapshot.evidence.scopes.get(scope) if snapshot.evidence is not None else None
+        # what the operator's earlier runs saw: the probe tests go on from there
+        earlier = found.probes.before(snapshot.probe.since if snapshot.probe else None) if found else None
+        checks += probe_checks(
+            snapshot.probe, cases, quality=spec.quality, confidence=spec.analysis.confidence, earlier=earlier
+        )
     answers = {result.name: result for result in snapshot.webhooks.get(scope, ())}
     for hook in spec.quality.webhooks:
         answer = answers.get(hook.name)
