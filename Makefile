@@ -9,7 +9,7 @@ PYTEST_ARGS ?=
 help:
 	@echo "make demo         run a pilot on the local cluster with mock vLLM pods (REHEARSAL=1: and its peak rehearsal; WORKLOAD=1: on a Deployment the team runs)"
 	@echo "make test         lint-free unit, component and cluster tests (sets everything up)"
-	@echo "make lint         ruff, mypy, import layering; helm lint, shellcheck, actionlint"
+	@echo "make lint         ruff, mypy, import layering, size limits; helm lint, shellcheck, actionlint"
 	@echo "make cluster-up   start the local control plane + node agent (idempotent)"
 	@echo "make cluster-down stop what cluster-up started"
 
@@ -40,10 +40,11 @@ test-cluster: venv binaries
 	$(PY) -m pytest tests/cluster $(PYTEST_ARGS)
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests bench e2e
-	$(VENV)/bin/ruff format --check operator tests bench e2e
+	$(VENV)/bin/ruff check operator tests bench e2e tools
+	$(VENV)/bin/ruff format --check operator tests bench e2e tools
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+	$(PY) tools/sizes.py >/dev/null
 	@$(MAKE) --no-print-directory lint-delivery
 
 # The chart in both RBAC modes, the e2e scripts and the kind workflow.
