@@ -97,7 +97,8 @@ class Policy:
     suspend: bool = False
     paused: bool = False  # production's baseline is saturated: no promotion until it recovers
     # The peak rehearsal runs the scope's traffic on the compared arms while its live share is on
-    # production: its windows are recorded as evidence, and only a hard limit moves it.
+    # production: its windows are recorded as evidence, and only a hard limit moves it (a rolled-back
+    # scope, rehearsed to narrow its crossover, not even that).
     rehearsing: bool = False
 
 
@@ -129,7 +130,7 @@ class Cause(StrEnum):
     FAIL_LIMIT = "fail_limit"  # the failureLimit-th failing window in a row
     HARD = "hard"  # a window in which a hard limit fired (or a critical webhook failed)
     INCONCLUSIVE = "inconclusive"  # a window that could not be judged
-    REHEARSED = "rehearsed"  # a window of rehearsal traffic without a hard limit: evidence, no move
+    REHEARSED = "rehearsed"  # a rehearsal window without a hard limit, or of a rolled-back scope: evidence, no move
     PROMOTE = "promote"
     ABORT = "abort"
     RESUME = "resume"
@@ -202,6 +203,7 @@ TABLE: Mapping[tuple[ScopeState, Cause], tuple[ScopeState | None, Do]] = {
     (S.PILOTING, C.REHEARSED): (S.PILOTING, Do.OBSERVE),
     (S.SPECULATIVE, C.REHEARSED): (S.SPECULATIVE, Do.OBSERVE),
     (S.HELD, C.REHEARSED): (S.HELD, Do.OBSERVE),
+    (S.ROLLED_BACK, C.REHEARSED): (S.ROLLED_BACK, Do.OBSERVE),
 }
 
 
@@ -234,7 +236,10 @@ def _cause(status: ScopeStatus, event: Input, *, policy: Policy, warm: bool, now
         return C.WARM if warm else C.IDLE
     if status.state is S.ROLLED_BACK:
         automatic = policy.rollback.reentry is Reentry.AUTOMATIC
-        return C.COOLED if automatic and warm and _cooled(status, policy, now) else C.IDLE
+        if automatic and warm and _cooled(status, policy, now):
+            return C.COOLED
+        # production keeps it on ordinary decoding: a window of its rehearsal is evidence alone
+        return C.REHEARSED if policy.rehearsing and isinstance(event, Judged) else C.IDLE
     if isinstance(event, Tick):
         return C.IDLE
     if not warm:

@@ -507,6 +507,18 @@ class RehearsalStep(ApiModel):
     """Each scope's figures, when more than one was rehearsed."""
 
 
+class CrossoverBracket(ApiModel):
+    """A rehearsed scope that was rolled back when the rehearsal began, and the crossover interval its
+    decision stated then: the rehearsal's ladder and the scope's crossover steps lie within it."""
+
+    scope: ScopeName
+    """The scope."""
+    low: float
+    """Lower end of the interval, requests per second per replica (its highest win)."""
+    high: float
+    """Upper end (the flip's load, or the crossover's interval below it)."""
+
+
 class RehearsalStatus(ApiModel):
     """The peak rehearsal: the ladder, each step's figures as they come, and each arm's capacity."""
 
@@ -519,8 +531,11 @@ class RehearsalStatus(ApiModel):
     finished_at: datetime | None = None
     """When it completed or stopped (its load ended)."""
     scopes: Annotated[list[Annotated[str, StringConstraints(max_length=63)]], Field(max_length=16)] = []
-    """The scopes rehearsed (those on speculative decoding when it began); their live shares go to
-    production meanwhile."""
+    """The scopes rehearsed (those on speculative decoding when it began, and those rolled back with a
+    crossover interval to narrow); their live shares go to production meanwhile."""
+    brackets: Annotated[list[CrossoverBracket], Field(max_length=16)] = []
+    """The rehearsed scopes that were rolled back when it began, each with its crossover interval:
+    production keeps them on ordinary decoding, and only a flip since it began stops it."""
     step: Count = 0
     """Index of the current (or last) step."""
     steps: Annotated[list[RehearsalStep], Field(max_length=67)] = []

@@ -237,6 +237,11 @@ CASES = {
         ROLLED_BACK, Tick(), S.ROLLED_BACK, 0, policy=SUSPENDED_AUTOMATIC, minutes=60
     ),
     "rolled-back/window-is-ignored": Case(ROLLED_BACK, failed(3), S.ROLLED_BACK, 0),
+    # Rehearsed to narrow its crossover, production keeping it on ordinary decoding: evidence alone.
+    "rolled-back/rehearsed-window-is-only-recorded": Case(ROLLED_BACK, failed(3), S.ROLLED_BACK, 0, policy=REHEARSING),
+    "rolled-back/rehearsed-error-limit-moves-nothing": Case(
+        ROLLED_BACK, broken(3), S.ROLLED_BACK, 0, policy=REHEARSING
+    ),
     "rolled-back/resume": Case(ROLLED_BACK, RESUME, S.PILOTING, 10, (R.SCOPE_RESUMED,)),
     "rolled-back/resume-while-suspended-refused": Case(
         ROLLED_BACK, RESUME, S.ROLLED_BACK, 0, (R.MANUAL_ACTION_REFUSED,), policy=SUSPENDED
@@ -320,6 +325,14 @@ def test_a_window_before_warmup_is_shown_as_not_judged_and_spends_nothing() -> N
     assert status.last_window is not None and status.last_window.verdict is Verdict.INCONCLUSIVE
     assert "warmup" in status.last_window.reason
     assert (status.judge, status.failed_checks) == (PILOTING.judge, 0)
+
+
+def test_a_rolled_back_scopes_rehearsal_window_is_shown_and_changes_nothing_else() -> None:
+    status = advance(ROLLED_BACK, broken(3), policy=REHEARSING, warm=True, now=T0 + 3 * MIN).status
+    assert status.last_window == broken(3).summary
+    assert status == ROLLED_BACK.model_copy(update={"last_window": broken(3).summary})
+    # without the rehearsal its windows are not judged at all
+    assert advance(ROLLED_BACK, broken(3), policy=POLICY, warm=True, now=T0 + 3 * MIN).status == ROLLED_BACK
 
 
 def test_rollback_records_the_failing_check_and_its_window() -> None:

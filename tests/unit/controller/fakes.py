@@ -507,3 +507,26 @@ def pilot_doc(*, probes: bool = False, webhooks: Sequence[str] = ()) -> Json:
             {"name": name, "url": f"http://checks.team-a.svc:8080/{name}"} for name in webhooks
         ]
     return doc
+
+
+def staged_climb_doc() -> Json:
+    """Scope code alone, its arms' load its own, at 10% then 50% with the control arm taking the other
+    half (no alternative arm), re-entered only by hand: at `climbing` traffic its arms run at 2 requests
+    per second per replica at the first stage and 10 at the second."""
+    doc = pilot_doc()
+    spec = doc["spec"]
+    spec["scopes"] = [spec["scopes"][1]]
+    spec["scopes"][0]["stages"] = [
+        {"weight": 10, "minRequests": 50, "minDuration": "2m"},  # a band's worth of windows at the first stage
+        {"weight": 50, "minRequests": 100, "minDuration": "1m"},
+    ]
+    spec["rollback"]["reentry"] = "Manual"
+    spec.pop("alternative")
+    return doc
+
+
+def climbing(traffic: Traffic) -> None:
+    """20 requests per second, speculation's time per committed token rising with its load and the control
+    arm's flat: they cross at 4 requests per second per replica."""
+    traffic.rate = 20.0
+    traffic.curves = {Arm.SPECULATIVE: lambda load: 0.01 * (1 + load / 4), Arm.CONTROL: lambda load: 0.02}

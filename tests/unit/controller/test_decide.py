@@ -238,6 +238,41 @@ def test_a_window_the_weight_changed_within_stays_out_of_the_load_bins_and_produ
     assert held.bins == {} and held.totals == {}
 
 
+def test_a_rolled_back_scopes_rehearsal_windows_are_binned_alone_once_they_began_after_its_flip() -> None:
+    name = NAMES[0]
+    measured = {name: Measured(window(name), 30)}
+    load_ = WindowLoad(arms={a: ArmLoad(offered_per_replica=4.0) for a in Arm}, arrival_rate=2.0)
+
+    def recorded(flipped_at: datetime) -> Evidence:
+        status = ScopeStatus(
+            name=name,
+            state=ScopeState.ROLLED_BACK,
+            stage=1,
+            weight=0,
+            stage_started_at=END - HOUR,
+            last_transition_time=flipped_at,
+            last_window=WindowSummary(end=END, verdict=Verdict.FAIL),
+        )
+        return record(
+            fresh_for(None, {}, Arm.CONTROL),
+            spec=SPEC,
+            measured=measured,
+            loads={name: load_},
+            scopes=[status],
+            kv_blocks={},
+            gpus={},
+            replicas={},
+            rehearsing=[name],
+        )
+
+    # its live requests from before the flip are in the window: not the rehearsal's load
+    straddled = recorded(END - timedelta(seconds=10)).scopes[name]
+    assert straddled.unsettled == 1 and straddled.bins == {} and straddled.totals == {}
+    rehearsed = recorded(END - HOUR).scopes[name]
+    assert set(rehearsed.bins) == {Arm.SPECULATIVE, Arm.CONTROL} and rehearsed.rehearsed == {load_bin(4.0): 1}
+    assert rehearsed.totals == {}, "the totals describe its live traffic"
+
+
 def test_when_another_scope_leaves_the_speculative_arm_the_others_start_again() -> None:
     chat, code = NAMES[0], NAMES[1]
     load_ = WindowLoad(arms={a: ArmLoad(offered_per_replica=2.0) for a in Arm}, arrival_rate=2.0)

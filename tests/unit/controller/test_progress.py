@@ -15,7 +15,10 @@ from specpilot.api.status import (
     Condition,
     ConditionStatus,
     ConditionType,
+    CrossoverBracket,
     FallbackRecord,
+    RehearsalPhase,
+    RehearsalStatus,
     ScopeState,
     ScopeStatus,
     SpeculationPilotStatus,
@@ -80,6 +83,24 @@ def scope(state: ScopeState, last_end: datetime | None = None, weight: int = 25)
 )
 def test_window_due_once_per_interval_for_judged_states(status: ScopeStatus, expected: bool) -> None:
     assert due(status, SPEC.analysis, T0) is expected
+
+
+def test_a_rolled_back_scopes_windows_are_due_while_the_rehearsal_runs_it() -> None:
+    flipped = scope(ScopeState.ROLLED_BACK, T0 - timedelta(minutes=5), weight=0)
+    assert not due(flipped, SPEC.analysis, T0)
+    assert due(flipped, SPEC.analysis, T0, rehearsed=("chat",))
+    recorded = flipped.model_copy(
+        update={"last_window": WindowSummary(end=T0 - timedelta(seconds=5), verdict=Verdict.FAIL)}
+    )
+    assert not due(recorded, SPEC.analysis, T0, rehearsed=("chat",)), "once per interval, as any scope"
+    # the collection wakes the reconcile for it while the rehearsal runs
+    running = RehearsalStatus(phase=RehearsalPhase.RUNNING, scopes=["chat"])
+    status = armsready(T0 - timedelta(minutes=5)).model_copy(update={"scopes": [flipped]})
+    assert not window_due(status, SPEC, T0, T0)
+    # not one flipped back during the rehearsal: only those it began on with a bracket
+    assert not window_due(status.model_copy(update={"rehearsal": running}), SPEC, T0, T0)
+    bracketed = running.model_copy(update={"brackets": [CrossoverBracket(scope="chat", low=1.0, high=4.0)]})
+    assert window_due(status.model_copy(update={"rehearsal": bracketed}), SPEC, T0, T0)
 
 
 @pytest.mark.parametrize(
@@ -225,6 +246,20 @@ def kv_flip(scope: str, at: datetime) -> FallbackRecord:
         metric=MetricName.KV_CACHE_USAGE,
         window=Window(start=at - timedelta(seconds=15), end=at),
     )
+
+
+def test_a_rolled_back_scopes_rehearsal_window_is_shown_and_flips_nothing() -> None:
+    """Slower by far in its window: rehearsed, a rolled-back scope stays where it is, its window shown
+    (and so recorded as evidence)."""
+    status = ScopeStatus(name="chat", state=ScopeState.ROLLED_BACK, stage=1, weight=0, last_transition_time=T0)
+    measured = {"chat": Measured(SLOW, SLOW.speculative.routed)}
+    step = advance_scopes(
+        [status], UNPROBED, measured=measured, manual={}, fallbacks=[], warm=True, now=SLOW.end, rehearsing=("chat",)
+    )
+    (after,) = step.scopes
+    assert after.last_window is not None and after.last_window.end == SLOW.end
+    assert after == status.model_copy(update={"last_window": after.last_window})
+    assert (step.fallbacks, step.flipped, step.events) == ([], (), [])
 
 
 def chat_judged(window: ScopeWindow, fallbacks: list[FallbackRecord]) -> ScopeStatus:

@@ -12,11 +12,24 @@ from specpilot.analysis.evidence import Evidence, load_bin
 from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.common import Duration
 from specpilot.api.spec import Analysis, Burst, Peak, Rehearsal, SpeculationPilotSpec
-from specpilot.api.status import ArmStepFigures, RehearsalPhase, RehearsalStatus, RehearsalStep
+from specpilot.api.status import (
+    ArmStepFigures,
+    CrossoverBracket,
+    Decision,
+    DecisionOutcome,
+    DeferReason,
+    RehearsalPhase,
+    RehearsalStatus,
+    RehearsalStep,
+    ScopeDecision,
+    ScopeState,
+    ScopeStatus,
+)
 from specpilot.controller.core.measurements import horizon
 from specpilot.controller.core.rehearsal import (
     advance,
     arm_figures,
+    bracket,
     capacity_of,
     ladder,
     next_move,
@@ -27,7 +40,7 @@ from specpilot.controller.core.rehearse import load_changed_at
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
-from tests.unit.controller.fakes import ITL, Harness, Json, pilot_doc
+from tests.unit.controller.fakes import ITL, Harness, Json, climbing, pilot_doc, staged_climb_doc
 
 STEP = 30  # seconds: the local demo's analysis window
 
@@ -64,6 +77,122 @@ def test_a_peak_given_per_replica_needs_no_production_record_and_a_relative_one_
     # a peak below production's median: the ladder does not climb down
     low = ladder(Rehearsal(peak=Peak(per_replica=1.0), steps=2, burst=None), production(4.0))
     assert not isinstance(low, str) and [step.load for step in low] == [1.0, 1.0, 1.0, 1.0]
+
+
+ADOPTED_BELOW = ScopeDecision(outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, crossover_low=2.0, crossover_high=10.0)
+T1 = datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def rolled_back(name: str = "code", decision: ScopeDecision | None = ADOPTED_BELOW) -> ScopeStatus:
+    """A scope flipped back an hour before `T1`, decided as `decision` says."""
+    return ScopeStatus(
+        name=name,
+        state=ScopeState.ROLLED_BACK,
+        weight=0,
+        last_transition_time=T1 - timedelta(hours=1),
+        decision=decision,
+    )
+
+
+def test_a_rolled_back_scope_whose_decision_brackets_its_crossover_is_rehearsed_across_the_bracket() -> None:
+    assert bracket(rolled_back()) == CrossoverBracket(scope="code", low=2.0, high=10.0)
+    deferred = ScopeDecision(outcome=DecisionOutcome.DEFER, defer_reason=DeferReason.NO_NET_GAIN)
+    unbracketed = ADOPTED_BELOW.model_copy(update={"crossover_high": None})
+    speculative = rolled_back().model_copy(update={"state": ScopeState.SPECULATIVE, "weight": 50})
+    for other in (rolled_back(decision=deferred), rolled_back(decision=unbracketed), rolled_back(decision=None)):
+        assert bracket(other) is None, other.decision
+    assert bracket(speculative) is None
+    rehearsal = Rehearsal(peak=Peak(production_factor=2.0), steps=5, burst=None, restart=False)
+    # alone: from the bracket's low end to its high end, production's load not needed; the fallback at its top
+    alone = ladder(rehearsal, {}, brackets=[CrossoverBracket(scope="code", low=2.0, high=10.0)], climb=False)
+    assert not isinstance(alone, str)
+    assert [(step.load, step.flip) for step in alone] == [
+        (2, False),
+        (4, False),
+        (6, False),
+        (8, False),
+        (10, False),
+        (10, True),
+    ]
+    # beside scopes on speculative decoding: the ladder spans their climb and the bracket
+    both = ladder(rehearsal, production(4.0), brackets=[CrossoverBracket(scope="code", low=2.0, high=5.0)])
+    assert not isinstance(both, str)
+    assert both[0].load == 2.0 and 8.0 <= both[4].load <= 8.0 * 2 ** (1 / 4) + 1e-3  # twice 4.0's bin's top
+
+
+def test_the_rehearsal_is_due_on_the_rolled_back_scopes_with_a_bracket_and_stops_only_for_a_new_flip() -> None:
+    spec = SpeculationPilotSpec.model_validate(rehearsed_doc(restart=False)["spec"])
+    chat = ScopeStatus(name="chat", state=ScopeState.SPECULATIVE, weight=50)
+    stated = Decision(outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, decided_at=T1)
+
+    def due(
+        scopes: list[ScopeStatus], *, decision: Decision | None = stated, requested: bool = False
+    ) -> RehearsalStatus | None:
+        return advance(
+            spec,
+            None,
+            scopes=scopes,
+            decision=decision,
+            evidence=Evidence(),
+            saturated=None,
+            router_ready=False,
+            figures=None,
+            requested=requested,
+            now=T1,
+        )
+
+    both = due([chat, rolled_back()])
+    assert both is not None and both.scopes == ["chat", "code"]
+    assert both.brackets == [CrossoverBracket(scope="code", low=2.0, high=10.0)]
+    assert [step.load for step in both.steps if step.on_ladder] == [2.0, 7.0, 12.0]  # the bracket to the peak
+    alone = due([rolled_back()])
+    assert alone is not None and [step.load for step in alone.steps] == [2.0, 6.0, 10.0, 10.0]
+    assert due([rolled_back()], decision=None) is None, "not before the decision is stated"
+    asked = due([chat, rolled_back()], decision=None, requested=True)
+    assert asked is not None and asked.scopes == ["chat", "code"], "the annotation asks for it too"
+    assert due([rolled_back(decision=None)]) is None
+    # running: production keeps code on ordinary decoding, as it was; only a flip since it began stops it
+    running = both.model_copy(update={"phase": RehearsalPhase.STARTING})
+
+    def after(scopes: list[ScopeStatus]) -> RehearsalStatus | None:
+        return advance(
+            spec,
+            running,
+            scopes=scopes,
+            decision=stated,
+            evidence=Evidence(),
+            saturated=None,
+            router_ready=False,
+            figures=None,
+            now=T1 + timedelta(minutes=1),
+        )
+
+    kept = after([chat, rolled_back()])
+    assert kept is not None and kept.phase is RehearsalPhase.STARTING
+    for flipped, name in (
+        (rolled_back().model_copy(update={"last_transition_time": T1 + timedelta(seconds=30)}), "code"),
+        (rolled_back("chat", decision=None), "chat"),
+    ):
+        scopes = [flipped, rolled_back()] if name == "chat" else [chat, flipped]
+        stopped = after(scopes)
+        assert stopped is not None and stopped.phase is RehearsalPhase.STOPPED, name
+        assert stopped.message == f"scope {name} flipped back to ordinary decoding"
+
+
+def test_a_rolled_back_scopes_crossover_step_stays_within_its_bracket() -> None:
+    spec = SpeculationPilotSpec.model_validate(rehearsed_doc(maxDuration="20m", restart=False)["spec"])
+    assert spec.rehearsal is not None
+    code = CrossoverBracket(scope="code", low=2.0, high=10.0)
+    planned = ladder(spec.rehearsal, {}, brackets=[code], climb=False)
+    assert not isinstance(planned, str)
+    status = ran(spec.rehearsal, list(planned), index=2, at=T1).model_copy(update={"brackets": [code]})
+    # below its bracket: at its low end, and first (the lowest crossover); another scope's is not bounded
+    below = ended(spec, status, {"chat": 1.0, "code": 1.2})
+    assert [(s.load, s.crossover) for s in below.steps[3:4]] == [(1.0, "chat")]
+    below = ended(spec, status, {"chat": 5.0, "code": 1.2})
+    assert [(s.load, s.crossover) for s in below.steps[3:4]] == [(2.0, "code")]
+    above = ended(spec, status, {"code": 14.0})
+    assert [(s.load, s.crossover) for s in above.steps[3:4]] == [(10.0, "code")]
 
 
 def figures(on_time: float | None, completed: float, *, kept_up: bool = True) -> ArmStepFigures:
@@ -596,3 +725,47 @@ async def test_removing_the_rehearsal_from_the_spec_mid_run_stops_it_and_gives_t
     table = h.table()
     assert table is not None and all(route.weights.speculative == 33 for route in table.scopes)
     assert "RehearsalStopped" in h.reasons()
+
+
+async def test_a_scope_flipped_past_its_crossover_is_rehearsed_inside_its_bracket_and_the_crossover_narrows() -> None:
+    """The staged climb of the shell's tests: a win at 2 requests/s per replica, a flip at 10, the crossover
+    at 4 bracketed between them (2.05 to 9.98 as measured). Rehearsed on its own router against the control
+    arm while production keeps the scope on ordinary decoding, across the bracket and at the crossover as
+    it then stands, the crossover is restated at 4.00 (3.82 to 4.20)."""
+    doc = staged_climb_doc()
+    doc["spec"]["rehearsal"] = {"steps": 4, "stepDuration": "2m", "maxDuration": "40m", "restart": False}
+    h = Harness(doc)
+    climbing(h.traffic)
+    await decided(h)
+    before = h.scope("code")["decision"]
+    assert before["outcome"] == "AdoptInLowLoadWindows" and "crossoverLoad" not in before, before
+    low, high = before["crossoverLow"], before["crossoverHigh"]
+    assert low == pytest.approx(2, rel=0.05) and high == pytest.approx(10, rel=0.05)
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["scopes"] == ["code"] and rehearsal["brackets"] == [{"scope": "code", "low": low, "high": high}]
+    (flip,) = h.status()["fallbacks"]
+    live: set[int] = set()
+    for _ in range(150):
+        await h.step(10)
+        table = h.table()
+        assert table is not None
+        live |= {route.weights.speculative for route in table.scopes}
+        assert h.scope("code")["state"] == "RolledBack" and h.status()["fallbacks"] == [flip]
+        if h.status()["rehearsal"]["phase"] != "Running":
+            break
+    rehearsal = h.status()["rehearsal"]
+    assert rehearsal["phase"] == "Completed", rehearsal
+    assert live == {0}, "production kept the scope on ordinary decoding throughout"
+    steps = [(step["load"], step.get("crossover")) for step in rehearsal["steps"]]
+    assert all(low - 1e-3 <= load <= high + 1e-3 for load, _ in steps), steps
+    assert [crossover for _, crossover in steps].count("code") == 2, steps
+    assert all(step["speculative"]["requests"] > 0 for step in rehearsal["steps"] if not step["flip"])
+    assert rehearsed_windows(h) > 0
+    for _ in range(4):  # the rehearsal's last windows in
+        await h.step(10)
+    after = h.scope("code")["decision"]
+    assert after["outcome"] == "AdoptInLowLoadWindows", after["reasons"]
+    assert after["crossoverLoad"] == pytest.approx(4, rel=0.15)
+    assert 4 * 0.85 <= after["crossoverLow"] <= 4 <= after["crossoverHigh"] <= 4 * 1.15, after
+    assert "DecisionRevised" in h.reasons()
+    assert h.status()["decision"]["crossoverLoad"] == after["crossoverLoad"]

@@ -21,7 +21,7 @@ from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.controller.kube import ApiError
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import ArmWeights
-from tests.unit.controller.fakes import Harness, Json, pilot_doc
+from tests.unit.controller.fakes import Harness, Json, climbing, pilot_doc, staged_climb_doc
 
 INTERVAL = 10.0  # the local demo's analysis interval
 
@@ -535,18 +535,8 @@ async def test_a_staged_climb_past_the_crossover_is_adopted_below_its_win_with_t
     at 4 requests per second per replica. The first stage runs the arms at 2 (a win), the second at 10,
     where the scope flips back; the flip's load is recorded, and the decision adopts below the win with
     the crossover between the two."""
-    doc = pilot_doc()
-    spec = doc["spec"]
-    spec["scopes"] = [spec["scopes"][1]]  # code alone: its arms' load is its own
-    spec["scopes"][0]["stages"] = [
-        {"weight": 10, "minRequests": 50, "minDuration": "2m"},  # a band's worth of windows at the first stage
-        {"weight": 50, "minRequests": 100, "minDuration": "1m"},
-    ]
-    spec["rollback"]["reentry"] = "Manual"
-    spec.pop("alternative")  # the control arm takes the second stage's half
-    h = Harness(doc)
-    h.traffic.rate = 20.0  # per scope: 2 and 10 requests per second per replica at the two stages
-    h.traffic.curves = {Arm.SPECULATIVE: lambda load: 0.01 * (1 + load / 4), Arm.CONTROL: lambda load: 0.02}
+    h = Harness(staged_climb_doc())
+    climbing(h.traffic)
     await warm(h)
     for _ in range(40):
         await h.step(INTERVAL)

@@ -94,11 +94,7 @@ def record(
         if item is None or status.last_window is None or status.last_window.end != item.window.end:
             continue  # not judged this time (a manual action took the scope instead)
         quality_failed = any(check.verdict is Verdict.FAIL for check in item.quality)
-        changes = (
-            status.stage_started_at,
-            out.scopes.get(status.name, ScopeEvidence()).mix_changed_at,
-            load_changed_at,
-        )
+        changes = _load_changes(status, out.scopes.get(status.name, ScopeEvidence()), load_changed_at)
         out = record_window(
             out,
             item.window,
@@ -127,6 +123,15 @@ def record(
         counts = {name: kind_counts(probe, cases) for name, cases in scope_cases(spec).items()}
         out = record_probes(out, counts, since=probe.since)
     return fit(out)
+
+
+def _load_changes(
+    status: ScopeStatus, scope: ScopeEvidence, load_changed_at: datetime | None
+) -> tuple[datetime | None, ...]:
+    """When the load the scope's window measured may have changed: its stage began, the speculative
+    arm's mix changed, the rehearsal moved, or (rolled back, and rehearsed since) it left the arms."""
+    flipped = status.last_transition_time if status.state is ScopeState.ROLLED_BACK else None
+    return status.stage_started_at, flipped, scope.mix_changed_at, load_changed_at
 
 
 def findings(

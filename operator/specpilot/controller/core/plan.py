@@ -42,7 +42,7 @@ from specpilot.controller.core.progress import (
     production_saturation,
     warm,
 )
-from specpilot.controller.core.rehearsal import next_move, rehearsing
+from specpilot.controller.core.rehearsal import next_move, rehearsing, rehearsing_rolled_back
 from specpilot.controller.core.rehearse import leftovers, load_changed_at, rehearsal_children, rehearsal_tick
 from specpilot.controller.core.render import (
     ArmPlan,
@@ -341,14 +341,18 @@ def _end(snapshot: Snapshot) -> datetime:
 
 
 def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[ScopeStatus]) -> dict[str, ScopeWindow]:
-    """The window of every scope due, ending at the last collection, once both arms are warm. A scope
-    judged before this process began measuring (the operator restarted) waits until the engines'
-    figures reach back over a whole window: it keeps its state rather than being held for want of them."""
+    """The window of every scope due (a rolled-back one while the rehearsal runs it), ending at the last
+    collection, once both arms are warm. A scope judged before this process began measuring (the
+    operator restarted) waits until the engines' figures reach back over a whole window: it keeps its
+    state rather than being held for want of them."""
+    status = snapshot.pilot.status
     end = snapshot.measurements.collected_at
-    if end is None or spec.suspend or not warm(snapshot.pilot.status, spec.analysis, snapshot.now):
+    if end is None or spec.suspend or not warm(status, spec.analysis, snapshot.now):
         return {}
     since = snapshot.measurements.measured_since
     refilling = since is not None and end - spec.analysis.window < since
+    last = status.rehearsal if status is not None else None
+    rehearsed = rehearsing_rolled_back(last, window=spec.analysis.window, now=snapshot.now)
     return {
         scope.name: snapshot.measurements.window(
             scope.name,
@@ -358,7 +362,7 @@ def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[Sc
             alternative=alternative_judged(spec),
         )
         for scope in scopes
-        if due(scope, spec.analysis, end) and not (refilling and scope.last_window is not None)
+        if due(scope, spec.analysis, end, rehearsed=rehearsed) and not (refilling and scope.last_window is not None)
     }
 
 
@@ -414,8 +418,13 @@ def _evidence(
 ) -> Evidence:
     """The evidence store with this tick's judged windows, each with the load its arms ran at (a window
     within which a rehearsal step began or the rehearsal ended is kept out of the bins), and the probe
-    rounds' counts so far."""
-    off = [status.name for status in progress.scopes if status.weight == 0 or status.name in progress.flipped]
+    rounds' counts so far. A rolled-back scope rehearsed is not draining: the rehearsal runs it."""
+    runs = rehearsing_rolled_back(rehearsal, window=spec.analysis.window, now=snapshot.now)
+    off = [
+        status.name
+        for status in progress.scopes
+        if (status.weight == 0 and status.name not in runs) or status.name in progress.flipped
+    ]
     span = next((item.window for item in measured.values()), None)
     draining = [
         name

@@ -41,6 +41,7 @@ from specpilot.api.status import (
     ScopeStatus,
     SpeculationPilotStatus,
 )
+from specpilot.controller.core.rehearsal import rehearsing_rolled_back
 from specpilot.controller.core.status import condition
 from specpilot.wire.names import Arm
 
@@ -112,10 +113,11 @@ def warm(previous: SpeculationPilotStatus | None, analysis: Analysis, now: datet
     )
 
 
-def due(scope: ScopeStatus, analysis: Analysis, end: datetime) -> bool:
-    """A window ending at `end` should be judged: the scope is piloting and an interval has passed
-    since its last window (less a little, as reconciles land just after the interval)."""
-    if scope.state not in JUDGED:
+def due(scope: ScopeStatus, analysis: Analysis, end: datetime, *, rehearsed: Collection[str] = ()) -> bool:
+    """A window ending at `end` should be judged: the scope is piloting, or a rolled-back scope the
+    rehearsal runs (`rehearsed`: its windows are evidence), and an interval has passed since its last
+    window (less a little, as reconciles land just after the interval)."""
+    if scope.state not in JUDGED and scope.name not in rehearsed:
         return False
     interval = analysis.interval
     return scope.last_window is None or end - scope.last_window.end >= interval - timedelta(seconds=1)
@@ -127,7 +129,8 @@ def window_due(
     """A reconcile now would judge some scope's window ending at `end` (the last collection)."""
     if status is None or end is None or spec.suspend or not warm(status, spec.analysis, now):
         return False
-    return any(due(scope, spec.analysis, end) for scope in status.scopes)
+    rehearsed = rehearsing_rolled_back(status.rehearsal, window=spec.analysis.window, now=now)
+    return any(due(scope, spec.analysis, end, rehearsed=rehearsed) for scope in status.scopes)
 
 
 def probe_due(
@@ -186,7 +189,7 @@ def advance_scopes(
     pressure is put on the heaviest. `loads`: what loaded the arms over each judged window (a flip
     records the compared arms' load). `paused`: production is saturated, so no scope is promoted.
     `rehearsing`: scopes whose windows hold the peak rehearsal's traffic (evidence; only a hard limit
-    moves them)."""
+    moves them, and nothing a rolled-back one)."""
     by_name = {scope.name: scope for scope in spec.scopes}
     verdicts = _judge(scopes, spec, measured=measured, manual=manual, fallbacks=fallbacks)
     kv = kv_loads or {}

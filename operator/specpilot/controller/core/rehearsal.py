@@ -1,17 +1,20 @@
 """The peak rehearsal as pure functions: its ladder, where it stands each tick, what it renders, and what
 each step measured.
 
-After the live stages (the pilot's decision stated, some scope on speculative decoding), the rehearsal
-replays the scopes' own mix through a router of its own at a ladder of loads, from production's median
-load per replica to the peak, then a burst, then both fallbacks at peak: routing (halfway through one
-more step at the peak, the speculative share goes to the control arm) and restart (at the start of one
-more, a speculative replica is replaced by one running ordinary decoding). The rehearsal router runs
-under `rehearsal_pilot`: its arms are two Services of that name selecting the speculative and control
-pods, and its ordinary arm is the control arm, so no rehearsal request can reach a production pod.
-Meanwhile the live table sends the rehearsed scopes to production, once production is not saturated.
-Each step's load is a Job of the project's load generator; its figures are read over the step's last
-analysis window. Production saturated, a scope flipped or the time cap stop it at once; its objects go
-when it is not running.
+After the live stages (the pilot's decision stated), the rehearsal replays the scopes' own mix through a
+router of its own at a ladder of loads, then a burst, then both fallbacks at the ladder's top: routing
+(halfway through one more step, the speculative share goes to the control arm) and restart (at the start
+of one more, a speculative replica is replaced by one running ordinary decoding). It rehearses the scopes
+on speculative decoding, whose ladder runs from production's median load per replica to the peak, and
+the scopes rolled back above their wins with a crossover interval to narrow (`bracket`: adopted in
+low-load windows, the crossover between the highest win and the flip's load), whose ladder and crossover
+steps lie within that interval; together, the ladder spans both. The rehearsal router runs under
+`rehearsal_pilot`: its arms are two Services of that name selecting the speculative and control pods,
+and its ordinary arm is the control arm, so no rehearsal request can reach a production pod. Meanwhile
+the live table sends the rehearsed scopes to production, once production is not saturated (a rolled-back
+scope is there already, and stays). Each step's load is a Job of the project's load generator; its
+figures are read over the step's last analysis window. Production saturated, a scope flipped since it
+began or the time cap stop it at once; its objects go when it is not running.
 """
 
 from __future__ import annotations
@@ -32,7 +35,9 @@ from specpilot.api.reasons import Reason
 from specpilot.api.spec import Rehearsal, SpeculationPilotSpec
 from specpilot.api.status import (
     ArmStepFigures,
+    CrossoverBracket,
     Decision,
+    DecisionOutcome,
     RehearsalPhase,
     RehearsalStatus,
     RehearsalStep,
@@ -59,15 +64,25 @@ def running(status: RehearsalStatus | None) -> bool:
     return status is not None and status.phase in (RehearsalPhase.STARTING, RehearsalPhase.RUNNING)
 
 
-def ladder(rehearsal: Rehearsal, production: Mapping[int, int]) -> tuple[RehearsalStep, ...] | str:
-    """The planned steps: evenly spaced from production's median load per replica to the peak, then
-    the burst and the fallbacks at peak; or why there is no ladder (a peak relative to a production
-    never measured)."""
-    median = production_quantile(production, 0.5)
-    peak = rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, production)
-    if peak is None:
-        return "production's load was never measured during the live stages, so the peak cannot be derived"
-    low = min(median, peak) if median is not None else peak / rehearsal.steps
+def ladder(
+    rehearsal: Rehearsal,
+    production: Mapping[int, int],
+    *,
+    brackets: Sequence[CrossoverBracket] = (),
+    climb: bool = True,
+) -> tuple[RehearsalStep, ...] | str:
+    """The planned steps: evenly spaced over the loads the rehearsed scopes need, then the burst and the
+    fallbacks at the top; or why there is no ladder (a peak relative to a production never measured).
+    Scopes on speculative decoding (`climb`) need production's median load per replica to the peak; a
+    rolled-back scope its crossover interval (`brackets`), from end to end."""
+    spans = [(bracket.low, bracket.high) for bracket in brackets]
+    if climb or not spans:
+        median = production_quantile(production, 0.5)
+        peak = rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, production)
+        if peak is None:
+            return "production's load was never measured during the live stages, so the peak cannot be derived"
+        spans.append((min(median, peak) if median is not None else peak / rehearsal.steps, peak))
+    low, peak = min(low for low, _ in spans), max(high for _, high in spans)
     count = rehearsal.steps
     steps = [RehearsalStep(load=round(low + (peak - low) * i / (count - 1), 4)) for i in range(count)]
     if rehearsal.burst is not None:
@@ -147,7 +162,8 @@ def advance(
     `crossover` a rehearsed scope's crossover on the evidence so far (`crossover_point`), asked only
     as a step ends where a crossover step may follow.
     Due once the decision is stated, on the scopes on speculative decoding; or when `requested`
-    (the rehearse annotation) and none runs, on the scopes the speculative arm serves."""
+    (the rehearse annotation) and none runs, on the scopes the speculative arm serves; either way with
+    the rolled-back scopes whose decision brackets a crossover (`bracket`)."""
     rehearsal = spec.rehearsal
     if rehearsal is None:
         if running(previous):
@@ -157,10 +173,11 @@ def advance(
         return previous
     ended = previous is not None and previous.phase in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED)
     if previous is None or (requested and ended):
-        due = _due(scopes, decision=decision, requested=requested)
+        due, brackets = _due(scopes, decision=decision, requested=requested)
         if not due:
             return previous
-        planned = ladder(rehearsal, evidence.production)
+        climb = len(due) > len(brackets)
+        planned = ladder(rehearsal, evidence.production, brackets=brackets, climb=climb)
         if isinstance(planned, str):
             return _status(RehearsalPhase.STOPPED, planned, now=now, scopes=due)
         previous = RehearsalStatus(
@@ -168,6 +185,7 @@ def advance(
             message="due: production must take the rehearsed scopes' shares first",
             started_at=now,
             scopes=due,
+            brackets=brackets,
             steps=list(planned),
         )
     if previous.phase in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED):
@@ -183,14 +201,36 @@ def advance(
     return _run(rehearsal, previous, figures=figures, flip=flip, restart=restart, crossover=crossover, now=now)
 
 
-def _due(scopes: Sequence[ScopeStatus], *, decision: Decision | None, requested: bool) -> list[str]:
-    """The scopes a rehearsal due now covers: asked for, those the speculative arm serves; else, once
-    the decision is stated, those on speculative decoding."""
-    if requested:
-        return [scope.name for scope in scopes if scope.weight > 0]
-    if decision is None:
-        return []
-    return [scope.name for scope in scopes if scope.state is ScopeState.SPECULATIVE]
+def _due(
+    scopes: Sequence[ScopeStatus], *, decision: Decision | None, requested: bool
+) -> tuple[list[str], list[CrossoverBracket]]:
+    """The scopes a rehearsal due now covers, and the brackets of those rolled back: asked for, those
+    the speculative arm serves; else, once the decision is stated, those on speculative decoding; and
+    either way those rolled back with a crossover bracket."""
+    if not requested and decision is None:
+        return [], []
+    brackets = [found for scope in scopes if (found := bracket(scope)) is not None]
+    bracketed = {found.scope for found in brackets}
+    due = [
+        scope.name
+        for scope in scopes
+        if scope.name in bracketed or (scope.weight > 0 if requested else scope.state is ScopeState.SPECULATIVE)
+    ]
+    return due, brackets
+
+
+def bracket(scope: ScopeStatus) -> CrossoverBracket | None:
+    """The crossover interval a rolled-back scope's decision leaves to narrow: adopted in low-load
+    windows, with the crossover between its highest win and the load it flipped back at (or within an
+    interval below that load). The rehearsal's own router runs such a scope against the control arm
+    while production keeps it on ordinary decoding. None for any other scope."""
+    decision = scope.decision
+    if scope.state is not ScopeState.ROLLED_BACK or decision is None:
+        return None
+    low, high = decision.crossover_low, decision.crossover_high
+    if decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS or low is None or high is None:
+        return None
+    return CrossoverBracket(scope=scope.name, low=low, high=high) if 0 < low < high else None
 
 
 def rehearsing(status: RehearsalStatus | None, *, window: timedelta, now: datetime) -> tuple[str, ...]:
@@ -203,6 +243,15 @@ def rehearsing(status: RehearsalStatus | None, *, window: timedelta, now: dateti
     if status.finished_at is not None and now - status.finished_at < window:
         return tuple(status.scopes)
     return ()
+
+
+def rehearsing_rolled_back(status: RehearsalStatus | None, *, window: timedelta, now: datetime) -> tuple[str, ...]:
+    """The rolled-back scopes among those `rehearsing`: rehearsed within their brackets, their windows
+    are evidence alone (a scope flipped back during the rehearsal is not one)."""
+    if status is None:
+        return ()
+    brackets = {found.scope for found in status.brackets}
+    return tuple(name for name in rehearsing(status, window=window, now=now) if name in brackets)
 
 
 def _start(previous: RehearsalStatus, router_ready: bool, now: datetime) -> RehearsalStatus:
@@ -269,13 +318,19 @@ def _crossover_step(
 ) -> RehearsalStep | None:
     """The crossover step to run next, as the current step ends the ladder or a crossover step: at the
     crossover of the rehearsed scope with the fewest such steps so far (the lowest crossover first),
-    while one fits within maxDuration with the steps still to run; None otherwise."""
+    kept within a rolled-back scope's bracket, while one fits within maxDuration with the steps still
+    to run; None otherwise."""
     index = status.step
     if not steps[index].held or (index + 1 < len(steps) and steps[index + 1].on_ladder):
         return None
     taken = Counter(step.crossover for step in steps if step.crossover is not None)
     wanted = [scope for scope in status.scopes if taken[scope] < rehearsal.crossover_steps]
-    due = sorted((taken[scope], load, scope) for scope in wanted if (load := crossover(scope)) is not None)
+    brackets = {found.scope: found for found in status.brackets}
+    due = sorted(
+        (taken[scope], _within(load, brackets.get(scope)), scope)
+        for scope in wanted
+        if (load := crossover(scope)) is not None
+    )
     if not due:
         return None
     _, load, scope = due[0]
@@ -284,6 +339,10 @@ def _crossover_step(
     if now + step_duration(rehearsal, step) + rest > (status.started_at or now) + rehearsal.max_duration:
         return None
     return step
+
+
+def _within(load: float, found: CrossoverBracket | None) -> float:
+    return min(max(load, found.low), found.high) if found is not None else load
 
 
 def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
@@ -308,11 +367,7 @@ def _stop_reason(
     saturated: str | None,
     now: datetime,
 ) -> str | None:
-    flipped = [
-        scope.name
-        for scope in scopes
-        if scope.name in status.scopes and (scope.state is ScopeState.ROLLED_BACK or scope.weight == 0)
-    ]
+    flipped = [scope.name for scope in scopes if scope.name in status.scopes and _flipped(status, scope)]
     if flipped:
         return f"scope {', '.join(flipped)} flipped back to ordinary decoding"
     if status.started_at is not None and now - status.started_at >= rehearsal.max_duration:
@@ -320,6 +375,17 @@ def _stop_reason(
     if saturated is not None and status.phase is RehearsalPhase.RUNNING:
         return f"production saturated: {saturated}"
     return None
+
+
+def _flipped(status: RehearsalStatus, scope: ScopeStatus) -> bool:
+    """The rehearsed scope is on ordinary decoding since the rehearsal began: one rolled back before it
+    (a bracket's) counts only when it flipped back again since."""
+    if scope.state is not ScopeState.ROLLED_BACK and scope.weight > 0:
+        return False
+    if scope.name not in {found.scope for found in status.brackets}:
+        return True
+    since, began = scope.last_transition_time, status.started_at
+    return since is not None and began is not None and since > began
 
 
 def _finish(

@@ -131,7 +131,7 @@ def _refused(
     elif before is not None and before.phase not in (RehearsalPhase.COMPLETED, RehearsalPhase.STOPPED):
         why = f"a rehearsal is {before.phase.value.lower()} already"
     else:
-        why = "no scope runs on the speculative arm"
+        why = "no scope runs on the speculative arm or is rolled back with a crossover interval to narrow"
     return (Event(EventType.WARNING, Reason.MANUAL_ACTION_REFUSED, f"{REHEARSE_ANNOTATION} refused: {why}"),)
 
 
