@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from itertools import pairwise
 from statistics import NormalDist
 
-from specpilot.analysis.evidence import BinArm, Moments, add_counts, bin_bounds, ttft_bucket_bounds
+from specpilot.analysis.evidence import BinArm, Moments, add_counts, bin_bounds
+from specpilot.wire.buckets import FineCounts
 
 MIN_BAND_WINDOWS = 3
 MIN_GAIN = 1.03  # a band is a win only when speculation is at least 3% faster there
@@ -48,7 +49,7 @@ class Band:
     independent: float  # windows / overlap: how many windows' worth of distinct requests it holds
     tpct: float  # mean time per committed token, seconds
     tpct_se: float  # its standard error
-    ttft: Mapping[int, int]  # times to first token per bucket (`evidence.ttft_bucket`), once per window
+    ttft: Mapping[int, int]  # times to first token per fine bucket (`wire.buckets`), once per window
     ttft_width: int  # fine buckets each key of `ttft` spans (`Evidence.ttft_width`)
     ttft_p99: float | None  # p99 time to first token over its requests, seconds
     e2e: float | None  # mean end-to-end time of ok requests, seconds
@@ -75,16 +76,8 @@ def _merge(cells: Sequence[BinArm]) -> BinArm:
 def counts_quantile(counts: Mapping[int, int], q: float, width: int = 1) -> float | None:
     """The q-quantile (nearest rank) of values counted per TTFT bucket (each key spanning `width` fine
     buckets), as its bucket's geometric middle."""
-    total = sum(counts.values())
-    if total == 0:
-        return None
-    rank, seen = max(1, math.ceil(q * total)), 0
-    for index in sorted(counts):
-        seen += counts[index]
-        if seen >= rank:
-            low, high = ttft_bucket_bounds(index)[0], ttft_bucket_bounds(index + width - 1)[1]
-            return math.sqrt(low * high)
-    raise AssertionError("unreachable: the ranks sum to the total")
+    bounds = FineCounts(counts, width).quantile(q)
+    return math.sqrt(bounds[0] * bounds[1]) if bounds is not None else None
 
 
 def _se(tpct: Moments, overlap: float, pooled_cv: float | None) -> float:

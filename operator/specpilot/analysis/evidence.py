@@ -37,6 +37,7 @@ from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.common import ApiModel
 from specpilot.api.spec import ProbeKind
 from specpilot.api.status import Verdict
+from specpilot.wire.buckets import coarse_key, fine_bucket, fine_bucket_bounds
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 
@@ -73,22 +74,8 @@ class Moments(ApiModel):
         return math.sqrt(max(0.0, (self.sum_sq - self.sum * self.sum / self.n) / (self.n - 1)))
 
 
-TTFT_BUCKETS_PER_OCTAVE = 24  # a bucket is 2.9% wide
-TTFT_FLOOR_S = 0.001
-TTFT_BUCKETS = 20 * TTFT_BUCKETS_PER_OCTAVE  # up to 17 minutes
-
-
-def ttft_bucket(seconds: float) -> int:
-    """The bucket of a time to first token: 1 ms up, TTFT_BUCKETS_PER_OCTAVE to the octave."""
-    index = math.floor(TTFT_BUCKETS_PER_OCTAVE * math.log2(max(seconds, TTFT_FLOOR_S) / TTFT_FLOOR_S))
-    return min(index, TTFT_BUCKETS - 1)
-
-
-def ttft_bucket_bounds(index: int) -> tuple[float, float]:
-    return (
-        TTFT_FLOOR_S * 2 ** (index / TTFT_BUCKETS_PER_OCTAVE),
-        TTFT_FLOOR_S * 2 ** ((index + 1) / TTFT_BUCKETS_PER_OCTAVE),
-    )
+# Times to first token are counted in the fine buckets (`fine_bucket`), as the router counts chunk gaps.
+ttft_bucket_bounds = fine_bucket_bounds
 
 
 def add_counts(counts: Mapping[int, int], other: Mapping[int, int]) -> dict[int, int]:
@@ -96,11 +83,6 @@ def add_counts(counts: Mapping[int, int], other: Mapping[int, int]) -> dict[int,
     for index, count in other.items():
         out[index] = out.get(index, 0) + count
     return out
-
-
-def coarse_key(index: int, width: int) -> int:
-    """The key a fine TTFT bucket is counted under when each key spans `width` fine buckets."""
-    return index // width * width
 
 
 class BinArm(ApiModel):
@@ -115,7 +97,7 @@ class BinArm(ApiModel):
     ttft_p99: Moments = Moments()
     """The scope's 99th percentile time to first token on the arm in each window, seconds."""
     ttft: dict[int, Annotated[int, Field(ge=0)]] = {}
-    """The scope's times to first token on the arm, counted per bucket (`ttft_bucket`, keyed by its
+    """The scope's times to first token on the arm, counted per fine bucket (`fine_bucket`, keyed by its
     lowest fine bucket when `Evidence.ttft_width` merges several); a request is counted in every window
     it falls in, so counts run `Evidence.overlap` times the requests."""
     e2e: Moments = Moments()
@@ -394,7 +376,7 @@ def matched_load(offered: Mapping[Arm, float | None], compared: Arm) -> dict[Arm
 
 
 def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float | None, ttft_width: int) -> BinArm:
-    counted = Counter(coarse_key(ttft_bucket(v), ttft_width) for v in requests.ttft_seconds if math.isfinite(v))
+    counted = Counter(coarse_key(fine_bucket(v), ttft_width) for v in requests.ttft_seconds if math.isfinite(v))
     return BinArm(
         load=cell.load.add(load),
         in_flight=cell.in_flight.add(in_flight),

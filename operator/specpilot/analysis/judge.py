@@ -237,11 +237,11 @@ def _ratio_checks(
     if thresholds.inter_token_latency is not None:
         checks += (
             inter_token_latency_check(
-                window.speculative_engine,
-                window.compared_engine,
+                spec,
+                base,
+                engines=(window.speculative_engine, window.compared_engine),
                 compared_arm=named,
                 limit=thresholds.inter_token_latency,
-                routed=spec.routed,
                 min_samples=analysis.min_samples,
             ),
         )

@@ -37,6 +37,7 @@ from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import Analysis, QuantileRatio
 from specpilot.api.status import Verdict
+from specpilot.wire.buckets import FINE_BUCKETS, FINE_FLOOR_S, FineCounts, fine_bucket_bounds
 from specpilot.wire.names import Arm
 
 
@@ -166,47 +167,82 @@ def _unpaired(arm: ArmRequests, name: str) -> str | None:
 
 
 def inter_token_latency_check(
-    speculative: ArmEngine,
-    compared: ArmEngine,
+    speculative: ArmRequests,
+    compared: ArmRequests,
     *,
+    engines: tuple[ArmEngine, ArmEngine],
     compared_arm: Arm,
     limit: QuantileRatio,
-    routed: int,
     min_samples: int,
 ) -> Check:
-    """The engines' gap between streamed chunks at the limit's quantile, speculative over compared.
+    """The gap between streamed chunks at the limit's quantile, speculative over compared.
 
-    Arm-wide (vLLM's histogram cannot tell scopes apart) and read from bucket deltas: each quantile is
-    known only to lie in its bucket, so the ratio only to lie in the interval the two buckets allow
-    (`stats.ratio_interval`). It fails when that whole interval is above max_ratio, passes when the
-    whole interval is within it, and is inconclusive when it straddles max_ratio: vLLM's edges at 25
-    and 50 ms read p99s just below each as a ratio of 2 whatever the gaps were. There are no
-    per-request values to test, so no look is spent. A speculative step delivers several tokens at
-    once, so its gaps are longer by nature; the default limit (2x) is loose for that reason. A scope
-    that sent the arm fewer than `min_samples` requests (`routed`) is not judged on it: the gaps
-    are other scopes' then."""
+    From the router's chunk gaps of the scope's streams when each arm has at least `min_samples` ok
+    streams with gaps: per scope, each quantile exact to a fine bucket (2.9%). Else from the engines'
+    inter-token-latency histograms (`engines`: speculative, then compared), arm-wide, for traffic that
+    is not streamed and routers that do not count gaps. Either way each quantile is known only to lie in
+    its bucket, so the ratio only to lie in the interval the two buckets allow (`stats.ratio_interval`):
+    the check fails when that whole interval is above max_ratio, passes when it is all within, and is
+    inconclusive when it straddles max_ratio (vLLM's edges at 25 and 50 ms read p99s just below each
+    as a ratio of 2 whatever the gaps were). No look is spent: a stream's gaps are not independent
+    draws, and the histograms hold no per-request values, so neither is tested as a sample. A
+    speculative step delivers several tokens at once, so its gaps are longer by nature; the default
+    limit (2x) is loose for that reason."""
     metric = MetricName.INTER_TOKEN_LATENCY_RATIO
     label = f"inter-token latency p{limit.quantile * 100:g}"
-    if routed < min_samples:
+    streams = f"{speculative.gap_streams}/{compared.gap_streams}"
+    if min(speculative.gap_streams, compared.gap_streams) >= min_samples:
+        spec, base = (_gap_quantile(arm.chunk_gaps, limit.quantile) for arm in (speculative, compared))
+        gaps = f"{speculative.chunk_gaps.total}/{compared.chunk_gaps.total}"
+        source = f"the router's chunk gaps of the scope: {gaps} gaps over {streams} streams"
+        return _interval_check(spec, base, source=source, compared_arm=compared_arm, limit=limit)
+    if speculative.routed < min_samples:
         return inconclusive(
             metric,
-            f"{label}: {routed} requests of the scope on the speculative arm, fewer than minSamples {min_samples}",
+            f"{label}: {speculative.routed} requests of the scope on the speculative arm, "
+            f"fewer than minSamples {min_samples}",
         )
-    for name, engine in ((Arm.SPECULATIVE.value, speculative), (compared_arm.value, compared)):
+    for name, engine in zip((Arm.SPECULATIVE.value, compared_arm.value), engines, strict=True):
         if engine.inconclusive:
             return inconclusive(metric, f"{label}: {name} engines: {engine.inconclusive}")
         if engine.inter_token_latency is None or not math.isfinite(engine.inter_token_latency.value):
             return inconclusive(metric, f"{label}: no {name} engine steps in the window")
-    spec, base = speculative.inter_token_latency, compared.inter_token_latency
-    assert spec is not None and base is not None
+    spec_q, base_q = (engine.inter_token_latency for engine in engines)
+    assert spec_q is not None and base_q is not None
+    source = (
+        f"the engines' histograms, arm-wide: the router counted chunk gaps on {streams} streams of the scope, "
+        f"fewer than minSamples {min_samples}"
+    )
+    return _interval_check(spec_q, base_q, source=source, compared_arm=compared_arm, limit=limit)
+
+
+def _gap_quantile(gaps: FineCounts, q: float) -> BucketQuantile:
+    """The q-quantile of gaps counted in fine buckets, at its bucket's geometric middle; the lowest bucket
+    holds every shorter gap (events read together are a gap of zero), the highest every longer one."""
+    bounds = gaps.quantile(q)
+    assert bounds is not None, "a stream with gaps counted some"
+    low, high = bounds
+    return BucketQuantile(
+        value=math.sqrt(low * high),
+        low=low if low > FINE_FLOOR_S else 0.0,
+        high=high if high < fine_bucket_bounds(FINE_BUCKETS - 1)[1] else math.inf,
+    )
+
+
+def _interval_check(
+    spec: BucketQuantile, base: BucketQuantile, *, source: str, compared_arm: Arm, limit: QuantileRatio
+) -> Check:
+    """The verdict on the ratio of two quantiles by the interval their buckets allow."""
+    metric = MetricName.INTER_TOKEN_LATENCY_RATIO
+    label = f"inter-token latency p{limit.quantile * 100:g}"
     if base.value <= 0:
-        return inconclusive(metric, f"{label}: the {compared_arm} arm's quantile is zero")
+        return inconclusive(metric, f"{label}: the {compared_arm} arm's quantile is zero", evidence=source)
     ratio = spec.value / base.value
     low, high = ratio_interval(spec, base)
     between = f"between {_end(low)} and {_end(high)}"
     evidence = (
-        f"speculative {spec.value * 1000:.1f} ms in {_bucket_ms(spec)}, {compared_arm} {base.value * 1000:.1f} ms "
-        f"in {_bucket_ms(base)} (histogram quantiles): ratio {ratio:.3f}, {between} as the buckets allow"
+        f"speculative {_ms(spec.value)} ms in {_bucket_ms(spec)}, {compared_arm} {_ms(base.value)} ms "
+        f"in {_bucket_ms(base)} ({source}): ratio {ratio:.3f}, {between} as the buckets allow"
     )
     if low > limit.max_ratio:
         verdict, reason = Verdict.FAIL, f"{label} ratio {ratio:.3f} is above {limit.max_ratio:g} ({between})"
@@ -232,8 +268,15 @@ def inter_token_latency_check(
 
 def _bucket_ms(quantile: BucketQuantile) -> str:
     """The quantile's bucket in milliseconds, as (low, high]."""
-    low, high = (f"{edge * 1000:g}" if math.isfinite(edge) else f"{edge:+}" for edge in (quantile.low, quantile.high))
-    return f"({low}, {high}]".replace("inf", "Inf")
+    low, high = (_ms(edge) for edge in (quantile.low, quantile.high))
+    return f"({low}, {high}]"
+
+
+def _ms(seconds: float) -> str:
+    """Seconds in milliseconds: three figures, whole from a second, or +Inf and -Inf."""
+    if math.isinf(seconds):
+        return f"{seconds:+}".replace("inf", "Inf")
+    return f"{seconds * 1000:.3g}" if abs(seconds) < 1 else f"{seconds * 1000:.0f}"
 
 
 def _end(ratio: float) -> str:

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from specpilot.analysis.stats import BucketQuantile
+from specpilot.wire.buckets import FineCounts
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 
@@ -25,6 +26,8 @@ class ArmRequests:
     tuples hold one value per request that yields it: `decode_seconds` and `committed_tokens` are
     paired (ok streamed requests with at least two output tokens: decode time, and output tokens
     after the first); `ttft_seconds` is per ok streamed request; `e2e_seconds` per ok request.
+    `chunk_gaps` pools the gaps between chunks of output that the router counted on ok streams, of
+    which `gap_streams` had any (none from a router that does not count them).
     `answerable_starts` and `timeout_starts` are when requests began (Unix seconds, sorted): every
     request the rates count, and those the timeout rate counts (timed out, or ok but late)."""
 
@@ -36,6 +39,8 @@ class ArmRequests:
     committed_tokens: tuple[int, ...] = ()
     ttft_seconds: tuple[float, ...] = ()
     e2e_seconds: tuple[float, ...] = ()
+    chunk_gaps: FineCounts = field(default_factory=FineCounts)
+    gap_streams: int = 0
 
     @property
     def routed(self) -> int:

@@ -3,7 +3,8 @@
 A request belongs to the window in which it finished (``at + e2e``, on the router's clock), so
 adjacent windows [start, end) share none. Every outcome is counted (it is the denominator of
 every rate); speed comes only from what yields it: decode time and the tokens after the first
-from ok streams with at least two output tokens, TTFT from ok streams, e2e from ok requests.
+from ok streams with at least two output tokens, TTFT and chunk gaps from ok streams, e2e from ok
+requests.
 
 `kv_load` is the KV cache a scope's requests held on an arm over a span, for putting KV pressure on
 the scope that causes it: every request that reached an engine counts (a timed-out one held its
@@ -18,6 +19,7 @@ from datetime import datetime
 
 from specpilot.analysis.limits import ANSWERABLE, TIMEOUTS
 from specpilot.analysis.window import ArmRequests
+from specpilot.wire.buckets import FineCounts
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
 
@@ -40,6 +42,7 @@ def arm_requests(
     committed: list[int] = []
     ttft: list[float] = []
     e2e: list[float] = []
+    gaps: list[FineCounts] = []
     for sample in samples:
         if sample.scope != scope or sample.arm is not arm or not since <= finished_at(sample) < until:
             continue
@@ -58,6 +61,8 @@ def arm_requests(
             continue
         if sample.ttft is not None:
             ttft.append(sample.ttft)
+        if sample.chunk_gaps.counts:
+            gaps.append(sample.chunk_gaps)
         if sample.decode is not None and sample.output_tokens is not None and sample.output_tokens >= 2:
             decode.append(sample.decode)
             committed.append(sample.output_tokens - 1)
@@ -70,6 +75,8 @@ def arm_requests(
         committed_tokens=tuple(committed),
         ttft_seconds=tuple(ttft),
         e2e_seconds=tuple(e2e),
+        chunk_gaps=FineCounts.pooled(gaps),
+        gap_streams=len(gaps),
     )
 
 

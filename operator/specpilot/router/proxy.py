@@ -28,6 +28,7 @@ from specpilot.router.core.state import RouterState
 from specpilot.router.metrics import RouterMetrics
 from specpilot.router.server import ERROR_TYPES, ClientConnection, Request
 from specpilot.router.upstream import UpstreamConnection, UpstreamPool
+from specpilot.wire.buckets import FineCounts
 from specpilot.wire.names import SCOPE_HEADER, Arm
 from specpilot.wire.routerconfig import RouterConfig
 from specpilot.wire.samples import Fallback, RequestSample, deadline_met
@@ -354,9 +355,7 @@ class Proxy:
         if meter is not None:
             ex.tokens = meter.usage_tokens if meter.usage_tokens is not None else meter.content_chunks
             ex.prompt_tokens = meter.usage_prompt_tokens
-            if meter.first_content is not None and meter.last_content is not None:
-                ttft = meter.first_content - ex.started
-                decode = meter.last_content - meter.first_content
+            ttft, decode = meter.timing(ex.started)
         sample = RequestSample(
             seq=self._samples.next_seq(),
             at=ex.at,
@@ -375,6 +374,7 @@ class Proxy:
             decode=decode,
             deadline_met=deadline_met(outcome, e2e, ex.deadline),
             fallback=ex.fallback.value if ex.fallback is not None else None,
+            chunk_gaps=meter.chunk_gaps() if meter is not None else FineCounts(),
         )
         self._samples.append(sample)
         self._metrics.tally.observe(sample)

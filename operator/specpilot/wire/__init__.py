@@ -8,5 +8,6 @@ reads), so both sides parse and render through the same code:
 - `routes`: the routing table the operator writes into ``<pilot>-routes`` and the router follows.
 - `samples`: the per-request samples the router serves on ``/samples``, and their outcomes.
 - `routerconfig`: the router's configuration, rendered as the container args the router parses.
-- `buckets`: vLLM's histogram buckets, which the mock serves and the router's histograms share.
+- `buckets`: vLLM's histogram buckets, which the mock serves and the router's histograms share, and
+  the fine buckets the router counts chunk gaps in and the operator times to first token.
 """

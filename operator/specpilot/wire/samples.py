@@ -10,7 +10,14 @@ its `RequestOutcome`. The router keeps the newest samples and serves them on its
                   "endpoint": "10.0.0.7:8000", "model": "m", "stream": true, "status": 200,
                   "outcome": "ok", "e2eSeconds": 1.9, "ttftSeconds": 0.21, "outputTokens": 64,
                   "promptTokens": 120, "tokensFromUsage": true, "decodeSeconds": 1.68, "tpotSeconds": 0.0267,
-                  "deadlineMet": true, "fallback": null}]}
+                  "deadlineMet": true, "fallback": null,
+                  "chunkGaps": {"width": 1, "counts": {"103": 9, "104": 31, "105": 22}}}]}
+
+``chunkGaps`` counts the gaps between a stream's chunks of output after the first in fine buckets
+(`specpilot.wire.buckets.FineCounts`: each key the lowest of the `width` fine buckets it spans; keys
+103 to 105 are 19.6 to 21.4 ms), widened until at most `CHUNK_GAP_KEYS` keys are left, so a stream
+of thousands of chunks still makes a small sample. It is empty for requests that were not streamed,
+and for samples of routers that did not record it.
 
 A reader passes the last ``seq`` it saw as ``since`` and the page's ``next`` the next time.
 ``epoch`` changes when the router restarts, which restarts ``seq`` at 1; ``dropped`` counts the
@@ -22,11 +29,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, TypeVar
 
+from specpilot.wire.buckets import FINE_BUCKETS, FineCounts
 from specpilot.wire.names import Arm
+
+CHUNK_GAP_KEYS = 32  # the most keys a sample's chunk gaps hold (a few hundred bytes)
 
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=StrEnum)
@@ -99,6 +109,8 @@ class RequestSample:
     decode: float | None  # first to last content chunk
     deadline_met: bool | None
     fallback: str | None  # why the request went to baseline although the table said otherwise
+    # Gaps between a stream's chunks of output, after the first; empty when not streamed.
+    chunk_gaps: FineCounts = field(default_factory=FineCounts)
 
     @property
     def tpot(self) -> float | None:
@@ -128,6 +140,10 @@ class RequestSample:
             "tpotSeconds": self.tpot,
             "deadlineMet": self.deadline_met,
             "fallback": self.fallback,
+            "chunkGaps": {
+                "width": self.chunk_gaps.width,
+                "counts": {str(k): n for k, n in self.chunk_gaps.counts.items()},
+            },
         }
 
     @classmethod
@@ -155,6 +171,7 @@ class RequestSample:
             decode=f.optional("decodeSeconds", f.number),
             deadline_met=f.optional("deadlineMet", f.boolean),
             fallback=f.optional("fallback", f.string),
+            chunk_gaps=f.optional("chunkGaps", f.fine_counts, absent_ok=True) or FineCounts(),
         )
 
 
@@ -230,6 +247,26 @@ class _Fields:
         if not isinstance(value, bool):
             raise self._wrong(key, "true or false", value)
         return value
+
+    def fine_counts(self, key: str) -> FineCounts:
+        """Counts per fine bucket: ``{"width": w, "counts": {"<key>": n}}``, keys aligned to the width."""
+        f = _Fields(self.value(key), f"{self._where}{key}.")
+        width = f.integer("width")
+        if width < 1 or width & (width - 1):
+            raise ValueError(f"{f._where}width: expected a power of two, got {width}")
+        raw = f.value("counts")
+        if not isinstance(raw, Mapping):
+            raise f._wrong("counts", "a JSON object", raw)
+        counts = _Fields(raw, f"{f._where}counts.")
+        out = {}
+        for name in raw:
+            index = int(name) if name.isascii() and name.isdigit() else -1
+            if not 0 <= index < FINE_BUCKETS or index % width:
+                raise ValueError(f"{counts._where}{name}: not a fine bucket at width {width}")
+            out[index] = counts.integer(name)
+            if out[index] < 1:
+                raise counts._wrong(name, "a positive count", out[index])
+        return FineCounts(out, width)
 
     def choice(self, key: str, kind: type[_E]) -> _E:
         value = self.string(key)

@@ -8,6 +8,8 @@ from collections import Counter
 
 from tests.component.router.conftest import Harness, HarnessFactory
 
+from specpilot.wire.samples import RequestSample
+
 
 async def test_a_stream_passes_through_whole_and_is_measured(make_router: HarnessFactory) -> None:
     h = await make_router()
@@ -27,6 +29,28 @@ async def test_a_stream_passes_through_whole_and_is_measured(make_router: Harnes
     assert sample["outputTokens"] == 15 and sample["tokensFromUsage"] and sample["promptTokens"] == 3
     assert 0 < sample["ttftSeconds"] <= sample["e2eSeconds"]
     assert sample["decodeSeconds"] >= 0 and sample["tpotSeconds"] is not None
+
+
+async def test_the_gaps_between_chunks_of_a_stream_are_recorded_as_the_upstream_spaced_them(
+    make_router: HarnessFactory,
+) -> None:
+    h = await make_router()
+    spacing, chunks = 0.03, 8
+    headers = {"x-fake-chunks": str(chunks), "x-fake-gap": str(spacing)}
+    async with await h.chat(team="code", headers=headers) as resp:
+        await h.read_sse(resp)
+    async with await h.chat(team="code", stream=False) as resp:
+        await resp.read()
+    streamed, whole = (await h.samples())["samples"]
+    gaps = RequestSample.from_json(streamed).chunk_gaps
+    assert gaps.width == 1 and gaps.total == chunks - 1  # every chunk of output after the first
+    # The decode time is the gaps' sum, each gap within its bucket (the lowest holds gaps down to zero).
+    low = sum(n * (gaps.bounds(key)[0] if key else 0.0) for key, n in gaps.counts.items())
+    high = sum(n * gaps.bounds(key)[1] for key, n in gaps.counts.items())
+    assert low <= streamed["decodeSeconds"] < high
+    median = gaps.quantile(0.5)
+    assert median is not None and spacing * 0.9 <= median[1] and median[0] <= spacing * 1.5, median
+    assert whole["chunkGaps"] == {"width": 1, "counts": {}}
 
 
 async def test_a_usage_chunk_the_client_asked_for_is_kept(make_router: HarnessFactory) -> None:

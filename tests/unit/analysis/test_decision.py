@@ -23,7 +23,6 @@ from specpilot.analysis.decision import (
 )
 from specpilot.analysis.evidence import (
     MAX_TTFT_WIDTH,
-    TTFT_BUCKETS_PER_OCTAVE,
     ArmLoad,
     BinArm,
     Evidence,
@@ -35,8 +34,6 @@ from specpilot.analysis.evidence import (
     load,
     load_bin,
     record_window,
-    ttft_bucket,
-    ttft_bucket_bounds,
 )
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
@@ -53,6 +50,7 @@ from specpilot.api.status import (
     Verdict,
     Window,
 )
+from specpilot.wire.buckets import FINE_PER_OCTAVE
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END, arm, engine
 from tests.unit.analysis.crossover import LOADS, analytic_crossover, ordinary, pilot, speculative
@@ -384,11 +382,6 @@ def test_times_to_first_token_are_counted_per_bucket_and_a_band_reads_its_p99_fr
     cells = evidence.scopes["a"].bins[Arm.SPECULATIVE].values()
     counted = sum(sum(cell.ttft.values()) for cell in cells)
     assert counted == sum(cell.routed for cell in cells)  # every ok streamed request, once per window
-    assert ttft_bucket(0.1) == math.floor(TTFT_BUCKETS_PER_OCTAVE * math.log2(100)) and ttft_bucket(1e9) == ttft_bucket(
-        1e6
-    )
-    low, high = ttft_bucket_bounds(ttft_bucket(0.1))
-    assert low <= 0.1 < high and high / low == pytest.approx(2 ** (1 / TTFT_BUCKETS_PER_OCTAVE))
     (band,) = bands(evidence.scopes["a"].bins[Arm.SPECULATIVE], overlap=evidence.overlap, min_windows=1e9)
     values = sorted(v for v in arm(seed=0).ttft_seconds)  # the shape pilot() draws: lognormal about 0.1 s
     assert band.ttft_p99 == pytest.approx(values[int(0.99 * len(values))], rel=0.35)
@@ -412,7 +405,7 @@ def test_a_store_that_would_outgrow_its_configmap_keeps_every_window_at_a_coarse
     width = fitted.ttft_width
     for fine, coarse in zip(decide(evidence, "a").comparisons, decide(fitted, "a").comparisons, strict=True):
         assert coarse.band.ttft_width == width and fine.band.ttft_p99 is not None and coarse.band.ttft_p99
-        assert abs(math.log2(coarse.band.ttft_p99 / fine.band.ttft_p99)) <= width / TTFT_BUCKETS_PER_OCTAVE
+        assert abs(math.log2(coarse.band.ttft_p99 / fine.band.ttft_p99)) <= width / FINE_PER_OCTAVE
     assert decide(fitted, "a").decision.outcome is decide(evidence, "a").decision.outcome
     # a window recorded later is counted at the coarser resolution
     more = record_window(
@@ -538,7 +531,7 @@ def _scaled(evidence: Evidence, scope: str, arm_: Arm, from_load: float = 0.0, *
         update: dict[str, object] = {}
         for name, factor in factors.items():
             if name == "ttft":
-                shift = round(TTFT_BUCKETS_PER_OCTAVE * math.log2(factor))
+                shift = round(FINE_PER_OCTAVE * math.log2(factor))
                 update[name] = {index + shift: count for index, count in cell.ttft.items()}
             else:
                 m = getattr(cell, name)

@@ -1,5 +1,6 @@
-"""The inter-token-latency check: the engines' histogram quantiles compared as the interval their
-buckets allow, so that bucket edges never read as a ratio."""
+"""The inter-token-latency check: the router's chunk gaps of the scope where both arms streamed enough,
+else the engines' histogram quantiles, each compared as the interval its buckets allow, so that bucket
+edges never read as a ratio."""
 
 from __future__ import annotations
 
@@ -12,14 +13,16 @@ import pytest
 
 from specpilot.analysis.ratios import inter_token_latency_check
 from specpilot.analysis.stats import BucketQuantile
-from specpilot.analysis.window import ArmEngine
+from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.spec import QuantileRatio
 from specpilot.api.status import Verdict
 from specpilot.metrics.quantile import bucket_quantile
-from specpilot.wire.buckets import INTER_TOKEN_LATENCY
+from specpilot.wire.buckets import INTER_TOKEN_LATENCY, FineCounts, fine_bucket
 from specpilot.wire.names import Arm
+from specpilot.wire.samples import RequestOutcome
 
 LIMIT = QuantileRatio(quantile=0.99, max_ratio=2.0)
+SENT = ArmRequests(outcomes={RequestOutcome.OK: 50})  # streams without chunk gaps (an older router)
 
 
 def steps(counts: Mapping[float, int]) -> ArmEngine:
@@ -67,7 +70,7 @@ def test_inter_token_latency_is_judged_on_the_interval_the_buckets_allow(
     speculative: ArmEngine, compared: ArmEngine, verdict: Verdict, words: str
 ) -> None:
     check = inter_token_latency_check(
-        speculative, compared, compared_arm=Arm.CONTROL, limit=LIMIT, routed=50, min_samples=10
+        SENT, SENT, engines=(speculative, compared), compared_arm=Arm.CONTROL, limit=LIMIT, min_samples=10
     )
     assert check.verdict is verdict
     assert words in check.reason
@@ -75,7 +78,7 @@ def test_inter_token_latency_is_judged_on_the_interval_the_buckets_allow(
     spec, base = speculative.inter_token_latency, compared.inter_token_latency
     assert spec is not None and base is not None
     assert check.observed == pytest.approx(spec.value / base.value)  # the point ratio, whatever the verdict
-    assert "as the buckets allow" in check.evidence
+    assert "as the buckets allow" in check.evidence and "the engines' histograms, arm-wide" in check.evidence
 
 
 def itl(value: float) -> ArmEngine:
@@ -95,7 +98,7 @@ def test_inter_token_latency_without_figures_to_compare(
     speculative: ArmEngine, compared: ArmEngine, words: str
 ) -> None:
     check = inter_token_latency_check(
-        speculative, compared, compared_arm=Arm.CONTROL, limit=LIMIT, routed=50, min_samples=10
+        SENT, SENT, engines=(speculative, compared), compared_arm=Arm.CONTROL, limit=LIMIT, min_samples=10
     )
     assert check.verdict is Verdict.INCONCLUSIVE
     assert words in check.reason
@@ -103,5 +106,80 @@ def test_inter_token_latency_without_figures_to_compare(
 
 def test_a_scope_with_too_few_requests_on_the_arm_is_not_judged_on_other_scopes_gaps() -> None:
     slow = steps({0.075: 980, 0.1: 20})
-    check = inter_token_latency_check(slow, BELOW_25, compared_arm=Arm.CONTROL, limit=LIMIT, routed=3, min_samples=10)
+    few = ArmRequests(outcomes={RequestOutcome.OK: 3})
+    check = inter_token_latency_check(
+        few, SENT, engines=(slow, BELOW_25), compared_arm=Arm.CONTROL, limit=LIMIT, min_samples=10
+    )
     assert check.verdict is Verdict.INCONCLUSIVE and "3 requests of the scope" in check.reason
+
+
+def streamed(gaps_ms: Mapping[float, int], streams: int = 40) -> ArmRequests:
+    """`streams` ok streams, each with `gaps_ms[gap]` chunk gaps of each length, as the router counts them."""
+    each = FineCounts({fine_bucket(gap / 1000): count for gap, count in gaps_ms.items()})
+    return ArmRequests(
+        outcomes={RequestOutcome.OK: streams}, chunk_gaps=FineCounts.pooled([each] * streams), gap_streams=streams
+    )
+
+
+# The chunk gaps the clients measured in the issue's pilot: p99 23.9 ms on the control arm, 32.5 ms on the
+# speculative one (longer steps, several tokens each); the engines' histograms read a ratio of 2.002.
+CONTROL_GAPS = streamed({15.0: 98, 23.9: 2})
+SPECULATIVE_GAPS = streamed({22.0: 98, 32.5: 2})
+
+
+@pytest.mark.parametrize(
+    ("speculative", "verdict", "ratio", "words"),
+    [
+        pytest.param(
+            SPECULATIVE_GAPS, Verdict.PASS, 1.36, "within 2 (between 1.33 and 1.41)", id="the-issue's-pilot-passes"
+        ),
+        pytest.param(streamed({22.0: 98, 71.7: 2}), Verdict.FAIL, 3.0, "is above 2 (between 2.9", id="3x-fails"),
+        pytest.param(streamed({22.0: 98, 47.8: 2}), Verdict.INCONCLUSIVE, 2.0, "cannot resolve", id="at-the-limit"),
+    ],
+)
+def test_the_routers_chunk_gaps_judge_the_scope_exact_to_a_fine_bucket(
+    speculative: ArmRequests, verdict: Verdict, ratio: float, words: str
+) -> None:
+    check = inter_token_latency_check(
+        speculative,
+        CONTROL_GAPS,
+        engines=(BELOW_50, BELOW_25),  # what the engines' buckets would leave unresolved
+        compared_arm=Arm.CONTROL,
+        limit=LIMIT,
+        min_samples=10,
+    )
+    assert check.verdict is verdict and not check.hard
+    assert words in check.reason
+    assert check.observed == pytest.approx(ratio, rel=0.03)
+    assert "the router's chunk gaps of the scope: 4000/4000 gaps over 40/40 streams" in check.evidence
+
+
+def test_too_few_streams_with_gaps_fall_back_to_the_engines_histograms() -> None:
+    check = inter_token_latency_check(
+        SPECULATIVE_GAPS,
+        streamed({15.0: 98, 23.9: 2}, streams=9),
+        engines=(BELOW_50, BELOW_25),
+        compared_arm=Arm.CONTROL,
+        limit=LIMIT,
+        min_samples=10,
+    )
+    assert check.verdict is Verdict.INCONCLUSIVE and "the buckets cannot resolve it" in check.reason
+    assert "chunk gaps on 40/9 streams of the scope, fewer than minSamples 10" in check.evidence
+
+
+def test_gaps_below_the_lowest_fine_bucket_leave_the_ratio_open_above() -> None:
+    """Events read together are a gap of zero: a compared p99 in the lowest bucket leaves the ratio
+    unbounded above, so 1.5 ms against it is not shown within 2."""
+    check = inter_token_latency_check(
+        streamed({1.5: 100}),
+        streamed({0.0: 100}),
+        engines=(ArmEngine(), ArmEngine()),
+        compared_arm=Arm.CONTROL,
+        limit=LIMIT,
+        min_samples=10,
+    )
+    assert (
+        check.verdict is Verdict.INCONCLUSIVE
+        and "control p99 in (0, 1.03] ms" in check.reason
+        and "ratio between 1.46 and +Inf" in check.reason
+    )

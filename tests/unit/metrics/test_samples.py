@@ -9,6 +9,7 @@ import pytest
 
 from specpilot.analysis.window import ArmRequests
 from specpilot.metrics.samples import arm_requests, kv_load
+from specpilot.wire.buckets import FineCounts
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
 from tests.unit.metrics.builders import ok_sample
@@ -132,3 +133,16 @@ def test_start_times_are_kept_sorted_for_the_rates_and_the_timeouts() -> None:
     got = requests(*samples)
     assert got.answerable_starts == (OK.at - 1, OK.at + 1, OK.at + 2, OK.at + 3)  # a cancel is in no rate
     assert got.timeout_starts == (OK.at + 1, OK.at + 3)  # the late one and the timed-out one
+
+
+def test_the_chunk_gaps_of_ok_streams_are_pooled_at_the_widest_width() -> None:
+    fine, wide = FineCounts({103: 9, 104: 31}), FineCounts({96: 5}, width=8)
+    pooled = requests(
+        replace(OK, chunk_gaps=fine),
+        replace(OK, chunk_gaps=wide),
+        replace(OK),  # a stream without gaps (one chunk, or an older router)
+        replace(OK, outcome=RequestOutcome.TIMEOUT, status=504, deadline_met=False, chunk_gaps=fine),
+    )
+    assert pooled.gap_streams == 2
+    assert pooled.chunk_gaps == FineCounts({96: 14, 104: 31}, width=8)
+    assert requests(OK).chunk_gaps == FineCounts() and requests(OK).gap_streams == 0

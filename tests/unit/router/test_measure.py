@@ -1,4 +1,4 @@
-"""What the router reads from responses: the SSE meter and the usage of whole responses."""
+"""What the router reads from responses: the SSE meter (times, chunk gaps) and the usage of whole responses."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from typing import Any
 import pytest
 
 from specpilot.router.core.measure import StreamMeter, usage_tokens
+from specpilot.wire.buckets import FineCounts, fine_bucket
+from specpilot.wire.samples import CHUNK_GAP_KEYS
 
 
 def ev(chunk: Any) -> bytes:
@@ -158,3 +160,39 @@ def test_output_in_mid_answer_is_counted_by_how_it_ends(event: bytes) -> None:
     feed_all(meter, [ROLE, chat("a"), event, event, USAGE, DONE])
     assert meter.content_chunks == 3 and meter.last_content == 3.0
     assert meter.usage_tokens == 9 and meter.done
+
+
+VLLM_CHUNK = b'data: {"choices":[{"index":0,"delta":{"content":"x"},"logprobs":null,"finish_reason":null}]}\n\n'
+
+
+def test_the_gaps_between_chunks_of_output_are_counted_after_the_first() -> None:
+    meter = StreamMeter(strip_usage=True)
+    times = [0.5, 1.0, 1.02, 1.06, 1.12]  # the role chunk, then output at gaps of 20, 40 and 60 ms
+    for event, now in zip([ROLE, chat("a"), VLLM_CHUNK, chat("b"), VLLM_CHUNK], times, strict=True):
+        meter.feed(event, now)
+    meter.feed(USAGE + DONE, 1.2)
+    assert meter.timing(0.0) == (1.0, pytest.approx(0.12))
+    gaps = meter.chunk_gaps()
+    assert gaps.width == 1 and gaps.total == 3 == meter.content_chunks - 1
+    for gap in (0.02, 0.04, 0.06):
+        low, high = gaps.bounds(fine_bucket(gap))
+        assert fine_bucket(gap) in gaps.counts and low <= gap < high
+
+
+def test_chunks_read_together_are_a_gap_of_zero_and_a_stream_without_output_has_none() -> None:
+    meter = StreamMeter(strip_usage=True)
+    meter.feed(chat("a") + chat("b"), 1.0)
+    assert meter.chunk_gaps() == FineCounts({0: 1})
+    silent = StreamMeter(strip_usage=True)
+    silent.feed(ROLE + DONE, 1.0)
+    assert silent.chunk_gaps() == FineCounts() and silent.timing(0.0) == (None, None)
+
+
+def test_a_long_stream_keeps_few_keys() -> None:
+    meter = StreamMeter(strip_usage=True)
+    now = 0.0
+    for i in range(2001):
+        now += 0.005 * 100 ** (i / 2000)  # gaps from 5 to 500 ms
+        meter.feed(VLLM_CHUNK if i else chat("a"), now)
+    gaps = meter.chunk_gaps()
+    assert gaps.total == 2000 and len(gaps.counts) <= CHUNK_GAP_KEYS

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import json
+from collections import Counter
 from typing import Any
 
 import pytest
 
+from specpilot.wire.buckets import FineCounts, fine_bucket
 from specpilot.wire.names import Arm
-from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage, deadline_met, outcome_for_status
+from specpilot.wire.samples import (
+    CHUNK_GAP_KEYS,
+    RequestOutcome,
+    RequestSample,
+    SamplesPage,
+    deadline_met,
+    outcome_for_status,
+)
 
 
 @pytest.mark.parametrize(
@@ -71,7 +80,7 @@ def test_sample_json_has_the_field_names_the_operator_reads() -> None:
     assert list(doc) == [
         "seq", "at", "scope", "arm", "endpoint", "model", "stream", "status", "outcome", "e2eSeconds",
         "ttftSeconds", "outputTokens", "promptTokens", "tokensFromUsage", "decodeSeconds", "tpotSeconds",
-        "deadlineMet", "fallback",
+        "deadlineMet", "fallback", "chunkGaps",
     ]  # fmt: skip
     assert (doc["outcome"], doc["arm"], doc["tpotSeconds"]) == ("timeout", "speculative", 0.05)
 
@@ -79,7 +88,7 @@ def test_sample_json_has_the_field_names_the_operator_reads() -> None:
 PAGE = SamplesPage(
     epoch="3f2a9c0d1e4b",
     samples=(
-        sample(seq=7),
+        sample(seq=7, chunk_gaps=FineCounts({103: 9, 104: 31, 105: 22})),
         sample(
             seq=8,
             arm=Arm.ALTERNATIVE,
@@ -123,6 +132,21 @@ def test_a_page_from_a_router_without_prompt_tokens_still_reads() -> None:
     assert all(s.prompt_tokens is None for s in SamplesPage.from_json(doc).samples)
 
 
+def test_chunk_gaps_survive_json_and_stay_small_for_a_long_stream() -> None:
+    gaps = FineCounts(Counter(fine_bucket(0.005 * 100 ** (i / 1999)) for i in range(2000))).bounded(CHUNK_GAP_KEYS)
+    long = sample(output_tokens=2001, chunk_gaps=gaps)
+    doc = json.loads(json.dumps(long.to_json()))
+    assert doc["chunkGaps"]["width"] == gaps.width and RequestSample.from_json(doc) == long
+    assert len(json.dumps(doc["chunkGaps"], separators=(",", ":"))) < 400
+
+
+def test_a_page_from_a_router_without_chunk_gaps_still_reads() -> None:
+    doc = PAGE.to_json()
+    for item in doc["samples"]:
+        del item["chunkGaps"]
+    assert all(s.chunk_gaps == FineCounts() for s in SamplesPage.from_json(doc).samples)
+
+
 def page_with(**changes: Any) -> dict[str, Any]:
     """The JSON of `PAGE` with fields of its first sample changed (a value of `...` removes the field)."""
     doc = PAGE.to_json()
@@ -160,6 +184,15 @@ def page_with(**changes: Any) -> dict[str, Any]:
         pytest.param(page_with(outputTokens=2.0), r"samples\[0\]\.outputTokens: expected an integer", id="tokens"),
         pytest.param(page_with(fallback=7), r"samples\[0\]\.fallback: expected a string", id="fallback"),
         pytest.param(page_with(promptTokens="9"), r"samples\[0\]\.promptTokens: expected an integer", id="prompt"),
+        pytest.param(page_with(chunkGaps=[]), r"samples\[0\]\.chunkGaps: expected a JSON object", id="gaps"),
+        pytest.param(
+            page_with(chunkGaps={"width": 3, "counts": {}}), r"chunkGaps\.width: expected a power", id="width"
+        ),
+        pytest.param(page_with(chunkGaps={"width": 1}), r"chunkGaps\.counts: missing", id="no-counts"),
+        pytest.param(page_with(chunkGaps={"width": 2, "counts": {"103": 1}}), r"counts\.103: not a fine", id="odd"),
+        pytest.param(page_with(chunkGaps={"width": 1, "counts": {"-1": 1}}), r"counts\.-1: not a fine", id="key"),
+        pytest.param(page_with(chunkGaps={"width": 1, "counts": {"9": 0}}), r"counts\.9: expected a positive", id="0"),
+        pytest.param(page_with(chunkGaps={"width": 1, "counts": {"9": 1.5}}), r"counts\.9: expected an integ", id="n"),
     ],
 )
 def test_garbage_is_refused_naming_the_field(doc: object, problem: str) -> None:

@@ -6,9 +6,13 @@ operator, so it lives in `specpilot.wire.samples`; this module reads the bytes i
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import orjson
+
+from specpilot.wire.buckets import FineCounts, fine_bucket
+from specpilot.wire.samples import CHUNK_GAP_KEYS
 
 
 def _has_content(choice: Any) -> bool:
@@ -27,11 +31,14 @@ class StreamMeter:
 
     `feed` returns the bytes to pass on: whole events only, minus the final usage chunk when
     the router asked for usage on the client's behalf (`strip_usage`). It notes the first and
-    last content chunk (TTFT, decode time), the usage chunk, error events and ``[DONE]``.
+    last content chunk (TTFT, decode time), the gap before each content chunk after the first (in
+    fine buckets: events that arrive in one read are a gap of zero, as the client sees them), the
+    usage chunk, error events and ``[DONE]``.
     """
 
     __slots__ = (
         "_buffer",
+        "_gaps",
         "_max_event",
         "_passthrough",
         "_strip_usage",
@@ -52,6 +59,7 @@ class StreamMeter:
         self.first_content: float | None = None
         self.last_content: float | None = None
         self.content_chunks = 0
+        self._gaps: Counter[int] = Counter()
         self.usage_tokens: int | None = None
         self.usage_prompt_tokens: int | None = None
         self.error = False
@@ -69,8 +77,7 @@ class StreamMeter:
         ):
             # The usual read in mid-answer: one whole event of output, told by how it ends (a usage,
             # an error or a finish would end it otherwise); no scan for anything else.
-            self.content_chunks += 1
-            self.last_content = now
+            self._content(now)
             return data
         buffer = self._buffer + data if self._buffer else data
         end = buffer.rfind(b"\n\n")
@@ -108,8 +115,7 @@ class StreamMeter:
         if self.first_content is not None and _plain_output(payload):
             # The answer is under way: a chunk with no usage, no error and no finish is output, and
             # not worth a JSON parse (this is the hot path of every stream).
-            self.content_chunks += 1
-            self.last_content = now
+            self._content(now)
             return True
         try:
             chunk = orjson.loads(payload)
@@ -128,11 +134,27 @@ class StreamMeter:
             if not choices and self._strip_usage:
                 return False
         if isinstance(choices, list) and any(_has_content(choice) for choice in choices):
-            self.content_chunks += 1
-            self.last_content = now
             if self.first_content is None:
                 self.first_content = now
+            self._content(now)
         return True
+
+    def _content(self, now: float) -> None:
+        """Note a chunk of output read at `now`, and its gap from the one before."""
+        if self.last_content is not None:
+            self._gaps[fine_bucket(now - self.last_content)] += 1
+        self.content_chunks += 1
+        self.last_content = now
+
+    def timing(self, started: float) -> tuple[float | None, float | None]:
+        """Time to first token from `started`, and decode time (first to last content chunk); None without output."""
+        if self.first_content is None or self.last_content is None:
+            return None, None
+        return self.first_content - started, self.last_content - self.first_content
+
+    def chunk_gaps(self) -> FineCounts:
+        """The gaps between content chunks, as a sample holds them."""
+        return FineCounts(dict(self._gaps)).bounded(CHUNK_GAP_KEYS)
 
 
 # How an event of output in mid-answer ends: its one choice's open finish_reason closes the chunk
