@@ -112,6 +112,9 @@ def start_demo_load(cluster: Cluster, namespace: str) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump_all(docs))
 
 
+# A pilot run (about 90 s): a chart-installed operator runs a pilot in `make test` through
+# tests/cluster/test_chart_namespaced.py, and the demo pilot's outcome through tests/cluster/test_demo.py.
+@pytest.mark.long
 def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
     cluster: Cluster, release: Release, pilot_namespace: str
 ) -> None:

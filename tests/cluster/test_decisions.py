@@ -307,6 +307,9 @@ CADENCE_PROFILE = {
 }
 
 
+# A decision run (about 2 minutes): chunk cadence is judged only where the spec opts in, in `make test` through
+# tests/unit/analysis/test_inter_token_latency.py and the judge's tests.
+@pytest.mark.long
 def test_a_large_win_streamed_in_long_chunks_is_adopted_under_the_default_limits(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
@@ -350,6 +353,10 @@ def test_a_large_win_streamed_in_long_chunks_is_adopted_under_the_default_limits
     assert status["scopes"][0]["state"] != "RolledBack", status["scopes"][0]
 
 
+# A decision run (about 2 minutes): in `make test` through the shell's pilot without a control arm
+# (tests/unit/controller/test_shell.py) and test_nothing_is_read_beyond_the_loads_the_compared_arm_ran_at
+# (tests/unit/analysis/test_decision.py).
+@pytest.mark.long
 def test_without_a_control_arm_nothing_is_claimed_above_the_loads_both_arms_ran_at(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
@@ -398,6 +405,9 @@ def test_without_a_control_arm_nothing_is_claimed_above_the_loads_both_arms_ran_
         assert decision["maxLoad"] <= max(tops), (decision, mid["bands"])
 
 
+# A decision run (about 2 minutes): in `make test` through the alternative arm's shell test (tests/unit/controller/
+# test_shell.py) and its verdicts in tests/unit/analysis/test_decision.py.
+@pytest.mark.long
 def test_the_alternative_arm_says_whether_the_same_gpus_do_better_without_speculation(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:

@@ -41,6 +41,9 @@ def samples(address: str) -> list[dict[str, Any]]:
         return list(json.loads(answer.read())["samples"])
 
 
+# A rehearsal run (about 4 minutes): in `make test` through the rehearsal's climb in the controller's shell
+# (tests/unit/controller/test_rehearsal.py) and, on the cluster, the rehearsal a fault stops (below).
+@pytest.mark.long
 def test_the_rehearsal_climbs_past_the_live_loads_on_its_own_router_and_leaves_production_alone(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
