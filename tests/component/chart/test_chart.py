@@ -123,6 +123,7 @@ def test_dashboard_queries_only_metrics_the_operator_and_router_export() -> None
         ("watchNamespaces={Team_A}", "at '/watchNamespaces/0': 'Team_A' does not match pattern"),
         ("logLevel=LOUD", "at '/logLevel'"),
         ("metrics.service.port=0", "at '/metrics/service/port'"),
+        ("podDisruptionBudget.maxUnavailable=0", "at '/podDisruptionBudget/maxUnavailable'"),
     ],
 )
 def test_bad_values_are_refused_naming_the_value(setting: str, message: str) -> None:
@@ -144,7 +145,7 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
             "nameOverride": "pilots",
             "image.digest": "sha256:" + "a" * 64,
             "logFormat": "json",
-            "podDisruptionBudget.enabled": "true",
+            "replicaCount": "2",
             "revisionHistoryLimit": "3",
             "topologySpreadConstraints[0].maxSkew": "1",
             "topologySpreadConstraints[0].topologyKey": "topology.kubernetes.io/zone",
@@ -156,7 +157,11 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
     assert deployment["metadata"]["name"] == budget["metadata"]["name"] == "ops"
     selector = deployment["spec"]["selector"]["matchLabels"]
     assert selector["app.kubernetes.io/name"] == "pilots"
-    assert budget["spec"] == {"minAvailable": 1, "selector": {"matchLabels": selector}}
+    assert budget["spec"] == {
+        "maxUnavailable": 1,
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+        "selector": {"matchLabels": selector},
+    }
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert container["image"] == "specpilot/specpilot@sha256:" + "a" * 64
@@ -166,7 +171,9 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
     (spread,) = pod["topologySpreadConstraints"]
     assert spread["labelSelector"] == {"matchLabels": selector} and spread["maxSkew"] == 1
     defaults = template()
+    # A single replica's budget could only stall a drain: none is rendered for it.
     assert not by_kind(defaults, "PodDisruptionBudget")
+    assert not by_kind(template({"replicaCount": "2", "podDisruptionBudget.enabled": "false"}), "PodDisruptionBudget")
     (plain,) = by_kind(defaults, "Deployment")
     assert "--log-format=text" in plain["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "topologySpreadConstraints" not in plain["spec"]["template"]["spec"]
