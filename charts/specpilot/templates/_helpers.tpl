@@ -39,6 +39,12 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The Kopf peering object's name: peering.name, else the release's full name, so that two
+releases never share one. */}}
+{{- define "specpilot.peeringName" -}}
+{{- default (include "specpilot.fullname" .) .Values.peering.name -}}
+{{- end -}}
+
 {{- define "specpilot.image" -}}
 {{- if .Values.image.digest -}}
 {{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}

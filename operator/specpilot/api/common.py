@@ -45,6 +45,8 @@ QUANTITY_PATTERN = (
 
 # RFC 1123 label, as Kubernetes object names and scope names use it.
 DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+# RFC 1123 subdomain (at most 253 characters), as most other object names are.
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 
 
 class ApiModel(BaseModel):

@@ -20,6 +20,7 @@ from pydantic import ConfigDict, Field, StringConstraints
 
 from specpilot.api.common import (
     DNS_LABEL_PATTERN,
+    DNS_SUBDOMAIN_PATTERN,
     ApiModel,
     Check,
     Duration,
@@ -303,9 +304,7 @@ class Engine(ApiModel):
     scopes from ordinary decoding."""
 
 
-DeploymentName = Annotated[
-    str, StringConstraints(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$", max_length=253)
-]
+DeploymentName = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
 
 
 class WorkloadApiVersion(StrEnum):

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import random
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -15,6 +16,7 @@ import kopf
 from prometheus_client import start_http_server
 
 from specpilot import __version__
+from specpilot.api.common import DNS_SUBDOMAIN_PATTERN
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.policy import Policy
 from specpilot.controller.evidence import ConfigMapEvidence
@@ -39,7 +41,7 @@ class OperatorConfig:
     router_image: str
     liveness: str | None  # HOST:PORT of /healthz
     metrics: str | None  # HOST:PORT of /metrics
-    peering: str | None  # KopfPeering name; None runs standalone
+    peering: str | None  # the (Cluster)KopfPeering's name; None runs standalone
     priority: int
     log_level: str
     log_format: str  # "text", or "json": one JSON object per line, for log shippers
@@ -56,6 +58,16 @@ def _address(text: str) -> tuple[str, int]:
 
 def _listed(text: str | None) -> list[str]:
     return [item.strip() for item in (text or "").split(",") if item.strip()]
+
+
+def _peering_name(text: str) -> str | None:
+    """The peering object's name, or None (standalone) for ''."""
+    if text and (len(text) > 253 or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, text)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an object name: lowercase letters, digits, '-' and '.', at most 253, "
+            "starting and ending alphanumeric"
+        )
+    return text or None
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfig:
@@ -77,12 +89,12 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
     p.add_argument(
         "--peering",
         default=environ.get("SPECPILOT_PEERING"),
-        help="Kopf peering object (manifests/operator/kopf-peering.yaml): replicas sharing it stand by for each other",
+        type=_peering_name,
+        help="Kopf peering object, one per installation: replicas sharing it stand by for each other ('': none)",
     )
     p.add_argument(
         "--priority",
         type=int,
-        default=None,
         help="peering priority, the highest works (default: random, so that one of equal replicas works)",
     )
     p.add_argument(

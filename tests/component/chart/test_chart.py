@@ -1,5 +1,6 @@
 """The chart: lint-clean, its CRDs the project's own, a Deployment that runs non-root on a read-only
-root, peering whenever there is more than one replica, and a dashboard of metrics that exist."""
+root, peering whenever there is more than one replica (a peering object per release), and a
+dashboard of metrics that exist."""
 
 from __future__ import annotations
 
@@ -77,6 +78,23 @@ def test_standby_replicas_need_peering() -> None:
     assert [p["metadata"]["name"] for p in by_kind(template(), "ClusterKopfPeering")] == ["specpilot"]
     out = helm("template", "x", str(CHART), "--set", "replicaCount=2", "--set", "peering.enabled=false", check=False)
     assert out.returncode != 0 and "replicaCount > 1 needs peering.enabled" in out.stderr
+
+
+def peering_names(objects: list[dict[str, Any]]) -> set[str]:
+    """Every place a render names its peering object: the object(s), `--peering`, RBAC's resourceNames."""
+    (deployment,) = by_kind(objects, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    names = {arg.removeprefix("--peering=") for arg in args if arg.startswith("--peering=")}
+    names |= {o["metadata"]["name"] for o in objects if o["kind"] in ("ClusterKopfPeering", "KopfPeering")}
+    rules = [r for o in objects if o["kind"] in ("ClusterRole", "Role") for r in o["rules"]]
+    return names | {name for r in rules if r["apiGroups"] == ["kopf.dev"] for name in r.get("resourceNames", [])}
+
+
+@pytest.mark.parametrize("values", [{}, {"watchNamespaces": "{team-a}"}], ids=["cluster-wide", "namespaced"])
+def test_two_releases_never_share_a_peering_object(values: dict[str, str]) -> None:
+    assert peering_names(template(values, release="blue")) == {"blue-specpilot"}
+    assert peering_names(template(values, release="green")) == {"green-specpilot"}
+    assert peering_names(template({**values, "peering.name": "ops"}, release="blue")) == {"ops"}
 
 
 def test_metrics_service_and_optional_monitors() -> None:

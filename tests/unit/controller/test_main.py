@@ -54,3 +54,12 @@ def test_prometheus_credentials_need_the_prometheus_they_are_for(capsys: pytest.
     with pytest.raises(SystemExit):
         parse_args(flags, {})
     assert "need --prometheus-auth-url" in capsys.readouterr().err
+
+
+def test_the_peering_name_is_an_object_name_or_empty_for_standalone(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_args(["--all-namespaces", "--peering", "team-a-specpilot"], {}).peering == "team-a-specpilot"
+    assert parse_args(["--all-namespaces"], {"SPECPILOT_PEERING": "ops.specpilot"}).peering == "ops.specpilot"
+    assert parse_args(["--all-namespaces", "--peering", ""], {}).peering is None
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--peering", "Team_A"], {})
+    assert "argument --peering: 'Team_A' is not an object name" in capsys.readouterr().err
