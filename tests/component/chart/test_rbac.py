@@ -20,6 +20,9 @@ from specpilot.controller.core.routing import routing_table
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)
 NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}
 PEERING = "specpilot"
+AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
+READ = ("get", "list", "watch")
+WRITE = ("create", "update", "patch", "delete", "deletecollection")
 
 
 def expand(rules: list[dict[str, Any]]) -> set[Permission]:
@@ -75,9 +78,14 @@ def operator_needs(peering_resource: str) -> set[Permission]:
     return needs
 
 
+def operators(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    """The operator's own roles of a kind, without those that Kubernetes' user-facing roles aggregate."""
+    return [o for o in by_kind(objects, kind) if not any(k.startswith(AGGREGATE) for k in o["metadata"]["labels"])]
+
+
 def test_cluster_wide_mode_grants_exactly_what_the_operator_calls() -> None:
     objects = template()
-    (role,) = by_kind(objects, "ClusterRole")
+    (role,) = operators(objects, "ClusterRole")
     assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
     discovery = {("apiextensions.k8s.io", "customresourcedefinitions", v, None) for v in ("list", "watch")}
     assert expand(role["rules"]) == operator_needs("clusterkopfpeerings") | discovery
@@ -100,14 +108,14 @@ def test_namespaced_mode_grants_a_role_per_namespace_and_nothing_else_cluster_wi
         ("team-a", "Role"),
         ("team-b", "Role"),
     ]
-    (cluster_role,) = by_kind(objects, "ClusterRole")  # read-only discovery, and only that
+    (cluster_role,) = operators(objects, "ClusterRole")  # read-only discovery, and only that
     assert expand(cluster_role["rules"]) == {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list", None),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch", None),
         ("", "namespaces", "list", None),
         ("", "namespaces", "watch", None),
     }
-    assert not by_kind(template({**NAMESPACED, "rbac.discovery": "false"}), "ClusterRole")
+    assert not operators(template({**NAMESPACED, "rbac.discovery": "false"}), "ClusterRole")
     (deployment,) = by_kind(objects, "Deployment")
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--namespace=team-a" in args and "--namespace=team-b" in args and "--all-namespaces" not in args
@@ -124,3 +132,27 @@ def test_no_secrets_no_wildcards_no_escalation(values: dict[str, str]) -> None:
             assert not any("*" in item for item in rule.get(key) or []), f"wildcard in {key}: {rule}"
         assert not {"secrets", "serviceaccounts/token", "pods/exec", "pods/attach"} & set(rule["resources"]), rule
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+
+def aggregated_into(objects: list[dict[str, Any]], role: str) -> set[Permission]:
+    """What Kubernetes' `role` (admin, edit or view) takes in from the chart: the rules of every
+    ClusterRole its aggregation rule selects by label."""
+    return {
+        permission
+        for o in by_kind(objects, "ClusterRole")
+        if o["metadata"]["labels"].get(AGGREGATE + role) == "true"
+        for permission in expand(o["rules"])
+    }
+
+
+@pytest.mark.parametrize(
+    "values", [{}, NAMESPACED, {"rbac.create": "false"}], ids=["cluster-wide", "namespaced", "no-operator-rbac"]
+)
+def test_teams_granted_view_edit_or_admin_may_read_or_run_pilots(values: dict[str, str]) -> None:
+    objects = template(values)
+    read = {(GROUP, res, verb, None) for res in (PLURAL, f"{PLURAL}/status") for verb in READ}
+    write = {(GROUP, PLURAL, verb, None) for verb in WRITE}
+    assert aggregated_into(objects, "view") == read
+    # the status stays the operator's: nobody else's write would survive its next reconcile
+    assert aggregated_into(objects, "edit") == aggregated_into(objects, "admin") == read | write
+    assert not aggregated_into(template({**values, "rbac.aggregatedRoles": "false"}), "admin")
