@@ -45,11 +45,16 @@ releases never share one. */}}
 {{- default (include "specpilot.fullname" .) .Values.peering.name -}}
 {{- end -}}
 
+{{/* The operator's image, from global.imageRegistry when an umbrella chart sets one. */}}
 {{- define "specpilot.image" -}}
+{{- $repository := .Values.image.repository -}}
+{{- with .Values.global.imageRegistry -}}
+{{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository -}}
+{{- end -}}
 {{- if .Values.image.digest -}}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest -}}
+{{- printf "%s@%s" $repository .Values.image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repository (default .Chart.AppVersion .Values.image.tag) -}}
 {{- end -}}
 {{- end -}}
 

@@ -23,6 +23,13 @@ from specpilot.router.metrics import RouterMetrics
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
+def router_image(deployment: dict[str, Any]) -> str:
+    """The routers' image the operator's container is given (SPECPILOT_ROUTER_IMAGE)."""
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (value,) = [e["value"] for e in container["env"] if e["name"] == "SPECPILOT_ROUTER_IMAGE"]
+    return str(value)
+
+
 @pytest.mark.parametrize(
     "values",
     [
@@ -68,8 +75,7 @@ def test_operator_runs_non_root_on_a_read_only_root_with_resources() -> None:
     assert container["livenessProbe"]["httpGet"]["port"] == "liveness"
     # Listening on the pod IP rather than 0.0.0.0: the same ports on every pod, never shared.
     assert "--liveness=$(POD_IP):8081" in container["args"] and "--metrics=$(POD_IP):8082" in container["args"]
-    assert container["image"] == "specpilot/specpilot:0.1.0"
-    assert "--router-image=specpilot/specpilot:0.1.0" in container["args"]
+    assert container["image"] == router_image(deployment) == "specpilot/specpilot:0.1.0"
 
 
 def test_standby_replicas_need_peering() -> None:
@@ -142,6 +148,7 @@ def test_dashboard_queries_only_metrics_the_operator_and_router_export() -> None
         ("logLevel=LOUD", "at '/logLevel'"),
         ("metrics.service.port=0", "at '/metrics/service/port'"),
         ("podDisruptionBudget.maxUnavailable=0", "at '/podDisruptionBudget/maxUnavailable'"),
+        ("global.imageRegistry=https://registry.example", "at '/global/imageRegistry'"),
     ],
 )
 def test_bad_values_are_refused_naming_the_value(setting: str, message: str) -> None:
@@ -184,7 +191,7 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
     (container,) = pod["containers"]
     assert container["image"] == "specpilot/specpilot@sha256:" + "a" * 64
     assert "--log-format=json" in container["args"]
-    assert f"--router-image={container['image']}" in container["args"]
+    assert router_image(deployment) == container["image"]
     assert deployment["spec"]["revisionHistoryLimit"] == 3
     (spread,) = pod["topologySpreadConstraints"]
     assert spread["labelSelector"] == {"matchLabels": selector} and spread["maxSkew"] == 1
@@ -195,6 +202,33 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
     (plain,) = by_kind(defaults, "Deployment")
     assert "--log-format=text" in plain["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "topologySpreadConstraints" not in plain["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(
+    ("values", "operator", "router"),
+    [
+        (
+            {"global.imageRegistry": "mirror.example:5000/hub/"},
+            "mirror.example:5000/hub/specpilot/specpilot:0.1.0",
+            None,
+        ),
+        (
+            {"global.imageRegistry": "mirror.example", "image.digest": "sha256:" + "b" * 64},
+            "mirror.example/specpilot/specpilot@sha256:" + "b" * 64,
+            None,
+        ),
+        # A routerImage is a full reference: used as given.
+        ({"global.imageRegistry": "mirror.example", "routerImage": "other.example/r:1"}, None, "other.example/r:1"),
+    ],
+    ids=["registry", "registry-and-digest", "router-image-in-full"],
+)
+def test_the_image_registry_is_in_front_of_every_image_the_chart_derives(
+    values: dict[str, str], operator: str | None, router: str | None
+) -> None:
+    (deployment,) = by_kind(template(values), "Deployment")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert image == (operator or "mirror.example/specpilot/specpilot:0.1.0")
+    assert router_image(deployment) == (router or image)
 
 
 def test_the_chart_installs_as_a_dependency_of_an_umbrella_chart(tmp_path: Path) -> None:
@@ -217,6 +251,8 @@ def test_the_chart_installs_as_a_dependency_of_an_umbrella_chart(tmp_path: Path)
         out = helm("template", "platform", str(umbrella), "--namespace", "platform", *extra)
         (deployment,) = by_kind([d for d in yaml.safe_load_all(out.stdout) if d], "Deployment")
         assert deployment["metadata"]["name"] == "platform-specpilot"
+        image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+        assert image == router_image(deployment) == "registry.example/specpilot/specpilot:0.1.0"
         assert deployment["spec"]["replicas"] == (2 if extra else 1)
 
 

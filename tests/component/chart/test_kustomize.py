@@ -1,4 +1,5 @@
-"""The kustomize base is the chart's default render: same objects, same content, less Helm's labels."""
+"""The kustomize base is the chart's default render: same objects, same content, less Helm's labels;
+an overlay's image reaches the routers too."""
 
 from __future__ import annotations
 
@@ -23,3 +24,10 @@ def test_kustomize_base_equals_the_charts_default_render() -> None:
     assert sorted(base) == sorted(chart_keyed), "run `make manifests` to regenerate manifests/base"
     for key, obj in chart_keyed.items():
         assert base[key] == obj, f"{key} differs from the chart's render; run `make manifests`"
+
+
+def test_the_registry_overlay_moves_the_routers_image_with_the_operators() -> None:
+    (deployment,) = [o for o in kustomize(ROOT / "manifests/overlays/registry") if o["kind"] == "Deployment"]
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    (router,) = [e["value"] for e in container["env"] if e["name"] == "SPECPILOT_ROUTER_IMAGE"]
+    assert container["image"] == router == "registry.example.com/specpilot/specpilot:0.1.0"
