@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import urllib3
+import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
@@ -21,8 +22,8 @@ Json = dict[str, Any]
 
 
 class PluginError(Exception):
-    """What the user should read, in one line: a missing pilot, scope, context or kubeconfig, a refusal
-    by the API server, or a server that cannot be reached."""
+    """What the user should read, in one line: a missing pilot, scope or context, a missing or malformed
+    kubeconfig, a refusal by the API server, or a server that cannot be reached."""
 
 
 def _kubeconfig(path: str | None) -> str:
@@ -155,17 +156,43 @@ def _unreachable(error: Exception) -> str:
     return " ".join(text.split())[:200] or type(error).__name__
 
 
+def _check_shape(path: str) -> None:
+    """Refuse a kubeconfig file whose YAML or shape is wrong, naming the file and the field (the
+    kubernetes client would fail on it with a bare TypeError)."""
+    for part in (p for p in path.split(os.pathsep) if p and Path(p).expanduser().is_file()):
+        doc = yaml.safe_load(Path(part).expanduser().read_text()) or {}
+        if not isinstance(doc, dict):
+            raise PluginError(
+                f"kubeconfig {part}: expected a mapping (clusters, contexts, users), got a {type(doc).__name__}"
+            )
+        for key in ("clusters", "contexts", "users"):
+            entries = doc.get(key) or []
+            if not isinstance(entries, list) or not all(isinstance(e, dict) and "name" in e for e in entries):
+                raise PluginError(f"kubeconfig {part}: {key} must be a list of entries, each with a name")
+
+
+def _malformed(error: Exception) -> str:
+    """What is wrong with a kubeconfig, in one line."""
+    if isinstance(error, yaml.MarkedYAMLError) and error.problem_mark is not None:
+        mark = error.problem_mark
+        return f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {error.problem}"
+    if isinstance(error, UnicodeDecodeError):
+        return f"not UTF-8 text ({error.reason} at byte {error.start})"
+    return " ".join(str(error).split())
+
+
 def connect(*, kubeconfig: str | None, context: str | None, namespace: str | None) -> Client:
     """A client for the kubeconfig and context asked for, in the namespace asked for (else the
     context's, else default)."""
     path = _kubeconfig(kubeconfig)
     try:
+        _check_shape(path)
         contexts, active = config.list_kube_config_contexts(config_file=path)
         chosen = next((c for c in contexts if c["name"] == context), None) if context else active
         if chosen is None:
             names = ", ".join(c["name"] for c in contexts)
             raise PluginError(f"context {context!r} not in the kubeconfig (contexts: {names})")
         api = config.new_client_from_config(config_file=path, context=chosen["name"], persist_config=False)
-    except config.ConfigException as error:
-        raise PluginError(f"kubeconfig {path}: {error}") from None
+    except (config.ConfigException, yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, OSError) as error:
+        raise PluginError(f"kubeconfig {path}: {_malformed(error)}") from None
     return Client(api, namespace or chosen.get("context", {}).get("namespace") or "default")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from pathlib import Path
 
 import pytest
 import urllib3
@@ -51,6 +52,32 @@ def test_version_and_completion_need_no_cluster(capsys: pytest.CaptureFixture[st
     assert capsys.readouterr().out == f"kubectl-specpilot: v{__version__}\n"
     assert main(["completion", "zsh"], connect_to=lambda **_: pytest.fail("completion connected")) == 0
     assert capsys.readouterr().out.startswith("#compdef kubectl-specpilot\n")
+
+
+GOOD_CLUSTER = '{name: c, cluster: {server: "https://127.0.0.1:1", certificate-authority-data: "!!x"}}'
+GOOD_REST = "contexts: [{name: x, context: {cluster: c, user: u}}]\ncurrent-context: x\nusers: [{name: u, user: {}}]\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("apiVersion: v1\nclusters: [\n", "not valid YAML at line 3, column 1: expected the node content"),
+        ("- a\n- b\n", "expected a mapping (clusters, contexts, users), got a list"),
+        ("clusters: {c: {}}\n", "clusters must be a list of entries, each with a name"),
+        ("contexts: [{name: x}]\ncurrent-context: x\n", "Expected key context"),
+        (f"clusters: [{GOOD_CLUSTER}]\n{GOOD_REST}", "Invalid base64-encoded string"),
+        (b"\xff\xfe", "not UTF-8 text"),
+    ],
+    ids=["yaml", "a-list", "clusters-a-mapping", "context-without-context", "bad-ca-data", "binary"],
+)
+def test_a_malformed_kubeconfig_is_one_line_naming_the_file_and_exit_1(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str | bytes, problem: str
+) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main(["list", "--kubeconfig", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"error: kubeconfig {path}: ") and problem in err, err
 
 
 @pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
