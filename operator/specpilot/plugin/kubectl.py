@@ -14,7 +14,8 @@ The kubeconfig conventions are kubectl's: --kubeconfig, else KUBECONFIG (a list 
 ~/.kube/config; --context; -n/--namespace, else the context's namespace, else "default"; these
 flags go before or after the command. Errors are one line on stderr and exit 1, as kubectl's. Manual
 actions are the pilot's annotations (`api.pilot`): the operator acts on them once and removes them.
-Installed as the console script `kubectl-specpilot`, so kubectl finds it on PATH as a plugin.
+Installed as the console script `kubectl-specpilot`, so kubectl finds it on PATH as a plugin, and
+`kubectl_complete-specpilot`, which kubectl runs to complete `kubectl specpilot <TAB>`.
 """
 
 from __future__ import annotations
@@ -92,19 +93,29 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def completion_script(shell: str) -> str:
-    """Completion of the plugin's commands and flags, for `kubectl-specpilot` (kubectl runs plugins
-    by that name); zsh through its bash-compatible completion."""
-    parser = _parser()
+def _vocabulary() -> list[str]:
+    """The plugin's commands and flags, what completion offers."""
     words: list[str] = []
-    for action in parser._actions:  # the only way argparse lists its commands and flags
+    for action in _parser()._actions:  # the only way argparse lists its commands and flags
         if isinstance(action, argparse._SubParsersAction):
             for name, sub in action.choices.items():
                 words.append(name)
                 words.extend(f for a in sub._actions for f in a.option_strings)
         else:
             words.extend(action.option_strings)
-    vocabulary = " ".join(dict.fromkeys(words))
+    return list(dict.fromkeys(words))
+
+
+def completions(words: Sequence[str]) -> list[str]:
+    """What completes the last of the words typed after `kubectl specpilot` (as the scripts offer)."""
+    typed = words[-1] if words else ""
+    return [word for word in _vocabulary() if word.startswith(typed)]
+
+
+def completion_script(shell: str) -> str:
+    """Completion of the plugin's commands and flags, for `kubectl-specpilot` (kubectl runs plugins
+    by that name); zsh through its bash-compatible completion."""
+    vocabulary = " ".join(_vocabulary())
     bash = (
         "_kubectl_specpilot() {\n"
         '    local cur="${COMP_WORDS[COMP_CWORD]}"\n'
@@ -191,6 +202,16 @@ def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) ->
     scope = ALL_SCOPES if args.command == "abort" and args.scope is None else _scope(pilot, args.scope)
     target = "every scope" if scope == ALL_SCOPES else f"scope {scope}"
     out(_annotate(client, pilot, key, scope, f"{args.command} requested for {target}"))
+    return 0
+
+
+def complete_main(argv: Sequence[str] | None = None) -> int:
+    """`kubectl_complete-specpilot`: kubectl runs it for `kubectl specpilot <TAB>` with the words typed
+    after `specpilot`, the last one being completed, and reads one completion a line, then a directive
+    (`:4`, cobra's ShellCompDirectiveNoFileComp: no file names)."""
+    for word in completions(list(sys.argv[1:] if argv is None else argv)):
+        print(word)
+    print(":4")
     return 0
 
 

@@ -14,7 +14,7 @@ from kubernetes.client.exceptions import ApiException
 
 from specpilot import __version__
 from specpilot.plugin.client import Client, PluginError
-from specpilot.plugin.kubectl import _parser, completion_script, main
+from specpilot.plugin.kubectl import _parser, complete_main, completion_script, completions, main
 from specpilot.plugin.table import render_list
 
 
@@ -89,6 +89,19 @@ def test_bash_completion_completes_commands_and_flags(typed: str, offered: str) 
     )
     done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True, timeout=30)
     assert done.stdout.split() == [offered]
+
+
+@pytest.mark.parametrize(
+    ("words", "offered"),
+    [(["pro"], ["promote"]), (["get", "--kube"], ["--kubeconfig"]), (["comp"], ["completion"]), (["zzz"], [])],
+)
+def test_kubectls_completion_command_offers_what_the_scripts_offer(
+    capsys: pytest.CaptureFixture[str], words: list[str], offered: list[str]
+) -> None:
+    assert complete_main(words) == 0
+    # one completion a line, then cobra's directive: no file names
+    assert capsys.readouterr().out.splitlines() == [*offered, ":4"]
+    assert completions(words) == offered
 
 
 def test_list_is_one_line_per_pilot() -> None:
