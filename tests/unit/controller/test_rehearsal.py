@@ -126,11 +126,16 @@ def test_the_rehearsal_is_due_on_the_rolled_back_scopes_with_a_bracket_and_stops
     stated = Decision(outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, decided_at=T1)
 
     def due(
-        scopes: list[ScopeStatus], *, decision: Decision | None = stated, requested: bool = False
+        scopes: list[ScopeStatus],
+        *,
+        previous: RehearsalStatus | None = None,
+        decision: Decision | None = stated,
+        requested: bool = False,
+        now: datetime = T1,
     ) -> RehearsalStatus | None:
         return advance(
             spec,
-            None,
+            previous,
             scopes=scopes,
             decision=decision,
             evidence=Evidence(),
@@ -138,7 +143,7 @@ def test_the_rehearsal_is_due_on_the_rolled_back_scopes_with_a_bracket_and_stops
             router_ready=False,
             figures=None,
             requested=requested,
-            now=T1,
+            now=now,
         )
 
     both = due([chat, rolled_back()])
@@ -155,17 +160,7 @@ def test_the_rehearsal_is_due_on_the_rolled_back_scopes_with_a_bracket_and_stops
     running = both.model_copy(update={"phase": RehearsalPhase.STARTING})
 
     def after(scopes: list[ScopeStatus]) -> RehearsalStatus | None:
-        return advance(
-            spec,
-            running,
-            scopes=scopes,
-            decision=stated,
-            evidence=Evidence(),
-            saturated=None,
-            router_ready=False,
-            figures=None,
-            now=T1 + timedelta(minutes=1),
-        )
+        return due(scopes, previous=running, now=T1 + timedelta(minutes=1))
 
     kept = after([chat, rolled_back()])
     assert kept is not None and kept.phase is RehearsalPhase.STARTING
