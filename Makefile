@@ -51,6 +51,7 @@ lint: venv
 lint-delivery: venv tools
 	$$(e2e/tools.sh helm) lint --strict charts/specpilot
 	$$(e2e/tools.sh helm) lint --strict charts/specpilot --set 'watchNamespaces={team-a,team-b}' --set replicaCount=2
+	$$(e2e/tools.sh helm) lint --strict charts/specpilot --set clusterWide=true
 	$$(e2e/tools.sh helm) template specpilot charts/specpilot --namespace specpilot-system --include-crds >/dev/null
 	$(VENV)/bin/shellcheck e2e/*.sh e2e/local/*.sh e2e/kind/*.sh
 	$$(e2e/tools.sh actionlint) -shellcheck $(VENV)/bin/shellcheck .github/workflows/*.yaml

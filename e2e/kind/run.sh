@@ -57,15 +57,16 @@ log "1. building $IMAGE and loading it into kind"
 docker build -f "$REPO_ROOT/operator/Dockerfile" -t "$IMAGE" "$REPO_ROOT"
 kind load docker-image "$IMAGE" --name "$KIND_CLUSTER"
 
-log "2. installing the chart"
+log "2. installing the chart, serving the pilot's namespace"
+kubectl create namespace "$PILOT_NS" --dry-run=client -o yaml | kubectl apply -f -
 helm upgrade --install specpilot "$REPO_ROOT/charts/specpilot" \
   --namespace "$OPERATOR_NS" --create-namespace \
   --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
+  --set "watchNamespaces={$PILOT_NS}" \
   --wait --timeout 180s
 kubectl -n "$OPERATOR_NS" rollout status deployment/specpilot --timeout=120s
 
 log "3. applying the demo pilot"
-kubectl create namespace "$PILOT_NS" --dry-run=client -o yaml | kubectl apply -f -
 kubectl -n "$PILOT_NS" apply -f "$DEMO/pilot.yaml"
 kubectl -n "$PILOT_NS" wait --for=condition=Ready speculationpilot/demo --timeout="$TIMEOUT"
 

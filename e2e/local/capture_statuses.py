@@ -86,7 +86,7 @@ def main(out_dir: str) -> int:
     ns = f"{release}-pilots"
     helm(
         *("install", release, str(CHART), "--namespace", release, "--create-namespace", "--wait"),
-        *set_args({"image.tag": "dev", "peering.name": release}),
+        *set_args({"image.tag": "dev", "peering.name": release, "clusterWide": "true"}),
     )
     kubectl("create", "namespace", ns)
     until("the default ServiceAccount", lambda: "default" in kubectl("get", "serviceaccounts", "-n", ns))

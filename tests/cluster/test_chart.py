@@ -41,10 +41,11 @@ def outcomes() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def release(cluster: Cluster) -> Iterator[Release]:
-    """The chart installed in a namespace of its own, cluster-wide, with the image the local node runs."""
+    """The chart installed in a namespace of its own, cluster-wide (clusterWide), with the image the local
+    node runs."""
     name = f"sp-{uuid.uuid4().hex[:6]}"
     # The peering object is cluster-scoped: a name of its own keeps it apart from other tests'.
-    values = {"image.tag": "dev", "peering.name": name}
+    values = {"image.tag": "dev", "peering.name": name, "clusterWide": "true"}
     out = helm(
         *("install", name, str(CHART), "--namespace", name, "--create-namespace", "--wait", "--timeout", "120s"),
         *set_args(values),
@@ -72,7 +73,7 @@ def test_renders_pass_server_side_dry_run(cluster: Cluster, release: Release) ->
     # In both modes, beside the installed release (names of their own), and with the optional monitors off
     # (their CRDs belong to prometheus-operator).
     for mode, values in (
-        ("cluster-wide", {"peering.name": "dry-run"}),
+        ("cluster-wide", {"peering.name": "dry-run", "clusterWide": "true"}),
         ("namespaced", {"watchNamespaces": f"{{{release.namespace}}}"}),
     ):
         rendered = template_text(values, namespace=release.namespace, release=f"dry-{mode}")

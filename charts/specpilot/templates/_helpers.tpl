@@ -39,6 +39,24 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- end -}}
 
+{{/* The namespaces the operator serves, as a JSON list: watchNamespaces, else the release's own
+namespace; empty in cluster-wide mode (clusterWide), which takes no list. */}}
+{{- define "specpilot.watchNamespaces" -}}
+{{- if .Values.clusterWide -}}
+{{- if .Values.watchNamespaces -}}
+{{- fail "clusterWide serves every namespace: leave watchNamespaces empty, or set clusterWide=false to serve only those" -}}
+{{- end -}}
+{{- list | toJson -}}
+{{- else -}}
+{{- range .Values.watchNamespaces -}}
+{{- if has . (list "kube-system" "kube-public" "kube-node-lease") -}}
+{{- fail (printf "watchNamespaces: %s is a system namespace, where the operator never writes; run pilots in a namespace of their own" .) -}}
+{{- end -}}
+{{- end -}}
+{{- default (list .Release.Namespace) .Values.watchNamespaces | toJson -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Kopf peering object's name: peering.name, else the release's full name, so that two
 releases never share one. */}}
 {{- define "specpilot.peeringName" -}}

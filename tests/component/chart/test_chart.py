@@ -81,7 +81,12 @@ def test_operator_runs_non_root_on_a_read_only_root_with_resources() -> None:
 def test_standby_replicas_need_peering() -> None:
     (deployment,) = by_kind(template({"replicaCount": "2"}), "Deployment")
     assert "--peering=specpilot" in deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert [p["metadata"]["name"] for p in by_kind(template(), "ClusterKopfPeering")] == ["specpilot"]
+    assert [p["metadata"]["name"] for p in by_kind(template({"clusterWide": "true"}), "ClusterKopfPeering")] == [
+        "specpilot"
+    ]
+    assert [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in by_kind(template(), "KopfPeering")] == [
+        ("specpilot-system", "specpilot")
+    ]
     out = helm("template", "x", str(CHART), "--set", "replicaCount=2", "--set", "peering.enabled=false", check=False)
     assert out.returncode != 0 and "replicaCount > 1 needs peering.enabled" in out.stderr
 
@@ -96,7 +101,11 @@ def peering_names(objects: list[dict[str, Any]]) -> set[str]:
     return names | {name for r in rules if r["apiGroups"] == ["kopf.dev"] for name in r.get("resourceNames", [])}
 
 
-@pytest.mark.parametrize("values", [{}, {"watchNamespaces": "{team-a}"}], ids=["cluster-wide", "namespaced"])
+@pytest.mark.parametrize(
+    "values",
+    [{}, {"clusterWide": "true"}, {"watchNamespaces": "{team-a}"}],
+    ids=["default", "cluster-wide", "namespaced"],
+)
 def test_two_releases_never_share_a_peering_object(values: dict[str, str]) -> None:
     assert peering_names(template(values, release="blue")) == {"blue-specpilot"}
     assert peering_names(template(values, release="green")) == {"green-specpilot"}
@@ -334,5 +343,9 @@ def test_network_policies_admit_only_what_each_pod_needs() -> None:
         operator_source,
         prometheus_source,
     ]
-    refused = helm("template", "x", str(CHART), "--set", "networkPolicy.enabled=true", check=False)
-    assert refused.returncode != 0 and "needs the pilots' namespaces" in refused.stderr
+    default = by_kind(template({"networkPolicy.enabled": "true"}), "NetworkPolicy")
+    assert {p["metadata"]["namespace"] for p in default} == {"specpilot-system"}  # the one it serves
+    refused = helm(
+        *("template", "x", str(CHART), "--set", "networkPolicy.enabled=true", "--set", "clusterWide=true"), check=False
+    )
+    assert refused.returncode != 0 and "with clusterWide needs the pilots' namespaces" in refused.stderr

@@ -1,6 +1,7 @@
 """The chart's RBAC, in both modes: exactly what the operator calls, derived from its code; no
 Secrets, no wildcards, and every permission the routers' Role grants (RBAC lets the operator grant
-only what it holds)."""
+only what it holds). By default it writes only in the namespaces it serves, never cluster-wide and
+never in a system namespace; cluster-wide writes are opt-in (clusterWide)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.helm import ROOT, by_kind, template
+from tests.helm import CHART, ROOT, by_kind, helm, template
 
 from specpilot.api.pilot import GROUP, PLURAL
 from specpilot.api.spec import Rehearsal, SpeculationPilotSpec
@@ -19,6 +20,8 @@ from specpilot.controller.core.routing import routing_table
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)
 NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}
+CLUSTER_WIDE = {"clusterWide": "true"}
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 PEERING = "specpilot"
 AGGREGATE = "rbac.authorization.k8s.io/aggregate-to-"
 READ = ("get", "list", "watch")
@@ -83,8 +86,64 @@ def operators(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
     return [o for o in by_kind(objects, kind) if not any(k.startswith(AGGREGATE) for k in o["metadata"]["labels"])]
 
 
+def writes(rules: list[dict[str, Any]]) -> set[Permission]:
+    return {permission for permission in expand(rules) if permission[2] in WRITE}
+
+
+def bound_write_namespaces(objects: list[dict[str, Any]]) -> set[str]:
+    """Where the chart's bindings grant the operator's account a write verb: a namespace, or `*` for
+    every namespace (a ClusterRoleBinding of a role that writes)."""
+    roles = {
+        (o["kind"], o["metadata"].get("namespace", "*"), o["metadata"]["name"]): o
+        for o in objects
+        if o["kind"] in ("Role", "ClusterRole")
+    }
+    where: set[str] = set()
+    for binding in by_kind(objects, "RoleBinding") + by_kind(objects, "ClusterRoleBinding"):
+        namespace = binding["metadata"].get("namespace", "*")
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], namespace if ref["kind"] == "Role" else "*", ref["name"])]
+        if writes(role["rules"]):
+            where.add(namespace if binding["kind"] == "RoleBinding" else "*")
+    return where
+
+
+@pytest.mark.parametrize(
+    ("values", "namespace", "served"),
+    [
+        ({}, "specpilot-system", {"specpilot-system"}),
+        ({}, "ops", {"ops"}),
+        (NAMESPACED, "specpilot-system", {"team-a", "team-b"}),
+    ],
+    ids=["default", "default-elsewhere", "namespaced"],
+)
+def test_by_default_the_operator_writes_only_in_the_namespaces_it_serves(
+    values: dict[str, str], namespace: str, served: set[str]
+) -> None:
+    objects = template(values, namespace=namespace)
+    assert bound_write_namespaces(objects) == served
+    assert not writes([rule for o in operators(objects, "ClusterRole") for rule in o["rules"]])
+    assert not {o["metadata"].get("namespace") for o in objects} & set(SYSTEM_NAMESPACES)
+    (deployment,) = by_kind(objects, "Deployment")
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert sorted(a.removeprefix("--namespace=") for a in args if a.startswith("--namespace=")) == sorted(served)
+    assert "--all-namespaces" not in args
+
+
+def test_cluster_wide_writes_are_opt_in_and_take_no_namespace_list() -> None:
+    assert bound_write_namespaces(template(CLUSTER_WIDE)) == {"*"}
+    out = helm("template", "x", str(CHART), "--set", "clusterWide=true", "--set", "watchNamespaces={a}", check=False)
+    assert out.returncode != 0 and "clusterWide serves every namespace: leave watchNamespaces empty" in out.stderr
+
+
+@pytest.mark.parametrize("namespace", SYSTEM_NAMESPACES)
+def test_a_system_namespace_is_never_served(namespace: str) -> None:
+    out = helm("template", "x", str(CHART), "--set", f"watchNamespaces={{team-a,{namespace}}}", check=False)
+    assert out.returncode != 0 and f"watchNamespaces: {namespace} is a system namespace" in out.stderr
+
+
 def test_cluster_wide_mode_grants_exactly_what_the_operator_calls() -> None:
-    objects = template()
+    objects = template(CLUSTER_WIDE)
     (role,) = operators(objects, "ClusterRole")
     assert not by_kind(objects, "Role") and not by_kind(objects, "RoleBinding")
     discovery = {("apiextensions.k8s.io", "customresourcedefinitions", v, None) for v in ("list", "watch")}
@@ -123,7 +182,7 @@ def test_namespaced_mode_grants_a_role_per_namespace_and_nothing_else_cluster_wi
     assert sorted(p["metadata"]["namespace"] for p in peerings) == ["team-a", "team-b"]
 
 
-@pytest.mark.parametrize("values", [{}, NAMESPACED], ids=["cluster-wide", "namespaced"])
+@pytest.mark.parametrize("values", [{}, CLUSTER_WIDE, NAMESPACED], ids=["default", "cluster-wide", "namespaced"])
 def test_no_secrets_no_wildcards_no_escalation(values: dict[str, str]) -> None:
     rules = [rule for o in template(values) if o["kind"] in ("Role", "ClusterRole") for rule in o["rules"]]
     assert rules
@@ -146,7 +205,9 @@ def aggregated_into(objects: list[dict[str, Any]], role: str) -> set[Permission]
 
 
 @pytest.mark.parametrize(
-    "values", [{}, NAMESPACED, {"rbac.create": "false"}], ids=["cluster-wide", "namespaced", "no-operator-rbac"]
+    "values",
+    [{}, CLUSTER_WIDE, NAMESPACED, {"rbac.create": "false"}],
+    ids=["default", "cluster-wide", "namespaced", "no-operator-rbac"],
 )
 def test_teams_granted_view_edit_or_admin_may_read_or_run_pilots(values: dict[str, str]) -> None:
     objects = template(values)
