@@ -335,11 +335,25 @@ class WorkloadRef(ApiModel):
 # --- arms ---------------------------------------------------------------------------------------
 
 
+class Saturation(ApiModel):
+    """When production's baseline counts as saturated (the ProductionSaturated condition, which pauses
+    promotion and the rehearsal): a hysteresis over consecutive analysis windows, so that a baseline at
+    the edge does not toggle the condition every window."""
+
+    enter_after: Annotated[int, Field(strict=True, ge=1, le=100)] = 2
+    """Consecutive saturated windows before the condition turns True."""
+    leave_after: Annotated[int, Field(strict=True, ge=1, le=100)] = 3
+    """Consecutive windows with headroom before it turns False again."""
+
+
 class Baseline(ApiModel):
     """The baseline arm: the engine with ordinary decoding."""
 
     replicas: Replicas = 1
     """Engine replicas of the baseline arm."""
+    saturation: Saturation = Saturation()
+    """How many windows in a row saturate production's baseline, or give it headroom, before the
+    ProductionSaturated condition changes."""
 
 
 class DraftMethod(StrEnum):

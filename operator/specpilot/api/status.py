@@ -589,6 +589,20 @@ class WorkloadStatus(ApiModel):
     """Its engine container's command line."""
 
 
+class ProductionGuard(ApiModel):
+    """The production guard's hysteresis: the state it holds and the windows read against it."""
+
+    saturated: Annotated[bool, Field(strict=True)] = False
+    """Whether ProductionSaturated holds."""
+    streak: Count = 0
+    """Consecutive windows, up to the last, that read the other way (saturated while it has headroom,
+    headroom while saturated); at spec.baseline.saturation's count the state changes."""
+    read_at: datetime | None = None
+    """The end of the last window read."""
+    reason: Sentence = ""
+    """Why the last saturated window was saturated."""
+
+
 class SpeculationPilotStatus(ApiModel):
     """Observed state of a pilot."""
 
@@ -624,3 +638,5 @@ class SpeculationPilotStatus(ApiModel):
     """spec.workloadRef's Deployment as last read."""
     takeover: TakeoverStatus | None = None
     """spec.router.takeover's Service, once taken over (kept until it is restored)."""
+    production: ProductionGuard | None = None
+    """The production guard's windows, once read."""

@@ -362,6 +362,31 @@ async def test_promotion_pauses_while_production_is_saturated_and_the_status_say
     assert h.scope("chat")["stage"] == 1 and weights(h)["chat"] == 33
 
 
+async def test_a_baseline_at_the_edge_of_saturation_leaves_the_condition_and_its_events_alone() -> None:
+    h = Harness(pilot_doc())
+    await warm(h)
+    calm = h.engines.figures[Arm.BASELINE]
+    edge = replace(calm, waiting=1.0)  # "1.0 requests waiting per replica": saturated by a hair
+    for i in range(12):
+        h.engines.figures[Arm.BASELINE] = edge if i % 2 == 0 else calm
+        await h.step(INTERVAL)
+    saturated = {c["type"]: c for c in h.status()["conditions"]}["ProductionSaturated"]
+    assert saturated["status"] == "False", saturated
+    assert "ProductionSaturated" not in h.reasons() and "ProductionHeadroom" not in h.reasons()
+    assert h.status()["production"]["streak"] == 0, "the last window had headroom"
+
+    h.engines.figures[Arm.BASELINE] = edge
+    for _ in range(2):  # spec.baseline.saturation.enterAfter: 2
+        await h.step(INTERVAL)
+    assert h.reasons().count("ProductionSaturated") == 1
+    h.engines.figures[Arm.BASELINE] = calm
+    for _ in range(2):
+        await h.step(INTERVAL)
+    assert "ProductionHeadroom" not in h.reasons(), "two windows of headroom are not yet three"
+    await h.step(INTERVAL)
+    assert h.reasons().count("ProductionHeadroom") == 1
+
+
 async def test_without_a_control_arm_status_says_so_and_the_baseline_is_compared() -> None:
     doc = pilot_doc()
     doc["spec"]["control"] = {"enabled": False}

@@ -21,6 +21,7 @@ from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
+    ProductionGuard,
     RehearsalStatus,
     RoutesStatus,
     ScopeStatus,
@@ -31,6 +32,7 @@ from specpilot.api.status import (
 from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
 from specpilot.controller.core.decide import Decided, decide, fresh_for, record
+from specpilot.controller.core.guard import Reading, guard_production, saturation_message
 from specpilot.controller.core.measurements import alternative_judged, compared_arm
 from specpilot.controller.core.progress import (
     ACTED_ON,
@@ -171,7 +173,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
     measured = _measured(snapshot, spec, scopes, _windows(snapshot, spec, scopes))
     names = [scope.name for scope in scopes]
     manual = manual_actions(seen.annotations, names)
-    saturated = _saturation(snapshot, spec)
+    production, saturated, last_window = _production(snapshot, spec)
     last_rehearsal = previous.rehearsal if previous is not None else None
     rehearsed = rehearsing(last_rehearsal, window=spec.analysis.window, now=now)
     replicas = {arm_plan.arm: len(seen.ready(arm_plan.arm.value)) or arm_plan.replicas for arm_plan in arms}
@@ -221,7 +223,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         scopes=decided.scopes,
         decision=decided.decision,
         evidence=evidence,
-        saturated=saturated,
+        saturated=last_window,
     )
     routes, table = _routes(ref.name, spec, previous, decided, now, off=rehearsal.off)
     rendered = render(
@@ -271,7 +273,7 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         fallbacks=progress.fallbacks,
         decision=decided.decision,
         rehearsal=rehearsal.status,
-        saturated=saturated,
+        production=production,
         workload=workload,
         takeover=taken.status,
         now=now,
@@ -323,15 +325,33 @@ def _arms(ref: PilotRef, spec: SpeculationPilotSpec, workload: Workload | None) 
     return tuple(render_arm(ref, spec, arm, workload) for arm in arms_of(spec))
 
 
-def _saturation(snapshot: Snapshot, spec: SpeculationPilotSpec) -> str | None:
-    """Why production's baseline is saturated over the last window, once the arms are warm; None
-    when it is not, or nothing was collected yet."""
+def _production(
+    snapshot: Snapshot, spec: SpeculationPilotSpec
+) -> tuple[ProductionGuard | None, str | None, str | None]:
+    """The production guard after this tick's window; why production counts as saturated (the guard's
+    state, which pauses promotion); and why the last window alone was saturated, which holds or stops
+    the rehearsal at once, since it puts the rehearsed scopes' traffic on production."""
+    previous = snapshot.pilot.status
+    reading = _saturation(snapshot, spec)
+    guard = guard_production(
+        previous.production if previous is not None else None,
+        reading,
+        policy=spec.baseline.saturation,
+        interval=spec.analysis.interval,
+    )
+    last = reading.saturated if reading is not None else None
+    return guard, saturation_message(guard, spec.baseline.saturation), last
+
+
+def _saturation(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Reading | None:
+    """Production's baseline over the last window, once the arms are warm; None before, or when
+    nothing was collected yet."""
     end = snapshot.measurements.collected_at
     if end is None or not warm(snapshot.pilot.status, spec.analysis, snapshot.now):
         return None
     engines = snapshot.measurements.engines(start=end - spec.analysis.window, end=end, analysis=spec.analysis)
     replicas = len(snapshot.seen.ready(Arm.BASELINE.value)) or spec.baseline.replicas
-    return production_saturation(engines[Arm.BASELINE], replicas=replicas, analysis=spec.analysis)
+    return Reading(end, production_saturation(engines[Arm.BASELINE], replicas=replicas, analysis=spec.analysis))
 
 
 def _end(snapshot: Snapshot) -> datetime:

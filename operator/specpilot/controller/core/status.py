@@ -24,6 +24,7 @@ from specpilot.api.status import (
     Decision,
     FallbackRecord,
     Phase,
+    ProductionGuard,
     RehearsalStatus,
     RouterStatus,
     RoutesStatus,
@@ -34,6 +35,7 @@ from specpilot.api.status import (
     WorkloadStatus,
 )
 from specpilot.api.validate import Problem
+from specpilot.controller.core.guard import headroom_message, saturation_message
 from specpilot.controller.core.observe import DeploymentState, PodTrouble
 from specpilot.controller.core.render import ArmPlan, content_hash
 from specpilot.controller.core.workload import what_changed
@@ -265,19 +267,18 @@ def reconciled_status(
     fallbacks: Sequence[FallbackRecord] | None = None,
     decision: Decision | None = None,
     rehearsal: RehearsalStatus | None = None,
-    saturated: str | None = None,
+    production: ProductionGuard | None = None,
     workload: WorkloadStatus | None = None,
     takeover: TakeoverStatus | None = None,
     now: datetime,
 ) -> StatusPlan:
-    """Status after applying a valid spec, and the Events it implies; `saturated` says why production's
-    baseline is saturated, when it is."""
+    """Status after applying a valid spec (`production`: the production guard), and its Events."""
     arm_health, router = _health(arms, spec.router.replicas, router_deployment, observed)
     restart = next((e for e in scope_events if e.reason in (Reason.ENGINE_CHANGED, Reason.DRAFT_CHANGED)), None)
     health = _Pilot(arm_health, router, settled=all(scope.state in SETTLED for scope in scopes))
     conditions = _set_all(
         previous.conditions if previous is not None else [],
-        _updates(health, spec=spec, scopes=scopes, restart=restart, saturated=saturated),
+        _updates(health, spec=spec, scopes=scopes, restart=restart, production=production),
         generation=generation,
         now=now,
     )
@@ -305,6 +306,7 @@ def reconciled_status(
         rehearsal=rehearsal,
         workload=workload,
         takeover=takeover,
+        production=production,
     )
     events = list(scope_events)
     if previous is None or previous.observed_generation is None:
@@ -355,7 +357,7 @@ def _updates(
     spec: SpeculationPilotSpec,
     scopes: Sequence[ScopeStatus],
     restart: Event | None,
-    saturated: str | None = None,
+    production: ProductionGuard | None = None,
 ) -> list[tuple[ConditionType, bool, Reason, str]]:
     """Every condition a valid spec sets, as (type, holds, reason, message)."""
     arms_message = "; ".join(h.message for h in health.arms)
@@ -400,15 +402,24 @@ def _updates(
         ),
         _controlled(spec),
         _speed_only(spec),
-        (
-            ConditionType.PRODUCTION_SATURATED,
-            saturated is not None,
-            Reason.PRODUCTION_SATURATED if saturated else Reason.PRODUCTION_HEADROOM,
-            f"{saturated}: no scope is promoted until it recovers"
-            if saturated
-            else "production's baseline has headroom",
-        ),
+        _saturated(spec, production),
     ]
+
+
+def _saturated(
+    spec: SpeculationPilotSpec, production: ProductionGuard | None
+) -> tuple[ConditionType, bool, Reason, str]:
+    policy = spec.baseline.saturation
+    saturated = saturation_message(production, policy)
+    if saturated is None:
+        return (
+            ConditionType.PRODUCTION_SATURATED,
+            False,
+            Reason.PRODUCTION_HEADROOM,
+            headroom_message(production, policy),
+        )
+    message = f"{saturated}: no scope is promoted until it recovers"
+    return ConditionType.PRODUCTION_SATURATED, True, Reason.PRODUCTION_SATURATED, message
 
 
 def _speed_only(spec: SpeculationPilotSpec) -> tuple[ConditionType, bool, Reason, str]:
