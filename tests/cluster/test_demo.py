@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from specpilot.controller.core.render import HOME_VOLUME
+from specpilot.api.podsecurity import HOME_VOLUME
 from specpilot.wire.names import MANAGER
 from tests.cluster.conftest import ROOT, Cluster, in_background
 

@@ -8,7 +8,8 @@ privilege escalation, no added capability and no root; the operator renders the 
 itself (`controller.core.render`). A GPU reaches the engine through the device plugin, and shared
 memory through an emptyDir of medium Memory, so an engine needs none of what is refused here. Each
 check yields the field refused and why, with the fix; `api.validate` and the workload reader make them
-problems.
+problems. `hardened_engine_pod` is the other half: what every pod of an image the operator did not build
+runs with (engines, and the calibration Job's pod of the team's own image).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 Json = Mapping[str, Any]
+Pod = dict[str, Any]
 Refused = tuple[str, str]  # the field, as the API server names it, and why, with the fix
 
 # The restricted standard's volume types: none reaches the node.
@@ -122,3 +124,56 @@ def annotation_refusals(annotations: Mapping[str, str], field: str) -> Iterator[
     for key, value in annotations.items():
         if key.startswith(APPARMOR_ANNOTATION) and value == "unconfined":
             yield f"{field}[{key}]", UNCONFINED
+
+
+# What every engine pod runs with, whoever wrote its template (the restricted Pod Security Standard but
+# a read-only root, which vLLM's caches need writable): no capability, no privilege escalation (GPUs come
+# through the device plugin), the runtime's seccomp profile, and no root. vLLM's official image runs as
+# root and keeps its caches in the home directory, so a pod whose template names no user runs as
+# ENGINE_USER with HOME on an emptyDir of its own, and its volumes (a model cache a workload writes to)
+# are made writable to that user's group the way Kubernetes does it, by fsGroup.
+ENGINE_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+ENGINE_USER = 1000
+ENGINE_HOME = "/home/engine"
+HOME_VOLUME = "specpilot-home"
+
+
+def hardened_engine_pod(pod: Mapping[str, Any]) -> Pod:
+    """The engine pod as deployed: hardened as ENGINE_SECURITY says, and with no service-account token
+    (the engine calls no Kubernetes API) unless its template asks for one. The checks above have refused
+    whatever would undo this. Outside the config hash, which covers what the engine runs."""
+    context = {**pod.get("securityContext", {}), "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+    homed = "runAsUser" not in context  # the operator picks the user, so it gives the home too
+    if homed:
+        context["runAsUser"] = ENGINE_USER
+        if "fsGroup" not in context:
+            context |= {"fsGroup": ENGINE_USER, "fsGroupChangePolicy": "OnRootMismatch"}
+    hardened = {
+        **pod,
+        "securityContext": context,
+        "automountServiceAccountToken": pod.get("automountServiceAccountToken") is True,
+    }
+    for key in ("initContainers", "containers"):
+        if key in pod:
+            hardened[key] = [_hardened_container(c, homed=homed) for c in pod[key]]
+    if any(_homed(c) for key in ("initContainers", "containers") for c in hardened.get(key, ())):
+        others = [v for v in pod.get("volumes", []) if v.get("name") != HOME_VOLUME]
+        hardened["volumes"] = [*others, {"name": HOME_VOLUME, "emptyDir": {}}]
+    return hardened
+
+
+def _hardened_container(container: Mapping[str, Any], *, homed: bool) -> Pod:
+    """A container under ENGINE_SECURITY; given HOME on the pod's home volume where it runs as
+    ENGINE_USER and sets no HOME of its own."""
+    context = {**container.get("securityContext", {}), **ENGINE_SECURITY}
+    out = {**container, "securityContext": context}
+    own_home = any(var.get("name") == "HOME" for var in container.get("env", []))
+    if homed and "runAsUser" not in context and not own_home:
+        out["env"] = [*container.get("env", []), {"name": "HOME", "value": ENGINE_HOME}]
+        mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != HOME_VOLUME]
+        out["volumeMounts"] = [*mounts, {"name": HOME_VOLUME, "mountPath": ENGINE_HOME}]
+    return out
+
+
+def _homed(container: Mapping[str, Any]) -> bool:
+    return any(m.get("name") == HOME_VOLUME for m in container.get("volumeMounts", []))

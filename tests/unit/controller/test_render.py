@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 import yaml
 
-from specpilot.api.podsecurity import pod_refusals
+from specpilot.api.podsecurity import HOME_VOLUME, hardened_engine_pod
 from specpilot.api.spec import GPU_RESOURCE, Control, Rehearsal, SpeculationPilotSpec
 from specpilot.controller.core.render import (
-    HOME_VOLUME,
     ArmPlan,
     PilotRef,
     Rendered,
     content_hash,
     engine_pod,
-    hardened_engine_pod,
     max_table_age_seconds,
     render,
     render_arm,
@@ -34,6 +32,7 @@ from specpilot.controller.core.routing import routing_table
 from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
 from specpilot.wire.routerconfig import RouterConfig
 from specpilot.wire.routes import ArmWeights, parse_routes
+from tests.restricted import restricted
 from tests.unit.controller.specs import ROOT, load, with_spec, workload_of
 
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))
@@ -283,26 +282,6 @@ def test_engine_pods_are_hardened_outside_the_config_hash_and_the_router_keeps_i
     router = next(o for o in out.objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-router"))
     assert router["spec"]["template"]["spec"].get("automountServiceAccountToken", True) is True
     assert router["spec"]["template"]["spec"]["serviceAccountName"] == f"{ref.name}-router"
-
-
-def restricted(pod: dict[str, Any]) -> list[str]:
-    """What in a pod spec the restricted Pod Security Standard refuses (a read-only root is no part of it)."""
-    found = [f"{where}: {why}" for where, why in pod_refusals(pod, "spec")]
-    context = pod.get("securityContext", {})
-    for c in pod["containers"]:
-        own = c.get("securityContext", {})
-        if own.get("runAsNonRoot", context.get("runAsNonRoot")) is not True:
-            found.append(f"{c['name']}: runAsNonRoot")
-        if own.get("seccompProfile", context.get("seccompProfile", {})).get("type") not in (
-            "RuntimeDefault",
-            "Localhost",
-        ):
-            found.append(f"{c['name']}: seccompProfile")
-        if own.get("allowPrivilegeEscalation") is not False:
-            found.append(f"{c['name']}: allowPrivilegeEscalation")
-        if "ALL" not in own.get("capabilities", {}).get("drop", []):
-            found.append(f"{c['name']}: capabilities.drop")
-    return found
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 import yaml
 
+from specpilot.api.podsecurity import hardened_engine_pod
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import WorkloadRef
 from specpilot.api.status import ScopeState, SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
-from specpilot.controller.core.render import content_hash, hardened_engine_pod, render_arm, speculative_config
+from specpilot.controller.core.render import content_hash, render_arm, speculative_config
 from specpilot.controller.core.status import carry_scopes
 from specpilot.controller.core.workload import (
     Workload,

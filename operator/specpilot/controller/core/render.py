@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.api.pilot import API_VERSION, KIND
+from specpilot.api.podsecurity import hardened_engine_pod
 from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, PodTemplate, SpeculationPilotSpec, Toleration
 from specpilot.controller.core.workload import Workload, copied_metadata, copied_pod, tensor_parallel_size
 from specpilot.wire.names import (
@@ -340,59 +341,6 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm, workload: Wo
         deployment=deployment,
         service=_engine_service(ref, spec, name, selector, labels),
     )
-
-
-# What every engine pod runs with, whoever wrote its template (the restricted Pod Security Standard but
-# a read-only root, which vLLM's caches need writable): no capability, no privilege escalation (GPUs come
-# through the device plugin), the runtime's seccomp profile, and no root. vLLM's official image runs as
-# root and keeps its caches in the home directory, so a pod whose template names no user runs as
-# ENGINE_USER with HOME on an emptyDir of its own, and its volumes (a model cache a workload writes to)
-# are made writable to that user's group the way Kubernetes does it, by fsGroup.
-ENGINE_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
-ENGINE_USER = 1000
-ENGINE_HOME = "/home/engine"
-HOME_VOLUME = "specpilot-home"
-
-
-def hardened_engine_pod(pod: Json) -> Json:
-    """The engine pod as deployed: hardened as ENGINE_SECURITY says, and with no service-account token
-    (the engine calls no Kubernetes API) unless its template asks for one. `api.podsecurity` has refused
-    whatever would undo this. Outside the config hash, which covers what the engine runs."""
-    context = {**pod.get("securityContext", {}), "runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
-    homed = "runAsUser" not in context  # the operator picks the user, so it gives the home too
-    if homed:
-        context["runAsUser"] = ENGINE_USER
-        if "fsGroup" not in context:
-            context |= {"fsGroup": ENGINE_USER, "fsGroupChangePolicy": "OnRootMismatch"}
-    hardened = {
-        **pod,
-        "securityContext": context,
-        "automountServiceAccountToken": pod.get("automountServiceAccountToken") is True,
-    }
-    for key in ("initContainers", "containers"):
-        if key in pod:
-            hardened[key] = [_hardened_container(c, homed=homed) for c in pod[key]]
-    if any(_homed(c) for key in ("initContainers", "containers") for c in hardened.get(key, ())):
-        others = [v for v in pod.get("volumes", []) if v.get("name") != HOME_VOLUME]
-        hardened["volumes"] = [*others, {"name": HOME_VOLUME, "emptyDir": {}}]
-    return hardened
-
-
-def _hardened_container(container: Json, *, homed: bool) -> Json:
-    """A container under ENGINE_SECURITY; given HOME on the pod's home volume where it runs as
-    ENGINE_USER and sets no HOME of its own."""
-    context = {**container.get("securityContext", {}), **ENGINE_SECURITY}
-    out = {**container, "securityContext": context}
-    own_home = any(var.get("name") == "HOME" for var in container.get("env", []))
-    if homed and "runAsUser" not in context and not own_home:
-        out["env"] = [*container.get("env", []), {"name": "HOME", "value": ENGINE_HOME}]
-        mounts = [m for m in container.get("volumeMounts", []) if m.get("name") != HOME_VOLUME]
-        out["volumeMounts"] = [*mounts, {"name": HOME_VOLUME, "mountPath": ENGINE_HOME}]
-    return out
-
-
-def _homed(container: Json) -> bool:
-    return any(m.get("name") == HOME_VOLUME for m in container.get("volumeMounts", []))
 
 
 def _service(ref: PilotRef, name: str, selector: Mapping[str, str], labels: Mapping[str, str], ports: Any) -> Json:
