@@ -30,6 +30,7 @@ from specpilot.api.common import (
     cel,
     duration_within,
 )
+from specpilot.api.podschema import SecurityContext, Volume
 from specpilot.wire.names import SCOPE_HEADER
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -181,7 +182,7 @@ class EngineContainerTemplate(ApiModel):
 
     volume_mounts: Annotated[list[KubeObject], Field(max_length=32)] = []
     """Mounts of the template's volumes, e.g. the model weights at the path spec.engine.model names."""
-    security_context: KubeObject | None = None
+    security_context: SecurityContext | None = None
     """The container's security context; the operator's hardening (no privilege escalation, no
     capabilities) wins where they differ. Privileged, root, added capabilities and unconfined profiles
     are refused."""
@@ -215,11 +216,11 @@ class PodTemplate(ApiModel):
     """Node and pod (anti-)affinity."""
     topology_spread_constraints: Annotated[list[KubeObject], Field(max_length=8)] = []
     """How the pods spread over zones or nodes."""
-    security_context: KubeObject | None = None
+    security_context: SecurityContext | None = None
     """The pod's security context. The operator sets runAsNonRoot and the runtime's default seccomp
     profile, and without a runAsUser runs the pods as user 1000 with HOME on an emptyDir; root and
     unconfined profiles are refused."""
-    volumes: Annotated[list[KubeObject], Field(max_length=32)] = []
+    volumes: Annotated[list[Volume], Field(max_length=32)] = []
     """Volumes, e.g. a PersistentVolumeClaim holding the model weights; hostPath and other volumes that
     reach the node are refused."""
     container: EngineContainerTemplate = EngineContainerTemplate()
@@ -693,17 +694,10 @@ class ProbeCase(ApiModel):
 
 ProbeCases = Annotated[list[ProbeCase], Field(max_length=32)]
 
-PROBES_GIVEN = Rule(
-    cel="(has(self.prompts) ? size(self.prompts) : 0) + (has(self.cases) ? size(self.cases) : 0) > 0",
-    message="set prompts or cases",
-)
-
 
 class Probes(ApiModel):
     """Application-behaviour probes sent to one pod of each arm; every scope without its own cases runs
     these."""
-
-    model_config = ConfigDict(json_schema_extra=cel(PROBES_GIVEN))
 
     prompts: Annotated[
         list[Annotated[str, StringConstraints(min_length=1, max_length=4096)]],
@@ -711,7 +705,7 @@ class Probes(ApiModel):
     ] = []
     """Prompts probed as greedy text completions (shorthand for greedy cases with chat false)."""
     cases: ProbeCases = []
-    """Probe cases."""
+    """Probe cases; with neither these nor prompts, every scope must have its own."""
     max_tokens: Annotated[int, Field(strict=True, ge=1, le=1024)] = 64
     """Tokens generated per probe, unless a case sets its own."""
     interval: Annotated[Duration, duration_within("10s", "24h")] = Duration("10m")
@@ -1219,6 +1213,14 @@ WORKLOAD_WITHOUT_ALTERNATIVE = Rule(
     field_path=".alternative",
 )
 
+PROBES_GIVEN = Rule(
+    cel="!has(self.quality) || !has(self.quality.probes)"
+    " || (has(self.quality.probes.prompts) ? size(self.quality.probes.prompts) : 0)"
+    " + (has(self.quality.probes.cases) ? size(self.quality.probes.cases) : 0) > 0"
+    " || self.scopes.all(s, has(s.probes))",
+    message="set prompts or cases, unless every scope has its own probes.cases",
+    field_path=".quality.probes",
+)
 SCOPE_PROBES_NEED_PROBES = Rule(
     cel="!self.scopes.exists(s, has(s.probes)) || (has(self.quality) && has(self.quality.probes))",
     message="a scope's probes need quality.probes (its interval and maxTokens apply)",
@@ -1244,6 +1246,7 @@ SPEC_RULES = (
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
     SCOPE_PROBES_NEED_PROBES,
+    PROBES_GIVEN,
 )
 
 

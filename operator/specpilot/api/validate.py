@@ -129,7 +129,8 @@ def check_spec(spec: SpeculationPilotSpec) -> list[Problem]:
 
 def _probe_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     probes = spec.quality.probes
-    if probes is not None and not probes.prompts and not probes.cases:
+    own = all(scope.probes is not None for scope in spec.scopes)
+    if probes is not None and not probes.prompts and not probes.cases and not own:
         yield _problem("spec.quality.probes", PROBES_GIVEN)
     if probes is None and any(scope.probes is not None for scope in spec.scopes):
         yield _problem("spec.quality.probes", SCOPE_PROBES_NEED_PROBES)

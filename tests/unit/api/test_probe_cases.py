@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from specpilot.api.spec import PROBES_GIVEN, Probes, SpeculationPilotSpec
 from specpilot.api.validate import validate
 
 BASE: dict[str, Any] = {
@@ -141,3 +142,21 @@ def test_todays_prompts_and_every_kind_are_accepted() -> None:
         }
     }
     assert validate(pilot(quality)) == []
+
+
+def test_probes_without_prompts_or_cases_are_accepted_when_every_scope_has_its_own() -> None:
+    body = pilot({"probes": {"interval": "5m"}}, cases({"kind": "greedy", "prompt": "p"}))
+    assert validate(body) == []
+    body["spec"]["scopes"].append({"name": "code"})  # a scope that would run quality.probes' cases: none
+    problems = validate(body)
+    assert [(p.field, p.message) for p in problems] == [
+        ("spec.quality.probes", "set prompts or cases, unless every scope has its own probes.cases")
+    ]
+
+
+def test_the_probes_rule_is_the_specs_own_cel_rule_naming_the_field() -> None:
+    rules = SpeculationPilotSpec.model_json_schema()["x-kubernetes-validations"]
+    (rule,) = [r for r in rules if r["message"] == PROBES_GIVEN.message]
+    assert rule["fieldPath"] == ".quality.probes"
+    assert "self.scopes.all(s, has(s.probes))" in rule["rule"]
+    assert "x-kubernetes-validations" not in Probes.model_json_schema()
