@@ -16,7 +16,7 @@ they have seen is kept in the evidence beside the counts, so a restart of the op
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from specpilot.analysis.checks import Check, inconclusive
@@ -35,13 +35,15 @@ Group = frozenset[str]  # the case keys of one kind among a scope's cases: what 
 @dataclass(frozen=True)
 class ProbeResult:
     """Probe tallies by case (`case_key`), accumulated over rounds, the sequential tests by group
-    (`kind_groups`), stepped once per round, why the latest round failed, and when the first of these
-    rounds began (the rounds of one run of the operator: they live in its memory)."""
+    (`kind_groups`), stepped once per round, why the latest round failed, when the first of these
+    rounds began (the rounds of one run of the operator: they live in its memory) and how long the
+    latest took (a slow score webhook or a cancel case's bound shows here, on the probes' own schedule)."""
 
     tallies: Mapping[str, CaseTally] = field(default_factory=dict)
     error: str | None = None
     since: datetime | None = None
     tests: Mapping[Group, Sequential] = field(default_factory=dict)
+    seconds: float | None = None
 
 
 def case_key(case: ProbeCase) -> str:
@@ -83,14 +85,14 @@ def accumulated(previous: ProbeResult | None, latest: ProbeResult, *, groups: Co
     tested = previous.tests if previous is not None else {}
     since = previous.since if previous is not None else latest.since
     if latest.error is not None and not latest.tallies:
-        return ProbeResult(before, latest.error, since, tested)
+        return ProbeResult(before, latest.error, since, tested, latest.seconds)
     tallies = {key: accumulate(before[key], tally) if key in before else tally for key, tally in latest.tallies.items()}
     tests = {}
     for group in groups:
         answered = [latest.tallies[key] for key in sorted(group) if key in latest.tallies]
         test = tested.get(group, Sequential())
         tests[group] = test.step(s for tally in answered for s in strata(tally)) if answered else test
-    return ProbeResult(tallies, latest.error, since, tests)
+    return ProbeResult(tallies, latest.error, since, tests, latest.seconds)
 
 
 PROBE_METRIC = {
@@ -135,7 +137,15 @@ def probe_checks(
             checks.append(rate_check(tally, test, alpha=alpha))
         else:
             checks.append(behaviour_check(tally, test, min_agreement=quality.min_agreement, alpha=alpha))
-    return tuple(checks)
+    latest = _latest_round(result)
+    return tuple(replace(check, evidence=f"{check.evidence}; {latest}") if latest else check for check in checks)
+
+
+def _latest_round(result: ProbeResult) -> str:
+    """How the latest round went, on the probes' own schedule: how long it took, and why it failed."""
+    parts = [f"took {result.seconds:.3g} s"] if result.seconds is not None else []
+    parts += [f"failed: {result.error}"] if result.error else []
+    return f"the latest round {' and '.join(parts)}" if parts else ""
 
 
 def _by_kind(

@@ -1,6 +1,7 @@
 """Kopf wiring: which watches feed the operator and which handler calls which controller method.
 
-One daemon per pilot runs its reconcile loop: at once when the pilot or one of its children or pods
+One daemon per pilot runs its reconcile loop, with its measuring and probing loops beside it
+(`schedule`): at once when the pilot or one of its children or pods
 changes (so edits and deletions are put back within seconds), and at least once per analysis
 interval, which keeps the routing table fresh. Children and pods are watched through
 Kopf indices, selected server-side by the `specpilot.io/pilot` label, so a reconcile reads no
@@ -24,6 +25,7 @@ from specpilot.controller.core.progress import ACTED_ON
 from specpilot.controller.core.snapshot import Observation
 from specpilot.controller.kube import ApiError
 from specpilot.controller.reconcile import Controller, pilot_ref
+from specpilot.controller.schedule import RETRY_SECONDS, first, repeat
 from specpilot.wire.names import PILOT_LABEL
 
 log = logging.getLogger("specpilot.operator")
@@ -41,7 +43,6 @@ CHILD_RESOURCES = (
 )
 OWNED = {PILOT_LABEL: kopf.PRESENT}
 PODS_INDEX = "pilot_pods"
-RETRY_SECONDS = 5.0
 WAKE_GATHER_SECONDS = 1.0
 
 
@@ -118,21 +119,21 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
     @kopf.daemon(GROUP, VERSION, PLURAL, registry=registry, cancellation_timeout=30.0)
     async def pilot_loop(body: kopf.Body, stopped: kopf.DaemonStopped, **kwargs: Any) -> None:
         ref = pilot_ref(body)
-        collector = asyncio.create_task(_collect(body, stopped, kwargs), name=f"collect {ref.namespace}/{ref.name}")
+        name = f"{ref.namespace}/{ref.name}"
+        # Measuring and probing apart from reconciles and from each other: a probe round held up by a
+        # slow webhook never delays a collection.
+        loops = [
+            asyncio.create_task(repeat(step, stopped, what=f"{name}: {what}"), name=f"{what} {name}")
+            for what, step in (
+                ("measuring", lambda: controller.collect(body, _observation(body, kwargs))),
+                ("probing", lambda: controller.probe(body, _observation(body, kwargs))),
+            )
+        ]
         try:
             await _reconcile_loop(body, stopped, kwargs)
         finally:
-            collector.cancel()
-
-    async def _collect(body: kopf.Body, stopped: kopf.DaemonStopped, indices: Mapping[str, Any]) -> None:
-        """Measure the pilot a few times per analysis interval, apart from reconciles."""
-        while not stopped:
-            try:
-                delay = await controller.collect(body, _observation(body, indices))
-            except Exception:
-                log.exception("%s: measuring failed, retrying", body["metadata"]["name"])
-                delay = RETRY_SECONDS
-            await _first(asyncio.sleep(delay), stopped.wait())
+            for loop in loops:
+                loop.cancel()
 
     async def _reconcile_loop(body: kopf.Body, stopped: kopf.DaemonStopped, kwargs: Mapping[str, Any]) -> None:
         ref = pilot_ref(body)
@@ -150,23 +151,13 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
                 delay = RETRY_SECONDS
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(delay):
-                    await _first(wakeup.wait(), stopped.wait())
+                    await first(wakeup.wait(), stopped.wait())
                 # A rollout or a pilot being created changes many objects at once: gather them. A
                 # due window is judged at once: its flip, if any, should not wait.
                 if not wakeup.urgent:
-                    await _first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
+                    await first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def pilot_deleted(body: kopf.Body, **kwargs: Any) -> None:
         if not await controller.teardown(body, _observation(body, kwargs)):
             raise kopf.TemporaryError("waiting for the router's pods to go; the baseline serves until then", delay=1)
-
-
-async def _first(*waits: Any) -> None:
-    """Until the first of `waits` finishes; the others are cancelled."""
-    tasks = [asyncio.ensure_future(w) for w in waits]
-    try:
-        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        for task in tasks:
-            task.cancel()

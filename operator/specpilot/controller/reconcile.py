@@ -4,8 +4,8 @@ Every decision is `core.plan`'s. This module reads what the plan needs (the pilo
 the indices hold them, the last collection, the evidence, the webhooks' answers about the windows
 due), then applies in the order the design requires: dry-run every change, apply, wait for the
 routers to take a flip, write the status once, clear the manual actions it acted on, then Events
-and the evidence. Collection runs apart and hands over frozen measurements; teardown runs the
-ordered steps `core.plan.teardown` lists.
+and the evidence. Collection and probe rounds run apart, each on its own schedule, and hand over
+frozen measurements and probe results; teardown runs the ordered steps `core.plan.teardown` lists.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from specpilot.controller.core.measurements import Measurements, cadence, compar
 from specpilot.controller.core.observe import baseline_pod_view
 from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, plan, refused, teardown, windows_due
 from specpilot.controller.core.policy import DEFAULT, Policy
-from specpilot.controller.core.progress import probe_due, window_due, window_summary
+from specpilot.controller.core.progress import probe_due, probe_wait, window_due, window_summary
 from specpilot.controller.core.render import PilotRef
 from specpilot.controller.core.routing import table_hash
 from specpilot.controller.core.snapshot import Applied, Observation, Snapshot, Written, read_pilot, status_of
@@ -73,7 +73,7 @@ class Wakeup:
 class PilotMemory:
     """What the shell keeps of one pilot between ticks. All of it can be lost: status holds what a
     restart needs. The reconcile reads it once into a snapshot and records what it wrote; the
-    collection replaces `measurements` and `probe` with new frozen values."""
+    collection replaces `measurements`, and a probe round `probe`, with new frozen values."""
 
     collector: Collector
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -305,28 +305,40 @@ class Controller:
 
     # --- collection --------------------------------------------------------------------------
 
-    async def collect(self, body: Mapping[str, Any], seen: Observation) -> float:
-        """One collection of the pilot's measurements (and its probes, when due); seconds to the next.
-        A due window wakes the reconcile at once, so that it is judged on what was just collected."""
-        ref = pilot_ref(body)
-        memory = self.memory(ref)
+    def _admitted(self, body: Mapping[str, Any], ref: PilotRef) -> SpeculationPilotSpec | None:
+        """The pilot's spec when it parses and the operator's policy admits it; None otherwise (nothing
+        is measured or called for it)."""
         try:
             spec = self.policy.admit(SpeculationPilotSpec.from_wire(body["spec"]), ref.namespace)
         except ValidationError:
+            return None
+        return None if isinstance(spec, list) else spec
+
+    async def _arms(
+        self, ref: PilotRef, spec: SpeculationPilotSpec, seen: Observation, memory: PilotMemory
+    ) -> Observation | None:
+        """The observation with production's pods where a workload is piloted; None while it is unread."""
+        if spec.workload_ref is None:
+            return seen
+        if memory.workload is None:  # not read yet, or refused: nothing to measure
+            return None
+        return await self._with_baseline(ref, seen, memory.workload)
+
+    async def collect(self, body: Mapping[str, Any], seen: Observation) -> float:
+        """One collection of the pilot's measurements; seconds to the next. A due window wakes the
+        reconcile at once, so that it is judged on what was just collected. Probes run apart (`probe`)."""
+        ref = pilot_ref(body)
+        memory = self.memory(ref)
+        spec = self._admitted(body, ref)
+        found = await self._arms(ref, spec, seen, memory) if spec is not None else None
+        if spec is None or found is None:
             return INVALID_SPEC_TICK.total_seconds()
-        if isinstance(spec, list):  # nothing is called for a pilot outside the operator's policy
-            return INVALID_SPEC_TICK.total_seconds()
-        workload = memory.workload
-        if spec.workload_ref is not None:
-            if workload is None:  # not read yet, or refused: nothing to measure
-                return INVALID_SPEC_TICK.total_seconds()
-            seen = await self._with_baseline(ref, seen, workload)
         now = self.clock()
-        arms = {arm: seen.ready(arm.value) for arm in MEASURED_ARMS}
+        arms = {arm: found.ready(arm.value) for arm in MEASURED_ARMS}
         memory.measurements = await memory.collector.collect(
             arms=arms,
             # the rehearsal router's samples too: its requests are the arms' load while it runs
-            routers=[*seen.ready(ROUTER_COMPONENT), *seen.ready(REHEARSAL_ROUTER_COMPONENT)],
+            routers=[*found.ready(ROUTER_COMPONENT), *found.ready(REHEARSAL_ROUTER_COMPONENT)],
             analysis=spec.analysis,
             rehearsal=spec.rehearsal,
             pilot=(ref.namespace, ref.name),
@@ -335,22 +347,39 @@ class Controller:
         status = memory.status or status_of(body)
         if window_due(status, spec, memory.measurements.collected_at, now):
             memory.wakeup.set(urgent=True)
-        probes = spec.quality.probes
+        return cadence(spec.analysis)
+
+    async def probe(self, body: Mapping[str, Any], seen: Observation) -> float:
+        """A probe round when one is due, on the probes' own schedule, apart from collection: a round
+        held up by a slow score webhook or a cancel case's bound never delays a collection, and shows
+        in the round's own time (`ProbeResult.seconds`). Seconds until it looks again."""
+        ref = pilot_ref(body)
+        memory = self.memory(ref)
+        spec = self._admitted(body, ref)
+        found = await self._arms(ref, spec, seen, memory) if spec is not None else None
+        if spec is None or found is None:
+            return INVALID_SPEC_TICK.total_seconds()
+        probes, now = spec.quality.probes, self.clock()
+        if probes is None:
+            return INVALID_SPEC_TICK.total_seconds()
+        arms = {arm: found.ready(arm.value) for arm in MEASURED_ARMS}
         # probes compare like with like: the control arm takes the same share of the same traffic
         compared = compared_arm(spec)
         probed_at = memory.probe[1] if memory.probe else None
-        if probes is not None and probe_due(probes, arms, probed_at, now, compared=compared):
-            result = await self.quality.probe(
-                baseline=arms[compared][0][1],
-                speculative=arms[Arm.SPECULATIVE][0][1],
-                probes=probes,
-                cases=round_cases(spec),
-                model=served_model(workload) if workload is not None else spec.served_model,
-            )
-            latest = replace(result, since=now)
-            before = memory.probe[0] if memory.probe else None
-            memory.probe = (accumulated(before, latest, groups=probe_groups(spec)), now)
-        return cadence(spec.analysis)
+        if not probe_due(probes, arms, probed_at, now, compared=compared):
+            return probe_wait(probes, probed_at, now, poll=cadence(spec.analysis))
+        workload = memory.workload
+        result = await self.quality.probe(
+            baseline=arms[compared][0][1],
+            speculative=arms[Arm.SPECULATIVE][0][1],
+            probes=probes,
+            cases=round_cases(spec),
+            model=served_model(workload) if workload is not None else spec.served_model,
+        )
+        latest = replace(result, since=now, seconds=(self.clock() - now).total_seconds())
+        before = memory.probe[0] if memory.probe else None
+        memory.probe = (accumulated(before, latest, groups=probe_groups(spec)), now)
+        return probe_wait(probes, now, self.clock(), poll=cadence(spec.analysis))
 
     # --- teardown ----------------------------------------------------------------------------
 

@@ -203,10 +203,12 @@ class MemoryEvidence:
 
 
 class FakeQuality:
-    """Greedy probes agree as `agreement` says; every webhook answers `ok`, after `gate` opens when set."""
+    """Greedy probes agree as `agreement` says, each round `hang` seconds long (a score webhook that
+    answers only at its timeout, say); every webhook answers `ok`, after `gate` opens when set."""
 
     def __init__(self, *, agreement: float = 1.0, ok: bool = True) -> None:
         self.agreement, self.ok = agreement, ok
+        self.hang = 0.0
         self.gate: asyncio.Event | None = None
         self.asked: list[Mapping[str, Any]] = []
         self.probed = 0
@@ -220,6 +222,8 @@ class FakeQuality:
         arm, all of them on the baseline."""
         self.probed += 1
         self.probed_pods = (baseline, speculative)
+        if self.hang:
+            await asyncio.sleep(self.hang)
         equal = round(self.agreement * 100)
         tally = CaseTally(ProbeKind.GREEDY, baseline_passed=100, baseline_trials=100, speculative_passed=equal)
         return ProbeResult({case_key(case): replace(tally, speculative_trials=100) for case in cases})
@@ -475,11 +479,16 @@ class Harness:
     async def collect(self) -> None:
         await self.controller.collect(self.body, self.observe())
 
+    async def probe(self) -> None:
+        await self.controller.probe(self.body, self.observe())
+
     async def step(self, seconds: float = 10.0) -> float:
-        """Time passes with traffic, then a collection and a reconcile, as the operator's loops do."""
+        """Time passes with traffic, then a collection, a probe round if one is due, and a reconcile, as
+        the operator's loops do."""
         self.clock.advance(seconds)
         self.send(seconds)
         await self.collect()
+        await self.probe()
         return await self.reconcile()
 
     async def delete(self) -> bool:

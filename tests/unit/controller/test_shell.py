@@ -211,7 +211,7 @@ async def test_a_refused_object_deploys_nothing_and_keeps_the_manual_action() ->
     assert PROMOTE_ANNOTATION in h.body["metadata"]["annotations"]
 
 
-async def test_a_probe_round_runs_on_collection_and_a_disagreeing_one_flips_every_scope() -> None:
+async def test_a_probe_round_runs_once_the_arms_are_ready_and_a_disagreeing_one_flips_every_scope() -> None:
     h = Harness(pilot_doc(probes=True))
     await warm(h)
     assert h.quality.probed == 1, "a round starts once both arms have a ready pod"

@@ -142,6 +142,14 @@ def probe_due(
     return ready and (probed_at is None or now - probed_at >= probes.interval)
 
 
+def probe_wait(probes: Probes, probed_at: datetime | None, now: datetime, *, poll: float) -> float:
+    """Seconds until the probe schedule looks again: when the next round is due, or after `poll` where
+    that is sooner (the arms may not be ready yet, the spec may change)."""
+    if probed_at is None:
+        return poll
+    return max(0.0, min(poll, (probed_at + probes.interval - now).total_seconds()))
+
+
 def manual_actions(annotations: Mapping[str, str], scopes: Sequence[str]) -> dict[str, rollout.Action]:
     """The manual action asked for each scope, from the pilot's annotations (abort wins)."""
     asked: dict[str, rollout.Action] = {}
