@@ -103,6 +103,49 @@ def pilot_ref(body: Mapping[str, Any]) -> PilotRef:
     return PilotRef(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
 
 
+def admitted(policy: Policy, body: Mapping[str, Any], namespace: str) -> SpeculationPilotSpec | None:
+    """The pilot's spec when it parses and the operator's policy admits it: nothing is measured or
+    called for it otherwise."""
+    try:
+        spec = policy.admit(SpeculationPilotSpec.from_wire(body["spec"]), namespace)
+    except ValidationError:
+        return None
+    return None if isinstance(spec, list) else spec
+
+
+async def probe_round(
+    quality: QualityGates,
+    memory: PilotMemory,
+    spec: SpeculationPilotSpec,
+    seen: Observation,
+    *,
+    clock: Callable[[], datetime],
+) -> float:
+    """A probe round if one is due, apart from collection: a round held up by a slow score webhook or a
+    cancel case's bound never delays a collection, and shows in the round's own time
+    (`ProbeResult.seconds`). Seconds until the probe schedule looks again."""
+    probes, now = spec.quality.probes, clock()
+    assert probes is not None  # only a spec with probes is probed
+    arms = {arm: seen.ready(arm.value) for arm in MEASURED_ARMS}
+    # probes compare like with like: the control arm takes the same share of the same traffic
+    compared = compared_arm(spec)
+    probed_at = memory.probe[1] if memory.probe else None
+    if not probe_due(probes, arms, probed_at, now, compared=compared):
+        return probe_wait(probes, probed_at, now, poll=cadence(spec.analysis))
+    workload = memory.workload
+    result = await quality.probe(
+        baseline=arms[compared][0][1],
+        speculative=arms[Arm.SPECULATIVE][0][1],
+        probes=probes,
+        cases=round_cases(spec),
+        model=served_model(workload) if workload is not None else spec.served_model,
+    )
+    latest = replace(result, since=now, seconds=(clock() - now).total_seconds())
+    before = memory.probe[0] if memory.probe else None
+    memory.probe = (accumulated(before, latest, groups=probe_groups(spec)), now)
+    return probe_wait(probes, now, clock(), poll=cadence(spec.analysis))
+
+
 class Controller:
     """Reconciles, measures and tears down pilots through its ports."""
 
@@ -305,81 +348,48 @@ class Controller:
 
     # --- collection --------------------------------------------------------------------------
 
-    def _admitted(self, body: Mapping[str, Any], ref: PilotRef) -> SpeculationPilotSpec | None:
-        """The pilot's spec when it parses and the operator's policy admits it; None otherwise (nothing
-        is measured or called for it)."""
-        try:
-            spec = self.policy.admit(SpeculationPilotSpec.from_wire(body["spec"]), ref.namespace)
-        except ValidationError:
+    async def _measured(
+        self, body: Mapping[str, Any], seen: Observation
+    ) -> tuple[PilotMemory, SpeculationPilotSpec, Observation] | None:
+        """What collection and probing read: the pilot's memory, its spec when the policy admits it, and
+        the observation with production's pods where a workload is piloted; None while there is nothing
+        to measure (an invalid spec, a workload not read yet or refused)."""
+        ref = pilot_ref(body)
+        memory = self.memory(ref)
+        spec = admitted(self.policy, body, ref.namespace)
+        if spec is None or (spec.workload_ref is not None and memory.workload is None):
             return None
-        return None if isinstance(spec, list) else spec
-
-    async def _arms(
-        self, ref: PilotRef, spec: SpeculationPilotSpec, seen: Observation, memory: PilotMemory
-    ) -> Observation | None:
-        """The observation with production's pods where a workload is piloted; None while it is unread."""
-        if spec.workload_ref is None:
-            return seen
-        if memory.workload is None:  # not read yet, or refused: nothing to measure
-            return None
-        return await self._with_baseline(ref, seen, memory.workload)
+        if memory.workload is not None and spec.workload_ref is not None:
+            seen = await self._with_baseline(ref, seen, memory.workload)
+        return memory, spec, seen
 
     async def collect(self, body: Mapping[str, Any], seen: Observation) -> float:
         """One collection of the pilot's measurements; seconds to the next. A due window wakes the
         reconcile at once, so that it is judged on what was just collected. Probes run apart (`probe`)."""
-        ref = pilot_ref(body)
-        memory = self.memory(ref)
-        spec = self._admitted(body, ref)
-        found = await self._arms(ref, spec, seen, memory) if spec is not None else None
-        if spec is None or found is None:
+        found = await self._measured(body, seen)
+        if found is None:
             return INVALID_SPEC_TICK.total_seconds()
-        now = self.clock()
-        arms = {arm: found.ready(arm.value) for arm in MEASURED_ARMS}
+        (memory, spec, seen), now = found, self.clock()
         memory.measurements = await memory.collector.collect(
-            arms=arms,
+            arms={arm: seen.ready(arm.value) for arm in MEASURED_ARMS},
             # the rehearsal router's samples too: its requests are the arms' load while it runs
-            routers=[*found.ready(ROUTER_COMPONENT), *found.ready(REHEARSAL_ROUTER_COMPONENT)],
+            routers=[*seen.ready(ROUTER_COMPONENT), *seen.ready(REHEARSAL_ROUTER_COMPONENT)],
             analysis=spec.analysis,
             rehearsal=spec.rehearsal,
-            pilot=(ref.namespace, ref.name),
+            pilot=(body["metadata"]["namespace"], body["metadata"]["name"]),
             now=now,
         )
-        status = memory.status or status_of(body)
-        if window_due(status, spec, memory.measurements.collected_at, now):
+        if window_due(memory.status or status_of(body), spec, memory.measurements.collected_at, now):
             memory.wakeup.set(urgent=True)
         return cadence(spec.analysis)
 
     async def probe(self, body: Mapping[str, Any], seen: Observation) -> float:
-        """A probe round when one is due, on the probes' own schedule, apart from collection: a round
-        held up by a slow score webhook or a cancel case's bound never delays a collection, and shows
-        in the round's own time (`ProbeResult.seconds`). Seconds until it looks again."""
-        ref = pilot_ref(body)
-        memory = self.memory(ref)
-        spec = self._admitted(body, ref)
-        found = await self._arms(ref, spec, seen, memory) if spec is not None else None
-        if spec is None or found is None:
+        """A probe round when one is due (`probe_round`), on the probes' own schedule; seconds until it
+        looks again."""
+        found = await self._measured(body, seen)
+        if found is None or found[1].quality.probes is None:
             return INVALID_SPEC_TICK.total_seconds()
-        probes, now = spec.quality.probes, self.clock()
-        if probes is None:
-            return INVALID_SPEC_TICK.total_seconds()
-        arms = {arm: found.ready(arm.value) for arm in MEASURED_ARMS}
-        # probes compare like with like: the control arm takes the same share of the same traffic
-        compared = compared_arm(spec)
-        probed_at = memory.probe[1] if memory.probe else None
-        if not probe_due(probes, arms, probed_at, now, compared=compared):
-            return probe_wait(probes, probed_at, now, poll=cadence(spec.analysis))
-        workload = memory.workload
-        result = await self.quality.probe(
-            baseline=arms[compared][0][1],
-            speculative=arms[Arm.SPECULATIVE][0][1],
-            probes=probes,
-            cases=round_cases(spec),
-            model=served_model(workload) if workload is not None else spec.served_model,
-        )
-        latest = replace(result, since=now, seconds=(self.clock() - now).total_seconds())
-        before = memory.probe[0] if memory.probe else None
-        memory.probe = (accumulated(before, latest, groups=probe_groups(spec)), now)
-        return probe_wait(probes, now, self.clock(), poll=cadence(spec.analysis))
+        return await probe_round(self.quality, *found, clock=self.clock)
 
     # --- teardown ----------------------------------------------------------------------------
 
