@@ -15,6 +15,8 @@ runs with (engines, and the calibration Job's pod of the team's own image).
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 Json = Mapping[str, Any]
@@ -57,6 +59,42 @@ SELINUX = f"SELinux user and role are refused, and types other than {', '.join(S
 PROBE_HOST = "a probe's host is refused: remove it (the kubelet probes the pod's own IP)"
 
 
+class When(StrEnum):
+    """What makes a securityContext field's value refused."""
+
+    TRUE = "true"
+    FALSE = "false"
+    ZERO = "zero"
+    SET = "set"  # a non-empty list
+    EQUALS = "equals"  # the Forbidden's own value
+
+
+@dataclass(frozen=True)
+class Forbidden:
+    """A securityContext field (dotted path) refused when its value passes `when`. `context_refusals`
+    reads these, and `api.podschema` turns them into the CRD's CEL rules, so that the operator and the
+    API server refuse the same fields with the same words."""
+
+    path: str
+    when: When
+    message: str
+    value: str = ""
+
+
+CONTEXT_FORBIDDEN = (
+    Forbidden("privileged", When.TRUE, PRIVILEGED),
+    Forbidden("allowPrivilegeEscalation", When.TRUE, ESCALATION),
+    Forbidden("capabilities.add", When.SET, CAPABILITIES),
+    Forbidden("runAsUser", When.ZERO, ROOT_USER),
+    Forbidden("runAsNonRoot", When.FALSE, ROOT_ALLOWED),
+    Forbidden("seccompProfile.type", When.EQUALS, UNCONFINED, "Unconfined"),
+    Forbidden("appArmorProfile.type", When.EQUALS, UNCONFINED, "Unconfined"),
+    Forbidden("procMount", When.EQUALS, UNMASKED, "Unmasked"),
+    Forbidden("sysctls", When.SET, SYSCTLS),
+    Forbidden("windowsOptions.hostProcess", When.TRUE, HOST_PROCESS),
+)
+
+
 def pod_refusals(pod: Json, field: str) -> Iterator[Refused]:
     """A whole pod spec at `field`: a workload's pod template, which the other arms copy."""
     for key in HOST_NAMESPACES:
@@ -85,33 +123,42 @@ def volume_refusals(volumes: Sequence[Json], field: str) -> Iterator[Refused]:
     """Volumes of any type but the restricted standard's."""
     for index, volume in enumerate(volumes):
         for kind in sorted(set(volume) - {"name", *VOLUME_TYPES}):
-            message = (
-                HOST_PATH
-                if kind == "hostPath"
-                else (f"{kind} volumes are refused: engine pods may use {', '.join(VOLUME_TYPES)} volumes")
-            )
-            yield f"{field}[{index}].{kind}", message
+            yield f"{field}[{index}].{kind}", volume_refused(kind)
+
+
+def volume_refused(kind: str) -> str:
+    """Why a volume of this kind is refused, with the fix."""
+    return (
+        HOST_PATH
+        if kind == "hostPath"
+        else f"{kind} volumes are refused: engine pods may use {', '.join(VOLUME_TYPES)} volumes"
+    )
 
 
 def context_refusals(context: Json, field: str) -> Iterator[Refused]:
     """A pod's or a container's securityContext."""
-    user = context.get("runAsUser")
-    found = [
-        ("privileged", PRIVILEGED, context.get("privileged") is True),
-        ("allowPrivilegeEscalation", ESCALATION, context.get("allowPrivilegeEscalation") is True),
-        ("capabilities.add", CAPABILITIES, bool((context.get("capabilities") or {}).get("add"))),
-        ("runAsUser", ROOT_USER, user == 0 and not isinstance(user, bool)),
-        ("runAsNonRoot", ROOT_ALLOWED, context.get("runAsNonRoot") is False),
-        ("seccompProfile.type", UNCONFINED, (context.get("seccompProfile") or {}).get("type") == "Unconfined"),
-        ("appArmorProfile.type", UNCONFINED, (context.get("appArmorProfile") or {}).get("type") == "Unconfined"),
-        ("procMount", UNMASKED, context.get("procMount") == "Unmasked"),
-        ("sysctls", SYSCTLS, bool(context.get("sysctls"))),
-        ("windowsOptions.hostProcess", HOST_PROCESS, (context.get("windowsOptions") or {}).get("hostProcess") is True),
-        ("seLinuxOptions", SELINUX, _selinux_refused(context.get("seLinuxOptions") or {})),
-    ]
-    for name, message, refused in found:
-        if refused:
-            yield f"{field}.{name}", message
+    for forbidden in CONTEXT_FORBIDDEN:
+        if _found(context, forbidden):
+            yield f"{field}.{forbidden.path}", forbidden.message
+    if _selinux_refused(context.get("seLinuxOptions") or {}):
+        yield f"{field}.seLinuxOptions", SELINUX
+
+
+def _found(context: Json, forbidden: Forbidden) -> bool:
+    value: Any = context
+    for key in forbidden.path.split("."):
+        value = value.get(key) if isinstance(value, Mapping) else None
+    match forbidden.when:
+        case When.TRUE:
+            return value is True
+        case When.FALSE:
+            return value is False
+        case When.ZERO:
+            return value == 0 and not isinstance(value, bool)
+        case When.SET:
+            return bool(value)
+        case When.EQUALS:
+            return bool(value == forbidden.value)
 
 
 def _selinux_refused(options: Json) -> bool:
