@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "router": ("specpilot.router.app", "run the per-pilot scope router"),
     "localnode": ("specpilot.localnode.agent", "run the local node agent (pods as processes)"),
     "report": ("specpilot.plugin.report", "write a pilot's handover package (as kubectl specpilot report)"),
+    "stepcost": ("specpilot.calibrate.measure", "measure a model's step costs on this machine (needs torch)"),
 }
 
 

@@ -41,6 +41,7 @@ class Client:
         self._api = api
         self._custom = client.CustomObjectsApi(api)
         self._core = client.CoreV1Api(api)
+        self._batch = client.BatchV1Api(api)
 
     @property
     def server(self) -> str:
@@ -96,6 +97,32 @@ class Client:
             name,
             {"metadata": {"annotations": annotations}},
         )
+
+    def create(self, obj: Json) -> None:
+        """Create a ConfigMap or a Job in the namespace."""
+        kind, name = obj["kind"], obj["metadata"]["name"]
+        if kind == "Job":
+            self._call(f"job {name!r}", self._batch.create_namespaced_job, self.namespace, obj)
+        else:
+            self._call(f"configmap {name!r}", self._core.create_namespaced_config_map, self.namespace, obj)
+
+    def job(self, name: str) -> Json:
+        found = self._call(f"job {name!r}", self._batch.read_namespaced_job, name, self.namespace)
+        return dict(self._api.sanitize_for_serialization(found))
+
+    def job_log(self, name: str) -> str:
+        """The log of the Job's newest pod."""
+        pods = self._call(
+            f"pods of job {name!r}", self._core.list_namespaced_pod, self.namespace, label_selector=f"job-name={name}"
+        ).items
+        if not pods:
+            raise PluginError(f"job {name!r} has no pod in namespace {self.namespace!r}")
+        pod = max(pods, key=lambda p: p.metadata.creation_timestamp).metadata.name
+        return str(self._call(f"the log of pod {pod!r}", self._core.read_namespaced_pod_log, pod, self.namespace))
+
+    def patch_config_map(self, name: str, data: dict[str, str]) -> None:
+        """Add (or replace) keys of a ConfigMap's data."""
+        self._call(f"configmap {name!r}", self._core.patch_namespaced_config_map, name, self.namespace, {"data": data})
 
     def evidence(self, name: str) -> ev.Evidence | None:
         """The pilot's evidence store, or None when the operator has written none yet."""

@@ -7,6 +7,8 @@
     kubectl specpilot resume SCOPE [--pilot P]    pilot a rolled-back scope again from its first stage
     kubectl specpilot decide [--pilot P]          state the decision now, before every scope has settled
     kubectl specpilot report PILOT [-o DIR]       write the handover package (also `specpilot report`)
+    kubectl specpilot calibrate NAME --target-config F --image I [--draft-config F] [--dry-run]
+                                                  measure the model's step costs on a GPU into configmap/NAME
     kubectl specpilot version                     the plugin's version
     kubectl specpilot completion bash|zsh         a shell completion script (source it)
 
@@ -36,6 +38,7 @@ from specpilot.api.pilot import (
     PROMOTE_ANNOTATION,
     RESUME_ANNOTATION,
 )
+from specpilot.plugin import calibrate
 from specpilot.plugin.client import Client, PluginError, connect
 from specpilot.plugin.table import render, render_list
 from specpilot.report.package import write_package
@@ -87,6 +90,7 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", parents=[common], help="write the handover package")
     report.add_argument("pilot")
     report.add_argument("-o", "--output", help="folder to write (default: ./PILOT-report)")
+    calibrate.add_parser(commands, common)
     commands.add_parser("version", help="the plugin's version")
     completion = commands.add_parser("completion", help="a shell completion script")
     completion.add_argument("shell", choices=("bash", "zsh"))
@@ -184,6 +188,8 @@ def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) ->
             return 0
         out(render(pilots))
         return 0
+    if args.command == "calibrate":
+        return calibrate.run(args, client, out)
     if args.command == "report":
         pilot = client.pilot(args.pilot)
         evidence = client.evidence(args.pilot) or Evidence()
@@ -205,6 +211,19 @@ def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) ->
     return 0
 
 
+def _namespace(args: argparse.Namespace, connect_to: Callable[..., Client]) -> str:
+    """The namespace a dry run renders into: -n, else the kubeconfig context's, else default (as kubectl's
+    client-side dry run, which needs no kubeconfig either: a kubeconfig named with --kubeconfig must be sound)."""
+    if args.namespace:
+        return str(args.namespace)
+    try:
+        return connect_to(kubeconfig=args.kubeconfig, context=args.context, namespace=None).namespace
+    except PluginError:
+        if args.kubeconfig:
+            raise
+        return "default"
+
+
 def complete_main(argv: Sequence[str] | None = None) -> int:
     """`kubectl_complete-specpilot`: kubectl runs it for `kubectl specpilot <TAB>` with the words typed
     after `specpilot`, the last one being completed, and reads one completion a line, then a directive
@@ -224,6 +243,9 @@ def main(argv: Sequence[str] | None = None, *, connect_to: Callable[..., Client]
         print(completion_script(args.shell), end="")
         return 0
     try:
+        if args.command == "calibrate" and args.dry_run:
+            print(calibrate.dry_run(calibrate.calibration(args, _namespace(args, connect_to))), end="")
+            return 0
         client = connect_to(kubeconfig=args.kubeconfig, context=args.context, namespace=args.namespace)
         return run(args, client, lambda line: print(line, flush=True))
     except PluginError as error:

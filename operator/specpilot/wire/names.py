@@ -24,6 +24,10 @@ ROUTER_COMPONENT = "router"
 REHEARSAL_ROUTER_COMPONENT = "rehearsal-router"  # the peak rehearsal's own router
 REHEARSAL_LOAD_COMPONENT = "rehearsal-load"  # the load generator Job of a rehearsal step
 REHEARSAL_RESTART_COMPONENT = "rehearsal-restart"  # a speculative replica restarted as ordinary decoding
+CALIBRATION_COMPONENT = "calibration"  # `kubectl specpilot calibrate`'s Job and ConfigMap (no pilot's)
+
+# Key of a calibration ConfigMap that holds the measured step costs (rows of model, batch, q, ctx, ms).
+STEPCOST_KEY = "stepcost.json"
 
 # Request header naming a scope explicitly (header names are case-insensitive).
 SCOPE_HEADER = "x-specpilot-scope"
