@@ -106,7 +106,8 @@ class Operator:
 
 @contextmanager
 def running_operator(cluster: Cluster, log: Path, *extra: str, group: int | None = None) -> Iterator[Operator]:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
+    # The fixture owns the CRD: a chart release that applied it before gives its fields up here.
+    cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
     # Right after an apply that changes it, a CRD may briefly show no conditions at all, which `kubectl
     # wait` reports as an error rather than waiting on: ask again until it is Established.
     wait_until(
