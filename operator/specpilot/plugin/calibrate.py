@@ -91,7 +91,7 @@ def calibration(args: argparse.Namespace, namespace: str) -> Calibration:
     """The flags as a calibration, or the first one that is wrong."""
     if not re.fullmatch(DNS_LABEL_PATTERN, args.name) or len(args.name) > 63:
         raise PluginError(f"calibration name {args.name!r}: lower-case letters, digits and '-', at most 63")
-    if args.target_config is None or args.image is None:
+    if not args.target_config or not args.image:
         raise PluginError("calibrate needs --target-config and --image (an image with torch)")
     selector = dict(pair.partition("=")[::2] for pair in args.node_selector)
     if any(not key for key in selector):
@@ -182,11 +182,11 @@ def collect(client: Client, name: str) -> str:
     """Write the finished Job's measurements into the calibration's ConfigMap; what was written, in a line."""
     document = measurements(client.job_log(name))
     client.patch_config_map(name, {STEPCOST_KEY: json.dumps(document, indent=1) + "\n"})
-    rows = [row for row in document["rows"] if "ms" in row]
-    stopped = " (stopped at its budget)" if document.get("stopped") else ""
+    measured = sum(1 for row in document["rows"] if "ms" in row)
+    stopped = ", stopped at its budget" if document.get("stopped") else ""
     return (
-        f"configmap/{name}: {STEPCOST_KEY} holds {len(rows)} steps of {', '.join(document.get('params', {}))} "
-        f"measured on {document['gpu']} in {document.get('elapsed_s', 0):.0f} s{stopped}"
+        f"configmap/{name}: {STEPCOST_KEY} written ({measured} of {len(document['rows'])} steps measured, "
+        f"{', '.join(document.get('params', {}))} on {document['gpu']}, {document.get('elapsed_s', 0):.0f} s{stopped})"
     )
 
 

@@ -129,7 +129,7 @@ H200 = {
         (H200, []),
         ({**H200, "rows": [*H200["rows"], {"model": "x", "batch": 512, "q": 1, "ctx": 1024, "error": "OOM"}]}, []),
         ({**H200, "rows": [{"model": "x", "batch": 1, "q": 1, "ctx": 1, "error": "OOM"}]}, ["no row was measured"]),
-        ({"rows": []}, ["no gpu", "no torch"]),
+        ({"rows": []}, ["no gpu", "no torch", "no row was measured"]),
         ({**H200, "rows": {}}, ["rows is not a list"]),
         (
             {**H200, "rows": [{"batch": 1, "q": 1, "ctx": 1, "ms": 0, "ms_min": 1, "ms_p90": 1}]},
