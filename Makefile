@@ -58,7 +58,7 @@ lint-delivery: venv tools
 
 crd: venv
 	$(VENV)/bin/specpilot crd > crds/specpilot.io_speculationpilots.yaml
-	cp crds/specpilot.io_speculationpilots.yaml charts/specpilot/crds/
+	cp crds/specpilot.io_speculationpilots.yaml charts/specpilot/files/crds/
 
 # The kustomize base: the chart's default render, without Helm's own labels (a test holds them equal).
 manifests: venv tools

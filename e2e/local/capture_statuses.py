@@ -84,9 +84,11 @@ def main(out_dir: str) -> int:
 
     release = f"cap-{uuid.uuid4().hex[:6]}"
     ns = f"{release}-pilots"
+    # the CRD as the cluster tier applies it, which the release then leaves alone (one owner per CRD)
+    kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
     helm(
         *("install", release, str(CHART), "--namespace", release, "--create-namespace", "--wait"),
-        *set_args({"image.tag": "dev", "peering.name": release, "clusterWide": "true"}),
+        *set_args({"image.tag": "dev", "peering.name": release, "clusterWide": "true", "crds.install": "false"}),
     )
     kubectl("create", "namespace", ns)
     until("the default ServiceAccount", lambda: "default" in kubectl("get", "serviceaccounts", "-n", ns))

@@ -25,7 +25,7 @@ from specpilot.controller.handlers import FINALIZER
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import events, pilot
 from tests.cluster.pilots import router_ip
-from tests.cluster.releases import Release, can_i, helm_env
+from tests.cluster.releases import NO_CRD, Release, apply_crd, can_i, helm_env
 from tests.helm import CHART, helm, kustomize, set_args, template_text
 from tests.operator_annotations import KOPF_ANNOTATIONS
 
@@ -45,7 +45,8 @@ def release(cluster: Cluster) -> Iterator[Release]:
     node runs."""
     name = f"sp-{uuid.uuid4().hex[:6]}"
     # The peering object is cluster-scoped: a name of its own keeps it apart from other tests'.
-    values = {"image.tag": "dev", "peering.name": name, "clusterWide": "true"}
+    values = {"image.tag": "dev", "peering.name": name, "clusterWide": "true", **NO_CRD}
+    apply_crd(cluster)
     out = helm(
         *("install", name, str(CHART), "--namespace", name, "--create-namespace", "--wait", "--timeout", "120s"),
         *set_args(values),

@@ -8,7 +8,7 @@ import uuid
 import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.releases import Release, can_i, helm_env
+from tests.cluster.releases import NO_CRD, Release, apply_crd, can_i, helm_env
 from tests.helm import CHART, helm, set_args
 
 pytestmark = pytest.mark.cluster
@@ -18,7 +18,8 @@ def test_namespaced_operator_runs_a_pilot_in_its_namespace_and_nothing_elsewhere
     cluster: Cluster, namespace: str
 ) -> None:
     name = f"spn-{uuid.uuid4().hex[:6]}"
-    values = {"image.tag": "dev", "peering.name": name, "watchNamespaces": f"{{{namespace}}}"}
+    values = {"image.tag": "dev", "peering.name": name, "watchNamespaces": f"{{{namespace}}}", **NO_CRD}
+    apply_crd(cluster)
     install = ("install", name, str(CHART), "--namespace", name, "--create-namespace", "--wait", "--timeout", "120s")
     out = helm(*install, *set_args(values), env=helm_env(cluster), check=False)
     assert out.returncode == 0, f"{out.stdout}\n{out.stderr}\n{cluster.pods_report(name)}"

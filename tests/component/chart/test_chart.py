@@ -47,17 +47,35 @@ def test_helm_lint_is_clean(values: list[str]) -> None:
 @pytest.mark.parametrize(
     ("chart_file", "source"),
     [
-        ("specpilot.io_speculationpilots.yaml", "crds/specpilot.io_speculationpilots.yaml"),
-        ("kopf-peering-crds.yaml", "manifests/operator/kopf-peering-crds.yaml"),
+        ("files/crds/specpilot.io_speculationpilots.yaml", "crds/specpilot.io_speculationpilots.yaml"),
+        ("crds/kopf-peering-crds.yaml", "manifests/operator/kopf-peering-crds.yaml"),
     ],
 )
 def test_chart_crds_are_the_projects_own_files(chart_file: str, source: str) -> None:
-    assert (CHART / "crds" / chart_file).read_bytes() == (ROOT / source).read_bytes(), (
-        f"charts/specpilot/crds/{chart_file} differs from {source}: cp {source} charts/specpilot/crds/{chart_file}"
+    assert (CHART / chart_file).read_bytes() == (ROOT / source).read_bytes(), (
+        f"charts/specpilot/{chart_file} differs from {source}: cp {source} charts/specpilot/{chart_file}"
     )
-    assert sorted(p.name for p in (CHART / "crds").iterdir()) == sorted(
-        ["specpilot.io_speculationpilots.yaml", "kopf-peering-crds.yaml"]
-    )
+    # Helm's crds/ holds only what never changes: it installs them once and never upgrades them
+    assert [p.name for p in (CHART / "crds").iterdir()] == ["kopf-peering-crds.yaml"]
+
+
+def crds(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["metadata"]["name"]: o for o in by_kind(objects, "CustomResourceDefinition")}
+
+
+def test_the_pilot_crd_is_a_template_that_upgrades_and_stays_on_uninstall() -> None:
+    source = yaml.safe_load((ROOT / "crds/specpilot.io_speculationpilots.yaml").read_text())
+    (rendered,) = crds(template()).values()  # a template, so `helm upgrade` applies it
+    kept = {**source["metadata"], "annotations": {"helm.sh/resource-policy": "keep"}}
+    assert rendered == {**source, "metadata": kept}
+    (dropped,) = crds(template({"crds.keep": "false"})).values()
+    assert dropped == source  # uninstalling the release then deletes it, and every pilot with it
+    assert not crds(template({"crds.install": "false"}))  # owned elsewhere (another release, GitOps)
+    # Kopf's peering CRDs: in crds/, installed before the peering objects that need them
+    assert sorted(crds(template({"crds.install": "false"}, crds=True))) == [
+        "clusterkopfpeerings.kopf.dev",
+        "kopfpeerings.kopf.dev",
+    ]
 
 
 def test_operator_runs_non_root_on_a_read_only_root_with_resources() -> None:
