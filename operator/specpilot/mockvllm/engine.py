@@ -222,6 +222,20 @@ class Step:
     duration: float
 
 
+def step_duration(profile: Profile, k: int, decodes: list[Request], prefills: list[tuple[Request, int]]) -> float:
+    """The model time of a step that decodes `decodes` (k drafts each) and runs the prefill chunks `prefills`;
+    the sequences read the tokens they have cached."""
+    return step_time(
+        profile.cost,
+        k,
+        decode_seqs=len(decodes),
+        prefill_seqs=len(prefills),
+        prefill_tokens=sum(chunk for _, chunk in prefills),
+        context_tokens=sum(r.kv_tokens for r in decodes) + sum(r.kv_tokens for r, _ in prefills),
+        draft=profile.draft,
+    )
+
+
 class Engine:
     """The scheduler, KV-cache accounting and step loop of one mock engine."""
 
@@ -464,14 +478,7 @@ class Engine:
                 self.metrics.prefix_queries.inc(request.prompt_tokens)
         if not decodes and not prefills:
             return None
-        duration = step_time(
-            self.profile.cost,
-            self.k,
-            decode_seqs=len(decodes),
-            prefill_seqs=len(prefills),
-            prefill_tokens=sum(chunk for _, chunk in prefills),
-        )
-        return Step(decodes=decodes, prefills=prefills, duration=duration)
+        return Step(decodes=decodes, prefills=prefills, duration=step_duration(self.profile, self.k, decodes, prefills))
 
     def _preempt(self, request: Request) -> int:
         """Move a running request back to the front of the queue; return the blocks it freed."""

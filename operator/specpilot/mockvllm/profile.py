@@ -2,7 +2,13 @@
 
 Read from a YAML file (`--profile PATH`, else env `SPECPILOT_MOCK_PROFILE`), with env
 `SPECPILOT_MOCK_PROFILE_JSON` (inline JSON or YAML) merged on top. Every field has a default,
-so `specpilot mock-vllm my-model` needs no profile. Example::
+so `specpilot mock-vllm my-model` needs no profile; the defaults are invented, not measured.
+
+Calibrated profiles (`profiles/*.yaml`, step costs fitted to steps measured on a GPU, with their
+provenance) are named: `--profile h200-llama-3.1-8b-draft-1b` (or the env path set to the name), or
+`calibrated: NAME` in a profile, whose other sections then merge on top of the named one (say, its
+`acceptance`). Their `cost` section takes the additive form and a `draft` section the draft's own
+step costs (`specpilot.wire.stepcost`). Example::
 
     model: {max_model_len: 4096, mean_output_tokens: 256, params_billion: 8, greedy_divergence: 0.001}
     cost: {step_time_s: 0.02, per_seq_s: 0.00005, per_token_s: 0.00008,
@@ -16,8 +22,10 @@ so `specpilot mock-vllm my-model` needs no profile. Example::
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping
+from importlib import resources
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +33,7 @@ import yaml
 
 from specpilot.mockvllm.costmodel import CostParams, MemoryParams
 from specpilot.mockvllm.faults import FaultError, FaultSpec, parse_fault
+from specpilot.wire.stepcost import Form, StepCost
 
 PROFILE_ENV = "SPECPILOT_MOCK_PROFILE"
 PROFILE_INLINE_ENV = "SPECPILOT_MOCK_PROFILE_JSON"
@@ -32,6 +41,7 @@ DEFAULT_SCOPE = "default"
 
 # Fields that must be strictly positive, or probabilities; every other number must be non-negative.
 _POSITIVE = {"step_time_s", "block_size", "max_model_len", "mean_output_tokens", "gpu_memory_gib"}
+_SECTIONS = {"model", "cost", "draft", "memory", "acceptance", "faults", "provenance", "calibrated"}
 _PROBABILITIES = {"greedy_divergence"}
 
 _Section = TypeVar("_Section")
@@ -78,6 +88,8 @@ class Profile:
     default_alpha: float = 0.7
     scope_alpha: Mapping[str, float] = dataclasses.field(default_factory=dict)
     faults: tuple[FaultSpec, ...] = ()
+    draft: StepCost | None = None  # the draft's own step costs; None: `cost.draft_cost_ratio` of the target's
+    provenance: Mapping[str, str] = dataclasses.field(default_factory=dict)  # where calibrated costs come from
 
     def alpha(self, scope: str) -> float:
         """Draft acceptance probability for a task group."""
@@ -96,6 +108,11 @@ def _section(cls: type[_Section], data: Any, name: str) -> _Section:
         raise ProfileError(f"unknown field(s) in profile section {name!r}: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for key, value in data.items():
+        if key == "form":
+            if value not in set(Form):
+                raise ProfileError(f"profile field {name}.form must be one of {', '.join(Form)}")
+            values[key] = Form(value)
+            continue
         wants_int = str(fields[key].type).startswith("int")
         if value is None and "None" in str(fields[key].type):
             values[key] = None
@@ -123,7 +140,10 @@ def parse_profile(data: Any) -> Profile:
         return Profile()
     if not isinstance(data, Mapping):
         raise ProfileError("a profile must be a mapping")
-    unknown = set(data) - {"model", "cost", "memory", "acceptance", "faults"}
+    if data.get("calibrated") is not None:
+        base = calibrated_profile(data["calibrated"])
+        data = _merge(base, {key: value for key, value in data.items() if key != "calibrated"})
+    unknown = set(data) - _SECTIONS
     if unknown:
         raise ProfileError(f"unknown profile section(s): {', '.join(sorted(unknown))}")
     acceptance = data.get("acceptance") or {}
@@ -139,6 +159,12 @@ def parse_profile(data: Any) -> Profile:
         fault_specs = tuple(parse_fault(f) for f in faults)
     except FaultError as exc:
         raise ProfileError(f"profile faults: {exc}") from None
+    draft = data.get("draft")
+    if draft is not None and (not isinstance(draft, Mapping) or "step_time_s" not in draft):
+        raise ProfileError("profile section 'draft' must be a mapping with the draft's step_time_s")
+    provenance = data.get("provenance") or {}
+    if not isinstance(provenance, Mapping):
+        raise ProfileError("profile section 'provenance' must be a mapping")
     return Profile(
         model=_section(ModelParams, data.get("model"), "model"),
         cost=_section(CostParams, data.get("cost"), "cost"),
@@ -146,7 +172,29 @@ def parse_profile(data: Any) -> Profile:
         default_alpha=_probability(acceptance.get("default", 0.7), "acceptance.default"),
         scope_alpha={str(k): _probability(v, f"acceptance.scopes.{k}") for k, v in scopes.items()},
         faults=fault_specs,
+        draft=None if draft is None else _section(StepCost, draft, "draft"),
+        provenance={str(k): str(v) for k, v in provenance.items()},
     )
+
+
+def calibrated_names() -> tuple[str, ...]:
+    """The calibrated profiles the package carries."""
+    return tuple(sorted(p.name.removesuffix(".yaml") for p in _profiles().iterdir() if p.name.endswith(".yaml")))
+
+
+@functools.cache
+def calibrated_profile(name: str) -> Mapping[str, Any]:
+    """A calibrated profile's data, by name."""
+    if not isinstance(name, str) or name not in calibrated_names():
+        raise ProfileError(f"no calibrated profile {name!r}; known: {', '.join(calibrated_names())}")
+    data = yaml.load(_profiles().joinpath(f"{name}.yaml").read_text(), Loader=_Loader)
+    if not isinstance(data, Mapping) or "calibrated" in data:
+        raise ProfileError(f"calibrated profile {name!r} is not a plain profile")
+    return data
+
+
+def _profiles() -> Any:
+    return resources.files("specpilot.mockvllm").joinpath("profiles")
 
 
 def _merge(base: Any, override: Any) -> Any:
@@ -164,7 +212,9 @@ def load_profile(path: str | None, env: Mapping[str, str]) -> Profile:
     data: Any = None
     source = path or env.get(PROFILE_ENV)
     try:
-        if source:
+        if source in calibrated_names():
+            data = {"calibrated": source}
+        elif source:
             data = yaml.load(Path(source).read_text(), Loader=_Loader)
         inline = env.get(PROFILE_INLINE_ENV)
         if inline:

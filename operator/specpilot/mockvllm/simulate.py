@@ -62,9 +62,16 @@ class Served:
         return self.end - self.arrival.at
 
 
-def engine(profile: Mapping[str, Any], speculative: Mapping[str, Any] | None = None, *, seed: int = 0) -> Engine:
-    """An engine as `mock-vllm` builds it for `profile` (and `--speculative-config`), on a virtual clock."""
-    argv = ["sim-model", "--seed", str(seed)]
+def engine(
+    profile: Mapping[str, Any],
+    speculative: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    flags: Sequence[str] = (),
+) -> Engine:
+    """An engine as `mock-vllm` builds it for `profile` (and `--speculative-config` and other `flags`), on a
+    virtual clock."""
+    argv = ["sim-model", "--seed", str(seed), *flags]
     if speculative is not None:
         argv += ["--speculative-config", json.dumps(dict(speculative))]
     built = MockServer(parse_args(argv), parse_profile(dict(profile)), on_crash=_crashed, env={}).engine

@@ -10,4 +10,6 @@ reads), so both sides parse and render through the same code:
 - `routerconfig`: the router's configuration, rendered as the container args the router parses.
 - `buckets`: vLLM's histogram buckets, which the mock serves and the router's histograms share, and
   the fine buckets the router counts chunk gaps in and the operator times to first token.
+- `stepcost`: a model's step costs, which the mock times its steps with and the operator forecasts from;
+  `stepfit` fits them to the steps a calibration measured (scipy, for the tools that fit).
 """
