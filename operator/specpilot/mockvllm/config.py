@@ -298,7 +298,11 @@ def _build_parser() -> argparse.ArgumentParser:
     ):
         add(flag, action="store_true")
     mock = p.add_argument_group("mock only")
-    mock.add_argument("--profile", default=None, help="profile YAML (else env SPECPILOT_MOCK_PROFILE)")
+    mock.add_argument(
+        "--profile",
+        default=None,
+        help="profile YAML, or a calibrated profile's name (else env SPECPILOT_MOCK_PROFILE)",
+    )
     mock.add_argument(
         "--time-scale",
         type=_positive_float,
