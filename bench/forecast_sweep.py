@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Sequence
 
 from specpilot.analysis.bands import first_crossing
-from specpilot.analysis.forecast import Acceptance, Lengths, crossing
+from specpilot.analysis.forecast import Acceptance, Lengths, crossing, speedups
 from specpilot.mockvllm import simulate
 from specpilot.mockvllm.profile import calibrated_names, parse_profile
 
@@ -40,10 +40,13 @@ def run(args: argparse.Namespace, *, speculative: bool, load: float, seed: int) 
     return sum(decoding) / tokens, load * statistics.fmean(decoding)
 
 
-def sweep(args: argparse.Namespace, loads: Sequence[float]) -> list[tuple[float, float, float, float]]:
-    """(load, ordinary tpct, speculative tpct, ordinary batch) per load, each the mean of --seeds runs."""
+def sweep(
+    args: argparse.Namespace, loads: Sequence[float], forecast: Sequence[tuple[float, float, float]]
+) -> list[tuple[float, float, float, float]]:
+    """(load, ordinary tpct, speculative tpct, ordinary batch) per load, each the mean of --seeds runs,
+    printed beside the forecast's ordinary batch and speedup there."""
     out = []
-    for load in loads:
+    for load, (_, batch, speedup) in zip(loads, forecast, strict=True):
         ordinary = [run(args, speculative=False, load=load, seed=seed) for seed in range(args.seeds)]
         spec = [run(args, speculative=True, load=load, seed=seed) for seed in range(args.seeds)]
         out.append(
@@ -56,7 +59,8 @@ def sweep(args: argparse.Namespace, loads: Sequence[float]) -> list[tuple[float,
         )
         row = out[-1]
         print(
-            f"{load:8.3f} {row[3]:8.1f} {row[1] * 1000:10.3f} {row[2] * 1000:10.3f} {row[1] / row[2]:8.3f}",
+            f"{load:8.3f} {row[3]:8.1f} {row[1] * 1000:10.3f} {row[2] * 1000:10.3f} {row[1] / row[2]:8.3f}"
+            f" {batch:9.1f} {speedup:9.3f}",
             flush=True,
         )
     return out
@@ -100,8 +104,12 @@ def main() -> None:
         f"output {args.output}: forecast crossover {where}; reach (ordinary batch {args.max_batch}) {found.reach:.3f}"
     )
     loads = [found.reach * (args.low + (args.high - args.low) * i / (args.points - 1)) for i in range(args.points)]
-    print(f"{'load':>8} {'batch':>8} {'ord ms':>10} {'spec ms':>10} {'speedup':>8}")
-    rows = sweep(args, loads)
+    predicted = speedups(
+        profile.cost, profile.draft, k=args.draft_tokens, committed=acceptance.committed, lengths=lengths, loads=loads
+    )
+    print("swept (ordinary batch by Little's law, ms per committed token) | forecast")
+    print(f"{'load':>8} {'batch':>8} {'ord ms':>10} {'spec ms':>10} {'speedup':>8} {'batch':>9} {'speedup':>9}")
+    rows = sweep(args, loads, predicted)
     measured = first_crossing([(load, spec - ordinary) for load, ordinary, spec, _ in rows])
     if measured is None:
         print(f"sweep: no crossover between {loads[0]:.3f} and {loads[-1]:.3f}")

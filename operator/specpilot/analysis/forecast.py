@@ -193,18 +193,26 @@ def forecast(
     return Forecast(point=at(acceptance.committed), low=at(low), high=at(high), confidence=confidence)
 
 
+def _batch_at(arm: _Arm, load: float, output: float) -> float:
+    """The batch at which `arm` holds `load` (its load grows with its batch)."""
+    low, high = 1e-3, 1.0
+    while arm.load(high, output) < load and high < 1e6:
+        high *= 2
+    for _ in range(_BISECTIONS):
+        middle = (low + high) / 2
+        low, high = (middle, high) if arm.load(middle, output) < load else (low, middle)
+    return high
+
+
 def speedups(
-    target: StepCost, draft: StepCost, *, k: int, committed: float, lengths: Lengths, batches: Sequence[int]
-) -> list[tuple[int, float, float]]:
-    """(batch, ordinary arm's load there, ordinary over speculative time per committed token at that load)
-    for each batch of the ordinary arm: the speedup curve over load."""
+    target: StepCost, draft: StepCost, *, k: int, committed: float, lengths: Lengths, loads: Sequence[float]
+) -> list[tuple[float, float, float]]:
+    """(load, the ordinary arm's batch there, ordinary over speculative time per committed token there) at
+    each offered load: the speedup curve over load; it falls towards 0 past the load the speculative arm
+    can hold at any batch."""
     ordinary, speculative = _arms(target, draft, k, committed, lengths)
     out = []
-    for batch in batches:
-        load = ordinary.load(batch, lengths.output)
-        low, high = 1e-3, 16.0 * max(batch, 1)  # the speculative arm's batch at the same load
-        for _ in range(_BISECTIONS):
-            middle = (low + high) / 2
-            low, high = (middle, high) if speculative.load(middle, lengths.output) < load else (low, middle)
-        out.append((batch, load, batch / high))
+    for load in loads:
+        batch = _batch_at(ordinary, load, lengths.output)
+        out.append((load, batch, batch / _batch_at(speculative, load, lengths.output)))
     return out

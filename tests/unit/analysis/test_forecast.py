@@ -105,12 +105,16 @@ def test_the_8b_profile_with_its_1b_draft_stops_paying_where_the_measured_steps_
     assert found.batch == pytest.approx(68, rel=0.15)
 
 
-def test_the_speedup_over_load_falls_from_the_unbatched_ratio_through_one_at_the_crossover() -> None:
+def test_the_speedup_over_load_falls_through_one_at_the_crossover() -> None:
     k, committed = 4, 2.5
     found = crossing(TARGET, DRAFT, k=k, committed=committed, lengths=NO_PROMPT)
-    assert found.batch is not None
-    curve = speedups(TARGET, DRAFT, k=k, committed=committed, lengths=NO_PROMPT, batches=[1, 10, 100, 200])
+    assert found.load is not None and found.batch is not None
+    loads = [found.load * f for f in (0.2, 0.5, 1.0, 1.2)]
+    curve = speedups(TARGET, DRAFT, k=k, committed=committed, lengths=NO_PROMPT, loads=loads)
     ratios = [ratio for _, _, ratio in curve]
     assert ratios == sorted(ratios, reverse=True)
-    assert ratios[0] == pytest.approx(committed * (T + TAU) / (T + TAU * (k + 1) + k * D), rel=0.01)
-    assert ratios[1] > 1 > ratios[-1]
+    assert ratios[1] > 1 > ratios[3]
+    assert ratios[2] == pytest.approx(1.0, abs=1e-6) and curve[2][1] == pytest.approx(found.batch, rel=1e-6)
+    # time per committed token is the batch over the tokens the load brings: B / (load * (O - 1))
+    batch = curve[0][1]
+    assert loads[0] == pytest.approx(batch / (500 * (T + TAU * batch)), rel=1e-6)
