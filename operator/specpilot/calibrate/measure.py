@@ -8,8 +8,9 @@ a CUDA graph and replayed (as vLLM runs decode steps), in bf16; on a CPU (tiny s
 runs eagerly in float32. Left out, so a real engine costs somewhat more: RoPE, the embedding lookup,
 sampling, the scheduler's CPU time, paged-attention block tables.
 
-This file is standalone on purpose (the standard library, and torch imported when measuring): `kubectl
-specpilot calibrate` hands it to a pod of the team's own image, which has torch but not specpilot.
+This file is standalone on purpose (the standard library of Python 3.10 or later, and torch 2.4 or later
+imported when measuring): `kubectl specpilot calibrate` hands it to a pod of the team's own image, which
+has torch but not specpilot.
 
     python3 measure.py --target config.json [--draft draft/config.json] [--grid quick] [--out FILE]
 
@@ -26,7 +27,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -317,7 +318,7 @@ def run(
         "torch": str(torch.__version__),
         "device": device,
         "dtype": "bfloat16" if on_gpu else "float32",
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - Python 3.10 too
         "method": METHOD,
         "roles": names,
         "shapes": {name: asdict(shape) for name, shape in models.values()},
@@ -386,8 +387,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OSError, ValueError) as error:
             print(f"error: {role} {path}: {error}", file=sys.stderr)
             return 1
-    import torch  # noqa: PLC0415 - see run()
-
+    try:
+        import torch  # noqa: PLC0415 - see run()
+    except ImportError as error:
+        print(f"error: no torch here ({error}): measuring needs an image with torch 2.4 or later", file=sys.stderr)
+        return 1
     device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" else args.device
     if device == "cuda" and not torch.cuda.is_available():
         print(f"error: torch {torch.__version__} sees no CUDA device", file=sys.stderr)

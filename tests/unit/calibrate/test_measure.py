@@ -4,6 +4,7 @@ Measuring itself needs torch: tests/unit/calibrate/test_measure_torch.py (opt in
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,16 @@ def test_a_config_that_cannot_be_read_fails_before_torch_is_needed(
     )
     assert main(["--target", str(tmp_path / "absent.json")]) == 1
     assert "No such file" in capsys.readouterr().err
+
+
+def test_an_image_without_torch_is_one_line_naming_what_is_missing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(LLAMA_8B))
+    monkeypatch.setitem(sys.modules, "torch", None)  # as if not installed: importing it raises ImportError
+    assert main(["--target", str(config)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no torch here (") and err.endswith(
+        "measuring needs an image with torch 2.4 or later\n"
+    )
