@@ -32,6 +32,7 @@ from specpilot.wire.names import STEPCOST_KEY
 
 Json = dict[str, Any]
 POLL_SECONDS = 5.0
+KUBECTL_KINDS = {"ConfigMap": "configmap", "Job": "job.batch"}  # as kubectl names what it created
 
 
 def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
@@ -193,14 +194,11 @@ def collect(client: Client, name: str) -> str:
 def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) -> int:
     """Create, wait and collect; or, with --collect, wait and collect what was created before."""
     if not args.collect:
-        found = calibration(args, client.namespace)
-        for obj in render(found):
+        for obj in render(calibration(args, client.namespace)):
             client.create(obj)
-            group = "batch" if obj["kind"] == "Job" else ""
-            out(f"{obj['kind'].lower()}{'.' + group if group else ''}/{args.name} created")
-        timeout = found.budget_seconds + PULL_SECONDS
-    else:
-        timeout = args.budget + PULL_SECONDS
+            out(f"{KUBECTL_KINDS[obj['kind']]}/{args.name} created")
+    # A minute past the Job's own deadline, so that a Job the deadline ends is reported with its reason.
+    timeout = args.budget + PULL_SECONDS + 60
     out(f"waiting for job.batch/{args.name} (interrupted, it goes on: collect it later with --collect)")
     wait(client, args.name, timeout=timeout)
     out(collect(client, args.name))
