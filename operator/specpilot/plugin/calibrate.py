@@ -1,8 +1,8 @@
 """`kubectl specpilot calibrate NAME`: measure the step costs of the team's model shapes on its own GPU.
 
 It creates the calibration's ConfigMap and Job (`calibrate.job`), waits for the Job, reads the
-measurements from its pod's log and writes them into the ConfigMap under STEPCOST_KEY, where a pilot can
-reference them. `--dry-run` prints the two objects instead (apply them, then `--collect` fills the
+measurements from its pod's log and writes them into the ConfigMap under STEPCOST_KEY, in the schema
+the step-cost fit reads. `--dry-run` prints the two objects instead (apply them, then `--collect` fills the
 ConfigMap); `--collect` waits for a Job already created and collects it.
 
 Why the plugin collects rather than the pod writing its own ConfigMap: the pod then needs no
@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from specpilot.api.common import DNS_LABEL_PATTERN
+from specpilot.api.common import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from specpilot.api.spec import GPU_RESOURCE, Toleration
 from specpilot.calibrate import measure
 from specpilot.calibrate.job import PULL_SECONDS, Calibration, ConfigMapKey, ModelConfig, render
@@ -52,7 +52,7 @@ def add_parser(commands: Any, common: argparse.ArgumentParser) -> None:
     calibrate.add_argument(
         "--toleration", action="append", default=[], metavar="KEY[=VALUE][:EFFECT]", help="repeatable, as taints read"
     )
-    calibrate.add_argument("--grid", choices=sorted(measure.GRIDS), default="quick", help="which steps (quick)")
+    calibrate.add_argument("--grid", choices=("quick", "standard"), default="quick", help="which steps (quick)")
     calibrate.add_argument("--max-batch", type=int, help="leave out larger batches (a small GPU's memory)")
     calibrate.add_argument("--budget", type=int, default=600, help="seconds of measuring at most (default 600)")
     calibrate.add_argument("--dry-run", action="store_true", help="print the ConfigMap and the Job, create nothing")
@@ -63,6 +63,8 @@ def _model_config(text: str, role: str) -> ModelConfig:
     """A `--*-config` value: a ConfigMap's key as it is, or a local file's text, whose shape is checked now."""
     if text.startswith("configmap:"):
         name, _, key = text.removeprefix("configmap:").partition("/")
+        if not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
+            raise PluginError(f"--{role}-config {text!r}: configmap:NAME[/KEY] names no ConfigMap")
         return ConfigMapKey(name=name, key=key or "config.json")
     path = Path(text)
     path = path / "config.json" if path.is_dir() else path

@@ -93,8 +93,9 @@ def test_a_dry_run_needs_no_cluster_and_prints_the_configmap_and_the_job(
         (["--toleration", "gpu:Sometimes"], "--toleration 'gpu:Sometimes': expected KEY[=VALUE][:EFFECT]"),
         (["--node-selector", "=h200"], "--node-selector takes KEY=VALUE"),
         (["--draft-config", "/nowhere/config.json"], "--draft-config /nowhere/config.json: [Errno 2]"),
+        (["--draft-config", "configmap:/config.json"], "--draft-config 'configmap:/config.json': configmap:NAME"),
     ],
-    ids=["no-image", "bad-toleration", "bad-selector", "no-draft-file"],
+    ids=["no-image", "bad-toleration", "bad-selector", "no-draft-file", "no-configmap-name"],
 )
 def test_wrong_flags_are_one_line_and_exit_1(
     config: Path, capsys: pytest.CaptureFixture[str], flags: list[str], message: str
