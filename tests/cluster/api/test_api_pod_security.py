@@ -1,6 +1,7 @@
 """Every pod the operator renders (routers, the rehearsal's load Jobs, and the engines, which it hardens
 whoever wrote their template) passes the `restricted` Pod Security Standard where the API server enforces
-it; the same engine pod without that hardening does not, so the check is real."""
+it; the same engine pod without that hardening does not, so the check is real. So does the calibration
+Job's pod, which `kubectl specpilot calibrate` renders."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ import pytest
 from tests.cluster.conftest import Cluster
 from tests.unit.controller.specs import load
 
+from specpilot.calibrate import measure
+from specpilot.calibrate.job import Calibration, ConfigMapKey, render
 from specpilot.controller.core.render import render_arm, render_router, render_step_load
 from specpilot.wire.names import Arm
 
@@ -73,3 +76,23 @@ def test_engine_pods_are_admitted_there_and_one_without_the_hardening_is_refused
     }
     done = _create(api, restricted, "engine", {"spec": bare})
     assert done.returncode != 0 and "restricted" in done.stderr, done.stderr
+
+
+def test_the_calibration_job_is_valid_and_its_pod_admitted_under_restricted(api: Cluster, restricted: str) -> None:
+    calibration = Calibration(
+        name="llama-8b",
+        namespace=restricted,
+        image="vllm/vllm-openai:v0.11.0",
+        code=Path(measure.__file__).read_text(),
+        target=json.dumps({"hidden_size": 4096}),
+        draft=ConfigMapKey(name="llama-1b"),
+        node_selector={"pool": "gpu"},
+        tolerations=[{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+    )
+    for obj in render(calibration):
+        done = api.kubectl(
+            "create", "--dry-run=server", "-n", restricted, "-f", "-", input=json.dumps(obj), check=False
+        )
+        assert done.returncode == 0, f"{obj['kind']} refused: {done.stderr}"
+    done = _create(api, restricted, "calibration", render(calibration)[1]["spec"]["template"])
+    assert done.returncode == 0, f"the calibration pod refused: {done.stderr}"
