@@ -9,8 +9,8 @@ swings with every burst of arrivals, so a reference needs those hours:
 
 - **the crossover**: each arm's time per committed token over --seconds of Poisson arrivals per load
   (after a warm-up), in --seeds runs, on a coarse scan up from --from, then on a fine grid between the two
-  loads that bracket the sign change; the crossover is where the speculative arm's rises through the
-  ordinary arm's (each seed's crossing gives the spread);
+  loads that bracket the sign change (or on the --grid given); the crossover is where the speculative
+  arm's rises through the ordinary arm's (each seed's crossing gives the spread);
 - **each arm's capacity** over --ladder, climbed as a rehearsal climbs it (--step-seconds per load, read
   over its last --read seconds, never drained between): the highest load at which it kept up and met
   --on-time-target, the median of --climbs seeded climbs;
@@ -23,6 +23,8 @@ swings with every burst of arrivals, so a reference needs those hours:
 
     .venv/bin/python bench/crossover_reference.py --profile JSON --scope mid --draft-tokens 3 \\
         --ladder 0.5,0.81,1.11,1.42,1.73,2.04 [--rehearsals 40] [--json PATH]
+    .venv/bin/python bench/crossover_reference.py --profile JSON --scope mid --grid 0.6:1.4:9 --seconds 1500 \
+        --seeds 1 --climbs 0   # the crossover alone, on a fixed grid (about 20 s)
 """
 
 from __future__ import annotations
@@ -98,11 +100,17 @@ def reference_crossover(setup: Setup, start: float, *, seconds: float, seeds: in
         return {"crossover": None, "scan": scan}
     turned = scan[-2][0]
     low, high = max(start, turned - 3 * step), turned + 2 * step
-    grid = [round(low + (high - low) * i / 10, 4) for i in range(11)]
+    return {**grid_crossover(setup, low, high, 11, seconds=seconds, seeds=seeds), "scan": scan}
+
+
+def grid_crossover(setup: Setup, low: float, high: float, count: int, *, seconds: float, seeds: int) -> dict[str, Any]:
+    """The crossover on `count` loads from `low` to `high`: where the mean of `seeds` runs of `seconds` per
+    load turns from speculation's favour (and each seed's crossing, the spread)."""
+    grid = [round(low + (high - low) * i / (count - 1), 4) for i in range(count)]
     runs = [differences(setup, grid, seconds, seed) for seed in range(seeds)]
     mean = [(x, statistics.fmean(run[i][1] for run in runs)) for i, x in enumerate(grid)]
     each = [first_crossing(run) for run in runs]
-    return {"crossover": first_crossing(mean), "each_seed": each, "grid": mean, "scan": scan}
+    return {"crossover": first_crossing(mean), "each_seed": each, "grid": mean}
 
 
 def climb(
@@ -218,13 +226,16 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
         prompt=tuple(int(x) for x in args.input_tokens.split(":")),  # type: ignore[arg-type]
         output=tuple(int(x) for x in args.output_tokens.split(":")),  # type: ignore[arg-type]
     )
-    ladder = [float(x) for x in args.ladder.split(",")]
+    ladder = [float(x) for x in args.ladder.split(",") if x]
     print(f"profile {json.dumps(profile)}; scope {args.scope}, {args.draft_tokens} draft tokens")
-    reference = (
-        {"crossover": args.known, "given": True}
-        if args.known
-        else reference_crossover(setup, args.start or ladder[0], seconds=args.seconds, seeds=args.seeds)
-    )
+    if args.known:
+        reference: dict[str, Any] = {"crossover": args.known, "given": True}
+    elif args.grid:
+        low, high, count = args.grid.split(":")
+        reference = grid_crossover(setup, float(low), float(high), int(count), seconds=args.seconds, seeds=args.seeds)
+    else:
+        assert args.start or ladder, "--from or --ladder: where the crossover scan starts"
+        reference = reference_crossover(setup, args.start or ladder[0], seconds=args.seconds, seeds=args.seeds)
     cross = reference["crossover"]
     print(f"{'load':>6} | {'spec - ordinary tpct ms (mean of seeds)':>40}")
     for load, diff in reference.get("grid", []):
@@ -240,7 +251,7 @@ def main(args: argparse.Namespace) -> dict[str, Any]:
             f"{args.seeds} x {args.seconds:g} model s per load)"
         )
     capacity: dict[str, dict[str, float] | None] = {}
-    for arm in ARMS:
+    for arm in ARMS if args.climbs and ladder else ():
         climbs = [climb(setup, arm, ladder, args, seed) for seed in range(args.climbs)]
         met = [x for x in climbs if x is not None]
         if len(met) * 2 <= len(climbs):
@@ -289,16 +300,19 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--draft-tokens", type=int, default=3)
     out.add_argument("--input-tokens", default="80:120", help="uniform range of prompt lengths, MIN:MAX")
     out.add_argument("--output-tokens", default="40:60", help="uniform range of output lengths, MIN:MAX")
-    out.add_argument("--ladder", required=True, help="comma-separated loads, requests/s per replica")
+    out.add_argument("--ladder", default="", help="comma-separated loads per replica (capacities)")
     out.add_argument("--from", dest="start", type=float, help="where the crossover scan starts (the ladder's first)")
     out.add_argument("--seconds", type=float, default=4000.0, help="model seconds per load of the reference")
     out.add_argument("--seeds", type=int, default=3, help="runs per load of the reference")
     out.add_argument("--known", type=float, help="a reference crossover measured before: not measured again")
+    out.add_argument("--grid", help="LOW:HIGH:N: the crossover on N loads from LOW to HIGH instead of the scan")
     out.add_argument("--step-seconds", type=float, default=60.0)
     out.add_argument("--read", type=float, default=45.0, help="seconds each ladder step is read over, at its end")
     out.add_argument("--deadline", type=float, default=20.0)
     out.add_argument("--on-time-target", type=float, default=0.99)
-    out.add_argument("--climbs", type=int, default=9, help="seeded climbs whose median capacity is the reference")
+    out.add_argument(
+        "--climbs", type=int, default=9, help="seeded climbs whose median capacity is the reference (0: none)"
+    )
     out.add_argument("--rehearsals", type=int, default=0, help="simulated rehearsals to decide (0: none)")
     out.add_argument("--crossover-steps", type=int, default=2, help="crossover steps, one after another")
     out.add_argument("--live", type=float, default=0.5, help="the live stages' load per replica")
