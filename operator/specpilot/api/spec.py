@@ -889,14 +889,28 @@ class PrometheusArms(ApiModel):
         return found
 
 
+ONE_PROMETHEUS = Rule(
+    cel="has(self.url) != has(self.endpoint)",
+    message="set exactly one of url (a Prometheus the pilot names) and endpoint (one the operator holds "
+    "credentials for)",
+    field_path=".url",
+)
+
+
 class PrometheusSource(ApiModel):
     """A Prometheus server that already scrapes the arms' engine pods (every few seconds, so that a
     window holds several scrapes). The same window figures as direct scraping, as PromQL: counter
     increases over the window, quantiles from bucket increases, gauges over the window."""
 
-    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048)]
+    model_config = ConfigDict(json_schema_extra=cel(ONE_PROMETHEUS))
+
+    url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048)] | None = None
     """Base URL of its HTTP API, without /api/v1, e.g. http://prometheus-operated.monitoring:9090 (a path
-    prefix such as /prometheus is kept)."""
+    prefix such as /prometheus is kept). Set this or endpoint."""
+    endpoint: Name | None = None
+    """A Prometheus the operator holds credentials for, by the name its installer gave it (the chart's
+    prometheusEndpoints): its URL, token, password or client certificate, and headers such as a tenant's
+    X-Scope-OrgID stay with the operator, and the pilot sees none of them. Set this or url."""
     timeout: Annotated[Duration, duration_within("1s", "5m")] = Duration("10s")
     """How long one query may take; a query that does not answer makes the window inconclusive."""
     labels: Labels = {}
@@ -1201,7 +1215,7 @@ ONE_ENGINE_SOURCE = Rule(
     "already running vLLM)",
 )
 WORKLOAD_KEEPS_ITS_SIZE = Rule(
-    # baseline is defaulted: its replicas are all it holds, and 1 is their default
+    # baseline is defaulted, and 1 is its replicas' default
     cel="!has(self.workloadRef) || self.baseline.replicas == 1",
     message="with spec.workloadRef the baseline is that Deployment at its own replicas: remove spec.baseline.replicas",
     field_path=".baseline.replicas",

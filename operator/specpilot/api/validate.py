@@ -41,6 +41,7 @@ from specpilot.api.spec import (
     METHODS_WITHOUT_DRAFT_MODEL,
     MIN_TOKENS_WITHIN_MAX,
     ONE_ENGINE_SOURCE,
+    ONE_PROMETHEUS,
     ONE_SCORE_SOURCE,
     PEAK_ONE_SOURCE,
     PROBES_GIVEN,
@@ -306,6 +307,8 @@ def _analysis_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     if minimum is not None and minimum > 1 + spec.speculative.draft.num_speculative_tokens:
         yield _problem("spec.analysis.thresholds.minAcceptanceLength", ACCEPTANCE_LENGTH_REACHABLE)
     source = analysis.metrics_source
+    if source is not None and (source.prometheus.url is None) == (source.prometheus.endpoint is None):
+        yield _problem("spec.analysis.metricsSource.prometheus.url", ONE_PROMETHEUS)
     arms = source.prometheus.arms if source is not None else None
     if arms is not None and arms.baseline == arms.speculative:
         yield _problem("spec.analysis.metricsSource.prometheus.arms.speculative", ARM_LABELS_DIFFER)

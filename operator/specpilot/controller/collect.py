@@ -17,6 +17,7 @@ from datetime import datetime, timedelta
 
 import aiohttp
 
+from specpilot.analysis.window import ArmEngine
 from specpilot.api.spec import Analysis, Rehearsal
 from specpilot.controller.core.measurements import (
     EngineReadings,
@@ -27,7 +28,8 @@ from specpilot.controller.core.measurements import (
     horizon,
 )
 from specpilot.controller.ports import EngineSource, Pods, SampleReader
-from specpilot.fetch.prometheus import PrometheusAuth, arm_engines
+from specpilot.fetch.endpoints import PrometheusCredentials
+from specpilot.fetch.prometheus import arm_engines
 from specpilot.fetch.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
 from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape
 from specpilot.metrics.ledger import SampleLedger
@@ -85,11 +87,11 @@ class ScrapeEngines:
 class PrometheusEngines:
     """The engines' figures from the Prometheus that `analysis.metricsSource` names, for the window
     ending at each collection (the reconcile closes windows at the last collection); with the
-    operator's credentials for the Prometheus they cover."""
+    operator's credentials for the endpoint it names, or for the Prometheus its URL is under."""
 
-    def __init__(self, session: aiohttp.ClientSession, auth: PrometheusAuth | None = None) -> None:
+    def __init__(self, session: aiohttp.ClientSession, held: PrometheusCredentials | None = None) -> None:
         self._session = session
-        self._auth = auth
+        self._held = held if held is not None else PrometheusCredentials()
 
     async def read(
         self,
@@ -102,6 +104,11 @@ class PrometheusEngines:
     ) -> EngineReadings:
         source = analysis.metrics_source
         assert source is not None, "the Prometheus source reads only for a spec that names one"
+        target = self._held.target(source.prometheus)
+        if target is None:  # the policy refuses such a spec; an operator restarted with fewer endpoints
+            missing = f"the operator holds no Prometheus endpoint named {source.prometheus.endpoint!r}"
+            return Queried(now, {arm: ArmEngine(inconclusive=missing) for arm in MEASURED_ARMS})
+        url, auth = target
         figures = await arm_engines(
             self._session,
             source.prometheus,
@@ -111,7 +118,8 @@ class PrometheusEngines:
             step=timedelta(seconds=cadence(analysis)),
             quantile=analysis.thresholds.itl_quantile,
             end=now,
-            auth=self._auth,
+            url=url,
+            auth=auth,
         )
         return Queried(now, figures)
 
@@ -128,11 +136,11 @@ class Collector:
         self._scraped_since: datetime | None = None
 
     @classmethod
-    def over_http(cls, session: aiohttp.ClientSession, prometheus_auth: PrometheusAuth | None = None) -> Collector:
+    def over_http(cls, session: aiohttp.ClientSession, prometheus: PrometheusCredentials | None = None) -> Collector:
         return cls(
             samples=HttpSamples(session),
             direct=ScrapeEngines(session),
-            prometheus=PrometheusEngines(session, prometheus_auth),
+            prometheus=PrometheusEngines(session, prometheus),
         )
 
     async def collect(

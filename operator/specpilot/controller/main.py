@@ -26,8 +26,8 @@ from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.quality import HttpQuality
 from specpilot.controller.reconcile import Controller
 from specpilot.controller.routes import ConfigMapRoutes
+from specpilot.fetch.endpoints import PrometheusCredentials, PrometheusEndpoint, load_endpoints
 from specpilot.fetch.outbound import outbound_session
-from specpilot.fetch.prometheus import PrometheusAuth
 from specpilot.kubeaccess import load_access
 
 DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
@@ -46,7 +46,7 @@ class OperatorConfig:
     log_level: str
     log_format: str  # "text", or "json": one JSON object per line, for log shippers
     policy: Policy  # the hosts the operator may call for a pilot, the engine images it may run
-    prometheus_auth: PrometheusAuth | None  # credentials for the Prometheus under its URL
+    prometheus: PrometheusCredentials  # named endpoints, and the credentials for the Prometheus under one URL
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -68,6 +68,45 @@ def _peering_name(text: str) -> str | None:
             "starting and ending alphanumeric"
         )
     return text or None
+
+
+def _prometheus_flags(p: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    p.add_argument(
+        "--prometheus-auth-url",
+        default=environ.get("SPECPILOT_PROMETHEUS_AUTH_URL"),
+        help="the Prometheus the credentials below are for: sent only to pilots' Prometheus URLs under it",
+    )
+    p.add_argument(
+        "--prometheus-token-file",
+        default=environ.get("SPECPILOT_PROMETHEUS_TOKEN_FILE"),
+        help="a file holding a bearer token for it (read at each query, so it may rotate)",
+    )
+    p.add_argument(
+        "--prometheus-ca-file", default=environ.get("SPECPILOT_PROMETHEUS_CA_FILE"), help="a CA bundle to verify it"
+    )
+    p.add_argument(
+        "--prometheus-endpoints",
+        default=environ.get("SPECPILOT_PROMETHEUS_ENDPOINTS"),
+        metavar="FILE",
+        help="a YAML file of named Prometheus endpoints with their credentials, in Prometheus' http_config "
+        "shapes (authorization, basic_auth, tls_config, http_headers); pilots name one as "
+        "metricsSource.prometheus.endpoint (env SPECPILOT_PROMETHEUS_ENDPOINTS)",
+    )
+
+
+def _prometheus(p: argparse.ArgumentParser, args: argparse.Namespace) -> PrometheusCredentials:
+    """The named endpoints of --prometheus-endpoints, and the one of the --prometheus-auth-url flags."""
+    if (args.prometheus_token_file or args.prometheus_ca_file) and not args.prometheus_auth_url:
+        p.error(
+            "--prometheus-token-file and --prometheus-ca-file need --prometheus-auth-url: the Prometheus they are for"
+        )
+    try:
+        named = load_endpoints(args.prometheus_endpoints) if args.prometheus_endpoints else {}
+    except ValueError as error:
+        p.error(f"--prometheus-endpoints: {error}")
+    flags = args.prometheus_auth_url
+    bearer = PrometheusEndpoint.bearer(flags, args.prometheus_token_file, args.prometheus_ca_file) if flags else None
+    return PrometheusCredentials(named, bearer)
 
 
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfig:
@@ -114,19 +153,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         help="an engine image (glob) pilots may run; none given: any image (repeatable; env "
         "SPECPILOT_ALLOW_IMAGES, comma-separated)",
     )
-    p.add_argument(
-        "--prometheus-auth-url",
-        default=environ.get("SPECPILOT_PROMETHEUS_AUTH_URL"),
-        help="the Prometheus the credentials below are for: sent only to pilots' Prometheus URLs under it",
-    )
-    p.add_argument(
-        "--prometheus-token-file",
-        default=environ.get("SPECPILOT_PROMETHEUS_TOKEN_FILE"),
-        help="a file holding a bearer token for it (read at each query, so it may rotate)",
-    )
-    p.add_argument(
-        "--prometheus-ca-file", default=environ.get("SPECPILOT_PROMETHEUS_CA_FILE"), help="a CA bundle to verify it"
-    )
+    _prometheus_flags(p, environ)
     p.add_argument("--log-level", default=environ.get("SPECPILOT_LOG_LEVEL", "INFO"))
     p.add_argument(
         "--log-format",
@@ -135,10 +162,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         help="text, or json: one object per line with the pilot it concerns (env SPECPILOT_LOG_FORMAT)",
     )
     args = p.parse_args(list(argv))
-    if (args.prometheus_token_file or args.prometheus_ca_file) and not args.prometheus_auth_url:
-        p.error(
-            "--prometheus-token-file and --prometheus-ca-file need --prometheus-auth-url: the Prometheus they are for"
-        )
+    prometheus = _prometheus(p, args)
     if bool(args.namespace) == args.all_namespaces:
         p.error("give --namespace (one or more) or --all-namespaces")
     for flag in ("liveness", "metrics"):
@@ -157,10 +181,10 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         priority=args.priority if args.priority is not None else random.randrange(1, 1_000_000),
         log_level=args.log_level.upper(),
         log_format=args.log_format,
-        policy=Policy(outbound=tuple(args.allow_outbound), images=tuple(args.allow_image)),
-        prometheus_auth=PrometheusAuth(args.prometheus_auth_url, args.prometheus_token_file, args.prometheus_ca_file)
-        if args.prometheus_auth_url
-        else None,
+        policy=Policy(
+            outbound=tuple(args.allow_outbound), images=tuple(args.allow_image), endpoints=tuple(prometheus.named)
+        ),
+        prometheus=prometheus,
     )
 
 
@@ -185,7 +209,7 @@ async def run(config: OperatorConfig) -> None:
             routes=ConfigMapRoutes(kube, http),
             evidence=ConfigMapEvidence(kube),
             quality=HttpQuality(http),
-            collector=lambda: Collector.over_http(http, config.prometheus_auth),
+            collector=lambda: Collector.over_http(http, config.prometheus),
             metrics=metrics,
             router_image=config.router_image,
             policy=config.policy,

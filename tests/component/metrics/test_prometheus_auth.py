@@ -13,7 +13,8 @@ import pytest
 from aiohttp import web
 from tests.component.conftest import Serve
 
-from specpilot.fetch.prometheus import PrometheusAuth, query
+from specpilot.fetch.endpoints import PrometheusEndpoint
+from specpilot.fetch.prometheus import query
 from specpilot.metrics.promql import QueryFailure
 
 EMPTY = {"status": "success", "data": {"resultType": "vector", "result": []}}
@@ -61,7 +62,7 @@ async def test_credentials_reach_the_prometheus_they_are_for_and_nothing_else(
     url, ca, seen = prometheus
     token = tmp_path / "token"
     token.write_text("good\n")
-    auth = PrometheusAuth(url=f"{url}/", token_file=str(token), ca_file=str(ca))
+    auth = PrometheusEndpoint.bearer(f"{url}/", str(token), str(ca))
     now = datetime.now(UTC)
     async with aiohttp.ClientSession() as session:
         ok = await query(session, url, "up", at=now, timeout_s=5, auth=auth)
@@ -70,7 +71,7 @@ async def test_credentials_reach_the_prometheus_they_are_for_and_nothing_else(
         refused = await query(session, url, "up", at=now, timeout_s=5, auth=auth)
         assert isinstance(refused, QueryFailure) and "HTTP 401" in refused.reason, refused
         # Credentials for another Prometheus neither verify this one nor travel to it.
-        elsewhere = PrometheusAuth(url="https://prometheus.other.example/", token_file=str(token), ca_file=str(ca))
+        elsewhere = PrometheusEndpoint.bearer("https://prometheus.other.example/", str(token), str(ca))
         untrusted = await query(session, url, "up", at=now, timeout_s=5, auth=elsewhere)
     assert isinstance(untrusted, QueryFailure) and "certificate" in untrusted.reason.lower(), untrusted
     assert seen == ["Bearer good", "Bearer rotated"]
@@ -90,8 +91,8 @@ async def test_credentials_reach_the_prometheus_they_are_for_and_nothing_else(
     ],
 )
 def test_credentials_cover_one_prometheus_exactly(url: str, covered: bool) -> None:
-    assert PrometheusAuth(url="https://prometheus.example:9091/").covers(url) is covered
-    under = PrometheusAuth(url="https://vm.example/select/0/prometheus")
+    assert PrometheusEndpoint.bearer("https://prometheus.example:9091/").covers(url) is covered
+    under = PrometheusEndpoint.bearer("https://vm.example/select/0/prometheus")
     assert under.covers("https://vm.example/select/0/prometheus/") and not under.covers("https://vm.example/select/1")
     assert not under.covers("https://vm.example/select/0/prometheus-other")
 
@@ -107,6 +108,6 @@ def test_credentials_cover_one_prometheus_exactly(url: str, covered: bool) -> No
 def test_credentials_for_a_service_cover_it_in_every_spelling(url: str) -> None:
     """A pilot's `name.ns` is called as `name.ns.svc`: the credentials follow the Service, not the spelling."""
     for written in ("https://prometheus-k8s.monitoring:9091", "https://prometheus-k8s.monitoring.svc:9091"):
-        assert PrometheusAuth(url=written).covers(url)
-        assert not PrometheusAuth(url=written).covers(url.replace("monitoring", "team-a"))
-        assert not PrometheusAuth(url=written).covers(url.replace("9091", "9090"))
+        assert PrometheusEndpoint.bearer(written).covers(url)
+        assert not PrometheusEndpoint.bearer(written).covers(url.replace("monitoring", "team-a"))
+        assert not PrometheusEndpoint.bearer(written).covers(url.replace("9091", "9090"))

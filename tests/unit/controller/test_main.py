@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+from pathlib import Path
 
 import pytest
+import yaml
 
 from specpilot.controller.main import configure_logging, parse_args
 
@@ -48,12 +50,65 @@ def test_the_policy_comes_from_flags_or_the_environment() -> None:
 def test_prometheus_credentials_need_the_prometheus_they_are_for(capsys: pytest.CaptureFixture[str]) -> None:
     flags = ["--all-namespaces", "--prometheus-token-file", "/etc/specpilot/prometheus/token"]
     config = parse_args([*flags, "--prometheus-auth-url", "https://prometheus.example/"], {})
-    assert config.prometheus_auth is not None and config.prometheus_auth.covers("https://prometheus.example/api")
-    assert not config.prometheus_auth.covers("https://prometheus.example.attacker.io/")
-    assert parse_args(["--all-namespaces"], {}).prometheus_auth is None
+    held = config.prometheus.flags
+    assert held is not None and held.covers("https://prometheus.example/api")
+    assert not held.covers("https://prometheus.example.attacker.io/")
+    assert parse_args(["--all-namespaces"], {}).prometheus.flags is None
     with pytest.raises(SystemExit):
         parse_args(flags, {})
     assert "need --prometheus-auth-url" in capsys.readouterr().err
+
+
+SECRET = "s3cr3t-value"
+
+
+def test_named_prometheus_endpoints_come_from_a_file_and_reach_the_policy(tmp_path: Path) -> None:
+    file = tmp_path / "endpoints.yaml"
+    file.write_text(
+        yaml.safe_dump(
+            {
+                "endpoints": [
+                    {
+                        "name": "mimir",
+                        "url": "https://mimir.monitoring:8080/prometheus",
+                        "basic_auth": {"username": "specpilot", "password": SECRET},
+                        "tls_config": {"ca_file": "/ca.crt", "cert_file": "/tls.crt", "key_file": "/tls.key"},
+                        "http_headers": {"X-Scope-OrgID": {"values": ["team-a"]}},
+                    },
+                    {"name": "thanos", "url": "http://thanos.monitoring:9090"},
+                ]
+            }
+        )
+    )
+    config = parse_args(["--all-namespaces", "--prometheus-endpoints", str(file)], {})
+    assert set(config.prometheus.named) == {"mimir", "thanos"}
+    assert config.policy.endpoints == ("mimir", "thanos")
+    assert SECRET not in repr(config), "an inline secret is kept out of the configuration's repr"
+    headers, secrets = config.prometheus.named["mimir"].headers()
+    assert headers["X-Scope-OrgID"] == "team-a" and headers["Authorization"].startswith("Basic ")
+    assert SECRET in secrets
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "complaint"),
+    [
+        ({"name": "m", "url": "https://m", "basic_auth": {"password": SECRET}}, "username"),
+        ({"name": "m", "url": "https://m", "authorization": {"credentials": SECRET, "credentials_file": "/t"}}, "one"),
+        ({"name": "m", "url": "https://m", "tls_config": {"cert_file": "/c"}}, "key_file"),
+        ({"name": "m", "url": "https://m", "http_headers": {"Authorization": {"secrets": [SECRET]}}}, "Authorization"),
+        ({"name": "m", "url": "https://m", "oauth2": {"client_secret": SECRET}}, "oauth2"),
+    ],
+    ids=["no-username", "two-credentials", "cert-without-key", "authorization-header", "unknown-field"],
+)
+def test_a_bad_endpoints_file_names_the_field_and_never_a_secret(
+    endpoint: dict[str, object], complaint: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    file = tmp_path / "endpoints.yaml"
+    file.write_text(yaml.safe_dump({"endpoints": [endpoint]}))
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--prometheus-endpoints", str(file)], {})
+    err = capsys.readouterr().err
+    assert "--prometheus-endpoints" in err and complaint in err and SECRET not in err, err
 
 
 def test_the_peering_name_is_an_object_name_or_empty_for_standalone(capsys: pytest.CaptureFixture[str]) -> None:

@@ -187,3 +187,14 @@ def test_engine_images_any_unless_named() -> None:
     (problem,) = policy.problems(spec_with(image="docker.io/someone/miner:latest"), "team-a")
     assert problem.field == "spec.engine.image"
     assert "'docker.io/someone/miner:latest' is not one the operator runs" in problem.message
+
+
+def test_a_named_endpoint_must_be_one_the_operator_holds_and_needs_no_outbound_pattern() -> None:
+    doc = SPEC.to_wire()
+    doc["analysis"]["metricsSource"] = {"prometheus": {"endpoint": "mimir"}}
+    spec = SpeculationPilotSpec.from_wire(doc)
+    assert outbound_urls(spec) == [], "the installer's own endpoint is no URL the pilot names"
+    assert Policy(endpoints=("thanos", "mimir")).problems(spec, "team-a") == []
+    (problem,) = Policy(endpoints=("thanos",)).problems(spec, "team-a")
+    assert problem.field == "spec.analysis.metricsSource.prometheus.endpoint"
+    assert "no Prometheus endpoint named 'mimir'" in problem.message and "thanos" in problem.message

@@ -34,10 +34,24 @@ class Policy:
 
     outbound: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
+    endpoints: tuple[str, ...] = ()  # the Prometheus endpoints the operator holds credentials for, by name
 
     def problems(self, spec: SpeculationPilotSpec, namespace: str) -> list[Problem]:
         """What the spec of a pilot in `namespace` asks beyond the policy, by field."""
-        return [*self._outbound(spec, namespace), *self._image(spec)]
+        return [*self._outbound(spec, namespace), *self._endpoint(spec), *self._image(spec)]
+
+    def _endpoint(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
+        """A named Prometheus endpoint is the installer's own, so its URL needs no outbound pattern; but it
+        must be one the operator holds."""
+        source = spec.analysis.metrics_source
+        name = source.prometheus.endpoint if source is not None else None
+        if name is not None and name not in self.endpoints:
+            known = ", ".join(self.endpoints) or "none"
+            yield Problem(
+                "spec.analysis.metricsSource.prometheus.endpoint",
+                f"the operator holds no Prometheus endpoint named {name!r} (it holds: {known}; the operator's "
+                "--prometheus-endpoints, the chart's prometheusEndpoints)",
+            )
 
     def admit(self, spec: SpeculationPilotSpec, namespace: str) -> SpeculationPilotSpec | list[Problem]:
         """The spec as the operator calls it (`as_called`), or what it asks beyond the policy."""
@@ -94,8 +108,9 @@ def outbound_urls(spec: SpeculationPilotSpec) -> list[tuple[str, str]]:
         for field, case in listed_cases(spec)
         if case.score is not None and case.score.webhook is not None
     ]
-    if spec.analysis.metrics_source is not None:
-        urls.append(("spec.analysis.metricsSource.prometheus.url", spec.analysis.metrics_source.prometheus.url))
+    source = spec.analysis.metrics_source
+    if source is not None and source.prometheus.url is not None:
+        urls.append(("spec.analysis.metricsSource.prometheus.url", source.prometheus.url))
     return urls
 
 
