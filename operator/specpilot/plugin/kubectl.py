@@ -1,4 +1,4 @@
-"""`kubectl specpilot`: see pilots by scope, act on them, and write their handover package.
+"""`kubectl specpilot`: see pilots by scope, act on them, write their handover package, and calibrate step costs.
 
     kubectl specpilot get [PILOT] [--watch]       a table per scope: state, weight, last window, decision
     kubectl specpilot list [-A]                   one line per pilot: phase, speculative scopes, decision
