@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 from dataclasses import replace
@@ -707,3 +708,28 @@ def test_an_adoption_without_a_quality_gate_says_it_rests_on_speed_alone() -> No
     assert speed not in gated.reasons and ungated.reasons[1] == speed
     deferred = decide_scope("never", evidence, fallbacks=[], confidence=0.9, gated=False).decision
     assert deferred.outcome is DecisionOutcome.DEFER and speed.replace("always", "never") not in deferred.reasons
+
+
+def test_no_deferral_reports_a_win_without_saying_in_its_first_sentence_why_it_is_not_adopted() -> None:
+    """Across scopes that win everywhere, win low and lose high, flipped for speed or a latency limit below,
+    at, among and above their wins (or at a load not recorded): every deferral with a win at a measured
+    load states that win's figure in its first sentence, the one that says why it is deferred."""
+    metrics = (MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, MetricName.INTER_TOKEN_LATENCY_RATIO)
+    deferred_with_wins = set()
+    for alpha, loads in itertools.product((0.95, 0.5), ((1, 2, 3, 5, 7, 9, 11), (5.6, 7.4))):
+        evidence = pilot({"s": alpha}, loads=loads, per_load=9)
+        places = (None, min(loads) * 0.9, loads[len(loads) // 2], max(loads), max(loads) * 1.6)
+        for flips in [[], *([_flip("s", metric, at)] for metric in metrics for at in places)]:
+            state = ScopeState.ROLLED_BACK if flips else ScopeState.SPECULATIVE
+            found = decide_scope("s", evidence, fallbacks=flips, confidence=0.9, state=state)
+            wins = [c for c in found.comparisons if c.measured and c.wins]
+            if found.decision.outcome is not DecisionOutcome.DEFER or not wins:
+                continue
+            assert any(f"{c.ratio:.2f}x at {c.band.load:.2f}" in found.decision.reasons[0] for c in wins), (
+                alpha,
+                loads,
+                flips,
+                found.decision.reasons,
+            )
+            deferred_with_wins.add(found.decision.defer_reason)
+    assert deferred_with_wins == {DeferReason.NO_NET_GAIN, DeferReason.LIMIT_FAILED, DeferReason.INSUFFICIENT_EVIDENCE}
