@@ -61,7 +61,7 @@ log "2. installing the chart, serving the pilot's namespace"
 kubectl create namespace "$PILOT_NS" --dry-run=client -o yaml | kubectl apply -f -
 helm upgrade --install specpilot "$REPO_ROOT/charts/specpilot" \
   --namespace "$OPERATOR_NS" --create-namespace \
-  --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
+  --set image.registry= --set image.repository="${IMAGE%:*}" --set image.tag="${IMAGE##*:}" \
   --set "watchNamespaces={$PILOT_NS}" \
   --wait --timeout 180s
 kubectl -n "$OPERATOR_NS" rollout status deployment/specpilot --timeout=120s

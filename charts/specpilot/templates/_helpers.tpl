@@ -63,10 +63,11 @@ releases never share one. */}}
 {{- default (include "specpilot.fullname" .) .Values.peering.name -}}
 {{- end -}}
 
-{{/* The operator's image, from global.imageRegistry when an umbrella chart sets one. */}}
+{{/* The operator's image: image.registry, or global.imageRegistry when an umbrella chart sets one, in
+front of image.repository. */}}
 {{- define "specpilot.image" -}}
 {{- $repository := .Values.image.repository -}}
-{{- with .Values.global.imageRegistry -}}
+{{- with .Values.global.imageRegistry | default .Values.image.registry -}}
 {{- $repository = printf "%s/%s" (trimSuffix "/" .) $repository -}}
 {{- end -}}
 {{- if .Values.image.digest -}}

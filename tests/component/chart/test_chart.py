@@ -93,7 +93,8 @@ def test_operator_runs_non_root_on_a_read_only_root_with_resources() -> None:
     assert container["livenessProbe"]["httpGet"]["port"] == "liveness"
     # Listening on the pod IP rather than 0.0.0.0: the same ports on every pod, never shared.
     assert "--liveness=$(POD_IP):8081" in container["args"] and "--metrics=$(POD_IP):8082" in container["args"]
-    assert container["image"] == router_image(deployment) == "specpilot/specpilot:0.1.0"
+    # where the release workflow publishes it
+    assert container["image"] == router_image(deployment) == "ghcr.io/specpilot/specpilot:0.1.0"
 
 
 def test_standby_replicas_need_peering() -> None:
@@ -216,7 +217,7 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
     }
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["image"] == "specpilot/specpilot@sha256:" + "a" * 64
+    assert container["image"] == "ghcr.io/specpilot/specpilot@sha256:" + "a" * 64
     assert "--log-format=json" in container["args"]
     assert router_image(deployment) == container["image"]
     assert deployment["spec"]["revisionHistoryLimit"] == 3
@@ -244,10 +245,15 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
             "mirror.example/specpilot/specpilot@sha256:" + "b" * 64,
             None,
         ),
+        (
+            {"image.registry": "", "image.repository": "registry.example/team/specpilot"},
+            "registry.example/team/specpilot:0.1.0",
+            None,
+        ),
         # A routerImage is a full reference: used as given.
         ({"global.imageRegistry": "mirror.example", "routerImage": "other.example/r:1"}, None, "other.example/r:1"),
     ],
-    ids=["registry", "registry-and-digest", "router-image-in-full"],
+    ids=["registry", "registry-and-digest", "repository-in-full", "router-image-in-full"],
 )
 def test_the_image_registry_is_in_front_of_every_image_the_chart_derives(
     values: dict[str, str], operator: str | None, router: str | None
