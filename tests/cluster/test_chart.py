@@ -98,6 +98,33 @@ def test_operator_account_cannot_touch_secrets(cluster: Cluster, release: Releas
     assert mine and not any("secrets" in line or "[*]" in line for line in mine), listing
 
 
+def test_a_team_bound_to_edit_may_run_pilots_and_one_bound_to_view_may_read_them(
+    cluster: Cluster, release: Release, pilot_namespace: str
+) -> None:
+    # The release's aggregated ClusterRoles join Kubernetes' own `edit` and `view` (the controller
+    # manager aggregates them a moment after the install): no RBAC of the team's own.
+    editor, viewer = f"editor-{release.name}", f"viewer-{release.name}"
+    for user, role in ((editor, "edit"), (viewer, "view")):
+        cluster.kubectl(
+            "create", "rolebinding", f"{user}-{role}", f"--clusterrole={role}", f"--user={user}", "-n", pilot_namespace
+        )
+
+    def can(user: str, *args: str, namespace: str = pilot_namespace) -> str:
+        out = cluster.kubectl("auth", "can-i", *args, "-n", namespace, f"--as={user}", check=False)
+        return out.stdout.strip()
+
+    pilots = "speculationpilots.specpilot.io"
+    wait_until("edit to take in the release's role", lambda: can(editor, "create", pilots) == "yes", timeout=60)
+    for verb in ("get", "list", "watch", "update", "patch", "delete"):
+        assert can(editor, verb, pilots) == "yes", verb
+    for verb in ("get", "list", "watch"):
+        assert can(viewer, verb, pilots) == "yes", verb
+    assert can(viewer, "create", pilots) == "no" and can(viewer, "patch", pilots) == "no"
+    # the status stays the operator's
+    assert can(editor, "patch", f"{pilots}/status") == "no"
+    assert can(editor, "create", pilots, namespace="default") == "no"  # bound in the team's namespace only
+
+
 def operator_metrics(pod: dict[str, Any]) -> str:
     ip, port = pod["status"]["podIP"], 8082
     with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=5) as resp:
