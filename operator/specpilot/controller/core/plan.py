@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from specpilot.analysis.checks import Check
 from specpilot.analysis.evidence import Evidence, WindowLoad
 from specpilot.analysis.quality import probe_checks, scope_cases, webhook_check
-from specpilot.analysis.rollout import Event, EventType
+from specpilot.analysis.rollout import Action, Event, EventType
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES
 from specpilot.api.reasons import Reason
@@ -28,6 +28,7 @@ from specpilot.api.status import (
     SpeculationPilotStatus,
     TakeoverStatus,
     Verdict,
+    WorkloadStatus,
 )
 from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
@@ -45,10 +46,17 @@ from specpilot.controller.core.progress import (
     warm,
 )
 from specpilot.controller.core.rehearsal import next_move, rehearsing, rehearsing_rolled_back
-from specpilot.controller.core.rehearse import leftovers, load_changed_at, rehearsal_children, rehearsal_tick
+from specpilot.controller.core.rehearse import (
+    RehearsalTick,
+    leftovers,
+    load_changed_at,
+    rehearsal_children,
+    rehearsal_tick,
+)
 from specpilot.controller.core.render import (
     ArmPlan,
     PilotRef,
+    Rendered,
     arms_of,
     content_hash,
     render,
@@ -57,7 +65,7 @@ from specpilot.controller.core.render import (
 )
 from specpilot.controller.core.routing import ordinary, routing_table, table_hash
 from specpilot.controller.core.snapshot import Child, Observation, Snapshot
-from specpilot.controller.core.status import Observed, carry_scopes, invalid_status, reconciled_status
+from specpilot.controller.core.status import Observed, StatusPlan, carry_scopes, invalid_status, reconciled_status
 from specpilot.controller.core.takeover import ServicePatch, TakeoverTick, restoring, takeover_tick
 from specpilot.controller.core.workload import Workload, workload_status
 from specpilot.wire.names import (
@@ -164,18 +172,97 @@ def _invalid(snapshot: Snapshot, problems: Sequence[Problem]) -> Plan:
     )
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Moved:
+    """The scopes carried onto this spec and moved by this tick's judged windows, with what the evidence
+    and the decisions after them need: the arms, their replicas and loads, and the rehearsal so far."""
+
+    arms: tuple[ArmPlan, ...]
+    workload: WorkloadStatus | None
+    carried: tuple[Event, ...]  # the scopes' Events of carrying the last status onto this spec
+    measured: Mapping[str, Measured]
+    manual: Mapping[str, Action]
+    replicas: Mapping[Arm, int]
+    loads: Mapping[str, WindowLoad]
+    rehearsal: RehearsalStatus | None  # as the last tick left it
+    rehearsing: tuple[str, ...]
+    progress: Progress
+
+
 def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
-    pilot, seen, now = snapshot.pilot, snapshot.seen, snapshot.now
-    ref, previous = pilot.ref, pilot.status
-    arms = _arms(ref, spec, snapshot.workload)
+    """A valid spec's tick: the scopes move, the evidence and decisions follow, the rehearsal steps, the
+    routing table and objects are rendered, the takeover steps, and the status says it all."""
+    seen, now, previous = snapshot.seen, snapshot.now, snapshot.pilot.status
+    production, saturated, last_window = _production(snapshot, spec)
+    moved = _move(snapshot, spec, paused=saturated is not None)
+    evidence = _evidence(snapshot, spec, moved)
+    decided = decide(
+        evidence,
+        spec=spec,
+        scopes=moved.progress.scopes,
+        fallbacks=moved.progress.fallbacks,
+        annotations=seen.annotations,
+        previous=previous.decision if previous is not None else None,
+        rehearsal=moved.rehearsal,
+        now=now,
+    )
+    rehearsal = rehearsal_tick(
+        snapshot,
+        spec,
+        replicas=moved.replicas,
+        scopes=decided.scopes,
+        decision=decided.decision,
+        evidence=evidence,
+        saturated=last_window,
+    )
+    routes, table = _routes(snapshot.pilot.ref.name, spec, previous, decided, now, off=rehearsal.off)
+    rendered = _render(snapshot, spec, table, rehearsal)
+    # reconciles land a little after the interval
+    refresh = spec.analysis.interval * 0.9
+    applies, restored = changes(
+        rendered, seen, snapshot.written, table=table, routes_hash=table_hash(table), now=now, refresh=refresh
+    )
+    taken = _takeover(snapshot, spec, decided.scopes)
+    events = (*moved.carried, *moved.progress.events, *restored, *decided.events, *rehearsal.events, *taken.events)
+    landed = _status(
+        snapshot,
+        spec,
+        moved,
+        decided,
+        routes=routes,
+        rehearsal=rehearsal,
+        taken=taken,
+        production=production,
+        events=events,
+    )
+    return Plan(
+        status=landed.status,
+        status_changed=landed.status != previous,
+        events=landed.events,
+        applies=applies,
+        removes=leftovers(seen, rendered.objects, keep=rehearsal.keep),
+        patch=taken.patch,
+        confirm=_confirm(seen, routes, moved.progress.flipped),
+        clear_annotations=tuple(key for key in ACTED_ON if key in seen.annotations),
+        evidence=evidence,
+        judged=_judged(moved),
+        flipped=moved.progress.flipped,
+        delay=_delay(spec, rehearsal.status, now),
+    )
+
+
+def _move(snapshot: Snapshot, spec: SpeculationPilotSpec, *, paused: bool) -> _Moved:
+    """The scopes carried onto this spec, their due windows measured and judged, manual actions applied
+    (`paused`: production is saturated, so no scope is promoted)."""
+    seen, now, previous = snapshot.seen, snapshot.now, snapshot.pilot.status
+    arms = _arms(snapshot.pilot.ref, spec, snapshot.workload)
     workload = workload_status(snapshot.workload) if snapshot.workload is not None else None
-    scopes, scope_events = carry_scopes(previous, spec, arms, now=now, workload=workload)
+    scopes, carried = carry_scopes(previous, spec, arms, now=now, workload=workload)
     measured = _measured(snapshot, spec, scopes, _windows(snapshot, spec, scopes))
     names = [scope.name for scope in scopes]
     manual = manual_actions(seen.annotations, names)
-    production, saturated, last_window = _production(snapshot, spec)
-    last_rehearsal = previous.rehearsal if previous is not None else None
-    rehearsed = rehearsing(last_rehearsal, window=spec.analysis.window, now=now)
+    rehearsal = previous.rehearsal if previous is not None else None
+    rehearsed = rehearsing(rehearsal, window=spec.analysis.window, now=now)
     replicas = {arm_plan.arm: len(seen.ready(arm_plan.arm.value)) or arm_plan.replicas for arm_plan in arms}
     loads = {
         name: snapshot.measurements.load(item.window, replicas=replicas, analysis=spec.analysis)
@@ -192,42 +279,27 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         # every scope: a flipped one's requests in flight hold the cache until they drain
         kv_loads=snapshot.measurements.kv_loads(names, analysis=spec.analysis, end=_end(snapshot)) if measured else {},
         loads=loads,
-        paused=saturated is not None,
+        paused=paused,
         rehearsing=rehearsed,
     )
-    evidence = _evidence(
-        snapshot,
-        spec,
-        arms,
-        measured,
-        progress,
+    return _Moved(
+        arms=arms,
+        workload=workload,
+        carried=tuple(carried),
+        measured=measured,
+        manual=manual,
+        replicas=replicas,
         loads=loads,
-        replicas=replicas,
-        rehearsal=last_rehearsal,
+        rehearsal=rehearsal,
         rehearsing=rehearsed,
+        progress=progress,
     )
-    decided = decide(
-        evidence,
-        spec=spec,
-        scopes=progress.scopes,
-        fallbacks=progress.fallbacks,
-        annotations=seen.annotations,
-        previous=previous.decision if previous is not None else None,
-        rehearsal=last_rehearsal,
-        now=now,
-    )
-    rehearsal = rehearsal_tick(
-        snapshot,
-        spec,
-        replicas=replicas,
-        scopes=decided.scopes,
-        decision=decided.decision,
-        evidence=evidence,
-        saturated=last_window,
-    )
-    routes, table = _routes(ref.name, spec, previous, decided, now, off=rehearsal.off)
-    rendered = render(
-        ref,
+
+
+def _render(snapshot: Snapshot, spec: SpeculationPilotSpec, table: RoutingTable, rehearsal: RehearsalTick) -> Rendered:
+    """Every object of the pilot for this tick's table, with the rehearsal's."""
+    return render(
+        snapshot.pilot.ref,
         spec,
         table=table,
         router_image=snapshot.router_image,
@@ -235,67 +307,56 @@ def _valid(snapshot: Snapshot, spec: SpeculationPilotSpec) -> Plan:
         restarting=rehearsal.restarting,
         workload=snapshot.workload,
     )
-    applies, restored = changes(
-        rendered,
-        seen,
-        snapshot.written,
-        table=table,
-        routes_hash=table_hash(table),
-        now=now,
-        refresh=spec.analysis.interval * 0.9,  # reconciles land a little after the interval
-    )
-    taken = _takeover(snapshot, spec, decided.scopes)
-    landed = reconciled_status(
-        previous,
+
+
+def _status(
+    snapshot: Snapshot,
+    spec: SpeculationPilotSpec,
+    moved: _Moved,
+    decided: Decided,
+    *,
+    routes: RoutesStatus,
+    rehearsal: RehearsalTick,
+    taken: TakeoverTick,
+    production: ProductionGuard | None,
+    events: Sequence[Event],
+) -> StatusPlan:
+    """The status this tick leaves, with its Events: `events` are the scopes' and the steps' own."""
+    pilot, seen = snapshot.pilot, snapshot.seen
+    deployments = {name: child.deployment for (_, name), child in seen.children.items() if child.deployment is not None}
+    if snapshot.workload is not None:
+        deployments[snapshot.workload.name] = snapshot.workload.state
+    return reconciled_status(
+        pilot.status,
         spec=spec,
         generation=pilot.generation,
-        arms=arms,
-        router_deployment=router_name(ref.name),
-        observed=Observed(
-            deployments={
-                **{
-                    name: child.deployment for (_, name), child in seen.children.items() if child.deployment is not None
-                },
-                **({snapshot.workload.name: snapshot.workload.state} if snapshot.workload is not None else {}),
-            },
-            troubles=seen.troubles,
-        ),
+        arms=moved.arms,
+        router_deployment=router_name(pilot.ref.name),
+        observed=Observed(deployments=deployments, troubles=seen.troubles),
         routes=routes,
         scopes=decided.scopes,
-        scope_events=[
-            *scope_events,
-            *progress.events,
-            *restored,
-            *decided.events,
-            *rehearsal.events,
-            *taken.events,
-        ],
-        fallbacks=progress.fallbacks,
+        scope_events=list(events),
+        fallbacks=moved.progress.fallbacks,
         decision=decided.decision,
         rehearsal=rehearsal.status,
         production=production,
-        workload=workload,
+        workload=moved.workload,
         takeover=taken.status,
-        now=now,
+        now=snapshot.now,
     )
-    routers = tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT))
-    return Plan(
-        status=landed.status,
-        status_changed=landed.status != previous,
-        events=landed.events,
-        applies=applies,
-        removes=leftovers(seen, rendered.objects, keep=rehearsal.keep),
-        patch=taken.patch,
-        confirm=Confirm(routes.generation, progress.flipped, routers) if progress.flipped else None,
-        clear_annotations=tuple(key for key in ACTED_ON if key in seen.annotations),
-        evidence=evidence,
-        judged=tuple(
-            (status.name, status.last_window.verdict)
-            for status in progress.scopes
-            if status.name in measured and status.name not in manual and status.last_window is not None
-        ),
-        flipped=progress.flipped,
-        delay=_delay(spec, rehearsal.status, now),
+
+
+def _confirm(seen: Observation, routes: RoutesStatus, flipped: tuple[str, ...]) -> Confirm | None:
+    """The wait for every ready router to serve the table that flips `flipped`, if any did flip."""
+    return Confirm(routes.generation, flipped, tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT))) if flipped else None
+
+
+def _judged(moved: _Moved) -> tuple[tuple[str, Verdict], ...]:
+    """(scope, verdict) of each window judged this tick; a scope acted on by hand was not judged."""
+    return tuple(
+        (status.name, status.last_window.verdict)
+        for status in moved.progress.scopes
+        if status.name in moved.measured and status.name not in moved.manual and status.last_window is not None
     )
 
 
@@ -424,47 +485,37 @@ def _quality(snapshot: Snapshot, spec: SpeculationPilotSpec, scope: str) -> tupl
     return tuple(checks)
 
 
-def _evidence(
-    snapshot: Snapshot,
-    spec: SpeculationPilotSpec,
-    arms: Sequence[ArmPlan],
-    measured: Mapping[str, Measured],
-    progress: Progress,
-    *,
-    loads: Mapping[str, WindowLoad],
-    replicas: Mapping[Arm, int],
-    rehearsal: RehearsalStatus | None,
-    rehearsing: Collection[str],
-) -> Evidence:
+def _evidence(snapshot: Snapshot, spec: SpeculationPilotSpec, moved: _Moved) -> Evidence:
     """The evidence store with this tick's judged windows, each with the load its arms ran at (a window
     within which a rehearsal step began or the rehearsal ended is kept out of the bins), and the probe
     rounds' counts so far. A rolled-back scope rehearsed is not draining: the rehearsal runs it."""
-    runs = rehearsing_rolled_back(rehearsal, window=spec.analysis.window, now=snapshot.now)
+    progress = moved.progress
+    runs = rehearsing_rolled_back(moved.rehearsal, window=spec.analysis.window, now=snapshot.now)
     off = [
         status.name
         for status in progress.scopes
         if (status.weight == 0 and status.name not in runs) or status.name in progress.flipped
     ]
-    span = next((item.window for item in measured.values()), None)
+    span = next((item.window for item in moved.measured.values()), None)
     draining = [
         name
         for name in off
         if span is not None and snapshot.measurements.new_requests(name, since=span.start, end=span.end)
     ]
     return record(
-        fresh_for(snapshot.evidence, {plan.arm: plan.config_hash for plan in arms}, compared_arm(spec)),
+        fresh_for(snapshot.evidence, {arm.arm: arm.config_hash for arm in moved.arms}, compared_arm(spec)),
         spec=spec,
-        measured=measured,
-        loads=loads,
+        measured=moved.measured,
+        loads=moved.loads,
         scopes=progress.scopes,
         kv_blocks=snapshot.measurements.kv_blocks(),
         block_size=snapshot.measurements.block_size(),
-        gpus={plan.arm: plan.gpus for plan in arms},
-        replicas=replicas,
+        gpus={arm.arm: arm.gpus for arm in moved.arms},
+        replicas=moved.replicas,
         flipped=progress.flipped,
         draining=draining,
-        load_changed_at=load_changed_at(rehearsal, spec, snapshot.now),
-        rehearsing=rehearsing,
+        load_changed_at=load_changed_at(moved.rehearsal, spec, snapshot.now),
+        rehearsing=moved.rehearsing,
         probe=snapshot.probe,
     )
 
