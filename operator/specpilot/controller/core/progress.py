@@ -219,20 +219,7 @@ def advance_scopes(
             paused=paused,
             rehearsing=status.name in rehearsing,
         )
-        event: rollout.Input
-        if status.name in manual:
-            event = rollout.Manual(manual[status.name])
-        elif status.name in verdicts:
-            item, verdict = measured[status.name], verdicts[status.name]
-            event = rollout.Judged(
-                verdict=verdict,
-                summary=summarize(item.window, verdict),
-                start=item.window.start,
-                requests=item.new_requests,
-                loads=_compared_loads(item.window, (loads or {}).get(status.name)),
-            )
-        else:
-            event = rollout.Tick()
+        event = _input(status.name, manual=manual, verdicts=verdicts, measured=measured, loads=loads or {})
         step = rollout.advance(status, event, policy=policy, warm=warm, now=now)
         out.append(step.status)
         events.extend(step.events)
@@ -241,6 +228,29 @@ def advance_scopes(
         if status.weight > 0 and step.status.weight == 0:
             flipped.append(status.name)
     return Progress(out, records[-FALLBACK_LIMIT:], events, tuple(flipped))
+
+
+def _input(
+    name: str,
+    *,
+    manual: Mapping[str, rollout.Action],
+    verdicts: Mapping[str, WindowVerdict],
+    measured: Mapping[str, Measured],
+    loads: Mapping[str, WindowLoad],
+) -> rollout.Input:
+    """What moves a scope this tick: its manual action, else its judged window, else time passing."""
+    if name in manual:
+        return rollout.Manual(manual[name])
+    if name not in verdicts:
+        return rollout.Tick()
+    item, verdict = measured[name], verdicts[name]
+    return rollout.Judged(
+        verdict=verdict,
+        summary=summarize(item.window, verdict),
+        start=item.window.start,
+        requests=item.new_requests,
+        loads=_compared_loads(item.window, loads.get(name)),
+    )
 
 
 def _compared_loads(window: ScopeWindow, load: WindowLoad | None) -> dict[Arm, float]:
