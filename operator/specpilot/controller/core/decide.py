@@ -109,20 +109,31 @@ def record(
     if loads:
         out = watch_production(out, next(iter(loads.values())))
     if (flipped or draining) and measured:
-        # the others start again from the end of the last window the arm's mix changed within
-        at = max(item.window.end for item in measured.values())
-        # Only the scopes still on the arm: one already off it keeps what it measured there, which is
-        # what backs its own flip.
-        others = [
-            status.name
-            for status in scopes
-            if status.weight > 0 and status.name not in flipped and status.name not in draining
-        ]
-        out = mix_changed(out, others, at=at)
+        out = _mix_changed(out, scopes, measured, flipped=flipped, draining=draining)
     if probe is not None and probe.since is not None:
         counts = {name: kind_counts(probe, cases) for name, cases in scope_cases(spec).items()}
         out = record_probes(out, counts, since=probe.since)
     return fit(out)
+
+
+def _mix_changed(
+    evidence: Evidence,
+    scopes: Sequence[ScopeStatus],
+    measured: Mapping[str, Measured],
+    *,
+    flipped: Sequence[str],
+    draining: Collection[str],
+) -> Evidence:
+    """The store once the speculative arm's mix changed: the scopes still on it start again from the end
+    of the last window it changed within. One already off it keeps what it measured there, which is what
+    backs its own flip."""
+    at = max(item.window.end for item in measured.values())
+    others = [
+        status.name
+        for status in scopes
+        if status.weight > 0 and status.name not in flipped and status.name not in draining
+    ]
+    return mix_changed(evidence, others, at=at)
 
 
 def _load_changes(
