@@ -710,6 +710,10 @@ class Probes(ApiModel):
     """Tokens generated per probe, unless a case sets its own."""
     interval: Annotated[Duration, duration_within("10s", "24h")] = Duration("10m")
     """How often the probes run."""
+    per_round: Annotated[int, Field(strict=True, ge=1, le=16)] = 2
+    """Times a round asks each case (every kind but sampled, which asks `repeats`), one ask after the
+    other so that each answer is batched as a lone probe's: more per round reaches a probe check's
+    decision in fewer rounds, at that many times the requests."""
 
     @property
     def all_cases(self) -> tuple[ProbeCase, ...]:

@@ -7,9 +7,14 @@ whole and streamed (greedy text to both pods at once, then again to the baseline
 variation is measured under the batching its first answer saw); sampled cases are asked `repeats` times
 of each arm at their temperature, whole, and each answer is scored (a score webhook gets one answer at a
 time and never learns its arm); cancel cases drop a stream and watch the pod's running-requests gauge,
-one arm at a time after the other cases, so that no other probe moves the gauge. What the answers mean
-is judged in `analysis.probes`; only the answers' shape is read here, and nothing of a body, an answer's
-or a webhook's reply, is logged. The session given follows no redirect (`fetch.outbound`): a webhook or
+one arm at a time after the other cases, so that no other probe moves the gauge. A round asks each case
+`perRound` times, one ask after the other: the engine's own greedy variation grows with the batch an
+answer joins (the mock's chance is 1 - (1 - rate)^batch), so asks sent together would raise both arms'
+divergence alike and bury a difference, while one at a time each arm's answers and the baseline's
+repeat meet the same batches, so a round's tally (one stratum of the tests) compares like batches with
+like, and no per-batch strata are needed (vLLM does not report an answer's batch anyway). What the
+answers mean is judged in `analysis.probes`; only the answers' shape is read here, and nothing of a
+body, an answer's or a webhook's reply, is logged. The session given follows no redirect (`fetch.outbound`): a webhook or
 a pod that answers with one has failed the call.
 """
 
@@ -19,6 +24,7 @@ import asyncio
 import json
 import random
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -28,6 +34,7 @@ from specpilot.analysis.probes import (
     ArmAnswers,
     CaseTally,
     Readings,
+    accumulate,
     answer_round,
     cancel_round,
     greedy_round,
@@ -270,12 +277,18 @@ async def run_probes(
     model: str,
 ) -> ProbeResult:
     """One round of every case, against one pod of the compared arm and one of the speculative arm (their
-    base URLs); cancel cases last and one by one."""
+    base URLs), each case asked `probes.perRound` times one after the other (a sampled case once: it asks
+    `repeats`) into one tally; cancel cases last and one by one."""
 
-    def one(case: ProbeCase) -> Any:
-        return probe_case(
-            session, case, baseline=baseline, speculative=speculative, model=model, max_tokens=probes.max_tokens
-        )
+    async def one(case: ProbeCase) -> CaseTally:
+        total: CaseTally | None = None
+        for _ in range(1 if case.kind is ProbeKind.SAMPLED else probes.per_round):
+            tally = await probe_case(
+                session, case, baseline=baseline, speculative=speculative, model=model, max_tokens=probes.max_tokens
+            )
+            total = tally if total is None else replace(accumulate(total, tally), rounds=1)
+        assert total is not None  # asked at least once
+        return total
 
     answered = [case for case in cases if case.kind is not ProbeKind.CANCEL]
     dropped = [case for case in cases if case.kind is ProbeKind.CANCEL]

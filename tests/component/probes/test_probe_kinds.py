@@ -14,7 +14,7 @@ from tests.component.conftest import Serve
 from tests.component.mockvllm.client import FAST, TOOL_FLAGS, WEATHER_PARAMETERS, inject, post
 
 from specpilot.analysis.checks import Check
-from specpilot.analysis.quality import ProbeResult, accumulated, kind_groups, probe_checks
+from specpilot.analysis.quality import ProbeResult, accumulated, case_key, kind_groups, probe_checks
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import ProbeCase, Probes, Quality
 from specpilot.api.status import Verdict
@@ -46,6 +46,25 @@ def only(checks: list[Check], metric: MetricName) -> Check:
 
 
 GREEDY = [{"kind": "greedy", "prompt": f"greedy probe {i}", "chat": False, "maxTokens": 24} for i in range(4)]
+SAMPLED_LENGTH = {"kind": "sampled", "prompt": "p", "temperature": 0.7, "repeats": 2, "score": {"builtin": "length"}}
+
+
+async def test_a_round_asks_each_case_per_round_times_into_one_tally(mock_vllm: Any) -> None:
+    baseline, speculative = await mock_vllm(*FAST), await mock_vllm(*FAST)
+    parsed = [ProbeCase.from_wire(GREEDY[0]), ProbeCase.from_wire(SAMPLED_LENGTH)]
+    async with aiohttp.ClientSession() as session:
+        result = await run_probes(
+            session,
+            baseline=baseline.url,
+            speculative=speculative.url,
+            probes=Probes(cases=parsed, per_round=3),
+            cases=parsed,
+            model=MODEL,
+        )
+    greedy, sampled = (result.tallies[case_key(case)] for case in parsed)
+    # three asks, each whole and streamed: six comparisons a side, one round, one stratum of the tests
+    assert (greedy.rounds, greedy.speculative_trials, greedy.baseline_trials) == (1, 6, 6)
+    assert (sampled.rounds, sampled.speculative_trials) == (1, 2)  # a sampled case asks its repeats, once
 
 
 @pytest.mark.parametrize("faulty", [False, True], ids=["healthy", "diverging"])
@@ -117,8 +136,8 @@ async def test_cancel(mock_vllm: Any, faulty: bool) -> None:
     if faulty:
         await inject(speculative.admin_url, {"kind": "cancel_leak", "rate": 1.0})
     case = {"kind": "cancel", "prompt": "long", "chat": False, "maxTokens": 3000, "afterChunks": 3, "settle": "1s"}
-    # a kept slot every round, against none on the baseline: shown by the 11th round
-    check = only(await probe(baseline, speculative, [case], rounds=11), MetricName.PROBE_CANCEL)
+    # a kept slot every ask, two asks a round (perRound), against none on the baseline: shown by the 5th round
+    check = only(await probe(baseline, speculative, [case], rounds=5), MetricName.PROBE_CANCEL)
     assert check.verdict is (Verdict.FAIL if faulty else Verdict.PASS), check.reason
     if faulty:
         assert check.reason.startswith("cancel probe keeps") and "vllm:num_requests_running differs" in check.reason

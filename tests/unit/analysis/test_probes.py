@@ -219,15 +219,15 @@ CLEAN = cancel_round(case("cancel"), baseline=Readings(0, 0), speculative=Readin
 
 
 def test_a_leak_on_the_speculative_arm_only_fails_once_shown_above_the_baselines_rate() -> None:
-    # one kept slot is what load on the pod can look like: a leak every round is shown by the 11th
-    *passing, failing = list(checks_by_round(case("cancel"), [LEAK] * 11))
+    # one kept slot is what load on the pod can look like: a leak every round is shown by the 12th
+    *passing, failing = list(checks_by_round(case("cancel"), [LEAK] * 12))
     assert all(check.verdict is Verdict.PASS for check in passing)
     assert failing.verdict is Verdict.FAIL and failing.fires and failing.metric is MetricName.PROBE_CANCEL
     assert "cancel probe keeps dropped streams' slots" in failing.reason and "mixture SPRT p=" in failing.evidence
 
 
 def test_a_leak_after_500_clean_rounds_is_caught_as_soon_as_one_from_the_first() -> None:
-    assert first_failing(case("cancel"), [*[CLEAN] * 500, *[LEAK] * 20]) == 500 + 11
+    assert first_failing(case("cancel"), [*[CLEAN] * 500, *[LEAK] * 20]) == 500 + 12
 
 
 def test_a_tool_call_that_breaks_after_500_clean_rounds_flips_long_before_the_share_falls() -> None:
@@ -237,8 +237,8 @@ def test_a_tool_call_that_breaks_after_500_clean_rounds_flips_long_before_the_sh
     clean = answer_round(probe, baseline=good, speculative=good)
     broken = answer_round(probe, baseline=good, speculative=bad)
     assert first_failing(probe, [broken]) == 1  # below quality.minAgreement at once
-    # the share of 500 clean rounds falls below 95% after 27 broken ones; the tests see it by the 11th
-    *_, check = checks_by_round(probe, [*[clean] * 500, *[broken] * 11])
+    # the share of 500 clean rounds falls below 95% after 27 broken ones; the tests see it by the 12th
+    *_, check = checks_by_round(probe, [*[clean] * 500, *[broken] * 12])
     assert check.verdict is Verdict.FAIL and check.reason.startswith(
         "toolCall probe fails more often than the baseline"
     )
@@ -379,7 +379,7 @@ def test_a_scope_resumes_its_probe_tests_after_a_restart_from_the_evidence() -> 
     probe = case("cancel")
     groups = kind_groups([probe]).values()
     first = None
-    for _ in range(8):  # not yet shown
+    for _ in range(9):  # not yet shown
         first = accumulated(first, ProbeResult({case_key(probe): LEAK}), groups=groups)
     kept = ProbeRecord(since=NOW, current=kind_counts(first, [probe]))
     assert kept.before(NOW) == {} and kept.before(None) == kept.counts()
@@ -390,7 +390,7 @@ def test_a_scope_resumes_its_probe_tests_after_a_restart_from_the_evidence() -> 
         earlier = kept.before(second.since + INTERVAL)
         (check,) = probe_checks(second, [probe], quality=Quality(), confidence=0.95, earlier=earlier)
         verdicts.append(check.verdict)
-    assert verdicts == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]  # the 11th round, as in one run
+    assert verdicts == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]  # the 12th round, as in one run
 
 
 # --- cases of a pilot ------------------------------------------------------------------------------
