@@ -1040,6 +1040,80 @@ def _low_load_limit(decision: ScopeDecision) -> float:
     return decision.crossover_load or decision.max_load or 0.0
 
 
+@dataclass(frozen=True)
+class _Stated:
+    """What every pilot decision carries: when and why it was stated, and its scopes' first reasons."""
+
+    trigger: DecisionTrigger
+    now: datetime
+    scope_reasons: tuple[str, ...]
+
+    def reasons(self, lead: str) -> list[str]:
+        return [lead, *self.scope_reasons][:32]
+
+
+def _adopted_in_low_load(
+    stated: _Stated,
+    decisions: Mapping[str, ScopeDecision],
+    envelope: Envelope | None,
+    *,
+    low: Sequence[str],
+    deferred: Sequence[str],
+) -> Decision:
+    """Some scopes win only at low load: adopted below the lowest of their limits (those adopted within
+    the `envelope` go along at every load measured)."""
+    first = min(low, key=lambda name: _low_load_limit(decisions[name]))
+    chosen = decisions[first]
+    limit = _low_load_limit(chosen)
+    what = f"the crossover of {first}" if chosen.crossover_load is not None else f"the highest load {first} won at"
+    lead = (
+        f"Adopt speculation for {', '.join(low)} in low-load windows: below {_load(limit)} ({what})"
+        + (f", and for {', '.join(envelope.scopes)} at every load measured" if envelope is not None else "")
+        + (f"; defer {', '.join(deferred)}" if deferred else "")
+        + "."
+    )
+    return Decision(
+        outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
+        decided_at=stated.now,
+        stated_because=stated.trigger,
+        envelope=envelope,
+        crossover_load=limit,
+        crossover_low=chosen.crossover_low,
+        crossover_high=chosen.crossover_high,
+        reasons=stated.reasons(lead),
+    )
+
+
+def _adopted_within(stated: _Stated, envelope: Envelope, *, deferred: Sequence[str]) -> Decision:
+    """Some scopes win at every load measured: adopted up to the lowest of their envelopes."""
+    lead = (
+        f"Adopt speculation for {', '.join(envelope.scopes)} within the envelope measured, up to "
+        f"{_load(envelope.max_load or 0)}" + (f"; defer {', '.join(deferred)}" if deferred else "") + "."
+    )
+    return Decision(
+        outcome=DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
+        decided_at=stated.now,
+        stated_because=stated.trigger,
+        envelope=envelope,
+        reasons=stated.reasons(lead),
+    )
+
+
+def _deferred(stated: _Stated, decisions: Mapping[str, ScopeDecision]) -> Decision:
+    """No scope adopted: deferred for the reason most scopes were (on a tie, the first in DeferReason)."""
+    counts = Counter(d.defer_reason for d in decisions.values() if d.defer_reason is not None)
+    order = list(DeferReason)
+    reason = min(counts, key=lambda r: (-counts[r], order.index(r))) if counts else DeferReason.INSUFFICIENT_EVIDENCE
+    lead = f"Defer speculation: {reason.value} for {counts.get(reason, 0)} of {len(decisions)} scope(s)."
+    return Decision(
+        outcome=DecisionOutcome.DEFER,
+        decided_at=stated.now,
+        stated_because=stated.trigger,
+        defer_reason=reason,
+        reasons=stated.reasons(lead),
+    )
+
+
 def decide_pilot(
     findings: Sequence[ScopeFindings], *, trigger: DecisionTrigger, now: datetime, previous: Decision | None = None
 ) -> Decision:
@@ -1048,59 +1122,17 @@ def decide_pilot(
     within = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE]
     low = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS]
     deferred = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.DEFER]
-    scope_reasons = [d.reasons[0] for d in decisions.values() if d.reasons]
+    stated = _Stated(trigger, now, tuple(d.reasons[0] for d in decisions.values() if d.reasons))
     envelope = None
     if within:
         tops = [decisions[name].max_load for name in within]
         envelope = Envelope(scopes=within, max_load=min(t for t in tops if t is not None) if tops else None)
     if low:
-        first = min(low, key=lambda name: _low_load_limit(decisions[name]))
-        chosen = decisions[first]
-        limit = _low_load_limit(chosen)
-        what = f"the crossover of {first}" if chosen.crossover_load is not None else f"the highest load {first} won at"
-        lead = (
-            f"Adopt speculation for {', '.join(low)} in low-load windows: below {_load(limit)} ({what})"
-            + (f", and for {', '.join(within)} at every load measured" if within else "")
-            + (f"; defer {', '.join(deferred)}" if deferred else "")
-            + "."
-        )
-        decision = Decision(
-            outcome=DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
-            decided_at=now,
-            stated_because=trigger,
-            envelope=envelope,
-            crossover_load=limit,
-            crossover_low=chosen.crossover_low,
-            crossover_high=chosen.crossover_high,
-            reasons=[lead, *scope_reasons][:32],
-        )
-    elif within:
-        assert envelope is not None
-        lead = (
-            f"Adopt speculation for {', '.join(within)} within the envelope measured, up to "
-            f"{_load(envelope.max_load or 0)}" + (f"; defer {', '.join(deferred)}" if deferred else "") + "."
-        )
-        decision = Decision(
-            outcome=DecisionOutcome.ADOPT_WITHIN_ENVELOPE,
-            decided_at=now,
-            stated_because=trigger,
-            envelope=envelope,
-            reasons=[lead, *scope_reasons][:32],
-        )
+        decision = _adopted_in_low_load(stated, decisions, envelope, low=low, deferred=deferred)
+    elif envelope is not None:
+        decision = _adopted_within(stated, envelope, deferred=deferred)
     else:
-        counts = Counter(d.defer_reason for d in decisions.values() if d.defer_reason is not None)
-        order = list(DeferReason)
-        reason = (
-            min(counts, key=lambda r: (-counts[r], order.index(r))) if counts else DeferReason.INSUFFICIENT_EVIDENCE
-        )
-        lead = f"Defer speculation: {reason.value} for {counts.get(reason, 0)} of {len(decisions)} scope(s)."
-        decision = Decision(
-            outcome=DecisionOutcome.DEFER,
-            decided_at=now,
-            stated_because=trigger,
-            defer_reason=reason,
-            reasons=[lead, *scope_reasons][:32],
-        )
+        decision = _deferred(stated, decisions)
     if previous is not None and previous.model_copy(update={"decided_at": now}) == decision:
         return previous
     return decision
