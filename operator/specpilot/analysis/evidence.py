@@ -421,33 +421,17 @@ def record_window(
         return evidence
     if scope.last_end is not None and window.end <= scope.last_end:
         return evidence
-    bins = {arm: dict(scope.bins.get(arm, {})) for arm in Arm if arm in scope.bins or arm in arms}
-    totals = dict(scope.totals)
-    loads = matched_load(load.offered, compared)
-    counted = verdict is not Verdict.INCONCLUSIVE
-    marked = dict(scope.rehearsed)
-    for arm, requests in arms.items() if counted else ():
-        arm_load = load.arms.get(arm, ArmLoad(offered_per_replica=None))
-        if not rehearsed:
-            totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
-        value = loads.get(arm)
-        if settled and requests.routed and value is not None and value > 0:
-            index = load_bin(value)
-            cell = bins[arm].get(index, BinArm())
-            bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica, evidence.ttft_width)
-            if rehearsed and arm is compared:
-                marked[index] = marked.get(index, 0) + 1
+    bins, totals, marked = _add_arms(
+        scope,
+        arms,
+        load,
+        compared=compared,
+        counted=verdict is not Verdict.INCONCLUSIVE,
+        settled=settled,
+        rehearsed=rehearsed,
+        ttft_width=evidence.ttft_width,
+    )
     engine = window.speculative_engine
-    positions = list(scope.per_position)
-    for index, rate in enumerate(engine.per_position_acceptance[:MAX_POSITIONS]):
-        if index == len(positions):
-            positions.append(Moments())
-        positions[index] = positions[index].add(rate)
-    gaps = dict(scope.chunk_gaps)
-    for arm, engine_of_arm in ((compared, window.compared_engine), (Arm.SPECULATIVE, engine)):
-        if engine_of_arm.inconclusive is None:
-            gap = engine_of_arm.inter_token_latency
-            gaps[arm] = gaps.get(arm, Moments()).add(gap.value if gap is not None else None)
     verdicts = dict(scope.verdicts)
     verdicts[verdict] = verdicts.get(verdict, 0) + 1
     updated = ScopeEvidence(
@@ -460,20 +444,78 @@ def record_window(
         bins={arm: cells for arm, cells in bins.items() if cells},
         totals=totals,
         acceptance_length=scope.acceptance_length.add(engine.acceptance_length),
-        per_position=positions,
-        chunk_gaps={arm: moments for arm, moments in gaps.items() if moments.n},
+        per_position=_per_position(scope.per_position, engine.per_position_acceptance),
+        chunk_gaps=_chunk_gaps(scope.chunk_gaps, window, compared),
         prompt_tokens=scope.prompt_tokens if rehearsed else scope.prompt_tokens.add(load.prompt_tokens),
         output_tokens=scope.output_tokens if rehearsed else scope.output_tokens.add(load.output_tokens),
         rehearsed=marked,
         probes=scope.probes,
     )
-    kv = {
+    update = {"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": _kv_usage(evidence, window)}
+    return evidence.model_copy(update=update)
+
+
+def _kv_usage(evidence: Evidence, window: ScopeWindow) -> dict[Arm, list[KvPoint]]:
+    """The compared and speculative arms' KV-cache usage with the window's scrapes added."""
+    compared = evidence.compared
+    return {
         **evidence.kv_usage,
         compared: _kv(evidence.kv_usage.get(compared, []), window.compared_engine.kv_usage),
         Arm.SPECULATIVE: _kv(evidence.kv_usage.get(Arm.SPECULATIVE, []), window.speculative_engine.kv_usage),
     }
-    update = {"scopes": {**evidence.scopes, window.scope: updated}, "kv_usage": kv}
-    return evidence.model_copy(update=update)
+
+
+def _add_arms(
+    scope: ScopeEvidence,
+    arms: Mapping[Arm, ArmRequests],
+    load: WindowLoad,
+    *,
+    compared: Arm,
+    counted: bool,
+    settled: bool,
+    rehearsed: bool,
+    ttft_width: int,
+) -> tuple[dict[Arm, dict[int, BinArm]], dict[Arm, ArmTotals], dict[int, int]]:
+    """The scope's bins, totals and rehearsed bins with each arm's requests of a `counted` window added:
+    to its totals (a `rehearsed` window's are not), and, when `settled` at a known load, to that load's
+    bin, which a rehearsed window marks on the compared arm."""
+    bins = {arm: dict(scope.bins.get(arm, {})) for arm in Arm if arm in scope.bins or arm in arms}
+    totals = dict(scope.totals)
+    loads = matched_load(load.offered, compared)
+    marked = dict(scope.rehearsed)
+    for arm, requests in arms.items() if counted else ():
+        arm_load = load.arms.get(arm, ArmLoad(offered_per_replica=None))
+        if not rehearsed:
+            totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
+        value = loads.get(arm)
+        if settled and requests.routed and value is not None and value > 0:
+            index = load_bin(value)
+            cell = bins[arm].get(index, BinArm())
+            bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica, ttft_width)
+            if rehearsed and arm is compared:
+                marked[index] = marked.get(index, 0) + 1
+    return bins, totals, marked
+
+
+def _per_position(positions: Sequence[Moments], acceptance: Sequence[float]) -> list[Moments]:
+    """Each draft position's acceptance so far, with one more window's rates (a new position starts)."""
+    out = list(positions)
+    for index, rate in enumerate(acceptance[:MAX_POSITIONS]):
+        if index == len(out):
+            out.append(Moments())
+        out[index] = out[index].add(rate)
+    return out
+
+
+def _chunk_gaps(gaps: Mapping[Arm, Moments], window: ScopeWindow, compared: Arm) -> dict[Arm, Moments]:
+    """The compared and speculative arms' stream cadence so far, with the window's where its engine
+    figures are conclusive (an arm with none yet is left out)."""
+    out = dict(gaps)
+    for arm, engine in ((compared, window.compared_engine), (Arm.SPECULATIVE, window.speculative_engine)):
+        if engine.inconclusive is None:
+            gap = engine.inter_token_latency
+            out[arm] = out.get(arm, Moments()).add(gap.value if gap is not None else None)
+    return {arm: moments for arm, moments in out.items() if moments.n}
 
 
 def mix_changed(evidence: Evidence, scopes: Sequence[str], *, at: datetime) -> Evidence:
