@@ -1,11 +1,12 @@
-"""Greedy probe benchmark: how often identical arms flip the greedy probe check, how often and how soon an
-arm that diverges at twice the baseline's rate does, from the first round or after 500 clean ones, over
-a pilot's probe rounds.
+"""Probe benchmark: how often identical arms flip the greedy probe check, how often and how soon an arm
+that diverges at twice the baseline's rate does, from the first round or after 500 clean ones, over a
+pilot's probe rounds; how many asks a round reach the power targets, at what cost; and how soon a cancel
+leak or a tool-call breakage that begins after 500 clean rounds flips, beside the same from the first.
 
 Run on demand, not a test:
 
-    .venv/bin/python bench/probes_aa.py  # 1% 3% 10%, 1,000 runs each, 2 workers
-    .venv/bin/python bench/probes_aa.py --runs 200 --late-runs 50 --server-rounds 0 --json probes_aa.json  # smoke
+    .venv/bin/python bench/probes_aa.py --batching probed --server-rounds 0  # 1,000 runs a row, 2 workers
+    .venv/bin/python bench/probes_aa.py --runs 200 --late-runs 50 --sweep-runs 50 --server-rounds 0  # smoke
 
 Both sides are the project's own code. The arms are the mock's natural variation: each probe answer's
 divergence is drawn by `textgen.draw_divergence` (what the mock's handler calls for a temperature-0
@@ -15,8 +16,10 @@ by the mock (`parse_generation`), planned (`answers.plan`) and committed token b
 engine's `Request` until it finishes, as the server's engine does. The verdict is the operator's: each
 round is judged by `probes.greedy_round`, added to the rounds before by `quality.accumulated` (which
 steps the sequential tests, `proportions.Sequential`) and checked by `quality.probe_checks` at the
-default analysis.confidence (0.95: the probes' 1% of false flips, half to the mixture test and half to
-the change detector), as the controller does once a round lands. The greedy check is a hard limit: one
+default analysis.confidence (0.95: the probes' 1% of false flips, a quarter to the mixture test and the
+rest to the change detector, `quality.CHANGE_SHARE`), as the controller does once a round lands. A
+round asks the case `--per-round` times (probes.perRound's default), one ask after the other as
+`controller.quality.run_probes` does, into one tally. The greedy check is a hard limit: one
 failing check flips the scope, so a run flips at its first failing round.
 
 Why in-process is faithful: the server decides a greedy answer's divergence from nothing but the knob,
@@ -51,10 +54,16 @@ share of A/A runs with any flip against the target (met when the upper end of th
 is at most 1%), the power (the share of runs with the speculative arm at twice the rate that flip
 within the rounds), the median and the 80th-percentile round of the first flip, and the fixed-sample
 bound: the rounds a one-sided test at 1% looking once would need for 80% power at the differing rates
-measured (normal approximation, comparisons taken as independent), the information limit the 80th
-percentile is set beside. Then the late faults: runs with the speculative arm at the baseline's rate
-until round 500 and at twice it after, for twice the rate's rounds: the median rounds from the fault to
-the flip beside the median from the first round (the power runs').
+measured (normal approximation, comparisons taken as independent, two a side per ask), the information
+limit the 80th percentile is set beside; a target that lies beyond it says so with the figure, and each
+row says what a case costs in requests per minute per arm at the default interval. Then the late faults:
+runs with the speculative arm at the baseline's rate until round 500 and at twice it after, for twice
+the rate's rounds, and a cancel leak (every dropped stream's slot kept, against a fifth of them hidden
+by load on both arms) and a tool-call breakage (every call's arguments cut short): the median rounds
+from the fault to the flip beside the median of the same fault from the first round, met within 1.5
+times, or within the detector's delay where the fault from the first round flips at once (a broken call
+is below quality.minAgreement at the first ask). Last, the sweep: power at twice the divergence within
+each target's rounds for 1, 2 and 4 asks a round (`--sweep`), with the bound and the cost of each.
 """
 
 from __future__ import annotations
@@ -75,12 +84,28 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.analysis.answers import Answer
-from specpilot.analysis.probes import ArmAnswers, CaseTally, greedy_round
+from specpilot.analysis.answers import Answer, ToolCall
+from specpilot.analysis.probes import (
+    ArmAnswers,
+    CaseTally,
+    Readings,
+    accumulate,
+    answer_round,
+    cancel_round,
+    greedy_round,
+)
 from specpilot.analysis.proportions import BLOCK, HORIZON, ODDS, WEIGHTS, Sequential
-from specpilot.analysis.quality import ProbeResult, accumulated, case_key, kind_groups, probe_alpha, probe_checks
+from specpilot.analysis.quality import (
+    CHANGE_SHARE,
+    ProbeResult,
+    accumulated,
+    case_key,
+    kind_groups,
+    probe_alpha,
+    probe_checks,
+)
 from specpilot.analysis.stats import z_quantile
-from specpilot.api.spec import Analysis, ProbeCase, Probes, Quality
+from specpilot.api.spec import Analysis, ProbeCase, ProbeKind, Probes, Quality
 from specpilot.api.status import Verdict
 from specpilot.controller.quality import probe_case, request_body
 from specpilot.mockvllm.answers import Slips, plan
@@ -99,6 +124,10 @@ ONSET = 500  # the late faults: clean rounds before the speculative arm diverges
 POWER = 0.8  # the power the fixed-sample bound is computed for
 FACTOR = 2.0  # the speculative arm's rate in the power rows, as a multiple of the baseline's
 TARGET = 0.01  # at most this share of A/A runs may flip
+POWER_TARGETS = {0.03: 1500, 0.10: 300}  # rate: the rounds within which 80% of runs at FACTOR must flip
+PER_ROUND = Probes().per_round  # asks of each case per round, by default
+SWEEP = (1, 2, 4)  # asks per round the power sweep tries
+LATE_RATIO = 1.5  # a late fault must flip within this many times the rounds of the same fault from the start
 QUALITY = Quality()
 CONFIDENCE = Analysis().confidence
 CHUNK = 25  # runs per job
@@ -128,6 +157,7 @@ class Job:
     prompt: str
     mock_seed: int = 0  # the pods' --seed
     onset: int = 0  # rounds the speculative arm runs at the baseline's rate before it diverges more
+    per_round: int = PER_ROUND  # asks of the case per round (probes.perRound), one after the other
 
 
 @dataclass
@@ -228,12 +258,10 @@ class Pod:
         self.text: Callable[[int | None], Answer] = text
 
     def answers(self, rng: random.Random, batch: tuple[int, int]) -> ArmAnswers:
-        """A whole and a streamed answer, each with a fresh seed as the engine draws one per request."""
+        """A whole and a streamed answer, each drawn as the engine draws it from a fresh seed per request
+        (the bench's stream draws from the same law, without seeding a generator per answer)."""
         whole, streamed = (
-            self.text(
-                draw_divergence(random.Random(rng.getrandbits(64)), rate=self.rate, batch=b, horizon=self.horizon)
-            )
-            for b in batch
+            self.text(draw_divergence(rng, rate=self.rate, batch=b, horizon=self.horizon)) for b in batch
         )
         return ArmAnswers(whole, streamed)
 
@@ -250,6 +278,7 @@ class Pilot:
         self.baseline = Pod(self.case, max_tokens=probes.max_tokens, rate=job.rate, seed=job.mock_seed)
         self.speculative = Pod(self.case, max_tokens=probes.max_tokens, rate=job.rate * job.factor, seed=job.mock_seed)
         self.onset = job.onset
+        self.per_round = job.per_round
         self.batches = batches(job.batching, job.load)
         self.key = case_key(self.case)
         self.groups = kind_groups([self.case]).values()
@@ -261,13 +290,19 @@ class Pilot:
         return greedy_round(self.case, baseline=baseline, again=again, speculative=speculative)
 
     def round(self, rng: random.Random, index: int = 1) -> CaseTally:
-        """Probe round `index`: the baseline, its repeat and the speculative arm (at the baseline's rate
-        until the onset), in the order they arrive."""
+        """Probe round `index`: `per_round` asks one after the other, each the baseline, its repeat and
+        the speculative arm (at the baseline's rate until the onset), in the order they arrive; one tally,
+        as the controller's `run_probes` adds them up."""
         first, again, spec = self.batches
         speculative = self.speculative if index > self.onset else self.baseline
-        return self.judged(
-            self.baseline.answers(rng, first), self.baseline.answers(rng, again), speculative.answers(rng, spec)
-        )
+        total: CaseTally | None = None
+        for _ in range(self.per_round):
+            tally = self.judged(
+                self.baseline.answers(rng, first), self.baseline.answers(rng, again), speculative.answers(rng, spec)
+            )
+            total = tally if total is None else replace(accumulate(total, tally), rounds=1)
+        assert total is not None  # asked at least once
+        return total
 
     def flip(self, rng: random.Random, *, rounds: int, seen: Runs) -> int | None:
         """Rounds accumulated and checked after each, as the controller does; the first failing round."""
@@ -277,10 +312,117 @@ class Pilot:
             if index > self.onset:
                 seen.count(tally)
             result = accumulated(result, ProbeResult({self.key: tally}), groups=self.groups)
-            (check,) = probe_checks(result, [self.case], quality=QUALITY, confidence=CONFIDENCE)
-            if check.verdict is Verdict.FAIL:
+            if shown(result) and failed(result, self.case):
                 return index
         return None
+
+
+def shown(result: ProbeResult) -> bool:
+    """Whether the tests' state could fail the check: the levels `quality.probe_checks` reads them at.
+    A shortcut only: the check itself (`failed`) decides, read where this holds."""
+    alpha = probe_alpha(CONFIDENCE)
+    return any(
+        test.mixture_p() <= alpha * (1 - CHANGE_SHARE) or test.change_p() <= alpha * CHANGE_SHARE
+        for test in result.tests.values()
+    )
+
+
+def failed(result: ProbeResult, case: ProbeCase) -> bool:
+    """The operator's check of the case's kind fails."""
+    return any(
+        check.verdict is Verdict.FAIL for check in probe_checks(result, [case], quality=QUALITY, confidence=CONFIDENCE)
+    )
+
+
+SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+TOOL_CASE = ProbeCase.from_wire(
+    {"kind": "toolCall", "prompt": "weather", "toolChoice": "required", "tools": [{"name": "w", "parameters": SCHEMA}]}
+)
+CANCEL_CASE = ProbeCase.from_wire({"kind": "cancel", "prompt": "long"})
+GOOD_CALL = Answer("", "tool_calls", None, (ToolCall("w", '{"city": "Oslo"}'),))
+BROKEN_CALL = Answer("", "tool_calls", None, (ToolCall("w", '{"city":'),))
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A fault of a kind judged as answers: each ask fails on the baseline at `natural`, on the speculative
+    arm at `natural` until the onset and at `faulty` after."""
+
+    name: str
+    kind: ProbeKind
+    natural: float
+    faulty: float
+
+
+FAULTS = (
+    # a loaded pod holds the gauge up past the bound on a fifth of the asks, on both arms; the leak keeps
+    # every dropped stream's slot
+    Fault("cancel leak", ProbeKind.CANCEL, 0.2, 1.0),
+    Fault("tool-call breakage", ProbeKind.TOOL_CALL, 0.0, 1.0),  # every call's arguments cut short
+)
+
+
+def fault_ask(fault: Fault, *, base_fails: bool, spec_fails: bool) -> CaseTally:
+    """One ask of the fault's case, judged by the operator's round functions."""
+    if fault.kind is ProbeKind.CANCEL:
+        base, spec = (Readings(3, 4 if fails else 3) for fails in (base_fails, spec_fails))
+        return cancel_round(CANCEL_CASE, baseline=base, speculative=spec)
+    base_answer, spec_answer = (BROKEN_CALL if fails else GOOD_CALL for fails in (base_fails, spec_fails))
+    return answer_round(
+        TOOL_CASE, baseline=ArmAnswers(base_answer, base_answer), speculative=ArmAnswers(spec_answer, spec_answer)
+    )
+
+
+@dataclass(frozen=True)
+class FaultJob:
+    """`runs` runs of `rounds` rounds of `fault`, `per_round` asks a round, starting after `onset` rounds."""
+
+    fault: Fault
+    runs: int
+    rounds: int
+    seed: int
+    onset: int
+    per_round: int = PER_ROUND
+
+
+def run_fault_job(job: FaultJob) -> Runs:
+    """Each run: rounds until the kind's check first fails, or all of them."""
+    fault, out, rng = job.fault, Runs(), random.Random(job.seed)
+    case = CANCEL_CASE if fault.kind is ProbeKind.CANCEL else TOOL_CASE
+    key, groups = case_key(case), kind_groups([case]).values()
+    for _ in range(job.runs):
+        result: ProbeResult | None = None
+        flipped = None
+        for index in range(1, job.rounds + 1):
+            rate = fault.faulty if index > job.onset else fault.natural
+            asks = [
+                fault_ask(fault, base_fails=rng.random() < fault.natural, spec_fails=rng.random() < rate)
+                for _ in range(job.per_round)
+            ]
+            tally = asks[0]
+            for ask in asks[1:]:
+                tally = replace(accumulate(tally, ask), rounds=1)
+            if index > job.onset:
+                out.count(tally)
+            result = accumulated(result, ProbeResult({key: tally}), groups=groups)
+            (check,) = probe_checks(result, [case], quality=QUALITY, confidence=CONFIDENCE)
+            if check.verdict is Verdict.FAIL:
+                flipped = index
+                break
+        out.first_flip.append(flipped)
+    return out
+
+
+def detector_delay(per_round: int) -> int:
+    """Rounds the tests take to show a fault on every ask against none on the baseline: the delay a late
+    fault is measured give or take."""
+    test = Sequential()
+    alpha = probe_alpha(CONFIDENCE)
+    for index in itertools.count(1):
+        test = test.step([(per_round, per_round, 0, per_round)])
+        if test.mixture_p() <= alpha * (1 - CHANGE_SHARE) or test.change_p() <= alpha * CHANGE_SHARE:
+            return index
+    raise AssertionError("unreachable")
 
 
 def run_job(job: Job) -> Runs:
@@ -361,10 +503,12 @@ def quantile_round(first_flip: Sequence[int | None], q: float) -> int | None:
     return rounds[need - 1] if need <= len(rounds) else None
 
 
-def fixed_sample_rounds(sides: Sequence[Sequence[int]], *, alpha: float, power: float) -> float | None:
+def fixed_sample_rounds(
+    sides: Sequence[Sequence[int]], *, alpha: float, power: float, per_round: int = PER_ROUND
+) -> float | None:
     """The rounds a one-sided two-proportion test looking once at level `alpha` needs for `power` at the
     measured differing rates (speculative vs baseline, baseline vs itself), two comparisons a side per
-    round; None when the speculative side does not differ more."""
+    ask and `per_round` asks a round; None when the speculative side does not differ more."""
     (x_s, n_s), (x_b, n_b) = sides
     if not n_s or not n_b:
         return None
@@ -374,15 +518,43 @@ def fixed_sample_rounds(sides: Sequence[Sequence[int]], *, alpha: float, power: 
     pooled = (p_s + p_b) / 2
     spread = z_quantile(1 - alpha) * math.sqrt(2 * pooled * (1 - pooled))
     spread += z_quantile(power) * math.sqrt(p_s * (1 - p_s) + p_b * (1 - p_b))
-    return (spread / (p_s - p_b)) ** 2 / 2
+    return (spread / (p_s - p_b)) ** 2 / (2 * per_round)
 
 
-def row(rate: float, aa: Runs, power: Runs, *, rounds: int, batching: Batching) -> dict[str, Any]:
+def requests_per_minute(per_round: int) -> tuple[float, float]:
+    """What a greedy case costs each arm at the default interval and `per_round` asks: the baseline 4
+    requests an ask (whole and streamed, and their repeat), the speculative arm 2."""
+    minutes = Probes().interval.total_seconds() / 60
+    return 4 * per_round / minutes, 2 * per_round / minutes
+
+
+def power_row(rate: float, power: Runs, *, rounds: int, per_round: int) -> dict[str, Any]:
+    """The runs at FACTOR times the rate: how many flipped within `rounds`, by when, beside the fixed-sample
+    bound and the target."""
+    bound = fixed_sample_rounds(power.sides(), alpha=TARGET, power=POWER, per_round=per_round)
+    by = quantile_round(power.first_flip, POWER)
+    target = POWER_TARGETS.get(rate)
+    return {
+        "rate": rate,
+        "per_round": per_round,
+        "requests_per_minute": requests_per_minute(per_round),
+        "power_runs": len(power.first_flip),
+        "power_diverged": power.sides(),
+        "power": power.flipped / len(power.first_flip),
+        "power_median_round": quantile_round(power.first_flip, 0.5),
+        "power_round": by,
+        "fixed_sample_rounds": bound,
+        "target_rounds": target,
+        "target_met": None if target is None else by is not None and by <= target,
+        "target_beyond_bound": None if target is None or bound is None else bound > target,
+    }
+
+
+def row(rate: float, aa: Runs, power: Runs, *, rounds: int, batching: Batching, per_round: int) -> dict[str, Any]:
     runs = len(aa.first_flip)
     low, high = wilson(aa.flipped, runs)
     return {
         "batching": str(batching),
-        "rate": rate,
         "runs": runs,
         "rounds": rounds,
         "aa_diverged": aa.sides(),
@@ -390,28 +562,24 @@ def row(rate: float, aa: Runs, power: Runs, *, rounds: int, batching: Batching) 
         "aa_flip_share": aa.flipped / runs,
         "aa_flip_interval": [low, high],
         "aa_target_met": high <= TARGET,
-        "power_runs": len(power.first_flip),
-        "power_diverged": power.sides(),
-        "power": power.flipped / len(power.first_flip),
-        "power_median_round": quantile_round(power.first_flip, 0.5),
-        "power_round": quantile_round(power.first_flip, POWER),
-        "fixed_sample_rounds": fixed_sample_rounds(power.sides(), alpha=TARGET, power=POWER),
+        **power_row(rate, power, rounds=rounds, per_round=per_round),
     }
 
 
-def late_row(rate: float, late: Runs, power: Runs, *, rounds: int, batching: Batching) -> dict[str, Any]:
-    """The runs whose speculative arm diverges more from round ONSET + 1, beside the power runs (from the
-    first round): the rounds from the fault to the flip that half of all the runs reach."""
+def late_row(kind: str, rate: float, late: Runs, early: Runs, *, rounds: int, per_round: int) -> dict[str, Any]:
+    """The runs whose fault starts at round ONSET + 1, beside the same fault from the first round: the
+    rounds from the fault to the flip that half of all the runs reach."""
     after = [None if first is None else first - ONSET for first in late.first_flip]
     return {
-        "batching": str(batching),
+        "kind": kind,
         "rate": rate,
+        "per_round": per_round,
         "runs": len(after),
         "rounds": rounds,
         "diverged": late.sides(),
         "flipped": sum(first is not None for first in after),
         "median_round": quantile_round(after, 0.5),
-        "from_start_median_round": quantile_round(power.first_flip, 0.5),
+        "from_start_median_round": quantile_round(early.first_flip, 0.5),
     }
 
 
@@ -420,13 +588,31 @@ def _cell(value: int | None, rounds: int) -> str:
     return f"> {rounds}" if value is None else str(value)
 
 
-def print_table(rows: Sequence[dict[str, Any]], *, batching: Batching, load: int) -> None:
+def _target(r: dict[str, Any]) -> str:
+    """The power target's cell: met or not, and whether it lies beyond the fixed-sample bound."""
+    target, bound = r["target_rounds"], r["fixed_sample_rounds"]
+    if target is None:
+        return "-"
+    said = f"{POWER:.0%} by {target}: {'met' if r['target_met'] else 'NOT met'}"
+    if r["target_beyond_bound"]:
+        said += f"; beyond the fixed-sample bound ({bound:.0f} > {target})"
+    return said
+
+
+def _cost(r: dict[str, Any]) -> str:
+    base, spec = r["requests_per_minute"]
+    return f"{base:.2g}, {spec:.2g}"
+
+
+def print_table(rows: Sequence[dict[str, Any]], *, batching: Batching, load: int, per_round: int) -> None:
     print(
-        f"\n{batching} (load {load}); differed: comparisons that differed, speculative vs baseline / baseline vs itself"
+        f"\n{batching} (load {load}, {per_round} asks a round); differed: comparisons that differed, speculative vs "
+        "baseline / baseline vs itself"
     )
     head = ["natural greedy divergence", "runs", "rounds", "A/A differed", "A/A runs with any flip", "95% interval"]
-    head += ["target", f"{FACTOR:g}x differed", f"{FACTOR:g}x: flipped within the rounds", "median round"]
-    head += [f"{POWER:.0%} flipped by", f"fixed-sample bound ({POWER:.0%})", "ratio"]
+    head += ["A/A target", f"{FACTOR:g}x differed", f"{FACTOR:g}x: flipped within the rounds", "median round"]
+    head += [f"{POWER:.0%} flipped by", f"fixed-sample bound ({POWER:.0%})", "ratio", "power target"]
+    head += ["requests/min per case (baseline, speculative)"]
     cells = [head]
     for r in rows:
         low, high = r["aa_flip_interval"]
@@ -446,29 +632,71 @@ def print_table(rows: Sequence[dict[str, Any]], *, batching: Batching, load: int
                 _cell(by, r["rounds"]),
                 "-" if bound is None else f"{bound:.0f}",
                 "-" if by is None or bound is None else f"{by / bound:.2f}",
+                _target(r),
+                _cost(r),
             ]
         )
     _print_cells(cells)
 
 
-def print_late(rows: Sequence[dict[str, Any]]) -> None:
-    print(f"\nLate faults: the speculative arm at the baseline's rate for {ONSET} rounds, then at {FACTOR:g}x")
-    head = ["batching", "rate", "runs", "rounds after the fault", f"{FACTOR:g}x differed", "flipped"]
-    head += ["median rounds from the fault", "from the first round", "ratio"]
+def print_sweep(rows: Sequence[dict[str, Any]]) -> None:
+    print(f"\nAsks per round (probed, load 0): power at {FACTOR:g}x the divergence, and what it costs")
+    head = ["natural greedy divergence", "asks a round", "runs", f"{FACTOR:g}x: flipped within the target's rounds"]
+    head += ["median round", f"{POWER:.0%} flipped by", f"fixed-sample bound ({POWER:.0%})", "ratio", "power target"]
+    head += ["requests/min per case (baseline, speculative)"]
+    cells = [head]
+    for r in rows:
+        by, bound = r["power_round"], r["fixed_sample_rounds"]
+        cells.append(
+            [
+                f"{r['rate']:.0%}",
+                str(r["per_round"]),
+                str(r["power_runs"]),
+                f"{r['power']:.1%}",
+                _cell(r["power_median_round"], r["target_rounds"]),
+                _cell(by, r["target_rounds"]),
+                "-" if bound is None else f"{bound:.0f}",
+                "-" if by is None or bound is None else f"{by / bound:.2f}",
+                _target(r),
+                _cost(r),
+            ]
+        )
+    _print_cells(cells)
+
+
+def _late_target(late: int | None, start: int | None, *, delay: int) -> str:
+    """Met when the late fault's median is within LATE_RATIO of the early one's, or within the detector's
+    delay (a fault from the first round that flips at once, on quality.minAgreement, has nothing to scale)."""
+    if late is None or start is None:
+        return "-"
+    if late <= LATE_RATIO * start:
+        return "met"
+    return f"within the detector's delay ({delay})" if late <= delay else "NOT met"
+
+
+def print_late(rows: Sequence[dict[str, Any]], *, delay: int) -> None:
+    print(
+        f"\nLate faults: {ONSET} clean rounds, then the fault (met: the median from the fault within {LATE_RATIO:g}x "
+        "the median of the same fault from the first round)"
+    )
+    head = ["fault", "asks a round", "runs", "rounds after the fault", "failed, speculative / baseline", "flipped"]
+    head += ["median rounds from the fault", "from the first round", "ratio", "target"]
     cells = [head]
     for r in rows:
         late, start = r["median_round"], r["from_start_median_round"]
+        ratio = None if late is None or start is None else late / start
         cells.append(
             [
-                r["batching"],
-                f"{r['rate']:.0%}",
+                r["kind"],
+                str(r["per_round"]),
                 str(r["runs"]),
                 str(r["rounds"]),
                 _sides(r["diverged"]),
                 f"{r['flipped'] / r['runs']:.1%}",
                 _cell(late, r["rounds"]),
-                _cell(start, r["rounds"] // 2),
-                "-" if late is None or start is None else f"{late / start:.2f}",
+                _cell(start, r["rounds"]),
+                "-" if ratio is None else f"{ratio:.2f}",
+                _late_target(late, start, delay=delay),
             ]
         )
     _print_cells(cells)
@@ -520,11 +748,81 @@ def calibrate(rates: Sequence[float], *, rounds: int, seed: int, prompt: str) ->
     return checks
 
 
+def header(args: argparse.Namespace, rates: Sequence[float]) -> None:
+    """The settings the tables are measured at."""
+    probes, case = probe(args.prompt)
+    length = Pod(case, max_tokens=probes.max_tokens, rate=0.0).length()
+    alpha = probe_alpha(CONFIDENCE)
+    blatant = Sequential().step([(2, 2, 0, 2)])
+    print(
+        f"defaults: confidence {CONFIDENCE}, maxTokens {probes.max_tokens}, perRound {PER_ROUND}, prompt "
+        f"{args.prompt!r} ({length} tokens canonical); target: at most {TARGET:.0%} of A/A runs flip"
+    )
+    print(
+        f"tests: {alpha:g} of false flips per kind, {alpha * (1 - CHANGE_SHARE):g} to the mixture SPRT and "
+        f"{alpha * CHANGE_SHARE:g} to the CUSUM (boundaries every {BLOCK} rounds, over {HORIZON}); odds "
+        f"{', '.join(f'{o:g}' for o in ODDS)} weighted {', '.join(f'{w:g}' for w in WEIGHTS)}; the smallest "
+        f"mixture p-value of one ask: {blatant.mixture_p():.3g}"
+    )
+    base, spec = requests_per_minute(args.per_round)
+    print(
+        f"cost: a greedy ask takes the baseline 4 requests (whole and streamed, and their repeat) and the "
+        f"speculative arm 2; at {args.per_round} asks a round and the default interval "
+        f"({probes.interval.total_seconds() / 60:g} min), {base:.2g} and {spec:.2g} requests per minute per case"
+    )
+    if args.load:
+        chances = ", ".join(f"{rate:g}: {divergence_chance(rate, args.load + 1):.3g}" for rate in rates)
+        print(f"with {args.load} sequences running, an answer's chance of diverging by rate: {chances}")
+
+
+def late_faults(pool: ProcessPoolExecutor, args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Each kind's fault from the first round and after ONSET clean rounds."""
+    rows = []
+    for i, fault in enumerate(FAULTS):
+        rounds = 200
+        early = FaultJob(fault, args.late_runs, rounds, args.seed + 300 + i, 0, args.per_round)
+        late = replace(early, rounds=ONSET + rounds, seed=args.seed + 400 + i, onset=ONSET)
+        found_early, found_late = (_merged(pool.map(run_fault_job, _fault_chunks(job))) for job in (early, late))
+        rows.append(
+            late_row(fault.name, fault.faulty, found_late, found_early, rounds=rounds, per_round=args.per_round)
+        )
+    return rows
+
+
+def _fault_chunks(job: FaultJob) -> list[FaultJob]:
+    return [
+        replace(job, runs=min(CHUNK, job.runs - start), seed=job.seed * 1_000_003 + i)
+        for i, start in enumerate(range(0, job.runs, CHUNK))
+    ]
+
+
+def _merged(parts: Iterator[Runs]) -> Runs:
+    total = Runs()
+    for runs in parts:
+        total.add(runs)
+    return total
+
+
+def sweep(pool: ProcessPoolExecutor, args: argparse.Namespace, rates: Sequence[float]) -> list[dict[str, Any]]:
+    """Power at FACTOR within each target's rounds, for each number of asks a round."""
+    rows = []
+    for per_round in (int(k) for k in args.sweep.split(",") if k):
+        for i, rate in enumerate(r for r in rates if r in POWER_TARGETS):
+            rounds = POWER_TARGETS[rate]
+            job = Job(rate, FACTOR, args.sweep_runs, rounds, args.seed + 500 + i, 0, Batching.PROBED, args.prompt)
+            power = simulate(pool, replace(job, per_round=per_round))
+            rows.append(power_row(rate, power, rounds=rounds, per_round=per_round))
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rates", default=",".join(f"{r:g}" for r in RATES), help="baseline rates, comma-separated")
     parser.add_argument("--runs", type=int, default=1000, help="runs per row, A/A and power each")
     parser.add_argument("--rounds", default=",".join(map(str, ROUNDS)), help="probe rounds per run, one per rate")
+    parser.add_argument("--per-round", type=int, default=PER_ROUND, help="asks of the case per round")
+    parser.add_argument("--sweep", default=",".join(map(str, SWEEP)), help="asks per round the power sweep tries")
+    parser.add_argument("--sweep-runs", type=int, default=400, help="runs per sweep row")
     parser.add_argument("--late-rates", default="0.1", help="rates whose late faults are run; empty skips them")
     parser.add_argument("--late-runs", type=int, default=1000, help="runs per late-fault row")
     parser.add_argument("--batching", default=",".join(Batching), help="probed, apart, or both comma-separated")
@@ -539,45 +837,28 @@ def main() -> None:
     rates = [float(r) for r in args.rates.split(",")]
     windows = dict(zip(rates, (int(r) for r in args.rounds.split(",")), strict=True))
     late_rates = [float(r) for r in args.late_rates.split(",") if r]
-    probes, case = probe(args.prompt)
-    length = Pod(case, max_tokens=probes.max_tokens, rate=0.0).length()
-    alpha = probe_alpha(CONFIDENCE)
-    blatant = Sequential().step([(2, 2, 0, 2)])
-    print(
-        f"defaults: confidence {CONFIDENCE}, maxTokens {probes.max_tokens}, prompt {args.prompt!r} "
-        f"({length} tokens canonical); target: at most {TARGET:.0%} of A/A runs flip"
-    )
-    print(
-        f"tests: {alpha:g} of false flips per kind, half to the mixture SPRT, half to the CUSUM (boundaries every "
-        f"{BLOCK} rounds, over {HORIZON}); odds {', '.join(f'{o:g}' for o in ODDS)} weighted "
-        f"{', '.join(f'{w:g}' for w in WEIGHTS)}; the smallest p-value of one round: {blatant.mixture_p():.3g}"
-    )
-    interval = probes.interval.total_seconds() / 60
-    print(
-        f"cost: a greedy round asks the baseline 4 requests (whole and streamed, and their repeat) and the "
-        f"speculative arm 2; at the default interval ({interval:g} min), {4 / interval:.2g} and {2 / interval:.2g} "
-        "requests per minute per case"
-    )
-    if args.load:
-        chances = ", ".join(f"{rate:g}: {divergence_chance(rate, args.load + 1):.3g}" for rate in rates)
-        print(f"with {args.load} sequences running, an answer's chance of diverging by rate: {chances}")
-    out: dict[str, Any] = {
-        "confidence": CONFIDENCE,
-        "max_tokens": probes.max_tokens,
-        "load": args.load,
-        "alpha": alpha,
-        "rows": [],
-        "late": [],
-    }
+    header(args, rates)
+    out: dict[str, Any] = {"confidence": CONFIDENCE, "per_round": args.per_round, "load": args.load, "rows": []}
+    out["late"] = []
     with ProcessPoolExecutor(args.workers) as pool:
         for batching in (Batching(b) for b in args.batching.split(",")):
             rows = []
             for i, rate in enumerate(rates):
                 rounds = windows[rate]
-                template = Job(rate, 1.0, args.runs, rounds, args.seed + i, args.load, batching, args.prompt)
+                template = Job(
+                    rate,
+                    1.0,
+                    args.runs,
+                    rounds,
+                    args.seed + i,
+                    args.load,
+                    batching,
+                    args.prompt,
+                    per_round=args.per_round,
+                )
                 aa = simulate(pool, template)
                 power = simulate(pool, replace(template, factor=FACTOR, seed=args.seed + 100 + i))
-                rows.append(row(rate, aa, power, rounds=rounds, batching=batching))
+                rows.append(row(rate, aa, power, rounds=rounds, batching=batching, per_round=args.per_round))
                 if rate in late_rates:
                     late = replace(
                         template,
@@ -587,12 +868,20 @@ def main() -> None:
                         seed=args.seed + 200 + i,
                         onset=ONSET,
                     )
+                    name = f"greedy {FACTOR:g}x of {rate:.0%} ({batching})"
                     found = simulate(pool, late)
-                    out["late"].append(late_row(rate, found, power, rounds=2 * rounds, batching=batching))
-            print_table(rows, batching=batching, load=args.load)
+                    out["late"].append(late_row(name, rate, found, power, rounds=2 * rounds, per_round=args.per_round))
+            print_table(rows, batching=batching, load=args.load, per_round=args.per_round)
             out["rows"] += rows
+        if args.late_runs:
+            out["late"] += late_faults(pool, args)
+        out["sweep"] = sweep(pool, args, rates)
     if out["late"]:
-        print_late(out["late"])
+        delay = detector_delay(args.per_round)
+        print_late(out["late"], delay=delay)
+        print(f"(the detector's delay, a fault on every ask against none on the baseline: {delay} rounds)")
+    if out["sweep"]:
+        print_sweep(out["sweep"])
     if args.server_rounds:
         out["server"] = calibrate(rates, rounds=args.server_rounds, seed=args.seed, prompt=args.prompt)
         print_server(out["server"])
