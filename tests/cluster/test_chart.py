@@ -125,6 +125,28 @@ def test_a_team_bound_to_edit_may_run_pilots_and_one_bound_to_view_may_read_them
     assert can(editor, "create", pilots, namespace="default") == "no"  # bound in the team's namespace only
 
 
+def test_cluster_wide_the_operator_writes_nothing_in_system_namespaces_or_its_own(
+    cluster: Cluster, release: Release, pilot_namespace: str
+) -> None:
+    # RBAC grants it everywhere; the chart's ValidatingAdmissionPolicy refuses it there.
+    account = f"system:serviceaccount:{release.namespace}:{release.account}"
+
+    def create_config_map(namespace: str) -> tuple[int, str]:
+        out = cluster.kubectl(
+            *("create", "configmap", "specpilot-guard-probe", "-n", namespace, "--dry-run=server", f"--as={account}"),
+            check=False,
+        )
+        return out.returncode, out.stderr
+
+    refused = "writes nothing in the system namespaces or its own"
+    wait_until("the policy in force", lambda: refused in create_config_map("kube-system")[1], timeout=30, every=1)
+    for namespace in ("kube-public", "kube-node-lease", release.namespace):
+        code, stderr = create_config_map(namespace)
+        assert code != 0 and refused in stderr, (namespace, stderr)
+    code, stderr = create_config_map(pilot_namespace)
+    assert code == 0, stderr  # where pilots run, it may
+
+
 def operator_metrics(pod: dict[str, Any]) -> str:
     ip, port = pod["status"]["podIP"], 8082
     with urllib.request.urlopen(f"http://{ip}:{port}/metrics", timeout=5) as resp:

@@ -217,3 +217,39 @@ def test_teams_granted_view_edit_or_admin_may_read_or_run_pilots(values: dict[st
     # the status stays the operator's: nobody else's write would survive its next reconcile
     assert aggregated_into(objects, "edit") == aggregated_into(objects, "admin") == read | write
     assert not aggregated_into(template({**values, "rbac.aggregatedRoles": "false"}), "admin")
+
+
+def test_cluster_wide_the_operators_writes_in_system_namespaces_and_its_own_are_refused_at_admission() -> None:
+    objects = template(CLUSTER_WIDE, namespace="ops")
+    (role,) = operators(objects, "ClusterRole")
+    (policy,) = by_kind(objects, "ValidatingAdmissionPolicy")
+    (binding,) = by_kind(objects, "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"] == {"policyName": policy["metadata"]["name"], "validationActions": ["Deny"]}
+    spec = policy["spec"]
+    guarded = {
+        (group, resource)
+        for rule in spec["matchConstraints"]["resourceRules"]
+        if set(rule["operations"]) == {"CREATE", "UPDATE", "DELETE"}  # a patch is an UPDATE to admission
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+    # every kind the ClusterRole lets it write but its own pilots, their Events and its peering object
+    own = {PLURAL, f"{PLURAL}/status", "events", "clusterkopfpeerings"}
+    assert guarded == {(group, res) for group, res, _, _ in writes(role["rules"]) if res not in own}
+    (names,) = spec["matchConstraints"]["namespaceSelector"]["matchExpressions"]
+    assert (names["key"], names["operator"]) == ("kubernetes.io/metadata.name", "In")
+    assert sorted(names["values"]) == sorted([*SYSTEM_NAMESPACES, "ops"])
+    (account,) = by_kind(objects, "ServiceAccount")
+    (condition,) = spec["matchConditions"]
+    assert (
+        condition["expression"]
+        == f"request.userInfo.username == 'system:serviceaccount:ops:{account['metadata']['name']}'"
+    )
+    (refusal,) = spec["validations"]
+    assert (
+        refusal["expression"] == "false" and "writes nothing in the system namespaces or its own" in refusal["message"]
+    )
+    assert spec["failurePolicy"] == "Fail"
+    # namespaced mode is granted nothing there, and needs no guard
+    assert not by_kind(template(), "ValidatingAdmissionPolicy")
+    assert not by_kind(template({**CLUSTER_WIDE, "rbac.systemNamespacesGuard": "false"}), "ValidatingAdmissionPolicy")
