@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
@@ -23,15 +23,23 @@ from pydantic import ValidationError
 from specpilot.analysis.quality import ProbeResult, accumulated, probe_groups, round_cases
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.pilot import API_VERSION, KIND, PLURAL
-from specpilot.api.reasons import Reason
-from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.api.spec import SpeculationPilotSpec, Webhook
 from specpilot.api.status import SpeculationPilotStatus
 from specpilot.api.validate import Problem
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.changes import Apply
 from specpilot.controller.core.measurements import Measurements, cadence, compared_arm
 from specpilot.controller.core.observe import baseline_pod_view
-from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, plan, refused, teardown, windows_due
+from specpilot.controller.core.plan import (
+    INVALID_SPEC_TICK,
+    Confirm,
+    Plan,
+    flip_served,
+    plan,
+    refused,
+    teardown,
+    windows_due,
+)
 from specpilot.controller.core.policy import DEFAULT, Policy
 from specpilot.controller.core.progress import probe_due, probe_wait, window_due, window_summary
 from specpilot.controller.core.render import PilotRef
@@ -205,37 +213,26 @@ class Controller:
             snapshot = await self._gather(body, seen, memory)
             tick = plan(snapshot)
             try:
-                await self._apply(snapshot, tick.applies, memory)
+                await _apply(self.kube, self.routes, snapshot, tick.applies, memory)
                 for child in tick.removes:
                     await self.kube.delete(child.api_version, child.kind, snapshot.pilot.ref.namespace, child.name)
                 if tick.patch is not None:
-                    await self._patch(snapshot.pilot.ref, tick.patch)
-                confirmed = [await self._confirm(tick.confirm)] if tick.confirm is not None else []
+                    await _patch(self.kube, snapshot.pilot.ref, tick.patch)
+                confirmed = [await _confirm(self.routes, self.metrics, tick.confirm)] if tick.confirm else []
             except ApiError as error:
                 if error.code not in (400, 403, 422):
                     raise
                 tick, confirmed = refused(snapshot, str(error)), []
-            await self._land(snapshot.pilot.ref, memory, tick, confirmed)
+            await _land(
+                self.kube,
+                self.evidence,
+                self.metrics,
+                ref=snapshot.pilot.ref,
+                memory=memory,
+                tick=tick,
+                confirmed=confirmed,
+            )
             return tick.delay.total_seconds()
-
-    async def _workload(self, ref: PilotRef, spec: SpeculationPilotSpec) -> Workload | list[Problem]:
-        """spec.workloadRef's Deployment as read now, or why it cannot be piloted."""
-        assert spec.workload_ref is not None
-        obj = await self.kube.get("apps/v1", "Deployment", ref.namespace, spec.workload_ref.name)
-        found = read_workload(obj, spec.workload_ref)
-        if isinstance(found, list):
-            return found
-        return list(self.policy.image_problems(found.image, "spec.workloadRef.name")) or found
-
-    async def _with_baseline(self, ref: PilotRef, seen: Observation, workload: Workload) -> Observation:
-        """The observation with the workload's pods, production's baseline, which the index does not hold."""
-        pods = await self.kube.pods(ref.namespace, workload.selector)
-        return replace(seen, pods=(*seen.pods, *(baseline_pod_view(pod) for pod in pods)))
-
-    async def _patch(self, ref: PilotRef, patch: ServicePatch) -> None:
-        """Re-point the taken-over Service, or put it back; a Service deleted meanwhile needs neither."""
-        if not await self.kube.merge_patch("v1", "Service", ref.namespace, patch.service, patch.body):
-            log.warning("%s/%s: Service %s is gone; nothing to re-point", ref.namespace, ref.name, patch.service)
 
     async def _gather(self, body: Mapping[str, Any], seen: Observation, memory: PilotMemory) -> Snapshot:
         """The tick's snapshot: read once, frozen, before anything is decided."""
@@ -243,11 +240,11 @@ class Controller:
         spec = pilot.spec if not pilot.deleting else None
         workload = None
         if spec is not None and spec.workload_ref is not None:
-            found = await self._workload(pilot.ref, spec)
+            found = await _workload(self.kube, self.policy, pilot.ref, spec)
             if isinstance(found, list):
                 pilot, spec = replace(pilot, spec=None, problems=tuple(found)), None
             else:
-                workload, seen = found, await self._with_baseline(pilot.ref, seen, found)
+                workload, seen = found, await _with_baseline(self.kube, pilot.ref, seen, found)
         memory.workload = workload
         takeover = spec.router.takeover if spec is not None else None
         service = await self.kube.get("v1", "Service", pilot.ref.namespace, takeover.service) if takeover else None
@@ -264,129 +261,22 @@ class Controller:
             written=memory.written,
         )
         hooks = spec.quality.webhooks if spec is not None else []
-        if not hooks:
-            return snapshot
-        windows = windows_due(snapshot)
-        ref = pilot.ref
-        answers = await asyncio.gather(
-            *(self.quality.ask(hooks, window_summary(ref.name, ref.namespace, window)) for window in windows.values())
-        )
-        return replace(snapshot, webhooks=dict(zip(windows, answers, strict=True)))
-
-    async def _apply(self, snapshot: Snapshot, applies: tuple[Apply, ...], memory: PilotMemory) -> None:
-        """Dry-run every change, then apply them in order; the routing table goes to its owner."""
-        for step in applies:
-            if step.dry_run:
-                await self.kube.apply(step.obj, dry_run=True)
-        ref, now = snapshot.pilot.ref, snapshot.now
-        for step in applies:
-            out = await (self.routes.write(ref, step.table) if step.table is not None else self.kube.apply(step.obj))
-            generation = int(out.get("metadata", {}).get("generation") or 0)
-            routes_hash = table_hash(step.table) if step.table is not None else None
-            memory.written = memory.written.after(
-                step.key, Applied(step.digest, generation), routes_hash=routes_hash, at=now
-            )
-
-    async def _confirm(self, confirm: Confirm) -> Event:
-        """Wait for the routers to take a flip, and say when they did."""
-        served = await self.routes.served(confirm.routers, confirm.generation)
-        names = ", ".join(confirm.scopes)
-        if served.unconfirmed:
-            return Event(
-                EventType.WARNING,
-                Reason.ROUTES_UNCONFIRMED,
-                f"router(s) {', '.join(served.unconfirmed)} did not confirm routing generation "
-                f"{confirm.generation} ({names} on ordinary decoding) within {served.seconds:.0f} s: they "
-                "could not be reached; a router takes the table from its ConfigMap, and one whose table "
-                "ages past --max-table-age sends every scope to the baseline",
-            )
-        self.metrics.flip_seconds.observe(served.seconds)
-        return Event(
-            EventType.NORMAL,
-            Reason.ROUTES_TAKEN,
-            f"routers took routing generation {confirm.generation} ({names} on ordinary decoding) "
-            f"{served.seconds * 1000:.0f} ms after the write",
-        )
-
-    async def _land(self, ref: PilotRef, memory: PilotMemory, tick: Plan, confirmed: list[Event]) -> None:
-        """One status write when it changed, the manual actions it acted on cleared, then the Events
-        it implies and the evidence it describes."""
-        if tick.status is not None and tick.status_changed:
-            await self.kube.replace_status(_pilot_path(ref), tick.status.to_wire())
-            memory.status = tick.status
-        if tick.clear_annotations:
-            await self.kube.patch_metadata(_pilot_path(ref), {"annotations": dict.fromkeys(tick.clear_annotations)})
-        self._count(ref, tick)
-        await self.announce(ref, [*tick.events, *confirmed])
-        if tick.evidence is not None:
-            await self.evidence.store(ref, tick.evidence)
-
-    def _count(self, ref: PilotRef, tick: Plan) -> None:
-        if tick.status is None:
-            return
-        if tick.status.phase is not None:
-            self.metrics.phase(ref.namespace, ref.name, tick.status.phase)
-        for status in tick.status.scopes:
-            self.metrics.scope(ref.namespace, ref.name, status)
-        for scope, verdict in tick.judged:
-            self.metrics.verdicts.labels(ref.namespace, ref.name, scope, verdict.value).inc()
-        for scope in tick.flipped:
-            self.metrics.flips.labels(ref.namespace, ref.name, scope).inc()
-
-    async def announce(self, ref: PilotRef, events: Iterable[Event]) -> None:
-        """The one funnel for what happened: a log line, a Kubernetes Event and a metric."""
-        for event in events:
-            level = logging.WARNING if event.type is EventType.WARNING else logging.INFO
-            log.log(level, "%s/%s: %s: %s", ref.namespace, ref.name, event.reason.value, event.message)
-            self.metrics.events.labels(event.reason.value).inc()
-            try:
-                await self.kube.event(
-                    _involved(ref), type=event.type.value, reason=event.reason.value, message=event.message
-                )
-            except (ApiError, aiohttp.ClientError) as error:
-                log.warning("%s/%s: could not post Event %s: %s", ref.namespace, ref.name, event.reason.value, error)
+        return await _asked(self.quality, snapshot, hooks) if hooks else snapshot
 
     # --- collection --------------------------------------------------------------------------
 
-    async def _measured(
-        self, body: Mapping[str, Any], seen: Observation
-    ) -> tuple[PilotMemory, SpeculationPilotSpec, Observation] | None:
-        """What collection and probing read: the pilot's memory, its spec when the policy admits it, and
-        the observation with production's pods where a workload is piloted; None while there is nothing
-        to measure (an invalid spec, a workload not read yet or refused)."""
-        ref = pilot_ref(body)
-        memory = self.memory(ref)
-        spec = admitted(self.policy, body, ref.namespace)
-        if spec is None or (spec.workload_ref is not None and memory.workload is None):
-            return None
-        if memory.workload is not None and spec.workload_ref is not None:
-            seen = await self._with_baseline(ref, seen, memory.workload)
-        return memory, spec, seen
-
     async def collect(self, body: Mapping[str, Any], seen: Observation) -> float:
-        """One collection of the pilot's measurements; seconds to the next. A due window wakes the
-        reconcile at once, so that it is judged on what was just collected. Probes run apart (`probe`)."""
-        found = await self._measured(body, seen)
+        """One collection of the pilot's measurements (`collection`); seconds to the next. Probes run
+        apart (`probe`)."""
+        found = await _measurable(self.kube, self.policy, self.memory(pilot_ref(body)), body, seen)
         if found is None:
             return INVALID_SPEC_TICK.total_seconds()
-        (memory, spec, seen), now = found, self.clock()
-        memory.measurements = await memory.collector.collect(
-            arms={arm: seen.ready(arm.value) for arm in MEASURED_ARMS},
-            # the rehearsal router's samples too: its requests are the arms' load while it runs
-            routers=[*seen.ready(ROUTER_COMPONENT), *seen.ready(REHEARSAL_ROUTER_COMPONENT)],
-            analysis=spec.analysis,
-            rehearsal=spec.rehearsal,
-            pilot=(body["metadata"]["namespace"], body["metadata"]["name"]),
-            now=now,
-        )
-        if window_due(memory.status or status_of(body), spec, memory.measurements.collected_at, now):
-            memory.wakeup.set(urgent=True)
-        return cadence(spec.analysis)
+        return await collection(*found, body, clock=self.clock)
 
     async def probe(self, body: Mapping[str, Any], seen: Observation) -> float:
         """A probe round when one is due (`probe_round`), on the probes' own schedule; seconds until it
         looks again."""
-        found = await self._measured(body, seen)
+        found = await _measurable(self.kube, self.policy, self.memory(pilot_ref(body)), body, seen)
         if found is None or found[1].quality.probes is None:
             return INVALID_SPEC_TICK.total_seconds()
         return await probe_round(self.quality, *found, clock=self.clock)
@@ -394,28 +284,200 @@ class Controller:
     # --- teardown ----------------------------------------------------------------------------
 
     async def teardown(self, body: Mapping[str, Any], seen: Observation) -> bool:
-        """One pass of the ordered teardown; True when everything the pilot made is gone."""
+        """One pass of the ordered teardown (`tear_down`); True when everything the pilot made is gone."""
         ref = pilot_ref(body)
         memory = self.memory(ref)
         async with memory.lock:
-            status = status_of(body)
-            taken = restoring(ref.name, status.takeover if status else None, "the pilot is deleted", self.clock())
-            if taken.patch is not None and not memory.restored:
-                # first: clients go back to production before anything of the pilot goes
-                await self._patch(ref, taken.patch)
-                await self.announce(ref, taken.events)
-                memory.restored = True
-            steps = teardown(ref, seen, self.clock())
-            if steps.flip is not None:
-                await self.routes.write(ref, steps.flip)
-                await self.announce(ref, steps.events)
-            if steps.generation is not None:
-                await self.routes.served(steps.routers, steps.generation)
-            for child in steps.first:
-                await self.kube.delete(child.api_version, child.kind, ref.namespace, child.name)
-            if steps.draining:
-                return False  # the router still drains; the baseline keeps serving it
-            for child in steps.last:
-                await self.kube.delete(child.api_version, child.kind, ref.namespace, child.name)
-        self.forget(ref)
-        return True
+            gone = await tear_down(
+                self.kube,
+                self.routes,
+                self.metrics,
+                memory=memory,
+                ref=ref,
+                seen=seen,
+                status=status_of(body),
+                clock=self.clock,
+            )
+        if gone:
+            self.forget(ref)
+        return gone
+
+
+async def tear_down(
+    kube: KubeApi,
+    routes: RouteOwner,
+    metrics: OperatorMetrics,
+    *,
+    memory: PilotMemory,
+    ref: PilotRef,
+    seen: Observation,
+    status: SpeculationPilotStatus | None,
+    clock: Callable[[], datetime],
+) -> bool:
+    """One pass of the ordered teardown `core.plan.teardown` lists, after the taken-over Service is put
+    back; True when everything the pilot made is gone."""
+    taken = restoring(ref.name, status.takeover if status else None, "the pilot is deleted", clock())
+    if taken.patch is not None and not memory.restored:
+        # first: clients go back to production before anything of the pilot goes
+        await _patch(kube, ref, taken.patch)
+        await announce(kube, metrics, ref, taken.events)
+        memory.restored = True
+    steps = teardown(ref, seen, clock())
+    if steps.flip is not None:
+        await routes.write(ref, steps.flip)
+        await announce(kube, metrics, ref, steps.events)
+    if steps.generation is not None:
+        await routes.served(steps.routers, steps.generation)
+    for child in steps.first:
+        await kube.delete(child.api_version, child.kind, ref.namespace, child.name)
+    if steps.draining:
+        return False  # the router still drains; the baseline keeps serving it
+    for child in steps.last:
+        await kube.delete(child.api_version, child.kind, ref.namespace, child.name)
+    return True
+
+
+async def announce(kube: KubeApi, metrics: OperatorMetrics, ref: PilotRef, events: Iterable[Event]) -> None:
+    """The one funnel for what happened: a log line, a Kubernetes Event and a metric."""
+    for event in events:
+        level = logging.WARNING if event.type is EventType.WARNING else logging.INFO
+        log.log(level, "%s/%s: %s: %s", ref.namespace, ref.name, event.reason.value, event.message)
+        metrics.events.labels(event.reason.value).inc()
+        try:
+            await kube.event(_involved(ref), type=event.type.value, reason=event.reason.value, message=event.message)
+        except (ApiError, aiohttp.ClientError) as error:
+            log.warning("%s/%s: could not post Event %s: %s", ref.namespace, ref.name, event.reason.value, error)
+
+
+async def _measurable(
+    kube: KubeApi, policy: Policy, memory: PilotMemory, body: Mapping[str, Any], seen: Observation
+) -> tuple[PilotMemory, SpeculationPilotSpec, Observation] | None:
+    """What collection and probing read: the pilot's memory, its spec when the policy admits it, and
+    the observation with production's pods where a workload is piloted; None while there is nothing
+    to measure (an invalid spec, a workload not read yet or refused)."""
+    spec = admitted(policy, body, body["metadata"]["namespace"])
+    if spec is None or (spec.workload_ref is not None and memory.workload is None):
+        return None
+    if memory.workload is not None and spec.workload_ref is not None:
+        seen = await _with_baseline(kube, pilot_ref(body), seen, memory.workload)
+    return memory, spec, seen
+
+
+async def collection(
+    memory: PilotMemory,
+    spec: SpeculationPilotSpec,
+    seen: Observation,
+    body: Mapping[str, Any],
+    *,
+    clock: Callable[[], datetime],
+) -> float:
+    """One collection of the pilot's measurements into `memory`; seconds to the next. A due window wakes
+    the reconcile at once, so that it is judged on what was just collected."""
+    now = clock()
+    memory.measurements = await memory.collector.collect(
+        arms={arm: seen.ready(arm.value) for arm in MEASURED_ARMS},
+        # the rehearsal router's samples too: its requests are the arms' load while it runs
+        routers=[*seen.ready(ROUTER_COMPONENT), *seen.ready(REHEARSAL_ROUTER_COMPONENT)],
+        analysis=spec.analysis,
+        rehearsal=spec.rehearsal,
+        pilot=(body["metadata"]["namespace"], body["metadata"]["name"]),
+        now=now,
+    )
+    if window_due(memory.status or status_of(body), spec, memory.measurements.collected_at, now):
+        memory.wakeup.set(urgent=True)
+    return cadence(spec.analysis)
+
+
+async def _workload(
+    kube: KubeApi, policy: Policy, ref: PilotRef, spec: SpeculationPilotSpec
+) -> Workload | list[Problem]:
+    """spec.workloadRef's Deployment as read now, or why it cannot be piloted."""
+    assert spec.workload_ref is not None
+    obj = await kube.get("apps/v1", "Deployment", ref.namespace, spec.workload_ref.name)
+    found = read_workload(obj, spec.workload_ref)
+    if isinstance(found, list):
+        return found
+    return list(policy.image_problems(found.image, "spec.workloadRef.name")) or found
+
+
+async def _with_baseline(kube: KubeApi, ref: PilotRef, seen: Observation, workload: Workload) -> Observation:
+    """The observation with the workload's pods, production's baseline, which the index does not hold."""
+    pods = await kube.pods(ref.namespace, workload.selector)
+    return replace(seen, pods=(*seen.pods, *(baseline_pod_view(pod) for pod in pods)))
+
+
+async def _asked(quality: QualityGates, snapshot: Snapshot, hooks: Sequence[Webhook]) -> Snapshot:
+    """The snapshot with the webhooks' answers about each window due."""
+    windows, ref = windows_due(snapshot), snapshot.pilot.ref
+    answers = await asyncio.gather(
+        *(quality.ask(hooks, window_summary(ref.name, ref.namespace, window)) for window in windows.values())
+    )
+    return replace(snapshot, webhooks=dict(zip(windows, answers, strict=True)))
+
+
+async def _land(
+    kube: KubeApi,
+    evidence: EvidenceStore,
+    metrics: OperatorMetrics,
+    *,
+    ref: PilotRef,
+    memory: PilotMemory,
+    tick: Plan,
+    confirmed: list[Event],
+) -> None:
+    """One status write when it changed, the manual actions it acted on cleared, then the Events
+    it implies and the evidence it describes."""
+    if tick.status is not None and tick.status_changed:
+        await kube.replace_status(_pilot_path(ref), tick.status.to_wire())
+        memory.status = tick.status
+    if tick.clear_annotations:
+        await kube.patch_metadata(_pilot_path(ref), {"annotations": dict.fromkeys(tick.clear_annotations)})
+    _count(metrics, ref, tick)
+    await announce(kube, metrics, ref, [*tick.events, *confirmed])
+    if tick.evidence is not None:
+        await evidence.store(ref, tick.evidence)
+
+
+async def _confirm(routes: RouteOwner, metrics: OperatorMetrics, confirm: Confirm) -> Event:
+    """Wait for the routers to take a flip, and say when they did."""
+    served = await routes.served(confirm.routers, confirm.generation)
+    if not served.unconfirmed:
+        metrics.flip_seconds.observe(served.seconds)
+    return flip_served(confirm, seconds=served.seconds, unconfirmed=served.unconfirmed)
+
+
+async def _patch(kube: KubeApi, ref: PilotRef, patch: ServicePatch) -> None:
+    """Re-point the taken-over Service, or put it back; a Service deleted meanwhile needs neither."""
+    if not await kube.merge_patch("v1", "Service", ref.namespace, patch.service, patch.body):
+        log.warning("%s/%s: Service %s is gone; nothing to re-point", ref.namespace, ref.name, patch.service)
+
+
+async def _apply(
+    kube: KubeApi, routes: RouteOwner, snapshot: Snapshot, applies: tuple[Apply, ...], memory: PilotMemory
+) -> None:
+    """Dry-run every change, then apply them in order; the routing table goes to its owner."""
+    for step in applies:
+        if step.dry_run:
+            await kube.apply(step.obj, dry_run=True)
+    ref, now = snapshot.pilot.ref, snapshot.now
+    for step in applies:
+        out = await (routes.write(ref, step.table) if step.table is not None else kube.apply(step.obj))
+        generation = int(out.get("metadata", {}).get("generation") or 0)
+        routes_hash = table_hash(step.table) if step.table is not None else None
+        memory.written = memory.written.after(
+            step.key, Applied(step.digest, generation), routes_hash=routes_hash, at=now
+        )
+
+
+def _count(metrics: OperatorMetrics, ref: PilotRef, tick: Plan) -> None:
+    """The tick as metrics: the pilot's phase and scopes, each window judged, each flip."""
+    if tick.status is None:
+        return
+    if tick.status.phase is not None:
+        metrics.phase(ref.namespace, ref.name, tick.status.phase)
+    for status in tick.status.scopes:
+        metrics.scope(ref.namespace, ref.name, status)
+    for scope, verdict in tick.judged:
+        metrics.verdicts.labels(ref.namespace, ref.name, scope, verdict.value).inc()
+    for scope in tick.flipped:
+        metrics.flips.labels(ref.namespace, ref.name, scope).inc()

@@ -95,6 +95,27 @@ class Confirm:
     routers: tuple[str, ...]  # addresses
 
 
+def flip_served(confirm: Confirm, *, seconds: float, unconfirmed: Sequence[str] = ()) -> Event:
+    """What the routers did with a flip: took it `seconds` after the write, or, for those `unconfirmed`,
+    could not be reached before the wait gave up."""
+    names = ", ".join(confirm.scopes)
+    if unconfirmed:
+        return Event(
+            EventType.WARNING,
+            Reason.ROUTES_UNCONFIRMED,
+            f"router(s) {', '.join(unconfirmed)} did not confirm routing generation "
+            f"{confirm.generation} ({names} on ordinary decoding) within {seconds:.0f} s: they "
+            "could not be reached; a router takes the table from its ConfigMap, and one whose table "
+            "ages past --max-table-age sends every scope to the baseline",
+        )
+    return Event(
+        EventType.NORMAL,
+        Reason.ROUTES_TAKEN,
+        f"routers took routing generation {confirm.generation} ({names} on ordinary decoding) "
+        f"{seconds * 1000:.0f} ms after the write",
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     """What one tick does, in order: `applies` (every change dry-run first), `removes`, `confirm`, the
