@@ -630,6 +630,9 @@ class SpeculationPilotStatus(ApiModel):
     """Speculative scopes out of all scopes, e.g. 2/5 (shown by kubectl get)."""
     fallbacks: Annotated[list[FallbackRecord], Field(max_length=FALLBACK_LIMIT)] = []
     """The latest rollbacks, newest last, at most 20."""
+    fallbacks_dropped: Count = 0
+    """Older rollbacks no longer listed in fallbacks, which keeps the newest 20 so that status stays
+    bounded however long the pilot runs (each rollback's Event said it too)."""
     decision: Decision | None = None
     """The conclusion, once stated."""
     rehearsal: RehearsalStatus | None = None

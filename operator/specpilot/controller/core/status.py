@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.reasons import Reason
@@ -301,7 +302,7 @@ def reconciled_status(
         routes=routes,
         scopes=list(scopes),
         speculative_scopes=f"{speculative}/{len(scopes)}",
-        fallbacks=list(fallbacks) if fallbacks is not None else (previous.fallbacks if previous is not None else []),
+        **_listed(previous, fallbacks),
         decision=decision,
         rehearsal=rehearsal,
         workload=workload,
@@ -315,6 +316,16 @@ def reconciled_status(
             0, Event(EventType.NORMAL, Reason.PILOT_CREATED, f"applied arms {arm_names}, the router and its routes")
         )
     return StatusPlan(status, (*events, *transition_events(previous, status)))
+
+
+def _listed(previous: SpeculationPilotStatus | None, fallbacks: Sequence[FallbackRecord] | None) -> dict[str, Any]:
+    """The rollbacks listed (`fallbacks`, None: as before, already the newest FALLBACK_LIMIT), and how
+    many older ones are no longer listed: those listed before or added now that did not stay."""
+    before = previous.fallbacks if previous is not None else []
+    listed = list(fallbacks) if fallbacks is not None else before
+    added = sum(1 for record in listed if record not in before)
+    dropped = max(0, len(before) + added - len(listed))
+    return {"fallbacks": listed, "fallbacks_dropped": (previous.fallbacks_dropped if previous else 0) + dropped}
 
 
 @dataclass(frozen=True)
