@@ -14,8 +14,8 @@ divergence alike and bury a difference, while one at a time each arm's answers a
 repeat meet the same batches, so a round's tally (one stratum of the tests) compares like batches with
 like, and no per-batch strata are needed (vLLM does not report an answer's batch anyway). What the
 answers mean is judged in `analysis.probes`; only the answers' shape is read here, and nothing of a
-body, an answer's or a webhook's reply, is logged. The session given follows no redirect (`fetch.outbound`): a webhook or
-a pod that answers with one has failed the call.
+body, an answer's or a webhook's reply, is logged. The session given follows no redirect
+(`fetch.outbound`): a webhook or a pod that answers with one has failed the call.
 """
 
 from __future__ import annotations
