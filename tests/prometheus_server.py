@@ -11,7 +11,6 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.waiting import answers, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SCRAPE_INTERVAL = "1s"
@@ -64,25 +65,31 @@ class Prometheus:
 
     def wait_until_scraped(self, count: int, *, timeout: float = 30) -> None:
         """Until `count` targets have been scraped at least once since a reload, well or not."""
-        deadline = time.monotonic() + timeout
-        while True:
+
+        def scraped() -> bool:
             targets = self.api("/api/v1/targets")["data"]["activeTargets"]
-            if sum(1 for t in targets if t["health"] != "unknown") >= count:
-                return
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{count} targets scraped: {targets}\n{self.tail()}")
-            time.sleep(0.2)
+            return sum(1 for t in targets if t["health"] != "unknown") >= count
+
+        try:
+            wait_until(f"{count} targets scraped", scraped, timeout=timeout)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {self.api('/api/v1/targets')}\n{self.tail()}") from None
 
     def healthy_targets(self) -> list[dict[str, Any]]:
         return [t for t in self.api("/api/v1/targets")["data"]["activeTargets"] if t["health"] == "up"]
 
     def wait_until_up(self, count: int, *, timeout: float = 30) -> None:
-        """Until `count` targets have been scraped successfully."""
-        deadline = time.monotonic() + timeout
-        while len(self.healthy_targets()) < count:
-            if time.monotonic() > deadline or self.process.poll() is not None:
-                raise AssertionError(f"{count} targets up: {self.api('/api/v1/targets')}\n{self.tail()}")
-            time.sleep(0.2)
+        """Until `count` targets have been scraped successfully (a Prometheus that exited fails at once)."""
+
+        def up() -> bool:
+            if self.process.poll() is not None:
+                raise AssertionError("Prometheus exited")
+            return len(self.healthy_targets()) >= count
+
+        try:
+            wait_until(f"{count} targets up", up, timeout=timeout)
+        except AssertionError as error:
+            raise AssertionError(f"{error}: {self.api('/api/v1/targets')}\n{self.tail()}") from None
 
     def tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
@@ -114,17 +121,16 @@ def running_prometheus(directory: Path, scrape_configs: Sequence[dict[str, Any]]
         )
     server = Prometheus(f"http://127.0.0.1:{port}", process, log, config)
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"{server.url}/-/ready", timeout=2) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise AssertionError(f"Prometheus did not start:\n{server.tail()}")
-            time.sleep(0.1)
+
+        def ready() -> bool:
+            if process.poll() is not None:
+                raise AssertionError("Prometheus exited")
+            return answers(f"{server.url}/-/ready")
+
+        try:
+            wait_until("Prometheus to be ready", ready, timeout=30, every=0.1)
+        except AssertionError as error:
+            raise AssertionError(f"Prometheus did not start: {error}\n{server.tail()}") from None
         yield server
     finally:
         process.terminate()

@@ -10,7 +10,6 @@ import os
 import signal
 import subprocess
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -19,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.waiting import wait_until  # the cluster cases' one polling helper
 
 ROOT = Path(__file__).resolve().parents[2]
 CLUSTER_SH = ROOT / "e2e" / "local" / "cluster.sh"
@@ -36,18 +37,6 @@ def in_background(work: Callable[[threading.Event], None]) -> Iterator[None]:
     finally:
         stop.set()
         thread.join(timeout=60)
-
-
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 60, every: float = 0.2) -> Any:
-    """Poll `check` until it returns something truthy, and return that; fail after `timeout` s."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(every)
 
 
 @dataclass(frozen=True)

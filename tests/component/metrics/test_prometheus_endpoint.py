@@ -29,6 +29,7 @@ from aiohttp import web
 from tests.certs import Authority, Issued
 from tests.component.conftest import Serve
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason, static_job
+from tests.waiting import wait_http
 
 from specpilot.api.spec import Analysis
 from specpilot.controller.collect import PrometheusEngines
@@ -63,18 +64,6 @@ def _free_block() -> str:
     raise AssertionError("no free loopback block")
 
 
-def _wait_http(url: str, *, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{url} did not answer within {timeout}s") from None
-            time.sleep(0.2)
-
-
 @pytest.fixture(scope="module")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
     """A baseline and a speculative mock vLLM with a few completed requests, scraped every second."""
@@ -89,7 +78,7 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
             with (tmp / f"{arm.value}.log").open("wb") as log:
                 processes.append(subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT))
         for ip in addresses.values():
-            _wait_http(f"http://{ip}:{ENGINE_PORT}/health")
+            wait_http(f"http://{ip}:{ENGINE_PORT}/health")
         targets = [
             (f"{addresses[arm]}:{ENGINE_PORT}", {"namespace": NAMESPACE, "pod": pod}) for arm, pod in PODS.items()
         ]

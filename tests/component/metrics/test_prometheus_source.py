@@ -22,7 +22,6 @@ import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -31,7 +30,7 @@ from typing import Any
 
 import pytest
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason, static_job
-from tests.waiting import eventually
+from tests.waiting import eventually, wait_http
 
 from specpilot.analysis.checks import Verdict
 from specpilot.analysis.judge import judge_window
@@ -125,18 +124,6 @@ def _loopback_block() -> str:
     raise AssertionError("no free loopback block")
 
 
-def _wait_http(url: str, *, timeout: float = 30) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{url} did not answer within {timeout}s") from None
-            time.sleep(0.2)
-
-
 def engine_pod(tmp: Path, name: str, ip: str, *, speculative: bool) -> Pod:
     argv = [*CLI, "mock-vllm", "test-model", "--host", ip, "--port", str(ENGINE_PORT)]
     if speculative:
@@ -185,8 +172,8 @@ def pilot(tmp_path: Path) -> Iterator[Pilot]:
         for pod in everything:
             pod.start()
         for pod in everything[:-1]:
-            _wait_http(f"http://{pod.ip}:{ENGINE_PORT}/health")
-        _wait_http(f"http://{router_ip}:{ROUTER_ADMIN_PORT}/readyz")
+            wait_http(f"http://{pod.ip}:{ENGINE_PORT}/health")
+        wait_http(f"http://{router_ip}:{ROUTER_ADMIN_PORT}/readyz")
         with running_prometheus(tmp_path / "prometheus", jobs) as prometheus:
             prometheus.wait_until_up(len(everything))
             yield Pilot(arms, router, prometheus, tmp_path)
@@ -379,7 +366,7 @@ def test_what_prometheus_cannot_vouch_for_is_inconclusive(pilot: Pilot) -> None:
     www.mkdir()
     (www / "metrics").write_text('vllm:generation_tokens_total{engine="0" 12\n<html>oops</html>\n')
     garbage.start()
-    _wait_http(f"http://{garbage.ip}:{ENGINE_PORT}/metrics")
+    wait_http(f"http://{garbage.ip}:{ENGINE_PORT}/metrics")
     pilot.arms[Arm.BASELINE].append(garbage)
     targets = [
         (f"{p.ip}:{ENGINE_PORT}", {"namespace": NAMESPACE, "pod": p.name}) for ps in pilot.arms.values() for p in ps

@@ -23,6 +23,7 @@ from aiohttp import web
 from multidict import CIMultiDictProxy
 from prometheus_client.parser import text_string_to_metric_families
 from tests.component.conftest import Serve, Served
+from tests.waiting import eventually
 
 from specpilot.router.app import Router
 from specpilot.wire.routerconfig import RouterConfig
@@ -251,11 +252,7 @@ class Harness:
     @staticmethod
     async def wait_for(condition: Callable[[], bool], within: float = 5.0) -> None:
         """Poll `condition` until it holds; fail after `within` seconds."""
-        deadline = time.monotonic() + within
-        while not condition():
-            if time.monotonic() > deadline:
-                raise AssertionError("condition not met in time")
-            await asyncio.sleep(0.01)
+        await eventually("the condition", condition, within=within, every=0.01)
 
     @staticmethod
     async def read_sse(resp: aiohttp.ClientResponse) -> list[bytes]:
