@@ -12,7 +12,7 @@ from aiohttp import web
 from tests.component.conftest import Serve
 
 from specpilot.controller.kube import THROTTLED_RETRIES, ApiError, Kube
-from specpilot.kubeaccess import KubeAccess, retry_after
+from specpilot.kubeaccess import Fixed, KubeAccess, retry_after
 
 CONFIGMAP = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "p1-routes", "namespace": "ns1"}}
 
@@ -51,7 +51,7 @@ async def test_a_throttled_call_waits_as_the_server_asks_then_lands(server: tupl
     soon = format_datetime(datetime.now(UTC) + timedelta(seconds=20), usegmt=True)
     fake.waits = ["3", soon]
     async with aiohttp.ClientSession() as session:
-        kube = Kube(KubeAccess(url, False, lambda: None), session, observe=lambda *_: None, sleep=sleep)
+        kube = Kube(KubeAccess(url, Fixed()), session, observe=lambda *_: None, sleep=sleep)
         out = await kube.apply(CONFIGMAP)
         assert out["metadata"]["resourceVersion"] == "7" and fake.calls == 3
         assert waited[0] == 3.0 and 15 < waited[1] <= 20, waited

@@ -12,8 +12,11 @@ from pathlib import Path
 import certifi
 import pytest
 import yaml
+from kubernetes import client
 from kubernetes.config import incluster_config, kube_config
 
+from specpilot import kubeaccess
+from specpilot.controller.handlers import connection_info
 from specpilot.kubeaccess import load_access
 
 # An exec plugin: a new token at each run (counted in `calls` beside it), expiring when `expiry` says.
@@ -60,6 +63,7 @@ def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
     fake = Clock()
     monkeypatch.setattr(kube_config, "datetime", fake)
     monkeypatch.setattr(incluster_config, "datetime", fake)
+    monkeypatch.setattr(kubeaccess, "datetime", fake.datetime)
     return fake
 
 
@@ -108,7 +112,7 @@ def plugin(request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.M
 def test_an_exec_plugin_token_is_kept_until_it_expires_then_fetched_again(plugin: Plugin, clock: Clock) -> None:
     plugin.expire_in(3600)
     access = load_access()
-    assert access.server == "http://127.0.0.1:6443" and access.ssl is False
+    assert access.server == "http://127.0.0.1:6443" and access.ssl() is False
     assert [access.token(), access.token(), access.token()] == ["Bearer exec-1"] * 3
     assert plugin.calls == 1  # cached while valid: no run per request
     clock.advance(3600)
@@ -118,16 +122,23 @@ def test_an_exec_plugin_token_is_kept_until_it_expires_then_fetched_again(plugin
     assert plugin.calls == 2
 
 
-def test_an_exec_plugin_token_about_to_expire_is_fetched_again_at_each_request(plugin: Plugin) -> None:
-    # The loader renews 5 minutes ahead of `expirationTimestamp`: a token expiring sooner (or already
-    # expired) is never reused.
+def test_a_short_lived_exec_plugin_token_is_renewed_before_it_expires_not_per_request(
+    plugin: Plugin, clock: Clock
+) -> None:
+    # Renewed 5 minutes ahead of `expirationTimestamp`, or with a fifth of its life left when it lives
+    # less than 25 minutes: an expired token is never reused, and a short-lived one is not fetched again
+    # at each request (a plugin run per request would stall every call).
     plugin.expire_in(-60)
     access = load_access()
     assert access.token() == "Bearer exec-2"  # loading ran the plugin once, the first request again
     plugin.expire_in(60)
-    assert [access.token(), access.token()] == ["Bearer exec-3", "Bearer exec-4"]
+    assert [access.token(), access.token()] == ["Bearer exec-3", "Bearer exec-3"]
+    clock.advance(47)
+    assert access.token() == "Bearer exec-3"
     plugin.expire_in(3600)
-    assert [access.token(), access.token()] == ["Bearer exec-5", "Bearer exec-5"]
+    clock.advance(2)  # 11 s left of 60: renewed
+    assert [access.token(), access.token()] == ["Bearer exec-4", "Bearer exec-4"]
+    assert plugin.calls == 4
 
 
 @pytest.fixture
@@ -157,3 +168,18 @@ def test_a_rotated_service_account_token_is_read_again_within_a_minute(mount: Pa
     mount.write_text("sa-3")
     clock.advance(61)
     assert access.token() == "bearer sa-3"
+
+
+def test_kopf_logs_in_with_the_renewing_credentials_and_again_when_they_are_due() -> None:
+    cfg = client.Configuration()
+    cfg.host, cfg.cert_file, cfg.key_file = "https://10.96.0.1:443", "/tmp/c.crt", "/tmp/c.key"
+    cfg.api_key = {"BearerToken": "bearer sa-1"}
+    at = dt.datetime(2026, 12, 1, tzinfo=dt.UTC)
+    expiry = at + dt.timedelta(minutes=10)
+    credentials = kubeaccess.Credentials(
+        lambda: kubeaccess.Loaded(cfg, False, at, expiry=expiry), clock=lambda: at + dt.timedelta(minutes=1)
+    )
+    info = connection_info(credentials)
+    assert (info.server, info.scheme, info.token) == ("https://10.96.0.1:443", "bearer", "sa-1")
+    assert (info.certificate_path, info.private_key_path) == ("/tmp/c.crt", "/tmp/c.key")
+    assert info.expiration == expiry - dt.timedelta(minutes=2), "a fifth of its life ahead"

@@ -26,6 +26,7 @@ from specpilot.controller.core.snapshot import Observation
 from specpilot.controller.kube import ApiError
 from specpilot.controller.reconcile import Controller, pilot_ref
 from specpilot.controller.schedule import RETRY_SECONDS, first, repeat
+from specpilot.kubeaccess import Credentials
 from specpilot.wire.names import PILOT_LABEL
 
 log = logging.getLogger("specpilot.operator")
@@ -80,8 +81,25 @@ def _observation(body: Mapping[str, Any], indices: Mapping[str, Any]) -> Observa
     return Observation(children=children, pods=tuple(pods), annotations=dict(meta.get("annotations") or {}))
 
 
-def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
-    """Register every handler on `registry`, bound to `controller` (no module-level state)."""
+def connection_info(credentials: Credentials) -> kopf.ConnectionInfo:
+    """Kopf's connection from the operator's renewing credentials, expiring when they are due."""
+    cfg, renew_at = credentials.current()
+    scheme, _, token = (credentials.token() or "").partition(" ")  # "Bearer x", or the in-cluster "bearer x"
+    return kopf.ConnectionInfo(
+        server=str(cfg.host).rstrip("/"),
+        ca_path=cfg.ssl_ca_cert,
+        insecure=not cfg.verify_ssl,
+        scheme=scheme or None,
+        token=token or None,
+        certificate_path=cfg.cert_file,
+        private_key_path=cfg.key_file,
+        expiration=renew_at,
+    )
+
+
+def register(registry: kopf.OperatorRegistry, controller: Controller, credentials: Credentials | None = None) -> None:
+    """Register every handler on `registry`, bound to `controller` (no module-level state); Kopf logs in
+    with `credentials` where given, again when they are due for renewal or after a 401."""
 
     def index_child(**kwargs: Any) -> Any:
         return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): summarize(kwargs["body"])}
@@ -91,7 +109,9 @@ def register(registry: kopf.OperatorRegistry, controller: Controller) -> None:
 
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_via_client(**kwargs)
+        if credentials is None:
+            return kopf.login_via_client(**kwargs)
+        return connection_info(credentials)
 
     for group, version, plural in CHILD_RESOURCES:
         kopf.index(group, version, plural, labels=OWNED, id=_index_name(plural), registry=registry)(index_child)

@@ -77,17 +77,22 @@ class Kube:
     async def _call(
         self, method: str, path: str, *, body: Any = None, content_type: str = "application/json", **params: str
     ) -> Json | None:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        token = self._access.token()
-        if token:
-            headers["Authorization"] = token
         data = None if body is None else json.dumps(body, separators=(",", ":"))
+        renewed = False
         for attempt in range(THROTTLED_RETRIES + 1):
+            headers = {"Accept": "application/json", "Content-Type": content_type}
+            token = self._access.token()
+            if token:
+                headers["Authorization"] = token
             async with self._session.request(
-                method, self._access.server + path, params=params, data=data, headers=headers, ssl=self._access.ssl
+                method, self._access.server + path, params=params, data=data, headers=headers, ssl=self._access.ssl()
             ) as resp:
                 text = await resp.text()
                 status, wait = resp.status, retry_after(resp.headers)
+            if status == 401 and not renewed:  # expired credentials: renewed (with backoff), asked once more
+                self._access.rejected()
+                renewed = True
+                continue
             if status != 429 or attempt == THROTTLED_RETRIES:
                 break
             await self._sleep(wait)  # throttled (API priority and fairness): as long as the server asks

@@ -28,7 +28,7 @@ from specpilot.controller.reconcile import Controller
 from specpilot.controller.routes import ConfigMapRoutes
 from specpilot.fetch.endpoints import PrometheusCredentials, PrometheusEndpoint, load_endpoints
 from specpilot.fetch.outbound import outbound_session
-from specpilot.kubeaccess import load_access
+from specpilot.kubeaccess import Credentials, load_access
 
 DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
 
@@ -215,7 +215,7 @@ async def run(config: OperatorConfig) -> None:
             policy=config.policy,
         )
         registry = kopf.OperatorRegistry()
-        register(registry, controller)
+        register(registry, controller, access.credentials if isinstance(access.credentials, Credentials) else None)
         await kopf.operator(
             registry=registry,
             settings=settings(peering=config.peering is not None),

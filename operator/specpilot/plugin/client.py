@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from specpilot.analysis import evidence as ev
 from specpilot.api.pilot import GROUP, PLURAL, VERSION
+from specpilot.kubeaccess import Credentials, kubeconfig_credentials
 from specpilot.wire.names import EVIDENCE_KEY, evidence_name
 
 Json = dict[str, Any]
@@ -36,21 +38,53 @@ def _kubeconfig(path: str | None) -> str:
 class Client:
     """One namespace of one cluster, as a context of the kubeconfig reaches it."""
 
-    def __init__(self, api: Any, namespace: str) -> None:
+    def __init__(self, credentials: Credentials, namespace: str) -> None:
         self.namespace = namespace
-        self._api = api
-        self._custom = client.CustomObjectsApi(api)
-        self._core = client.CoreV1Api(api)
-        self._batch = client.BatchV1Api(api)
+        self._credentials = credentials
+        self._built: tuple[object, ...] | None = None
+        self._connect()
+
+    def _connect(self) -> None:
+        """The API clients, built again when the credentials were renewed (a client certificate an exec
+        plugin issued again, a tokenFile read again), as a long wait for a Job may outlive them."""
+        cfg, _ = self._credentials.current()
+        built = (cfg.cert_file, cfg.key_file, cfg.ssl_ca_cert, self._credentials.token())
+        if built == self._built:
+            return
+        self._built = built
+        cfg = copy.deepcopy(cfg)
+        cfg.api_key = {"BearerToken": built[3]} if built[3] else {}
+        cfg.api_key_prefix, cfg.refresh_api_key_hook = {}, None
+        self._api = client.ApiClient(configuration=cfg)
+        self._custom = client.CustomObjectsApi(self._api)
+        self._core = client.CoreV1Api(self._api)
+        self._batch = client.BatchV1Api(self._api)
 
     @property
     def server(self) -> str:
         return str(self._api.configuration.host)
 
     def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        for attempt in range(2):
+            self._connect()
+            try:
+                return self._attempt(what, call, *args, **kwargs)
+            except ApiException as error:
+                if error.status != 401 or attempt:
+                    raise PluginError(f"{what}: {_refusal(error)}") from None
+                self._credentials.rejected()  # expired credentials: renewed (with backoff), asked once more
+        raise AssertionError("unreachable")
+
+    def _attempt(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
+        """One call, through the API clients as they are now (`call` is named on them, so a rebuilt
+        client is the one called)."""
+        bound = getattr(call, "__self__", None)
+        owner = {type(api): api for api in (self._custom, self._core, self._batch)}.get(type(bound))
         try:
-            return call(*args, **kwargs)
+            return getattr(owner, call.__name__)(*args, **kwargs) if owner is not None else call(*args, **kwargs)
         except ApiException as error:
+            if error.status == 401:
+                raise
             if error.status == 404:
                 raise PluginError(f"{what} not found in namespace {self.namespace!r}") from None
             raise PluginError(f"{what}: {_refusal(error)}") from None
@@ -219,7 +253,7 @@ def connect(*, kubeconfig: str | None, context: str | None, namespace: str | Non
         if chosen is None:
             names = ", ".join(c["name"] for c in contexts)
             raise PluginError(f"context {context!r} not in the kubeconfig (contexts: {names})")
-        api = config.new_client_from_config(config_file=path, context=chosen["name"], persist_config=False)
+        credentials = kubeconfig_credentials(path, chosen["name"])
     except (config.ConfigException, yaml.YAMLError, ValueError, TypeError, KeyError, AttributeError, OSError) as error:
         raise PluginError(f"kubeconfig {path}: {_malformed(error)}") from None
-    return Client(api, namespace or chosen.get("context", {}).get("namespace") or "default")
+    return Client(credentials, namespace or chosen.get("context", {}).get("namespace") or "default")

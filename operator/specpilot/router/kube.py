@@ -86,6 +86,8 @@ class Reflector:
                     self._on_restart(self.resource, "throttled")
                     await self._sleep(exc.retry_after)
                     continue
+                if exc.code == 401:  # expired credentials: renewed (with backoff) before the next try
+                    self._access.rejected()
                 delay = await self._pause(exc, delay)
             except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, TypeError) as exc:
                 delay = await self._pause(exc, delay)  # unreachable, or answers we cannot read
@@ -104,7 +106,7 @@ class Reflector:
 
     async def _list(self) -> str:
         async with self._session.get(
-            self._url, params=self._selector, headers=self._headers(), ssl=self._access.ssl
+            self._url, params=self._selector, headers=self._headers(), ssl=self._access.ssl()
         ) as resp:
             body = await resp.read()
             if resp.status != 200:
@@ -124,7 +126,7 @@ class Reflector:
         }
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=10, sock_read=self._watch_seconds + 30)
         async with self._session.get(
-            self._url, params=params, headers=self._headers(), ssl=self._access.ssl, timeout=timeout
+            self._url, params=params, headers=self._headers(), ssl=self._access.ssl(), timeout=timeout
         ) as resp:
             if resp.status != 200:
                 text = (await resp.read()).decode(errors="replace")[:300]

@@ -16,7 +16,7 @@ from aiohttp import web
 from tests.component.conftest import Serve
 from tests.component.router.conftest import Harness
 
-from specpilot.kubeaccess import KubeAccess
+from specpilot.kubeaccess import Fixed, KubeAccess
 from specpilot.router.core.decide import Endpoint
 from specpilot.router.core.state import RouterState
 from specpilot.router.kube import ClusterSource, Reflector
@@ -149,7 +149,7 @@ async def watched(api: FakeApi) -> AsyncIterator[tuple[RouterState, Counter[tupl
     state = RouterState(pilot="p1", default_scope="default", max_table_age=None)
     restarts: Counter[tuple[str, str]] = Counter()
     source = ClusterSource(
-        access=KubeAccess(server=f"http://127.0.0.1:{api.port}", ssl=False, token=lambda: "Bearer t0ken"),
+        access=KubeAccess(f"http://127.0.0.1:{api.port}", Fixed(bearer=lambda: "Bearer t0ken")),
         namespace=NS,
         pilot="p1",
         on_restart=lambda resource, reason: restarts.update([(resource, reason)]),
@@ -248,7 +248,7 @@ async def test_a_throttled_list_waits_as_asked_and_failures_back_off_with_jitter
     async with aiohttp.ClientSession() as session:
         reflector = Reflector(
             session=session,
-            access=KubeAccess(server=f"http://127.0.0.1:{api.port}", ssl=False, token=lambda: None),
+            access=KubeAccess(f"http://127.0.0.1:{api.port}", Fixed()),
             path=f"/api/v1/namespaces/{NS}/configmaps",
             selector={},
             resource="configmaps",
@@ -273,7 +273,7 @@ async def test_each_list_and_watch_carries_the_token_current_when_it_is_sent(api
     async with aiohttp.ClientSession() as session:
         reflector = Reflector(
             session=session,
-            access=KubeAccess(server=f"http://127.0.0.1:{api.port}", ssl=False, token=lambda: token),
+            access=KubeAccess(f"http://127.0.0.1:{api.port}", Fixed(bearer=lambda: token)),
             path=f"/api/v1/namespaces/{NS}/configmaps",
             selector={},
             resource="configmaps",

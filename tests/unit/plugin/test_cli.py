@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from specpilot import __version__
+from specpilot.kubeaccess import Credentials, Loaded
 from specpilot.plugin.client import Client, PluginError
 from specpilot.plugin.kubectl import _parser, complete_main, completion_script, completions, main
 from specpilot.plugin.table import render_list
@@ -127,7 +129,7 @@ def test_list_is_one_line_per_pilot() -> None:
 def api_client() -> Client:
     configuration = client.Configuration()
     configuration.host = "https://127.0.0.1:6443"
-    return Client(client.ApiClient(configuration), "team-a")
+    return Client(Credentials(lambda: Loaded(configuration, False, datetime.now(UTC))), "team-a")
 
 
 def refusing(error: Exception) -> object:
