@@ -294,7 +294,7 @@ class Load:
             except urllib.error.URLError as error:
                 if isinstance(error.reason, ConnectionRefusedError):
                     self.refused += 1
-                    time.sleep(0.05)
+                    self._stop.wait(0.05)  # a moment before the next connection, unless the load stops
                 else:
                     self.failed.append(repr(error))
             except OSError as error:

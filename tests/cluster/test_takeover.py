@@ -94,7 +94,7 @@ def clients(cluster: Cluster, namespace: str) -> Iterator[list[Sent]]:
         while not stop.is_set():
             started, found = time.monotonic(), endpoints(cluster, namespace)
             if not found:
-                time.sleep(0.2)
+                stop.wait(0.2)  # a moment for the Service's endpoints, unless the clients stop
                 continue
             endpoint = found[turn % len(found)]
             turn += 1
@@ -142,7 +142,7 @@ def test_the_service_serves_the_routers_and_is_put_back_exactly_after_a_sigkill(
         # The worst moment: the Service taken, the operator gone, the pilot deleted meanwhile.
         operator.kill()
         cluster.kubectl("delete", "speculationpilot", "demo", "-n", namespace, "--wait=false")
-        time.sleep(3)
+        time.sleep(3)  # a while with the operator down: the Service stays taken over through it
         assert service_spec(cluster, namespace) != original, "nothing restores it while the operator is down"
         operator.start()
         restored_at = wait_until(

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
-from tests.cluster.conftest import Cluster
+from tests.cluster.conftest import Cluster, wait_until
 
 from specpilot.api import SpeculationPilot, SpeculationPilotStatus
 from specpilot.api.reasons import FallbackReason, MetricName
@@ -31,12 +30,12 @@ MINIMAL = Path(__file__).resolve().parents[3] / "manifests" / "examples" / "mini
 
 def _explain(api: Cluster, field: str) -> str:
     """`kubectl explain`, retried while the API server publishes the new schema."""
-    for _ in range(30):
-        explained = api.kubectl("explain", field, check=False)
-        if explained.returncode == 0:
-            return " ".join(explained.stdout.split())
-        time.sleep(1)
-    raise AssertionError(f"kubectl explain {field}: {explained.stderr}")
+
+    def explained() -> str | None:
+        result = api.kubectl("explain", field, check=False)
+        return " ".join(result.stdout.split()) if result.returncode == 0 else None
+
+    return str(wait_until(f"kubectl explain {field}", explained, timeout=30, every=1))
 
 
 def test_explain_documents_the_analysis(api: Cluster) -> None:

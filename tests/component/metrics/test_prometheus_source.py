@@ -258,7 +258,7 @@ async def collect_both(
             previous = now
             if collected is not None:
                 collected.append(elapsed)
-            await asyncio.sleep(max(0.0, every - (time.monotonic() - started - elapsed)))
+            await asyncio.sleep(max(0.0, every - (time.monotonic() - started - elapsed)))  # to the next collection
     return closed[-closes:]
 
 

@@ -137,7 +137,7 @@ async def broken_app(text: bytes) -> web.Application:
         return web.Response(body=b"\x0b\x02\x80", headers={"Content-Encoding": "br"})
 
     async def slow(_: web.Request) -> web.Response:
-        await asyncio.sleep(5)
+        await asyncio.sleep(5)  # far past the scrape's 0.3 s timeout
         return web.Response(body=text)
 
     async def huge(request: web.Request) -> web.StreamResponse:
@@ -197,7 +197,7 @@ async def test_scrape_all_keeps_the_targets_order_under_its_concurrency_bound(se
         nonlocal in_flight, highest
         in_flight += 1
         highest = max(highest, in_flight)
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # each answer takes a moment, so scrapes overlap up to the bound
         in_flight -= 1
         return web.Response(text="vllm:num_requests_running 1\n")
 

@@ -34,7 +34,7 @@ async def served(mock: Any, arrivals: list[simulate.Arrival]) -> list[Status]:
         start = time.monotonic()
 
         async def one(index: int, arrival: simulate.Arrival) -> Status:
-            await asyncio.sleep(max(0.0, start + arrival.at * TIME_SCALE - time.monotonic()))
+            await asyncio.sleep(max(0.0, start + arrival.at * TIME_SCALE - time.monotonic()))  # to its arrival
             planned = PlannedRequest(
                 at=arrival.at,
                 scope=arrival.scope,

@@ -106,7 +106,7 @@ class FakeVllm:
         body = await request.read()
         self.received.append(Received(request.path, request.headers, body))
         fake = request.headers
-        await asyncio.sleep(float(fake.get("x-fake-delay", "0")))
+        await asyncio.sleep(float(fake.get("x-fake-delay", "0")))  # the engine's time to its first byte
         if "x-fake-status" in fake:
             status = int(fake["x-fake-status"])
             error = {"error": {"message": "fake", "type": "Error", "param": None, "code": status}}
@@ -145,7 +145,7 @@ class FakeVllm:
             await resp.write(event({"role": "assistant", "content": ""}))
         for i in range(chunks):
             if gap:
-                await asyncio.sleep(gap)
+                await asyncio.sleep(gap)  # the engine's time between chunks
             if fake.get("x-fake-drop-after") == str(i):
                 assert request.transport is not None
                 request.transport.abort()
@@ -163,7 +163,7 @@ class FakeVllm:
             await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
         if fake.get("x-fake-no-done") is None:
             await resp.write(b"data: [DONE]\n\n")
-        await asyncio.sleep(float(fake.get("x-fake-linger", "0")))
+        await asyncio.sleep(float(fake.get("x-fake-linger", "0")))  # the answer held open once written
         return resp
 
 

@@ -111,7 +111,7 @@ async def test_clients_that_trickle_their_requests_hold_nothing_and_are_timed_ou
         with contextlib.suppress(ConnectionError):
             for i in range(len(request)):
                 writer.write(request[i : i + 1])
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # a byte every 50 ms: the request outlasts the read timeout
 
     trickling = [asyncio.create_task(trickle(writer)) for _, writer in slow]
     for _ in range(5):  # served at once while twenty clients trickle
@@ -198,7 +198,7 @@ class ResettingUpstream:
         writer.write(self.before)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
-        await asyncio.sleep(0.05)
+        await asyncio.sleep(0.05)  # the head on its way before the reset
         writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()
 
@@ -328,7 +328,7 @@ async def test_an_upstream_connection_paused_for_a_slow_client_goes_back_to_the_
         async with asyncio.timeout(20):
             while data := await reader.read(1 << 14):  # slowly: the router keeps pausing upstream
                 answer += data
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(0.001)  # a slow reader's pause between reads
         writer.close()
         head, _, body = answer.partition(b"\r\n\r\n")
         assert head.startswith(b"HTTP/1.1 200 ") and json.loads(body)["usage"]["completion_tokens"] == 500000
@@ -356,8 +356,12 @@ class _Transport(asyncio.Transport):
         pass
 
 
+async def _unanswered(request: object, conn: object) -> None:
+    """A request handler that does nothing: the test drives the connection's reading alone."""
+
+
 async def test_upstream_reading_follows_the_clients_buffer_and_resumes_when_the_exchange_ends() -> None:
-    server = Server(lambda request, conn: asyncio.sleep(0), Limits(1000, 1000, 10, 1.0), lambda reason: None)
+    server = Server(_unanswered, Limits(1000, 1000, 10, 1.0), lambda reason: None)
     client = server()
     client.connection_made(_Transport())
     first, second = _Transport(), _Transport()

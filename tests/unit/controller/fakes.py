@@ -223,7 +223,7 @@ class FakeQuality:
         self.probed += 1
         self.probed_pods = (baseline, speculative)
         if self.hang:
-            await asyncio.sleep(self.hang)
+            await asyncio.sleep(self.hang)  # a round held up this long: a slow score webhook, a cancel case's bound
         equal = round(self.agreement * 100)
         tally = CaseTally(ProbeKind.GREEDY, baseline_passed=100, baseline_trials=100, speculative_passed=equal)
         return ProbeResult({case_key(case): replace(tally, speculative_trials=100) for case in cases})

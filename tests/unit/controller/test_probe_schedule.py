@@ -53,7 +53,7 @@ async def test_a_probe_round_whose_webhook_hangs_for_its_whole_timeout_never_del
         asyncio.create_task(repeat(lambda: h.controller.collect(h.body, h.observe()), stopped, what="measuring")),
         asyncio.create_task(repeat(lambda: h.controller.probe(h.body, h.observe()), stopped, what="probing")),
     ]
-    await asyncio.sleep(99)
+    await asyncio.sleep(99)  # 99 s of virtual time with both schedules running
     stopped.event.set()
     await asyncio.gather(*loops)
 
