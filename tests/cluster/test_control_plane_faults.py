@@ -158,7 +158,7 @@ def test_the_api_server_stopped_for_a_minute_loses_no_request_and_the_tables_age
         before = run.states()
         stopped = time.time()
         cluster_sh("stop", "kube-apiserver")
-        time.sleep(60)
+        time.sleep(60)  # a minute with the API server down
         restarted = time.time()
         cluster_sh("up")
         ready = time.time()
@@ -254,7 +254,7 @@ def test_a_router_the_operator_cannot_reach_still_takes_a_flip_and_no_scope_move
                 every=1,
             )
             aborted = time.time()
-            time.sleep(40)
+            time.sleep(40)  # still unreachable after the abort: nothing may move on what it cannot read
             during = scopes(run.cluster, run.namespace)
             unblocked = time.time()
         # Unreadable evidence moves nothing; once readable again, code's own evidence flips it.

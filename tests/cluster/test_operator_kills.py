@@ -44,7 +44,7 @@ def test_ten_sigkills_during_a_rollback_leave_one_record_per_flip(
         chance = random.Random(7)
         try:
             for _ in range(10):
-                time.sleep(chance.uniform(1.0, 4.0))
+                time.sleep(chance.uniform(1.0, 4.0))  # a random moment of the operator's work to kill it in
                 operator.kill()
                 operator.start()
 
@@ -102,7 +102,7 @@ def test_fifty_sigkills_over_promotion_flip_decision_and_teardown_leave_one_reco
 
     def kill(operator: Operator, *, at_once: bool = False) -> None:
         nonlocal kills
-        time.sleep(0 if at_once else chance.uniform(1.0, 4.0))
+        time.sleep(0 if at_once else chance.uniform(1.0, 4.0))  # a random moment of its work to kill it in
         body = items()
         if not body or body[0]["metadata"].get("deletionTimestamp"):
             pending["teardown"] += 1
@@ -119,7 +119,7 @@ def test_fifty_sigkills_over_promotion_flip_decision_and_teardown_leave_one_reco
     def burst(operator: Operator, count: int = 6, quiet: float = 30.0) -> None:
         for _ in range(count):
             kill(operator)
-        time.sleep(quiet)
+        time.sleep(quiet)  # a quiet spell after the burst, for the pilot to move on
 
     with running_operator(cluster, log) as operator:
         cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(judged_pilot()))

@@ -147,7 +147,7 @@ class DirectBeside:
                     pilot=(self.namespace, "demo"),
                     now=datetime.now(UTC),
                 )
-                await asyncio.sleep(1)
+                await asyncio.sleep(1)  # a collection every second, as the operator's cadence
 
     def acceptance_length(self, end: datetime) -> float | None:
         window = self.measurements.window("chat", analysis=self.analysis, end=end, compared=Arm.CONTROL)
