@@ -101,32 +101,13 @@ def register(registry: kopf.OperatorRegistry, controller: Controller, credential
     """Register every handler on `registry`, bound to `controller` (no module-level state); Kopf logs in
     with `credentials` where given, again when they are due for renewal or after a 401."""
 
-    def index_child(**kwargs: Any) -> Any:
-        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): summarize(kwargs["body"])}
-
-    def index_pod(**kwargs: Any) -> Any:
-        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): pod_view(kwargs["body"])}
-
     @kopf.on.login(registry=registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
         if credentials is None:
             return kopf.login_via_client(**kwargs)
         return connection_info(credentials)
 
-    for group, version, plural in CHILD_RESOURCES:
-        kopf.index(group, version, plural, labels=OWNED, id=_index_name(plural), registry=registry)(index_child)
-    kopf.index("", "v1", "pods", labels=OWNED, id=PODS_INDEX, registry=registry)(index_pod)
-
-    def child_changed(**kwargs: Any) -> None:
-        controller.wake(kwargs["namespace"], kwargs["labels"][PILOT_LABEL])
-
-    # Not the routing ConfigMap: the operator rewrites it every interval, and each rewrite would wake
-    # it again; an edit to it is undone by the next rewrite.
-    for group, version, plural in (*CHILD_RESOURCES, ("", "v1", "pods")):
-        if plural != "configmaps":
-            kopf.on.event(group, version, plural, labels=OWNED, id=f"wake_on_{plural}", registry=registry)(
-                child_changed
-            )
+    _watch_children(registry, controller)
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     def pilot_changed(**kwargs: Any) -> None:
@@ -150,34 +131,63 @@ def register(registry: kopf.OperatorRegistry, controller: Controller, credential
             )
         ]
         try:
-            await _reconcile_loop(body, stopped, kwargs)
+            await _reconcile_loop(controller, body, stopped, kwargs)
         finally:
             for loop in loops:
                 loop.cancel()
-
-    async def _reconcile_loop(body: kopf.Body, stopped: kopf.DaemonStopped, kwargs: Mapping[str, Any]) -> None:
-        ref = pilot_ref(body)
-        wakeup = controller.memory(ref).wakeup
-        while not stopped:
-            wakeup.clear()
-            try:
-                delay = await controller.reconcile(body, _observation(body, kwargs))
-            except (ApiError, aiohttp.ClientError, TimeoutError) as error:
-                log.warning("%s/%s: reconcile failed, retrying: %s", ref.namespace, ref.name, error)
-                delay = RETRY_SECONDS
-            except Exception:
-                # A bug must not stop the pilot's loop: say so loudly, count it, and look again.
-                log.exception("%s/%s: reconcile failed unexpectedly, retrying", ref.namespace, ref.name)
-                delay = RETRY_SECONDS
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay):
-                    await first(wakeup.wait(), stopped.wait())
-                # A rollout or a pilot being created changes many objects at once: gather them. A
-                # due window is judged at once: its flip, if any, should not wait.
-                if not wakeup.urgent:
-                    await first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
 
     @kopf.on.delete(GROUP, VERSION, PLURAL, registry=registry)
     async def pilot_deleted(body: kopf.Body, **kwargs: Any) -> None:
         if not await controller.teardown(body, _observation(body, kwargs)):
             raise kopf.TemporaryError("waiting for the router's pods to go; the baseline serves until then", delay=1)
+
+
+def _watch_children(registry: kopf.OperatorRegistry, controller: Controller) -> None:
+    """Index the pilots' children and pods, which each tick observes, and wake a pilot when one changes."""
+
+    def index_child(**kwargs: Any) -> Any:
+        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): summarize(kwargs["body"])}
+
+    def index_pod(**kwargs: Any) -> Any:
+        return {(kwargs["namespace"], kwargs["labels"][PILOT_LABEL]): pod_view(kwargs["body"])}
+
+    for group, version, plural in CHILD_RESOURCES:
+        kopf.index(group, version, plural, labels=OWNED, id=_index_name(plural), registry=registry)(index_child)
+    kopf.index("", "v1", "pods", labels=OWNED, id=PODS_INDEX, registry=registry)(index_pod)
+
+    def child_changed(**kwargs: Any) -> None:
+        controller.wake(kwargs["namespace"], kwargs["labels"][PILOT_LABEL])
+
+    # Not the routing ConfigMap: the operator rewrites it every interval, and each rewrite would wake
+    # it again; an edit to it is undone by the next rewrite.
+    for group, version, plural in (*CHILD_RESOURCES, ("", "v1", "pods")):
+        if plural != "configmaps":
+            kopf.on.event(group, version, plural, labels=OWNED, id=f"wake_on_{plural}", registry=registry)(
+                child_changed
+            )
+
+
+async def _reconcile_loop(
+    controller: Controller, body: kopf.Body, stopped: kopf.DaemonStopped, kwargs: Mapping[str, Any]
+) -> None:
+    """The pilot's reconciles, each when the last one's delay is up or something wakes it."""
+    ref = pilot_ref(body)
+    wakeup = controller.memory(ref).wakeup
+    while not stopped:
+        wakeup.clear()
+        try:
+            delay = await controller.reconcile(body, _observation(body, kwargs))
+        except (ApiError, aiohttp.ClientError, TimeoutError) as error:
+            log.warning("%s/%s: reconcile failed, retrying: %s", ref.namespace, ref.name, error)
+            delay = RETRY_SECONDS
+        except Exception:
+            # A bug must not stop the pilot's loop: say so loudly, count it, and look again.
+            log.exception("%s/%s: reconcile failed unexpectedly, retrying", ref.namespace, ref.name)
+            delay = RETRY_SECONDS
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await first(wakeup.wait(), stopped.wait())
+            # A rollout or a pilot being created changes many objects at once: gather them. A
+            # due window is judged at once: its flip, if any, should not wait.
+            if not wakeup.urgent:
+                await first(asyncio.sleep(WAKE_GATHER_SECONDS), stopped.wait())
