@@ -284,18 +284,12 @@ def reconciled_status(
         now=now,
     )
     router_state = observed.deployments.get(router_deployment)
-    by_arm = {plan.arm: _arm_status(plan, observed.deployments.get(plan.name)) for plan in arms}
     speculative = sum(1 for scope in scopes if scope.state is ScopeState.SPECULATIVE)
     status = SpeculationPilotStatus(
         observed_generation=generation,
         phase=health.phase(suspended=spec.suspend),
         conditions=conditions,
-        arms=ArmsStatus(
-            baseline=by_arm[Arm.BASELINE],
-            speculative=by_arm[Arm.SPECULATIVE],
-            control=by_arm.get(Arm.CONTROL),
-            alternative=by_arm.get(Arm.ALTERNATIVE),
-        ),
+        arms=_arms_status(arms, observed),
         router=RouterStatus(
             replicas=spec.router.replicas, ready_replicas=router_state.ready if router_state is not None else 0
         ),
@@ -316,6 +310,17 @@ def reconciled_status(
             0, Event(EventType.NORMAL, Reason.PILOT_CREATED, f"applied arms {arm_names}, the router and its routes")
         )
     return StatusPlan(status, (*events, *transition_events(previous, status)))
+
+
+def _arms_status(arms: Sequence[ArmPlan], observed: Observed) -> ArmsStatus:
+    """Each arm's status: its replicas as planned, and as its Deployment shows them."""
+    by_arm = {plan.arm: _arm_status(plan, observed.deployments.get(plan.name)) for plan in arms}
+    return ArmsStatus(
+        baseline=by_arm[Arm.BASELINE],
+        speculative=by_arm[Arm.SPECULATIVE],
+        control=by_arm.get(Arm.CONTROL),
+        alternative=by_arm.get(Arm.ALTERNATIVE),
+    )
 
 
 def _listed(previous: SpeculationPilotStatus | None, fallbacks: Sequence[FallbackRecord] | None) -> dict[str, Any]:
