@@ -109,6 +109,38 @@ def _prometheus(p: argparse.ArgumentParser, args: argparse.Namespace) -> Prometh
     return PrometheusCredentials(named, bearer)
 
 
+def _policy_flags(p: argparse.ArgumentParser, environ: Mapping[str, str]) -> None:
+    """What pilots may call and run: the operator's policy."""
+    p.add_argument(
+        "--allow-outbound",
+        action="append",
+        default=_listed(environ.get("SPECPILOT_ALLOW_OUTBOUND")),
+        metavar="HOST[:PORT]",
+        help="a host (glob) the operator may call for pilots' webhooks and Prometheus, besides the Services of "
+        "a pilot's own namespace; another namespace's Service as SERVICE.NAMESPACE, its Services as *.NAMESPACE "
+        "(repeatable; env SPECPILOT_ALLOW_OUTBOUND, comma-separated)",
+    )
+    p.add_argument(
+        "--allow-image",
+        action="append",
+        default=_listed(environ.get("SPECPILOT_ALLOW_IMAGES")),
+        metavar="IMAGE",
+        help="an engine image (glob) pilots may run; none given: any image (repeatable; env "
+        "SPECPILOT_ALLOW_IMAGES, comma-separated)",
+    )
+
+
+def _check_addresses(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """The liveness and metrics endpoints' HOST:PORT, each refused at start-up when it does not parse."""
+    for flag in ("liveness", "metrics"):
+        value = getattr(args, flag)
+        if value:
+            try:
+                _address(value)
+            except ValueError as error:
+                p.error(f"--{flag}: {error}")
+
+
 def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfig:
     p = argparse.ArgumentParser(prog="specpilot operator", description="Reconcile SpeculationPilots.")
     p.add_argument(
@@ -136,23 +168,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         type=int,
         help="peering priority, the highest works (default: random, so that one of equal replicas works)",
     )
-    p.add_argument(
-        "--allow-outbound",
-        action="append",
-        default=_listed(environ.get("SPECPILOT_ALLOW_OUTBOUND")),
-        metavar="HOST[:PORT]",
-        help="a host (glob) the operator may call for pilots' webhooks and Prometheus, besides the Services of "
-        "a pilot's own namespace; another namespace's Service as SERVICE.NAMESPACE, its Services as *.NAMESPACE "
-        "(repeatable; env SPECPILOT_ALLOW_OUTBOUND, comma-separated)",
-    )
-    p.add_argument(
-        "--allow-image",
-        action="append",
-        default=_listed(environ.get("SPECPILOT_ALLOW_IMAGES")),
-        metavar="IMAGE",
-        help="an engine image (glob) pilots may run; none given: any image (repeatable; env "
-        "SPECPILOT_ALLOW_IMAGES, comma-separated)",
-    )
+    _policy_flags(p, environ)
     _prometheus_flags(p, environ)
     p.add_argument("--log-level", default=environ.get("SPECPILOT_LOG_LEVEL", "INFO"))
     p.add_argument(
@@ -165,13 +181,7 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
     prometheus = _prometheus(p, args)
     if bool(args.namespace) == args.all_namespaces:
         p.error("give --namespace (one or more) or --all-namespaces")
-    for flag in ("liveness", "metrics"):
-        value = getattr(args, flag)
-        if value:
-            try:
-                _address(value)
-            except ValueError as error:
-                p.error(f"--{flag}: {error}")
+    _check_addresses(p, args)
     return OperatorConfig(
         namespaces=tuple(args.namespace),
         router_image=args.router_image,
