@@ -5,9 +5,20 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+from specpilot.analysis.rollout import EventType
 from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION
+from specpilot.api.reasons import Reason
 from specpilot.api.status import Verdict
-from specpilot.controller.core.plan import INVALID_SPEC_TICK, Plan, plan, refused, teardown, windows_due
+from specpilot.controller.core.plan import (
+    INVALID_SPEC_TICK,
+    Confirm,
+    Plan,
+    flip_served,
+    plan,
+    refused,
+    teardown,
+    windows_due,
+)
 from specpilot.controller.core.snapshot import Snapshot, Written, read_pilot
 from specpilot.wire.names import Arm
 from tests.unit.controller.fakes import Harness, pilot_doc
@@ -139,6 +150,18 @@ async def test_a_flip_asks_the_routers_to_confirm_its_generation() -> None:
     assert step.confirm.routers == tuple(ip for _, ip in taken.seen.ready("router"))
     table = next(s.table for s in step.applies if s.table is not None)
     assert {route.name for route in table.scopes if route.weights.speculative == 0} >= set(step.flipped)
+
+
+def test_a_flip_served_says_how_soon_the_routers_took_it_or_which_could_not_be_reached() -> None:
+    confirm = Confirm(generation=7, scopes=("chat", "code"), routers=("10.0.0.1", "10.0.0.2"))
+    taken = flip_served(confirm, seconds=0.0421)
+    assert (taken.type, taken.reason) == (EventType.NORMAL, Reason.ROUTES_TAKEN)
+    assert taken.message == "routers took routing generation 7 (chat, code on ordinary decoding) 42 ms after the write"
+    missed = flip_served(confirm, seconds=5.0, unconfirmed=("10.0.0.2",))
+    assert (missed.type, missed.reason) == (EventType.WARNING, Reason.ROUTES_UNCONFIRMED)
+    assert missed.message.startswith(
+        "router(s) 10.0.0.2 did not confirm routing generation 7 (chat, code on ordinary decoding) within 5 s"
+    )
 
 
 async def test_manual_actions_act_and_their_annotations_are_cleared() -> None:
