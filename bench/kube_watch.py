@@ -188,7 +188,7 @@ async def api_call(session: aiohttp.ClientSession, access: KubeAccess, method: s
     if token:
         headers["Authorization"] = token
     data = None if body is None else json.dumps(body)
-    async with session.request(method, access.server + path, data=data, headers=headers, ssl=access.ssl) as resp:
+    async with session.request(method, access.server + path, data=data, headers=headers, ssl=access.ssl()) as resp:
         await resp.read()
         return resp.status
 

@@ -7,6 +7,7 @@ import copy
 import json
 import os
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,30 +36,46 @@ def _kubeconfig(path: str | None) -> str:
     return found
 
 
+@dataclass(frozen=True)
+class _Apis:
+    """The typed API clients over one ApiClient, and the credentials it was built with."""
+
+    built: tuple[object, ...]
+    clients: tuple[Any, Any, Any, Any]  # ApiClient, CustomObjectsApi, CoreV1Api, BatchV1Api
+
+
+def _apis(credentials: Credentials, before: _Apis | None) -> _Apis:
+    """The API clients, built again when the credentials were renewed (a client certificate an exec
+    plugin issued again, a tokenFile read again), as a long wait for a Job may outlive them."""
+    cfg, _ = credentials.current()
+    built = (cfg.cert_file, cfg.key_file, cfg.ssl_ca_cert, credentials.token())
+    if before is not None and before.built == built:
+        return before
+    cfg = copy.deepcopy(cfg)
+    cfg.api_key = {"BearerToken": built[3]} if built[3] else {}
+    cfg.api_key_prefix, cfg.refresh_api_key_hook = {}, None
+    api = client.ApiClient(configuration=cfg)
+    return _Apis(built, (api, client.CustomObjectsApi(api), client.CoreV1Api(api), client.BatchV1Api(api)))
+
+
+def _rebound(call: Any, apis: _Apis) -> Any:
+    """`call`, a method of one of the API clients, on the client of its kind as built now."""
+    owner = {type(api): api for api in apis.clients}.get(type(getattr(call, "__self__", None)))
+    return getattr(owner, call.__name__) if owner is not None else call
+
+
 class Client:
     """One namespace of one cluster, as a context of the kubeconfig reaches it."""
 
     def __init__(self, credentials: Credentials, namespace: str) -> None:
         self.namespace = namespace
         self._credentials = credentials
-        self._built: tuple[object, ...] | None = None
         self._connect()
 
     def _connect(self) -> None:
-        """The API clients, built again when the credentials were renewed (a client certificate an exec
-        plugin issued again, a tokenFile read again), as a long wait for a Job may outlive them."""
-        cfg, _ = self._credentials.current()
-        built = (cfg.cert_file, cfg.key_file, cfg.ssl_ca_cert, self._credentials.token())
-        if built == self._built:
-            return
-        self._built = built
-        cfg = copy.deepcopy(cfg)
-        cfg.api_key = {"BearerToken": built[3]} if built[3] else {}
-        cfg.api_key_prefix, cfg.refresh_api_key_hook = {}, None
-        self._api = client.ApiClient(configuration=cfg)
-        self._custom = client.CustomObjectsApi(self._api)
-        self._core = client.CoreV1Api(self._api)
-        self._batch = client.BatchV1Api(self._api)
+        """The API clients as the credentials stand now (`_apis`)."""
+        self._apis = _apis(self._credentials, getattr(self, "_apis", None))
+        self._api, self._custom, self._core, self._batch = self._apis.clients
 
     @property
     def server(self) -> str:
@@ -78,10 +95,8 @@ class Client:
     def _attempt(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         """One call, through the API clients as they are now (`call` is named on them, so a rebuilt
         client is the one called)."""
-        bound = getattr(call, "__self__", None)
-        owner = {type(api): api for api in (self._custom, self._core, self._batch)}.get(type(bound))
         try:
-            return getattr(owner, call.__name__)(*args, **kwargs) if owner is not None else call(*args, **kwargs)
+            return _rebound(call, self._apis)(*args, **kwargs)
         except ApiException as error:
             if error.status == 401:
                 raise
