@@ -40,6 +40,12 @@ Judged side by side on the same traces:
   scope reaching RolledBack, for any check;
 - `judge, tpct only`: the same run, counting only the time-per-committed-token check (failureLimit
   failing windows in a row);
+- `mSPRT 0.01`: the always-valid alternative on the same statistic, a one-sided normal-mixture
+  sequential probability ratio test of the log ratio above its limit (`mixture_log_lr`), read on the
+  windows that share no request (every fifth), rejecting once the mixture reaches 1 / 0.01; counted at
+  the rejection (as a hard limit would flip) and, as `mSPRT 0.01, 3 in a row`, failureLimit - 1 windows
+  later (as the rollout's failing windows in a row would). The judge keeps whichever of the two reaches
+  a decision at a 15% slowdown in fewer windows at the same A/A rate: the spent-level test, as measured;
 - `naive z 95%`: the same delta-method statistic tested at 95% on every window, failureLimit in a row;
 - `static 1.0`, `static 1.1`: Flagger's rule: a window fails when the observed ratio is above the
   threshold, and failureLimit failed checks (Flagger's counter, not reset by a passing window) roll back.
@@ -353,10 +359,55 @@ def vectorised(spec: dict[str, np.ndarray], control: dict[str, np.ndarray]) -> d
     return out
 
 
+MIXTURE_SCALE = 0.1  # the half-normal prior's scale on the log ratio's excess: a 10% slowdown
+
+
+def mixture_log_lr(score: float, information: float, *, scale: float = MIXTURE_SCALE) -> float:
+    """log of the one-sided normal-mixture likelihood ratio (Robbins 1970; Johari, Koomen, Pekelis and
+    Walsh, "Always Valid Inference", Operations Research 70(3), 2022) for independent normal estimates
+    x_i of an excess delta over a limit, variances v_i: `score` = sum(x_i / v_i), `information` =
+    sum(1 / v_i), the excess mixed over a half-normal of `scale`. With delta at or below zero it is a
+    nonnegative supermartingale, so it ever reaches 1/a with chance at most a (Ville), however often
+    it is read."""
+    spread = 1 + scale * scale * information
+    m = scale * score / math.sqrt(spread)
+    tail = 0.5 * math.erfc(-m / math.sqrt(2))  # the normal CDF at m
+    return math.log(2) - 0.5 * math.log(spread) + m * m / 2 + math.log(max(tail, 1e-300))
+
+
+def mixture(spec: dict[str, np.ndarray], control: dict[str, np.ndarray], *, alpha: float) -> dict[str, np.ndarray]:
+    """The always-valid alternative on the same statistic: a one-sided normal-mixture SPRT
+    (`mixture_log_lr`) on the log ratio's estimates of windows that share no request (every
+    SPAN-th window), read at each of them; it rejects once the mixture reaches 1 / alpha. Two flips are
+    counted: at the rejection, as a hard limit would flip, and LIMIT - 1 windows later, as the rollout's
+    failureLimit windows in a row would (a rejection stands until the next independent window)."""
+    (ls, vs), (lb, vb) = _log_ratio(spec), _log_ratio(control)
+    limit = math.log(ANALYSIS.thresholds.max_time_per_committed_token_ratio)
+    x, v = (ls - lb - limit)[:, ::SPAN], (vs + vb)[:, ::SPAN]
+    score, information = np.cumsum(x / v, axis=1), np.cumsum(1 / v, axis=1)
+    log_lr = np.vectorize(mixture_log_lr)(score, information)
+    rejects = log_lr >= math.log(1 / alpha)
+    looked = np.arange(rejects.shape[1]) * SPAN + 1  # the 1-based window each independent look is
+    first = np.where(rejects.any(1), looked[np.argmax(rejects, axis=1)], NEVER)
+    in_a_row = np.where(first == NEVER, NEVER, first + LIMIT - 1)
+    name = f"mSPRT {alpha:g}"
+    failing = rejects.sum(1)
+    return {
+        name: first,
+        f"{name}, {LIMIT} in a row": in_a_row,
+        f"failing:{name}": failing,
+        f"failing:{name}, {LIMIT} in a row": failing,
+    }
+
+
 def run_job(job: Job) -> Flips:
     spec, control, load = traces(job)
     flips = Flips()
-    for key, values in vectorised(spec, control).items():
+    found = {
+        **vectorised(spec, control),
+        **{k: v for a in MIXTURE_ALPHAS for k, v in mixture(spec, control, alpha=a).items()},
+    }
+    for key, values in found.items():
         target = flips.failing_windows if key.startswith("failing:") else flips.first
         target[key.removeprefix("failing:")] = values.tolist()
     loads = (offered_load(spec, control, load), _window_sums(load[..., None]) / SPAN) if job.decide else None
@@ -372,7 +423,15 @@ def run_job(job: Job) -> Flips:
 
 # --- tables ---------------------------------------------------------------------------------------
 
-METHODS = ("judge", "judge, tpct only", "naive z 95%", "static 1", "static 1.1")
+MIXTURE_ALPHAS = (0.01,)
+METHODS = (
+    "judge",
+    "judge, tpct only",
+    *(f"mSPRT {alpha:g}{tail}" for alpha in MIXTURE_ALPHAS for tail in ("", f", {LIMIT} in a row")),
+    "naive z 95%",
+    "static 1",
+    "static 1.1",
+)
 
 
 def _jobs(template: Job) -> Iterator[Job]:
@@ -404,13 +463,13 @@ def _wilson(hits: int, n: int) -> str:
 def aa_table(flips: Flips, *, model: str, windows: int) -> None:
     n = len(flips.first["judge"])
     print(f"\nA/A, identical arms ({model} acceptance): {n} pilots x {windows} windows, share of pilots with a flip")
-    print(f"| {'method':18} | pilots flipped | 95% interval      | failing windows per pilot |")
-    print(f"|{'-' * 20}|----------------|-------------------|---------------------------|")
+    print(f"| {'method':22} | pilots flipped | 95% interval      | failing windows per pilot |")
+    print(f"|{'-' * 24}|----------------|-------------------|---------------------------|")
     for method in METHODS:
         first = np.array(flips.first[method])
         hits = int((first != NEVER).sum())
         failing = float(np.mean(flips.failing_windows[method]))
-        print(f"| {method:18} | {hits / n:>14.2%} | {_wilson(hits, n):17} | {failing:>25.2f} |")
+        print(f"| {method:22} | {hits / n:>14.2%} | {_wilson(hits, n):17} | {failing:>25.2f} |")
     if flips.decisions:
         _false_positives(flips)
 
@@ -449,8 +508,8 @@ def power_table(results: dict[float, Flips], *, model: str, onset: int) -> None:
     within = LIMIT + 1
     when = "from the first window" if onset == 1 else f"from window {onset} (the scope speculative by then)"
     print(f"\nPower ({model} acceptance), slowdown in time per committed token {when}; windows counted from the onset")
-    print(f"| slowdown | {'method':18} | flipped before | flipped | median | p95   | P(flip within {within} windows) |")
-    print(f"|----------|{'-' * 20}|----------------|---------|--------|-------|---------------------------|")
+    print(f"| slowdown | {'method':22} | flipped before | flipped | median | p95   | P(flip within {within} windows) |")
+    print(f"|----------|{'-' * 24}|----------------|---------|--------|-------|---------------------------|")
     for slowdown, flips in results.items():
         for method in METHODS:
             first = np.array(flips.first[method])
@@ -459,7 +518,7 @@ def power_table(results: dict[float, Flips], *, model: str, onset: int) -> None:
             flipped = delay != NEVER
             within_share = float((flipped & (delay <= within)).mean())
             print(
-                f"| {slowdown:>8.0%} | {method:18} | {early.mean():>14.1%} | {flipped.mean():>7.1%} |"
+                f"| {slowdown:>8.0%} | {method:22} | {early.mean():>14.1%} | {flipped.mean():>7.1%} |"
                 f" {_windows(float(np.median(delay))):>6} | {_windows(float(np.percentile(delay, 95))):>5} |"
                 f" {within_share:>25.1%} |"
             )
