@@ -115,6 +115,12 @@ class Reason(StrEnum):
     """Every rehearsal step ran; the message gives each arm's capacity."""
     REHEARSAL_STOPPED = "RehearsalStopped"
     """The rehearsal stopped before its last step: production saturated, a scope flipped, or the cap."""
+    FORECAST_UNAVAILABLE = "ForecastProfileUnavailable"
+    """spec.analysis.forecast names a ConfigMap that is missing or holds no step costs the operator can
+    fit: no scope is forecast until it does."""
+    FORECAST_DISAGREES = "ForecastDisagrees"
+    """A scope's measured crossover lies outside its forecast's interval: the step-cost profile does not
+    describe these pods."""
 
 
 class FallbackReason(StrEnum):

@@ -32,6 +32,7 @@ from specpilot.api.common import (
 )
 from specpilot.api.podschema import SecurityContext, Volume
 from specpilot.wire.names import SCOPE_HEADER
+from specpilot.wire.profiles import CalibratedProfile
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -948,6 +949,30 @@ WINDOW_COVERS_KV_CACHE = Rule(
 )
 
 
+ONE_FORECAST_PROFILE = Rule(
+    cel="has(self.profile) != has(self.configMap)",
+    message="set exactly one of profile (a calibrated profile the operator carries) and configMap (one "
+    "`kubectl specpilot calibrate NAME` wrote in the pilot's namespace)",
+    field_path=".profile",
+)
+
+
+class Forecast(ApiModel):
+    """The step costs the operator forecasts each scope's crossover from, once its windows measured its
+    acceptance per draft position and its lengths: where speculation should stop paying, before the pilot
+    runs there. Measured bands outside the forecast's interval say the profile does not describe the pods."""
+
+    model_config = ConfigDict(json_schema_extra=cel(ONE_FORECAST_PROFILE))
+
+    profile: CalibratedProfile | None = None
+    """A calibrated profile by name: h200-llama-3.1-8b-draft-1b, h200-llama-3.1-8b-eagle or h200-qwen2.5-32b
+    (step costs measured on an NVIDIA H200). Set this or configMap."""
+    config_map: DeploymentName | None = None
+    """A ConfigMap in the pilot's namespace whose stepcost.json `kubectl specpilot calibrate NAME` wrote
+    (the larger model measured is the target, the smaller the draft); the operator fits its step costs.
+    Set this or profile."""
+
+
 class Analysis(ApiModel):
     """How windows are closed and judged, per scope, speculative arm against baseline."""
 
@@ -971,6 +996,8 @@ class Analysis(ApiModel):
     metrics_source: MetricsSource | None = None
     """Where the engines' metrics come from. Unset, the operator scrapes every ready engine pod's /metrics
     itself; the routers' per-request samples are read from the routers either way."""
+    forecast: Forecast | None = None
+    """The step-cost profile each scope's crossover is forecast from; unset, no forecast."""
 
 
 # --- quality and rollback -----------------------------------------------------------------------

@@ -276,6 +276,38 @@ class WindowSummary(ApiModel):
     """Why the window got its verdict: the failing or inconclusive checks, in a sentence."""
 
 
+class ScopeForecast(ApiModel):
+    """Where speculation should stop paying for a scope, forecast from the arms' step costs and the
+    scope's measured acceptance and lengths, beside what its bands measured."""
+
+    profile: Annotated[str, StringConstraints(max_length=263)]
+    """The step costs: a calibrated profile's name, or configmap/NAME."""
+    crossover_load: float | None = None
+    """Offered load (requests per second per replica) above which ordinary decoding should win; unset:
+    speculation still pays at the profile's largest batch (reach)."""
+    crossover_low: float | None = None
+    """Lower end of its interval at analysis.confidence, from the acceptance's uncertainty."""
+    crossover_high: float | None = None
+    """Upper end of its interval; unset: none up to the profile's largest batch."""
+    reach: float
+    """The ordinary arm's load at max_batch: how far the forecast sees."""
+    max_batch: Count
+    """The largest batch the step costs were measured at."""
+    committed: float
+    """Mean committed tokens per round the forecast assumed (1 + the per-position acceptance)."""
+    windows: Count
+    """Windows whose acceptance and lengths it was made from."""
+    measured_low: float | None = None
+    """The crossover the bands measured, where they did: its load, or the lower end of the bracket of a
+    win and a flip it lies in."""
+    measured_high: float | None = None
+    """The same load, or the upper end of that bracket."""
+    disagrees: bool = False
+    """The measured crossover lies outside the forecast's interval: the profile does not describe the pods."""
+    message: Sentence = ""
+    """The forecast, in a sentence."""
+
+
 class ScopeStatus(ApiModel):
     """One scope's progress."""
 
@@ -307,6 +339,8 @@ class ScopeStatus(ApiModel):
     """The last closed window."""
     decision: ScopeDecision | None = None
     """The scope's conclusion once the pilot's decision is stated."""
+    forecast: ScopeForecast | None = None
+    """Its crossover forecast from spec.analysis.forecast's step costs, once its windows measured enough."""
 
 
 class Window(ApiModel):
@@ -643,3 +677,5 @@ class SpeculationPilotStatus(ApiModel):
     """spec.router.takeover's Service, once taken over (kept until it is restored)."""
     production: ProductionGuard | None = None
     """The production guard's windows, once read."""
+    forecast_problem: Sentence | None = None
+    """Why spec.analysis.forecast's step costs cannot be read (its ConfigMap missing or unfittable)."""

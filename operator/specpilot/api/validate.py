@@ -41,6 +41,7 @@ from specpilot.api.spec import (
     METHODS_WITHOUT_DRAFT_MODEL,
     MIN_TOKENS_WITHIN_MAX,
     ONE_ENGINE_SOURCE,
+    ONE_FORECAST_PROFILE,
     ONE_PROMETHEUS,
     ONE_SCORE_SOURCE,
     PEAK_ONE_SOURCE,
@@ -314,6 +315,9 @@ def _analysis_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
         yield _problem("spec.analysis.metricsSource.prometheus.arms.speculative", ARM_LABELS_DIFFER)
     if arms is not None and spec.control.enabled and arms.control is None:
         yield _problem("spec.analysis.metricsSource.prometheus.arms", CONTROL_LABELS_GIVEN)
+    forecast = analysis.forecast
+    if forecast is not None and (forecast.profile is None) == (forecast.config_map is None):
+        yield _problem("spec.analysis.forecast.profile", ONE_FORECAST_PROFILE)
 
 
 def _rehearsal_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:

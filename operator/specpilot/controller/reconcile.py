@@ -253,6 +253,7 @@ class Controller:
             seen=seen,
             workload=workload,
             service=service,
+            forecast_config=await _forecast_config(self.kube, pilot.ref, spec) if spec is not None else None,
             now=self.clock(),
             router_image=self.router_image,
             measurements=memory.measurements,
@@ -404,6 +405,19 @@ async def _with_baseline(kube: KubeApi, ref: PilotRef, seen: Observation, worklo
     """The observation with the workload's pods, production's baseline, which the index does not hold."""
     pods = await kube.pods(ref.namespace, workload.selector)
     return replace(seen, pods=(*seen.pods, *(baseline_pod_view(pod) for pod in pods)))
+
+
+async def _forecast_config(kube: KubeApi, ref: PilotRef, spec: SpeculationPilotSpec) -> Json | None:
+    """spec.analysis.forecast's ConfigMap; None where none is named, or it is missing or unreadable (which
+    the status then says, and the pilot carries on without a forecast)."""
+    forecast = spec.analysis.forecast
+    if forecast is None or forecast.config_map is None:
+        return None
+    try:
+        return await kube.get("v1", "ConfigMap", ref.namespace, forecast.config_map)
+    except ApiError as error:
+        log.warning("%s/%s: ConfigMap %s unreadable: %s", ref.namespace, ref.name, forecast.config_map, error)
+        return None
 
 
 async def _asked(quality: QualityGates, snapshot: Snapshot, hooks: Sequence[Webhook]) -> Snapshot:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from dataclasses import replace
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -19,11 +21,12 @@ from specpilot.analysis.quality import scope_cases
 from specpilot.api.pilot import ABORT_ANNOTATION, KIND, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.controller.kube import ApiError
-from specpilot.wire.names import Arm
+from specpilot.wire.names import STEPCOST_KEY, Arm
 from specpilot.wire.routes import ArmWeights
 from tests.unit.controller.fakes import Harness, Json, climbing, pilot_doc, staged_climb_doc
 
 INTERVAL = 10.0  # the local demo's analysis interval
+MEASURED = Path(__file__).resolve().parents[3] / "operator/specpilot/mockvllm/profiles/h200-stepcost.json"
 
 
 async def warm(h: Harness) -> None:
@@ -577,3 +580,72 @@ async def test_a_staged_climb_past_the_crossover_is_adopted_below_its_win_with_t
     assert decision["maxLoad"] == pytest.approx(2, rel=0.05)
     assert decision["crossoverLow"] <= 4 <= decision["crossoverHigh"] <= 10 * 1.05, decision
     assert h.status()["decision"]["outcome"] == "AdoptInLowLoadWindows"
+
+
+def with_forecast(doc: Json, **forecast: str) -> Json:
+    doc["spec"]["analysis"]["forecast"] = forecast
+    return doc
+
+
+def drafting(h: Harness) -> None:
+    """The speculative engines accept each of 4 drafts with 0.7 when all before it were, and their committed
+    tokens per round vary from window to window (the acceptance's uncertainty)."""
+    figures = h.engines.figures[Arm.SPECULATIVE]
+    h.engines.figures[Arm.SPECULATIVE] = replace(figures, per_position_acceptance=(0.7, 0.49, 0.343, 0.2401))
+
+
+async def test_a_pilot_with_a_forecast_profile_gets_each_scopes_forecast_in_status_once_measured() -> None:
+    h = Harness(with_forecast(pilot_doc(), profile="h200-llama-3.1-8b-draft-1b"))
+    drafting(h)
+    await warm(h)
+    for index in range(6):
+        figures = h.engines.figures[Arm.SPECULATIVE]
+        h.engines.figures[Arm.SPECULATIVE] = replace(figures, acceptance_length=2.6 + 0.1 * (index % 3))
+        await h.step(INTERVAL)
+    forecast = h.scope("chat")["forecast"]
+    assert forecast["profile"] == "h200-llama-3.1-8b-draft-1b" and forecast["windows"] >= 3
+    assert forecast["crossoverLow"] < forecast["crossoverLoad"] < forecast["crossoverHigh"] < forecast["reach"]
+    assert forecast["committed"] == pytest.approx(1 + 0.7 + 0.49 + 0.343 + 0.2401)
+    assert "speculation stops paying near" in forecast["message"] and not forecast["disagrees"]
+    assert "ForecastDisagrees" not in h.reasons() and "forecastProblem" not in h.status()
+
+
+async def test_bands_that_contradict_the_forecast_raise_one_event_and_status_says_so() -> None:
+    """The climb crosses at 4 requests per second per replica; the 8B profile forecasts tens."""
+    h = Harness(with_forecast(staged_climb_doc(), profile="h200-llama-3.1-8b-draft-1b"))
+    climbing(h.traffic)
+    drafting(h)
+    await warm(h)
+    for _ in range(40):
+        await h.step(INTERVAL)
+        if h.status().get("decision"):
+            break
+    for _ in range(3):
+        await h.step(INTERVAL)
+    forecast = h.scope("code")["forecast"]
+    assert forecast["disagrees"] and forecast["measuredLow"] <= 4 <= forecast["measuredHigh"] < forecast["crossoverLow"]
+    assert "the profile does not describe these pods" in forecast["message"]
+    assert h.reasons().count("ForecastDisagrees") == 1
+
+
+async def test_a_missing_calibration_config_map_is_named_once_and_its_measurements_are_fitted_once_written() -> None:
+    h = Harness(with_forecast(pilot_doc(), configMap="calibration"))
+    drafting(h)
+    await warm(h)
+    await h.step(INTERVAL)
+    assert "ConfigMap calibration not found" in h.status()["forecastProblem"]
+    assert h.reasons().count("ForecastProfileUnavailable") == 1
+    assert "forecast" not in h.scope("chat")
+    data = json.loads(MEASURED.read_text())
+    pair = {"llama-3.1-8b", "llama-3.2-1b"}
+    rows = [row for row in data["rows"] if row["model"] in pair]
+    text = json.dumps({**data, "params": {m: data["params"][m] for m in pair}, "rows": rows})
+    h.kube.objects[("ConfigMap", "team-a", "calibration")] = {
+        "metadata": {"name": "calibration", "namespace": "team-a"},
+        "data": {STEPCOST_KEY: text},
+    }
+    for _ in range(3):
+        await h.step(INTERVAL)
+    assert "forecastProblem" not in h.status()
+    assert h.scope("chat")["forecast"]["profile"] == "configmap/calibration"
+    assert h.reasons().count("ForecastProfileUnavailable") == 1

@@ -33,6 +33,7 @@ from specpilot.api.status import (
 from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
 from specpilot.controller.core.decide import Decided, decide, fresh_for, record
+from specpilot.controller.core.forecasting import forecast_scopes
 from specpilot.controller.core.guard import Reading, guard_production, saturation_message
 from specpilot.controller.core.measurements import alternative_judged, compared_arm
 from specpilot.controller.core.progress import (
@@ -347,7 +348,15 @@ def _status(
     deployments = {name: child.deployment for (_, name), child in seen.children.items() if child.deployment is not None}
     if snapshot.workload is not None:
         deployments[snapshot.workload.name] = snapshot.workload.state
-    return reconciled_status(
+    forecast = forecast_scopes(
+        spec.analysis.forecast,
+        config_map=snapshot.forecast_config,
+        evidence=decided.evidence,
+        scopes=decided.scopes,
+        previous=pilot.status,
+        confidence=spec.analysis.confidence,
+    )
+    landed = reconciled_status(
         pilot.status,
         spec=spec,
         generation=pilot.generation,
@@ -355,8 +364,8 @@ def _status(
         router_deployment=router_name(pilot.ref.name),
         observed=Observed(deployments=deployments, troubles=seen.troubles),
         routes=routes,
-        scopes=decided.scopes,
-        scope_events=list(events),
+        scopes=forecast.scopes,
+        scope_events=[*events, *forecast.events],
         fallbacks=moved.progress.fallbacks,
         decision=decided.decision,
         rehearsal=rehearsal.status,
@@ -365,6 +374,7 @@ def _status(
         takeover=taken.status,
         now=snapshot.now,
     )
+    return replace(landed, status=landed.status.model_copy(update={"forecast_problem": forecast.problem}))
 
 
 def _confirm(seen: Observation, routes: RoutesStatus, flipped: tuple[str, ...]) -> Confirm | None:

@@ -139,4 +139,5 @@ class Snapshot:
     evidence: Evidence | None = None  # the evidence store as last stored
     workload: Workload | None = None  # spec.workloadRef's Deployment, as read this tick
     service: Mapping[str, Any] | None = None  # spec.router.takeover's Service, as read this tick
+    forecast_config: Mapping[str, Any] | None = None  # spec.analysis.forecast's ConfigMap, as read this tick
     written: Written = field(default_factory=Written)
