@@ -222,6 +222,7 @@ def _scope_json(
         "windows": found.windows,
         "verdicts": {verdict.value: count for verdict, count in sorted(found.verdicts.items())},
         "decision": findings.decision.to_wire(),
+        "forecast": status.forecast.to_wire() if status is not None and status.forecast is not None else None,
         "bands": {arm.value: [_band(b, found.rehearsed) for b in findings.bands.get(arm, ())] for arm in arms},
         "comparisons": [
             {

@@ -88,7 +88,27 @@ def _bands(report: Json, scope: Json) -> list[str]:
             f"Peak (offered load {peak['load']:.2f}): {ratio}, speculative TTFT p99 "
             f"{_f(peak['speculativeTtftP99Seconds'], '.3f')} s, on time {_f(peak['speculativeOnTimeShare'], '.0%')}.",
         ]
-    return [*lines, ""]
+    return [*lines, *_forecast(scope.get("forecast")), ""]
+
+
+def _forecast(forecast: Json | None) -> list[str]:
+    """The crossover forecast from the step-cost profile, beside the bands above."""
+    if forecast is None:
+        return []
+    if forecast.get("crossoverLoad") is None:
+        said = f"speculation still pays at batch {forecast['maxBatch']} ({forecast['reach']:.2f})"
+    else:
+        high = forecast.get("crossoverHigh")
+        upper = f"{high:.2f}" if high is not None else f"beyond batch {forecast['maxBatch']}"
+        low = forecast.get("crossoverLow")
+        said = f"crossover at {forecast['crossoverLoad']:.2f} (interval {_f(low)} to {upper})"
+    finding = " **The measured bands lie outside it: the profile does not describe these pods.**"
+    return [
+        "",
+        f"Forecast from {forecast['profile']} at {forecast['committed']:.2f} committed tokens per round "
+        f"({forecast['windows']} windows): {said}, offered load per replica."
+        + (finding if forecast.get("disagrees") else ""),
+    ]
 
 
 def _alternative(report: Json) -> list[str]:

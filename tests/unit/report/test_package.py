@@ -13,7 +13,7 @@ import yaml
 
 from specpilot.analysis.evidence import Evidence, Moments, ProbeArm, ProbeCounts, production_quantile, record_probes
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
-from specpilot.api.status import DecisionOutcome, ScopeState, ScopeStatus, SpeculationPilotStatus
+from specpilot.api.status import DecisionOutcome, ScopeForecast, ScopeState, ScopeStatus, SpeculationPilotStatus
 from specpilot.controller.core.decide import decide
 from specpilot.loadgen.workload import load_mix
 from specpilot.report.build import build
@@ -380,3 +380,39 @@ def test_the_report_says_how_many_requests_each_arms_cache_holds_at_the_scopes_l
         doc = manifest()
         doc["spec"]["engine"]["extraArgs"] = args
         assert build(doc, sized)["concurrency"]["schedulerLimit"] == limit, args
+
+
+def test_each_scopes_forecast_is_reported_beside_its_bands_and_a_disagreement_as_a_finding(evidence: Evidence) -> None:
+    doc = manifest()
+    wrong = ScopeForecast(
+        profile="h200-llama-3.1-8b-draft-1b",
+        crossover_load=79.3,
+        crossover_low=70.1,
+        crossover_high=88.0,
+        reach=243.0,
+        max_batch=256,
+        committed=2.77,
+        windows=8,
+        measured_low=2.0,
+        measured_high=10.0,
+        disagrees=True,
+    )
+    beyond = wrong.model_copy(update={"crossover_load": None, "crossover_high": None, "disagrees": False})
+    scopes = [
+        ScopeStatus(name="low", forecast=wrong),
+        ScopeStatus(name="always", forecast=beyond),
+        ScopeStatus(name="never"),
+    ]
+    doc["status"] = SpeculationPilotStatus(scopes=scopes).to_wire()
+    report = build(doc, evidence)
+    by_name = {scope["name"]: scope for scope in report["scopes"]}
+    assert by_name["low"]["forecast"] == wrong.to_wire() and by_name["never"]["forecast"] is None
+    text = markdown(report, [])
+    low = text[text.index("### low") :]
+    assert (
+        "Forecast from h200-llama-3.1-8b-draft-1b at 2.77 committed tokens per round (8 windows): crossover at "
+        "79.30 (interval 70.10 to 88.00), offered load per replica. **The measured bands lie outside it"
+    ) in low
+    always = text[text.index("### always") :]
+    assert "speculation still pays at batch 256 (243.00)" in always.split("###")[1]
+    assert "Forecast" not in text[text.index("### never") :].split("###")[1]
