@@ -29,6 +29,7 @@ from specpilot.api.spec import (
     DRAFT_TENSOR_PARALLEL,
     ENV_VALUE_OR_SOURCE,
     GPU_PER_RANK,
+    ONE_FORECAST_PROFILE,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
     TOLERATION_EXISTS_WITHOUT_VALUE,
@@ -287,6 +288,19 @@ RULES = [
         _pilot(analysis={"metricsSource": {}}),
         "spec.analysis.metricsSource.prometheus",
         "Field required",
+    ),
+    (
+        "forecast-both",
+        _pilot(analysis={"forecast": {"profile": "h200-llama-3.1-8b-eagle", "configMap": "calibration"}}),
+        "spec.analysis.forecast.profile",
+        ONE_FORECAST_PROFILE.message,
+    ),
+    ("forecast-neither", _pilot(analysis={"forecast": {}}), "spec.analysis.forecast.profile", "set exactly one"),
+    (
+        "forecast-unknown-profile",
+        _pilot(analysis={"forecast": {"profile": "a100-llama"}}),
+        "spec.analysis.forecast.profile",
+        "'h200-llama-3.1-8b-draft-1b', 'h200-llama-3.1-8b-eagle' or 'h200-qwen2.5-32b'",
     ),
 ]
 OPERATOR_ONLY = [
