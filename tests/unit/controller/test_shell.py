@@ -605,7 +605,7 @@ async def test_a_pilot_with_a_forecast_profile_gets_each_scopes_forecast_in_stat
     forecast = h.scope("chat")["forecast"]
     assert forecast["profile"] == "h200-llama-3.1-8b-draft-1b" and forecast["windows"] >= 3
     assert forecast["crossoverLow"] < forecast["crossoverLoad"] < forecast["crossoverHigh"] < forecast["reach"]
-    assert forecast["committed"] == pytest.approx(1 + 0.7 + 0.49 + 0.343 + 0.2401)
+    assert forecast["committed"] == pytest.approx(1 + 0.7 + 0.49 + 0.343 + 0.2401, rel=1e-3)  # four digits
     assert "speculation stops paying near" in forecast["message"] and not forecast["disagrees"]
     assert "ForecastDisagrees" not in h.reasons() and "forecastProblem" not in h.status()
 

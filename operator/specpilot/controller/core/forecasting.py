@@ -56,6 +56,11 @@ def costs(spec: ForecastSpec, config_map: Mapping[str, Any] | None) -> Costs | s
         return f"spec.analysis.forecast.configMap: ConfigMap {name} {STEPCOST_KEY}: {error}; {fix}"
 
 
+def _figure(value: float | None) -> float | None:
+    """Four significant digits: status moves when a forecast does, not with each window's rounding."""
+    return None if value is None else float(f"{value:.4g}")
+
+
 def _load(crossing: Crossing) -> str:
     return "never" if crossing.load == 0 else f"{crossing.load:.3g}" if crossing.load is not None else "none"
 
@@ -95,12 +100,12 @@ def scope_status(
         message += f"; the bands measured it {bands}, {verdict}"
     return ScopeForecast(
         profile=profile,
-        crossover_load=point.load,
-        crossover_low=low.load,
-        crossover_high=high.load,
-        reach=point.reach,
+        crossover_load=_figure(point.load),
+        crossover_low=_figure(low.load),
+        crossover_high=_figure(high.load),
+        reach=_figure(point.reach) or 0.0,
         max_batch=costs.max_batch,
-        committed=point.committed,
+        committed=_figure(point.committed) or 1.0,
         windows=windows,
         measured_low=measured[0] if measured else None,
         measured_high=measured[1] if measured else None,
