@@ -32,10 +32,11 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from specpilot.analysis.proportions import Sequential
+from specpilot.analysis.ratios import gap_quantiles
 from specpilot.analysis.stats import nearest_rank
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.common import ApiModel
-from specpilot.api.spec import ProbeKind
+from specpilot.api.spec import ITL_QUANTILE, MIN_SAMPLES, ProbeKind
 from specpilot.api.status import Verdict
 from specpilot.wire.buckets import coarse_key, fine_bucket, fine_bucket_bounds
 from specpilot.wire.names import Arm
@@ -404,6 +405,8 @@ def record_window(
     quality_failed: bool,
     settled: bool = True,
     rehearsed: bool = False,
+    gap_quantile: float = ITL_QUANTILE,
+    min_samples: int = MIN_SAMPLES,
 ) -> Evidence:
     """The evidence with one more window of one scope; unchanged for a window without traffic, or
     one at or before the newest the scope already holds (a restarted operator judging it again).
@@ -411,7 +414,8 @@ def record_window(
     inconclusive one (too few requests, gaps in the samples, another scope's KV pressure) only to the
     counts: what it measured is not evidence either way. A `rehearsed` window (the peak rehearsal's
     traffic, at loads production chose not to offer) adds to the bins alone, marked as such: the
-    totals, arrival rate and lengths describe the scope's live traffic."""
+    totals, arrival rate and lengths describe the scope's live traffic. The stream cadence is read at
+    `gap_quantile` with `min_samples` streams per arm, as the inter-token-latency check reads it."""
     scope = evidence.scopes.get(window.scope, ScopeEvidence())
     compared = evidence.compared
     arms = {compared: window.compared, Arm.SPECULATIVE: window.speculative}
@@ -445,7 +449,7 @@ def record_window(
         totals=totals,
         acceptance_length=scope.acceptance_length.add(engine.acceptance_length),
         per_position=_per_position(scope.per_position, engine.per_position_acceptance),
-        chunk_gaps=_chunk_gaps(scope.chunk_gaps, window, compared),
+        chunk_gaps=_chunk_gaps(scope.chunk_gaps, window, compared, quantile=gap_quantile, min_samples=min_samples),
         prompt_tokens=scope.prompt_tokens if rehearsed else scope.prompt_tokens.add(load.prompt_tokens),
         output_tokens=scope.output_tokens if rehearsed else scope.output_tokens.add(load.output_tokens),
         rehearsed=marked,
@@ -507,14 +511,25 @@ def _per_position(positions: Sequence[Moments], acceptance: Sequence[float]) -> 
     return out
 
 
-def _chunk_gaps(gaps: Mapping[Arm, Moments], window: ScopeWindow, compared: Arm) -> dict[Arm, Moments]:
-    """The compared and speculative arms' stream cadence so far, with the window's where its engine
-    figures are conclusive (an arm with none yet is left out)."""
+def _chunk_gaps(
+    gaps: Mapping[Arm, Moments], window: ScopeWindow, compared: Arm, *, quantile: float, min_samples: int
+) -> dict[Arm, Moments]:
+    """The compared and speculative arms' stream cadence so far, with the window's gaps at `quantile`
+    where they can be read, from the source the inter-token-latency check reads (`ratios.gap_quantiles`:
+    the router's gaps of the scope, else the engines' histograms); an arm with none yet is left out."""
     out = dict(gaps)
-    for arm, engine in ((compared, window.compared_engine), (Arm.SPECULATIVE, window.speculative_engine)):
-        if engine.inconclusive is None:
-            gap = engine.inter_token_latency
-            out[arm] = out.get(arm, Moments()).add(gap.value if gap is not None else None)
+    engines = (window.speculative_engine, window.compared_engine)
+    found = gap_quantiles(
+        window.speculative,
+        window.compared,
+        engines=engines,
+        compared_arm=compared,
+        quantile=quantile,
+        min_samples=min_samples,
+    )
+    if not isinstance(found, str):
+        for arm, gap in ((Arm.SPECULATIVE, found[0]), (compared, found[1])):
+            out[arm] = out.get(arm, Moments()).add(gap.value)
     return {arm: moments for arm, moments in out.items() if moments.n}
 
 

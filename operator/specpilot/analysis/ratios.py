@@ -188,32 +188,56 @@ def inter_token_latency_check(
     draws, and the histograms hold no per-request values, so neither is tested as a sample. A
     speculative step delivers several tokens at once, so its gaps are longer by nature; the default
     limit (2x) is loose for that reason."""
-    metric = MetricName.INTER_TOKEN_LATENCY_RATIO
-    label = f"inter-token latency p{limit.quantile * 100:g}"
+    found = gap_quantiles(
+        speculative,
+        compared,
+        engines=engines,
+        compared_arm=compared_arm,
+        quantile=limit.quantile,
+        min_samples=min_samples,
+    )
+    if isinstance(found, str):
+        return inconclusive(MetricName.INTER_TOKEN_LATENCY_RATIO, found)
+    spec, base, source = found
+    return _interval_check(spec, base, source=source, compared_arm=compared_arm, limit=limit)
+
+
+def gap_quantiles(
+    speculative: ArmRequests,
+    compared: ArmRequests,
+    *,
+    engines: tuple[ArmEngine, ArmEngine],
+    compared_arm: Arm,
+    quantile: float,
+    min_samples: int,
+) -> tuple[BucketQuantile, BucketQuantile, str] | str:
+    """Each arm's gap between streamed chunks at `quantile` (speculative, then compared) and a sentence
+    naming where it was read: the router's chunk gaps of the scope when each arm has `min_samples` ok
+    streams with gaps, else the engines' histograms arm-wide (`engines`: speculative, then compared);
+    or why neither can tell. The check and the evidence read the same figures."""
+    label = f"inter-token latency p{quantile * 100:g}"
     streams = f"{speculative.gap_streams}/{compared.gap_streams}"
     if min(speculative.gap_streams, compared.gap_streams) >= min_samples:
-        spec, base = (_gap_quantile(arm.chunk_gaps, limit.quantile) for arm in (speculative, compared))
+        spec, base = (_gap_quantile(arm.chunk_gaps, quantile) for arm in (speculative, compared))
         gaps = f"{speculative.chunk_gaps.total}/{compared.chunk_gaps.total}"
-        source = f"the router's chunk gaps of the scope: {gaps} gaps over {streams} streams"
-        return _interval_check(spec, base, source=source, compared_arm=compared_arm, limit=limit)
+        return spec, base, f"the router's chunk gaps of the scope: {gaps} gaps over {streams} streams"
     if speculative.routed < min_samples:
-        return inconclusive(
-            metric,
+        return (
             f"{label}: {speculative.routed} requests of the scope on the speculative arm, "
-            f"fewer than minSamples {min_samples}",
+            f"fewer than minSamples {min_samples}"
         )
     for name, engine in zip((Arm.SPECULATIVE.value, compared_arm.value), engines, strict=True):
         if engine.inconclusive:
-            return inconclusive(metric, f"{label}: {name} engines: {engine.inconclusive}")
+            return f"{label}: {name} engines: {engine.inconclusive}"
         if engine.inter_token_latency is None or not math.isfinite(engine.inter_token_latency.value):
-            return inconclusive(metric, f"{label}: no {name} engine steps in the window")
+            return f"{label}: no {name} engine steps in the window"
     spec_q, base_q = (engine.inter_token_latency for engine in engines)
     assert spec_q is not None and base_q is not None
     source = (
         f"the engines' histograms, arm-wide: the router counted chunk gaps on {streams} streams of the scope, "
         f"fewer than minSamples {min_samples}"
     )
-    return _interval_check(spec_q, base_q, source=source, compared_arm=compared_arm, limit=limit)
+    return spec_q, base_q, source
 
 
 def _gap_quantile(gaps: FineCounts, q: float) -> BucketQuantile:

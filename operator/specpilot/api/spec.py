@@ -815,6 +815,7 @@ class KvCacheUsage(ApiModel):
 
 
 ITL_QUANTILE = 0.99  # the inter-token-latency quantile measured when interTokenLatency is not judged
+MIN_SAMPLES = 50  # requests each arm needs in a window, unless analysis.minSamples says otherwise
 
 
 class Thresholds(ApiModel):
@@ -985,7 +986,7 @@ class Analysis(ApiModel):
     warmup: Annotated[Duration, duration_within("0s", "1h")] = Duration("1m")
     """How long both arms must have been ready before a window is judged, so that cold starts (weights
     loading, graph capture, empty caches) are kept apart from steady operation."""
-    min_samples: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = 50
+    min_samples: Annotated[int, Field(strict=True, ge=1, le=1_000_000)] = MIN_SAMPLES
     """Requests each arm needs in a window; fewer make the window inconclusive, never a pass."""
     failure_limit: Annotated[int, Field(strict=True, ge=1, le=100)] = 3
     """Consecutive failing windows that flip a scope back to ordinary decoding."""

@@ -8,12 +8,14 @@ import itertools
 import math
 from collections.abc import Mapping
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, record_window, with_arms
 from specpilot.analysis.ratios import inter_token_latency_check
 from specpilot.analysis.stats import BucketQuantile
-from specpilot.analysis.window import ArmEngine, ArmRequests
+from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api.spec import QuantileRatio
 from specpilot.api.status import Verdict
 from specpilot.metrics.quantile import bucket_quantile
@@ -183,3 +185,46 @@ def test_gaps_below_the_lowest_fine_bucket_leave_the_ratio_open_above() -> None:
         and "control p99 in (0, 1.03] ms" in check.reason
         and "ratio between 1.46 and +Inf" in check.reason
     )
+
+
+def test_the_evidence_records_the_cadence_the_check_judged_not_the_histograms_edges() -> None:
+    """Gaps of 30 and 25 ms that the router counted on 50 streams each: the evidence (and so the report)
+    holds a ratio of 1.2 read from them, as the check does, not the 2.0 the engines' buckets read."""
+    speculative, compared = (
+        ArmRequests(
+            outcomes={RequestOutcome.OK: 50},
+            chunk_gaps=FineCounts({fine_bucket(gap): 1000}),
+            gap_streams=50,
+            decode_seconds=(1.0,) * 50,
+            committed_tokens=(40,) * 50,
+        )
+        for gap in (0.030, 0.025)
+    )
+    end = datetime(2026, 1, 1, tzinfo=UTC)
+    window = ScopeWindow(
+        scope="chat",
+        start=end - timedelta(seconds=15),
+        end=end,
+        compared=compared,
+        speculative=speculative,
+        compared_engine=BELOW_25,
+        speculative_engine=BELOW_50,
+    )
+    arms = {arm: ArmLoad(offered_per_replica=1.0) for arm in (Arm.SPECULATIVE, Arm.CONTROL)}
+    load = WindowLoad(arms=arms, arrival_rate=2.0)
+    evidence = record_window(
+        with_arms(Evidence(compared=Arm.CONTROL), overlap=3.0, kv_blocks={}, gpus={}),
+        window,
+        load,
+        verdict=Verdict.PASS,
+        quality_failed=False,
+        min_samples=20,
+    )
+    gaps = evidence.scopes["chat"].chunk_gaps
+    judged = inter_token_latency_check(
+        speculative, compared, engines=(BELOW_50, BELOW_25), compared_arm=Arm.CONTROL, limit=LIMIT, min_samples=20
+    )
+    assert judged.verdict is Verdict.PASS, judged
+    spec_gap, control_gap = gaps[Arm.SPECULATIVE].mean, gaps[Arm.CONTROL].mean
+    assert spec_gap is not None and control_gap is not None
+    assert spec_gap / control_gap == pytest.approx(1.2, rel=0.03)

@@ -72,7 +72,8 @@ def pilot(alphas: dict[str, float], *, per_load: int = 4, control: bool = True, 
             if window.alternative is not None:
                 arms[Arm.ALTERNATIVE] = _load(window.alternative, value)
             load = WindowLoad(arms=arms, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150))
-            evidence = record_window(evidence, window, load, verdict=Verdict.PASS, quality_failed=False)
+            # the demo pilot's analysis.minSamples (manifests/demo/pilot.yaml), as the operator records it
+            evidence = record_window(evidence, window, load, verdict=Verdict.PASS, quality_failed=False, min_samples=10)
         watched = WindowLoad(arms={Arm.BASELINE: ArmLoad(offered_per_replica=production)}, arrival_rate=value)
         evidence = watch_production(evidence, watched)
     return evidence

@@ -103,6 +103,8 @@ def record(
             quality_failed=quality_failed,
             settled=not draining and all(at is None or at <= item.window.start for at in changes),
             rehearsed=status.name in rehearsing,
+            gap_quantile=spec.analysis.thresholds.itl_quantile,
+            min_samples=spec.analysis.min_samples,
         )
     # Every scope's window of a tick ends at the same collection, and production's load (every scope's
     # requests) is the same in each: watched once per tick.
