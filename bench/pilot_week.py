@@ -66,7 +66,9 @@ async def run(days: float, interval: int, rate: float) -> int:
     started = time.monotonic()
     for step in range(steps):
         day = step * interval / 86_400
-        h.traffic.rate = rate * 10 ** (-0.5 * math.cos(2 * math.pi * day))  # rate/3 at night, 3x rate by day
+        # From the day's peak (3x rate) down to a third of it at night and back: the first hour holds the most
+        # requests in flight and in the collection's two windows, so later growth is the operator's own.
+        h.traffic.rate = rate * 10 ** (0.5 * math.cos(2 * math.pi * day))
         await h.step(interval)
         prune(h)
         if (step + 1) % per_hour == 0:
@@ -84,6 +86,10 @@ async def run(days: float, interval: int, rate: float) -> int:
     growth = peak / first - 1
     print("RSS by hour (MiB):", " ".join(f"{value:.0f}" for value in rss))
     print(f"RSS first hour {first:.1f} MiB, largest {peak:.1f} MiB (+{100 * growth:.1f}%), last {last:.1f} MiB")
+    if len(rss) > 24:  # the first day fills the load bins the daily swing reaches; after it, the operator's own
+        day_one, later = rss[23], max(rss[24:])
+        after = 100 * (later / day_one - 1)
+        print(f"RSS end of day 1 {day_one:.1f} MiB, largest after it {later:.1f} MiB (+{after:.1f}%)")
     decision = status.get("decision") or {}
     dropped = status.get("fallbacksDropped", 0)
     print(f"phase {status.get('phase')}, decision {decision.get('outcome')}, fallbacks dropped {dropped}")
