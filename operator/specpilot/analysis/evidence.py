@@ -414,8 +414,7 @@ def record_window(
     inconclusive one (too few requests, gaps in the samples, another scope's KV pressure) only to the
     counts: what it measured is not evidence either way. A `rehearsed` window (the peak rehearsal's
     traffic, at loads production chose not to offer) adds to the bins alone, marked as such: the
-    totals, arrival rate and lengths describe the scope's live traffic. The stream cadence is read at
-    `gap_quantile` with `min_samples` streams per arm, as the inter-token-latency check reads it."""
+    totals, arrival rate and lengths describe the scope's live traffic. Cadence: as the check reads it."""
     scope = evidence.scopes.get(window.scope, ScopeEvidence())
     compared = evidence.compared
     arms = {compared: window.compared, Arm.SPECULATIVE: window.speculative}
@@ -436,8 +435,7 @@ def record_window(
         ttft_width=evidence.ttft_width,
     )
     engine = window.speculative_engine
-    verdicts = dict(scope.verdicts)
-    verdicts[verdict] = verdicts.get(verdict, 0) + 1
+    verdicts = {**scope.verdicts, verdict: scope.verdicts.get(verdict, 0) + 1}
     updated = ScopeEvidence(
         windows=scope.windows + 1,
         verdicts=verdicts,
