@@ -57,8 +57,8 @@ def late_pilot() -> dict[str, Any]:
 
 def cancel_rounds(cluster: Cluster, namespace: str) -> int:
     """Probe rounds of the cancel case the evidence store holds (0 before the first is stored)."""
-    found = cluster.get_json("configmap", "demo-evidence", "-n", namespace)
-    scope = load(found["data"][EVIDENCE_KEY]).scopes.get("cancel") if found else None
+    stored = cluster.get_json("configmap", "demo-evidence", "-n", namespace).get("data", {}).get(EVIDENCE_KEY)
+    scope = load(stored).scopes.get("cancel") if stored else None
     counts = scope.probes.counts().get(ProbeKind.CANCEL) if scope is not None else None
     return counts.rounds if counts is not None else 0
 
