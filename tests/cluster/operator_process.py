@@ -104,9 +104,9 @@ class Operator:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:]) if self.log.exists() else ""
 
 
-@contextmanager
-def running_operator(cluster: Cluster, log: Path, *extra: str, group: int | None = None) -> Iterator[Operator]:
-    # The fixture owns the CRD: a chart release that applied it before gives its fields up here.
+def apply_crd(cluster: Cluster) -> None:
+    """The SpeculationPilot CRD applied as checked in, and Established. The cluster tier owns it: a chart
+    release that applied it before gives its fields up here."""
     cluster.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRDS))
     # Right after an apply that changes it, a CRD may briefly show no conditions at all, which `kubectl
     # wait` reports as an error rather than waiting on: ask again until it is Established.
@@ -125,6 +125,11 @@ def running_operator(cluster: Cluster, log: Path, *extra: str, group: int | None
         timeout=60,
         every=1,
     )
+
+
+@contextmanager
+def running_operator(cluster: Cluster, log: Path, *extra: str, group: int | None = None) -> Iterator[Operator]:
+    apply_crd(cluster)
     operator = Operator(cluster, log, *extra, group=group)
     operator.start()
     try:
@@ -177,3 +182,18 @@ def start_load(cluster: Cluster, router: str, *, seconds: int) -> subprocess.Pop
     argv += ["--mix", str(ROOT / "manifests/workloads/chat-code.yaml"), "--arrivals", "poisson", "--rate", "10"]
     argv += ["--duration", str(seconds), "--timeout", "30", "--no-progress"]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cluster.env())
+
+
+def restart(cluster: Cluster, operator: Operator, namespace: str) -> None:
+    """SIGKILL the operator, start it again, and wait until it has reconciled the pilot."""
+    operator.kill()
+    operator.start()
+    generation = pilot(cluster, namespace)["metadata"]["generation"]
+    wait_until(
+        "the restarted operator reconciling the pilot",
+        lambda: (
+            'result="ok"' in operator.metrics()
+            and pilot(cluster, namespace)["status"]["observedGeneration"] == generation
+        ),
+        timeout=60,
+    )

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -63,3 +66,11 @@ def router_ip(cluster: Cluster, namespace: str) -> str:
     ready = [p for p in pods if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"]["conditions"])]
     assert ready, cluster.pods_report(namespace)
     return str(ready[0]["status"]["podIP"])
+
+
+def report(cluster: Cluster, namespace: str, folder: Path) -> dict[str, bytes]:
+    """The demo pilot's report package, written by the CLI into `folder`: its files by relative path."""
+    argv = [sys.executable, "-m", "specpilot.cli", "report", "demo", "-n", namespace, "-o", str(folder)]
+    done = subprocess.run(argv, check=True, capture_output=True, text=True, env=cluster.env(), timeout=120)
+    assert done.stdout.splitlines()[-1] == f"report written to {folder / 'report.md'}"
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tests.cluster.conftest import ROOT, Cluster
+from tests.cluster.conftest import Cluster
 
 OPERATOR_SELECTOR = "app.kubernetes.io/name=specpilot,app.kubernetes.io/component=operator"
 
@@ -30,10 +30,6 @@ class Release:
 # The cluster tier applies the SpeculationPilot CRD itself (`kubectl apply`), and a CRD has one owner: its
 # releases leave it out, the way a second release in any cluster does.
 NO_CRD = {"crds.install": "false"}
-
-
-def apply_crd(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
 
 
 def helm_env(cluster: Cluster) -> dict[str, str]:

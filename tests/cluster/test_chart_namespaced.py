@@ -8,7 +8,8 @@ import uuid
 import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.releases import NO_CRD, Release, apply_crd, can_i, helm_env
+from tests.cluster.operator_process import apply_crd
+from tests.cluster.releases import NO_CRD, Release, can_i, helm_env
 from tests.helm import CHART, helm, set_args
 
 pytestmark = pytest.mark.cluster

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import Cluster, fresh_namespace, wait_until
-from tests.cluster.releases import NO_CRD, Release, apply_crd, can_i, helm_env
+from tests.cluster.operator_process import apply_crd
+from tests.cluster.releases import NO_CRD, Release, can_i, helm_env
 from tests.helm import CHART, helm, set_args
 
 pytestmark = pytest.mark.cluster

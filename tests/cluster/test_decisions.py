@@ -29,8 +29,8 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
-from tests.cluster.pilots import judged_pilot, router_ip
+from tests.cluster.operator_process import Operator, pilot, restart, running_operator, wait_ready
+from tests.cluster.pilots import judged_pilot, report, router_ip
 from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 pytestmark = pytest.mark.cluster
@@ -116,13 +116,10 @@ def direct_crossover(tmp: Path) -> Iterator[Callable[[], float]]:
         sweep.wait()
 
 
-def report(cluster: Cluster, namespace: str, folder: Path) -> dict[str, bytes]:
-    argv = [sys.executable, "-m", "specpilot.cli", "report", "demo", "-n", namespace, "-o", str(folder)]
-    done = subprocess.run(argv, check=True, capture_output=True, text=True, env=cluster.env(), timeout=120)
-    assert done.stdout.splitlines()[-1] == f"report written to {folder / 'report.md'}"
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
-
-
+# A decision run (about 6 minutes): in `make test` through the staged climb past the crossover
+# (tests/cluster/test_climb.py, its report after a restart included) and the three profiles' decisions in
+# tests/unit/analysis/test_decision.py.
+@pytest.mark.long
 def test_three_profiles_three_decisions_and_the_report_after_a_restart(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
@@ -205,18 +202,7 @@ def three_decisions(
         assert schedule["derivedFrom"] == "mid"
         assert schedule["speculativeConfig"]["num_speculative_tokens"] == DRAFT_TOKENS
 
-    operator.kill()
-    operator.start()
-    generation = pilot(cluster, namespace)["metadata"]["generation"]
-    wait_until(
-        "the restarted operator reconciling the pilot",
-        lambda: (
-            "specpilot_operator_reconciles_total" in operator.metrics()
-            and 'result="ok"' in operator.metrics()
-            and pilot(cluster, namespace)["status"]["observedGeneration"] == generation
-        ),
-        timeout=60,
-    )
+    restart(cluster, operator, namespace)
     after = report(cluster, namespace, tmp_path / "after")
     assert after == before, [name for name in before if before[name] != after.get(name)]
     return decisions, body["scopes"][[s["name"] for s in body["scopes"]].index("mid")]["comparisons"]

@@ -11,11 +11,11 @@ import pytest
 import yaml
 
 from specpilot.api.podsecurity import HOST_PATH, PRIVILEGED, ROOT_USER
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.conftest import ROOT, Cluster
+from tests.cluster.operator_process import apply_crd
 
 pytestmark = pytest.mark.cluster
 
-CRDS = ROOT / "crds" / "specpilot.io_speculationpilots.yaml"
 MINIMAL = yaml.safe_load((ROOT / "manifests" / "examples" / "minimal.yaml").read_text())
 TEMPLATE = "spec.engine.podTemplate"
 CLEAN = {
@@ -27,22 +27,7 @@ CLEAN = {
 
 @pytest.fixture(scope="module", autouse=True)
 def crd(cluster: Cluster) -> None:
-    cluster.kubectl("apply", "--server-side", "-f", str(CRDS))
-    wait_until(
-        "the SpeculationPilot CRD established",
-        lambda: (
-            cluster.kubectl(
-                "wait",
-                "--for=condition=Established",
-                "crd/speculationpilots.specpilot.io",
-                "--timeout=10s",
-                check=False,
-            ).returncode
-            == 0
-        ),
-        timeout=60,
-        every=1,
-    )
+    apply_crd(cluster)
 
 
 def pilot(template: dict[str, Any]) -> str:
