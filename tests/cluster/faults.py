@@ -99,13 +99,6 @@ CASES = {
         frozenset({"probeGreedy"}),  # every greedy answer parts from the baseline's, which never parts from itself
         probes=True,
     ),
-    # The mock's latency fault slows every engine step, so every latency check fails; the record names
-    # the first to show it (the engines' inter-token latency, a point comparison, usually wins).
-    "latency": Case(
-        {"kind": "latency", "factor": 1.0, "extra_s": 0.5},
-        "ThresholdExceeded",
-        frozenset({"ttftRatio", "interTokenLatencyRatio", "timePerCommittedTokenRatio", "endToEndRatio"}),
-    ),
     # Half of chat's requests wait 20 s before the engine takes them: a TTFT tail clear enough to show
     # on the thirty-odd requests of a window after a dozen looks; the record names it.
     "ttft-tail": Case(
