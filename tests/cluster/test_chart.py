@@ -121,7 +121,7 @@ def test_a_team_bound_to_edit_may_run_pilots_and_one_bound_to_view_may_read_them
         assert can(viewer, verb, pilots) == "yes", verb
     assert can(viewer, "create", pilots) == "no" and can(viewer, "patch", pilots) == "no"
     # the status stays the operator's
-    assert can(editor, "patch", f"{pilots}/status") == "no"
+    assert can(editor, "patch", pilots, "--subresource=status") == "no"
     assert can(editor, "create", pilots, namespace="default") == "no"  # bound in the team's namespace only
 
 
