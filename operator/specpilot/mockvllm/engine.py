@@ -309,12 +309,12 @@ class Engine:
         if not self.alive:
             raise EngineDead()
         if self._max_queued_reqs is not None and len(self.waiting) >= self._max_queued_reqs:
-            self.metrics.rejections["max_num_queued_reqs"].inc()
+            self.metrics.outcomes.rejections["max_num_queued_reqs"].inc()
             raise QueueFull("max_num_queued_reqs")
         if self._max_queued_tokens is not None and (
             sum(r.prompt_tokens for r in self.waiting) + prompt_tokens > self._max_queued_tokens
         ):
-            self.metrics.rejections["max_num_queued_tokens"].inc()
+            self.metrics.outcomes.rejections["max_num_queued_tokens"].inc()
             raise QueueFull("max_num_queued_tokens")
         request = Request(
             scope=scope,
@@ -475,7 +475,7 @@ class Engine:
             prefills.append((request, want))
             if request.first_scheduled is None:
                 request.first_scheduled = self._now
-                self.metrics.prefix_queries.inc(request.prompt_tokens)
+                self.metrics.cache.prefix_queries.inc(request.prompt_tokens)
         if not decodes and not prefills:
             return None
         return Step(decodes=decodes, prefills=prefills, duration=step_duration(self.profile, self.k, decodes, prefills))
@@ -488,15 +488,15 @@ class Engine:
         request.kv_tokens = 0
         request.preemptions += 1
         self.waiting.appendleft(request)
-        self.metrics.preemptions.inc()
+        self.metrics.cache.preemptions.inc()
         return freed
 
     def _free(self, request: Request) -> None:
-        lifetime = self.metrics.kv_block_lifetime
-        if lifetime is not None:
+        residency = self.metrics.residency
+        if residency is not None:
             for _ in range(request.blocks):
                 if self._sample_rng.random() < self._kv_sample:
-                    lifetime.observe(self._now - request.scheduled_at)
+                    residency.block_lifetime.observe(self._now - request.scheduled_at)
         self._used_blocks -= request.blocks
         request.blocks = 0
 
@@ -515,24 +515,23 @@ class Engine:
                 continue
             if request.first_token is None:
                 request.first_token = now
-                m.ttft.observe(now - request.arrival)
-                m.prompt_tokens.inc(request.prompt_tokens)
-                m.prompt_tokens_computed.inc(request.prompt_tokens)
+                m.latencies.ttft.observe(now - request.arrival)
+                m.tokens.prefilled(request.prompt_tokens)
                 prompt_done += request.prompt_tokens
             else:
-                m.itl.observe(now - request.last_token)
+                m.latencies.itl.observe(now - request.last_token)
             generated += request.commit(1, now)
         if self.k:
             generated += self._commit_rounds(step.decodes, now)
         else:
             for request in step.decodes:
                 if not request.done:
-                    m.itl.observe(now - request.last_token)
+                    m.latencies.itl.observe(now - request.last_token)
                     request.kv_tokens += 1
                     generated += request.commit(1, now)
         if generated:
-            m.generation_tokens.inc(generated)
-            m.iteration_tokens.observe(prompt_done + generated)
+            m.tokens.generation_tokens.inc(generated)
+            m.sizes.iteration_tokens.observe(prompt_done + generated)
         if self._mfu:
             self._count_work(step)
         if any(r.done for r in self.running):
@@ -547,8 +546,8 @@ class Engine:
         m = self.metrics
         k = self.k
         alphas: dict[str, float] = {}
-        per_position = [0] * (k + 1)
-        drafts = accepted_total = generated = 0
+        rounds_by_accepted = [0] * (k + 1)
+        generated = 0
         for request in decodes:
             if request.done:
                 continue
@@ -556,22 +555,12 @@ class Engine:
             if alpha is None:
                 alpha = alphas[request.scope] = self.faults.alpha(request.scope, self.profile.alpha(request.scope), now)
             accepted = draw_accepted(request.rng, alpha, k)
-            drafts += 1
-            accepted_total += accepted
-            per_position[accepted] += 1
-            m.itl.observe(now - request.last_token)
+            rounds_by_accepted[accepted] += 1
+            m.latencies.itl.observe(now - request.last_token)
             request.kv_tokens += 1 + accepted
             generated += request.commit(1 + accepted, now)
-        if drafts and m.spec_drafts is not None and m.spec_draft_tokens is not None and m.spec_accepted is not None:
-            m.spec_drafts.inc(drafts)
-            m.spec_draft_tokens.inc(drafts * k)
-            m.spec_accepted.inc(accepted_total)
-            # A round that accepted a tokens counts once at positions 0 .. a-1.
-            reached = 0
-            for position in range(k, 0, -1):
-                reached += per_position[position]
-                if reached:
-                    m.spec_accepted_per_pos[position - 1].inc(reached)
+        if m.spec is not None:
+            m.spec.record(rounds_by_accepted)
         return generated
 
     def _finish(self, request: Request, now: float) -> None:
@@ -581,36 +570,36 @@ class Engine:
         first_scheduled = request.first_scheduled if request.first_scheduled is not None else now
         decode = request.last_token - first_token
         output = request.output_tokens
-        m.success[str(request.finish_reason)].inc()
-        m.e2e.observe(now - request.arrival)
-        m.queue_time.observe(first_scheduled - request.arrival)
-        m.prefill_time.observe(first_token - first_scheduled)
-        m.decode_time.observe(decode)
-        m.inference_time.observe(request.last_token - first_scheduled)
-        m.tpot.observe(decode / (output - 1) if output > 1 else 0.0)
-        m.request_prompt_tokens.observe(request.prompt_tokens)
-        m.request_generation_tokens.observe(output)
-        m.max_generation_tokens.observe(output)
-        m.params_n.observe(1)
-        m.params_max_tokens.observe(request.max_tokens)
-        m.prefill_kv_computed.observe(request.prompt_tokens)
-        m.request_preemptions.observe(request.preemptions)
+        m.outcomes.success[str(request.finish_reason)].inc()
+        m.latencies.e2e.observe(now - request.arrival)
+        m.latencies.queue_time.observe(first_scheduled - request.arrival)
+        m.latencies.prefill_time.observe(first_token - first_scheduled)
+        m.latencies.decode_time.observe(decode)
+        m.latencies.inference_time.observe(request.last_token - first_scheduled)
+        m.latencies.tpot.observe(decode / (output - 1) if output > 1 else 0.0)
+        m.sizes.request_prompt_tokens.observe(request.prompt_tokens)
+        m.sizes.request_generation_tokens.observe(output)
+        m.sizes.max_generation_tokens.observe(output)
+        m.sizes.params_n.observe(1)
+        m.sizes.params_max_tokens.observe(request.max_tokens)
+        m.sizes.prefill_kv_computed.observe(request.prompt_tokens)
+        m.latencies.request_preemptions.observe(request.preemptions)
 
     def _count_work(self, step: Step) -> None:
         """MFU estimates: 2 FLOPs per parameter per token; weights and KV read, new KV written."""
         memory = self.profile.memory
         tokens = len(step.decodes) * (self.k + 1) + sum(chunk for _, chunk in step.prefills)
         kv_read = sum(r.kv_tokens for r in step.decodes) * memory.kv_bytes_per_token
-        self.metrics.flops.inc(2 * self.profile.model.params_billion * 1e9 * tokens / self._tp)
-        self.metrics.read_bytes.inc((memory.weights_gib * GIB + kv_read) / self._tp)
-        self.metrics.write_bytes.inc(tokens * memory.kv_bytes_per_token / self._tp)
+        self.metrics.work.flops.inc(2 * self.profile.model.params_billion * 1e9 * tokens / self._tp)
+        self.metrics.work.read_bytes.inc((memory.weights_gib * GIB + kv_read) / self._tp)
+        self.metrics.work.write_bytes.inc(tokens * memory.kv_bytes_per_token / self._tp)
 
     def _update_gauges(self) -> None:
-        m = self.metrics
-        m.running.set(len(self.running) + len(self.leaked))
-        m.waiting.set(len(self.waiting))
-        m.waiting_capacity.set(len(self.waiting))
-        m.kv_usage.set((self._used_blocks + self._held_blocks()) / self._usable_blocks())
+        self.metrics.scheduler.show(
+            running=len(self.running) + len(self.leaked),
+            waiting=len(self.waiting),
+            kv_usage=(self._used_blocks + self._held_blocks()) / self._usable_blocks(),
+        )
 
     def stats(self) -> dict[str, float | int | bool]:
         """Engine state and timing fidelity, for the admin endpoint and benchmarks."""

@@ -103,58 +103,73 @@ def new_registry() -> CollectorRegistry:
     return registry
 
 
-class EngineMetrics:
-    """The engine families of one engine; the engine loop calls these as it steps."""
+class _Families:
+    """Registers one engine's families on a registry, labelled with its model name and engine index."""
 
-    def __init__(
-        self,
-        registry: CollectorRegistry,
-        *,
-        model_name: str,
-        max_model_len: int,
-        num_speculative_tokens: int,
-        cache_info: Mapping[str, str],
-        custom_buckets: Mapping[str, Sequence[float]],
-        kv_cache_metrics: bool,
-        corrupted_requests: bool,
-    ) -> None:
-        labels = {"model_name": model_name, "engine": ENGINE_INDEX}
-        names = list(labels)
-        buckets = {**BUCKETS, "request_tokens": request_tokens_buckets(max_model_len), **custom_buckets}
+    def __init__(self, registry: CollectorRegistry, labels: dict[str, str], buckets: Mapping[str, Sequence[float]]):
+        self.registry = registry
+        self.labels = labels
+        self._buckets = buckets
 
-        def gauge(name: str, help_: str) -> Gauge:
-            return Gauge(name, help_, names, registry=registry, multiprocess_mode="mostrecent").labels(**labels)
+    def gauge_family(self, name: str, help_: str, *extra: str) -> Gauge:
+        return Gauge(name, help_, [*self.labels, *extra], registry=self.registry, multiprocess_mode="mostrecent")
 
-        def counter(name: str, help_: str) -> Counter:
-            return Counter(name, help_, names, registry=registry).labels(**labels)
+    def counter_family(self, name: str, help_: str, *extra: str) -> Counter:
+        return Counter(name, help_, [*self.labels, *extra], registry=self.registry)
 
-        def histogram(name: str, help_: str, family: str) -> Histogram:
-            return Histogram(name, help_, names, registry=registry, buckets=buckets[family]).labels(**labels)
+    def gauge(self, name: str, help_: str) -> Gauge:
+        return self.gauge_family(name, help_).labels(**self.labels)
 
-        self.running = gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
-        self.waiting = gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
-        by_reason = Gauge(
+    def counter(self, name: str, help_: str) -> Counter:
+        return self.counter_family(name, help_).labels(**self.labels)
+
+    def histogram(self, name: str, help_: str, family: str) -> Histogram:
+        labels = list(self.labels)
+        return Histogram(name, help_, labels, registry=self.registry, buckets=self._buckets[family]).labels(
+            **self.labels
+        )
+
+
+class SchedulerGauges:
+    """How full the engine is: requests running and waiting (by reason), its sleep state, KV-cache usage."""
+
+    def __init__(self, families: _Families) -> None:
+        labels = families.labels
+        self.running = families.gauge("vllm:num_requests_running", "Number of requests in model execution batches.")
+        self.waiting = families.gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.")
+        by_reason = families.gauge_family(
             "vllm:num_requests_waiting_by_reason",
             "Number of waiting requests by reason. Reason labels: 'capacity' = waiting for scheduling "
             "capacity; 'deferred' = deferred by transient constraints (LoRA budget, KV transfer, blocked "
             "status). Sum of all reasons equals vllm:num_requests_waiting.",
-            [*names, "reason"],
-            registry=registry,
-            multiprocess_mode="mostrecent",
+            "reason",
         )
         self.waiting_capacity = by_reason.labels(**labels, reason="capacity")
         by_reason.labels(**labels, reason="deferred")
-        sleep = Gauge(
+        sleep = families.gauge_family(
             "vllm:engine_sleep_state",
             "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 means engine is awake; "
             "weights_offloaded = 1 means sleep level 1; discard_all = 1 means sleep level 2.",
-            [*names, "sleep_state"],
-            registry=registry,
-            multiprocess_mode="mostrecent",
+            "sleep_state",
         )
         for state in ("awake", "weights_offloaded", "discard_all"):
             sleep.labels(**labels, sleep_state=state).set(1 if state == "awake" else 0)
-        self.kv_usage = gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+        self.kv_usage = families.gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.")
+
+    def show(self, *, running: int, waiting: int, kv_usage: float) -> None:
+        """Set the gauges to the engine's state; every waiting request waits for capacity."""
+        self.running.set(running)
+        self.waiting.set(waiting)
+        self.waiting_capacity.set(waiting)
+        self.kv_usage.set(kv_usage)
+
+
+class CacheCounters:
+    """Prefix- and multi-modal-cache lookups, requests preempted for KV-cache blocks, and (with vLLM's
+    NaN checks on) corrupted requests."""
+
+    def __init__(self, families: _Families, *, corrupted_requests: bool) -> None:
+        counter = families.counter
         if corrupted_requests:
             counter(
                 "vllm:corrupted_requests",
@@ -177,42 +192,65 @@ class EngineMetrics:
         counter("vllm:mm_cache_queries", "Multi-modal cache queries, in terms of number of queried items.")
         counter("vllm:mm_cache_hits", "Multi-modal cache hits, in terms of number of cached items.")
         self.preemptions = counter("vllm:num_preemptions", "Cumulative number of preemption from the engine.")
-        self.prompt_tokens = counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
-        by_source = Counter(
-            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", [*names, "source"], registry=registry
+
+
+class TokenCounters:
+    """Prompt tokens processed (by source, and those cached) and generation tokens."""
+
+    def __init__(self, families: _Families) -> None:
+        labels = families.labels
+        self.prompt_tokens = families.counter("vllm:prompt_tokens", "Number of prefill tokens processed.")
+        by_source = families.counter_family(
+            "vllm:prompt_tokens_by_source", "Number of prompt tokens by source.", "source"
         )
         self.prompt_tokens_computed = by_source.labels(**labels, source="local_compute")
         for source in ("local_cache_hit", "external_kv_transfer"):
             by_source.labels(**labels, source=source)
-        counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
-        cached_by_source = Counter(
+        families.counter("vllm:prompt_tokens_cached", "Number of cached prompt tokens (local + external).")
+        cached_by_source = families.counter_family(
             "vllm:prompt_tokens_cached_by_source",
             "Prefix-cache hit tokens by the cache tier that supplied them: device (local HBM), host "
             "(offloaded to DRAM), disk, p2p (transferred from another vLLM instance) or external_unspecified. "
             "Counted at admission; sums to vllm:prefix_cache_hits + vllm:external_prefix_cache_hits.",
-            [*names, "source"],
-            registry=registry,
+            "source",
         )
         for source in ("device", "host", "p2p", "disk", "external_unspecified"):
             cached_by_source.labels(**labels, source=source)
-        self.generation_tokens = counter("vllm:generation_tokens", "Number of generation tokens processed.")
-        success = Counter(
-            "vllm:request_success",
-            "Count of successfully processed requests.",
-            [*names, "finished_reason"],
-            registry=registry,
+        self.generation_tokens = families.counter("vllm:generation_tokens", "Number of generation tokens processed.")
+
+    def prefilled(self, prompt_tokens: int) -> None:
+        """A prompt computed in full (no cache hits)."""
+        self.prompt_tokens.inc(prompt_tokens)
+        self.prompt_tokens_computed.inc(prompt_tokens)
+
+
+class RequestOutcomes:
+    """Requests finished, by reason, and refused by a queue limit, by limit."""
+
+    def __init__(self, families: _Families) -> None:
+        success = families.counter_family(
+            "vllm:request_success", "Count of successfully processed requests.", "finished_reason"
         )
-        self.success = {reason: success.labels(**labels, finished_reason=reason) for reason in FINISHED_REASONS}
+        self.success = {
+            reason: success.labels(**families.labels, finished_reason=reason) for reason in FINISHED_REASONS
+        }
         rejections = Counter(
             "vllm:admission_rejections",
             "Number of admission attempts rejected by a queue limit, by reason.",
             ["model_name", "reason"],
-            registry=registry,
+            registry=families.registry,
         )
         self.rejections = {
-            reason: rejections.labels(model_name=model_name, reason=reason)
+            reason: rejections.labels(model_name=families.labels["model_name"], reason=reason)
             for reason in ("max_num_queued_reqs", "max_num_queued_tokens")
         }
+
+
+class RequestSizes:
+    """Token counts: of each finished request (prompt, output, parameters) and of each engine step."""
+
+    def __init__(self, families: _Families) -> None:
+        histogram = families.histogram
         self.request_prompt_tokens = histogram(
             "vllm:request_prompt_tokens", "Number of prefill tokens processed.", "request_tokens"
         )
@@ -236,6 +274,13 @@ class EngineMetrics:
             "Histogram of new KV tokens computed during prefill (excluding cached tokens).",
             "request_tokens",
         )
+
+
+class Latencies:
+    """How long requests took, between tokens and in each phase, and how often each was preempted."""
+
+    def __init__(self, families: _Families) -> None:
+        histogram = families.histogram
         self.ttft = histogram(
             "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", "time_to_first_token"
         )
@@ -275,25 +320,103 @@ class EngineMetrics:
             "Histogram of the number of times a request was preempted.",
             "request_num_preemptions",
         )
-        self.kv_block_lifetime: Histogram | None = None
-        if kv_cache_metrics:
-            sampled = "Sampled metrics (controlled by --kv-cache-metrics-sample)."
-            self.kv_block_lifetime = histogram(
-                "vllm:kv_block_lifetime_seconds",
-                f"Histogram of KV cache block lifetime from allocation to eviction. {sampled}",
-                "kv_cache_residency",
-            )
-            histogram(
-                "vllm:kv_block_idle_before_evict_seconds",
-                f"Histogram of idle time before KV cache block eviction. {sampled}",
-                "kv_cache_residency",
-            )
-            histogram(
-                "vllm:kv_block_reuse_gap_seconds",
-                "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent "
-                f"accesses are recorded (ring buffer). {sampled}",
-                "kv_cache_residency",
-            )
+
+
+class KvResidency:
+    """KV-cache block lifetimes, sampled (`--kv-cache-metrics`); the idle and reuse-gap families stay empty."""
+
+    def __init__(self, families: _Families) -> None:
+        sampled = "Sampled metrics (controlled by --kv-cache-metrics-sample)."
+        self.block_lifetime = families.histogram(
+            "vllm:kv_block_lifetime_seconds",
+            f"Histogram of KV cache block lifetime from allocation to eviction. {sampled}",
+            "kv_cache_residency",
+        )
+        families.histogram(
+            "vllm:kv_block_idle_before_evict_seconds",
+            f"Histogram of idle time before KV cache block eviction. {sampled}",
+            "kv_cache_residency",
+        )
+        families.histogram(
+            "vllm:kv_block_reuse_gap_seconds",
+            "Histogram of time gaps between consecutive KV cache block accesses. Only the most recent "
+            f"accesses are recorded (ring buffer). {sampled}",
+            "kv_cache_residency",
+        )
+
+
+class WorkCounters:
+    """The work estimated for Model FLOPs Utilization, per GPU: operations, bytes read and written."""
+
+    def __init__(self, families: _Families) -> None:
+        mfu = "per GPU (for Model Flops Utilization calculations)."
+        self.flops = families.counter(
+            "vllm:estimated_flops_per_gpu_total", f"Estimated number of floating point operations {mfu}"
+        )
+        self.read_bytes = families.counter(
+            "vllm:estimated_read_bytes_per_gpu_total", f"Estimated number of bytes read from memory {mfu}"
+        )
+        self.write_bytes = families.counter(
+            "vllm:estimated_write_bytes_per_gpu_total", f"Estimated number of bytes written to memory {mfu}"
+        )
+
+
+class SpecDecodeCounters:
+    """Speculative rounds (drafts), draft tokens proposed, and those accepted, in all and per draft position."""
+
+    def __init__(self, families: _Families, num_speculative_tokens: int) -> None:
+        self.k = num_speculative_tokens
+        self.drafts = families.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
+        self.draft_tokens = families.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
+        self.accepted = families.counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
+        per_pos = families.counter_family(
+            "vllm:spec_decode_num_accepted_tokens_per_pos", "Accepted tokens per draft position.", "position"
+        )
+        self.accepted_per_pos = [
+            per_pos.labels(**families.labels, position=str(i)) for i in range(num_speculative_tokens)
+        ]
+
+    def record(self, rounds_by_accepted: Sequence[int]) -> None:
+        """Count a step's rounds, given how many accepted 0 .. k drafts; a round that accepted a drafts
+        counts once at positions 0 .. a-1."""
+        drafts = sum(rounds_by_accepted)
+        if not drafts:
+            return
+        self.drafts.inc(drafts)
+        self.draft_tokens.inc(drafts * self.k)
+        self.accepted.inc(sum(accepted * rounds for accepted, rounds in enumerate(rounds_by_accepted)))
+        reached = 0
+        for position in range(self.k, 0, -1):
+            reached += rounds_by_accepted[position]
+            if reached:
+                self.accepted_per_pos[position - 1].inc(reached)
+
+
+class EngineMetrics:
+    """The engine families of one engine, grouped by what they measure, registered in vLLM's order; the
+    engine loop records into them as it steps."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        model_name: str,
+        max_model_len: int,
+        num_speculative_tokens: int,
+        cache_info: Mapping[str, str],
+        custom_buckets: Mapping[str, Sequence[float]],
+        kv_cache_metrics: bool,
+        corrupted_requests: bool,
+    ) -> None:
+        buckets = {**BUCKETS, "request_tokens": request_tokens_buckets(max_model_len), **custom_buckets}
+        families = _Families(registry, {"model_name": model_name, "engine": ENGINE_INDEX}, buckets)
+        self.scheduler = SchedulerGauges(families)
+        self.cache = CacheCounters(families, corrupted_requests=corrupted_requests)
+        self.tokens = TokenCounters(families)
+        self.outcomes = RequestOutcomes(families)
+        self.sizes = RequestSizes(families)
+        self.latencies = Latencies(families)
+        self.residency = KvResidency(families) if kv_cache_metrics else None
         info = Gauge(
             "vllm:cache_config_info",
             "Information of the LLMEngine CacheConfig",
@@ -302,33 +425,8 @@ class EngineMetrics:
             multiprocess_mode="mostrecent",
         )
         info.labels(**cache_info, engine=ENGINE_INDEX).set(1)
-        mfu = "per GPU (for Model Flops Utilization calculations)."
-        self.flops = counter(
-            "vllm:estimated_flops_per_gpu_total", f"Estimated number of floating point operations {mfu}"
-        )
-        self.read_bytes = counter(
-            "vllm:estimated_read_bytes_per_gpu_total", f"Estimated number of bytes read from memory {mfu}"
-        )
-        self.write_bytes = counter(
-            "vllm:estimated_write_bytes_per_gpu_total", f"Estimated number of bytes written to memory {mfu}"
-        )
-        self.spec_drafts: Counter | None = None
-        self.spec_draft_tokens: Counter | None = None
-        self.spec_accepted: Counter | None = None
-        self.spec_accepted_per_pos: list[Counter] = []
-        if num_speculative_tokens:
-            self.spec_drafts = counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
-            self.spec_draft_tokens = counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
-            self.spec_accepted = counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
-            per_pos = Counter(
-                "vllm:spec_decode_num_accepted_tokens_per_pos",
-                "Accepted tokens per draft position.",
-                [*names, "position"],
-                registry=registry,
-            )
-            self.spec_accepted_per_pos = [
-                per_pos.labels(**labels, position=str(i)) for i in range(num_speculative_tokens)
-            ]
+        self.work = WorkCounters(families)
+        self.spec = SpecDecodeCounters(families, num_speculative_tokens) if num_speculative_tokens else None
 
 
 class ToolParserMetrics:

@@ -211,23 +211,22 @@ def mock_exposition() -> str:
     """What the mock vLLM renders for a speculative arm after some activity."""
     server = MockServer(parse_args(["org/target", "-sc", SPEC]), Profile(), env={})
     metrics = server.engine.metrics
-    metrics.generation_tokens.inc(1234)
-    metrics.success["stop"].inc(7)
-    metrics.success["length"].inc(2)
-    metrics.running.set(3)
-    metrics.waiting.set(1)
-    metrics.kv_usage.set(0.42)
-    metrics.preemptions.inc(2)
+    metrics.tokens.generation_tokens.inc(1234)
+    metrics.outcomes.success["stop"].inc(7)
+    metrics.outcomes.success["length"].inc(2)
+    metrics.scheduler.running.set(3)
+    metrics.scheduler.waiting.set(1)
+    metrics.scheduler.kv_usage.set(0.42)
+    metrics.cache.preemptions.inc(2)
     for seconds in (0.2, 1.1, 3.3, 42.0):
-        metrics.decode_time.observe(seconds)
+        metrics.latencies.decode_time.observe(seconds)
     for seconds in (0.004, 0.03, 0.03, 0.2, 100.0):
-        metrics.itl.observe(seconds)
-    assert metrics.spec_drafts is not None and metrics.spec_draft_tokens is not None
-    assert metrics.spec_accepted is not None
-    metrics.spec_drafts.inc(100)
-    metrics.spec_draft_tokens.inc(300)
-    metrics.spec_accepted.inc(180)
-    for position, accepted in zip(metrics.spec_accepted_per_pos, (80, 60, 40), strict=True):
+        metrics.latencies.itl.observe(seconds)
+    assert metrics.spec is not None
+    metrics.spec.drafts.inc(100)
+    metrics.spec.draft_tokens.inc(300)
+    metrics.spec.accepted.inc(180)
+    for position, accepted in zip(metrics.spec.accepted_per_pos, (80, 60, 40), strict=True):
         position.inc(accepted)
     return generate_latest(server.registry).decode()
 
