@@ -1,6 +1,6 @@
 """The crossover forecast from a calibrated profile's step costs, against a direct open-loop sweep of the mock.
 
-`specpilot.analysis.forecast` computes where the speculative arm's time per committed token rises through
+`specpilot.analysis.forecast.model` computes where the speculative arm's time per committed token rises through
 the ordinary arm's (offered load, requests per second per replica) from the profile's target and draft
 step costs, the acceptance and the lengths. The sweep runs the mock engine itself (`specpilot.mockvllm
 .simulate`: its scheduler, its step-time accounting and its acceptance draws, in virtual time) for both
@@ -22,7 +22,7 @@ import statistics
 from collections.abc import Sequence
 
 from specpilot.analysis.bands import first_crossing
-from specpilot.analysis.forecast import Acceptance, Lengths, crossing, speedups
+from specpilot.analysis.forecast.model import Acceptance, Lengths, crossing, speedups
 from specpilot.mockvllm import simulate
 from specpilot.mockvllm.profile import calibrated_names, parse_profile
 

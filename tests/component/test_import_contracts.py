@@ -74,10 +74,10 @@ def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("module", "line", "broken"),
     [
-        pytest.param("router/core/decide.py", "import specpilot.api", "programs", id="router-imports-api"),
+        pytest.param("router/core/choice.py", "import specpilot.api", "programs", id="router-imports-api"),
         pytest.param("mockvllm/api.py", "import specpilot.loadgen.stats", "programs", id="programs-import-each-other"),
         pytest.param("wire/routes.py", "from specpilot.api import spec", "layers", id="wire-imports-api"),
-        pytest.param("wire/names.py", "import specpilot.router.core.decide", "operator", id="wire-imports-the-router"),
+        pytest.param("wire/names.py", "import specpilot.router.core.choice", "operator", id="wire-imports-the-router"),
         pytest.param(
             "api/status.py", "from specpilot.mockvllm import costmodel", "operator", id="api-imports-mockvllm"
         ),

@@ -7,7 +7,7 @@ baseline arm) whenever the table or the speculative arm cannot be trusted.
 It is a program of its own: among specpilot's packages it imports only `specpilot.wire`, where
 its contracts with the operator live (the routing table in `wire.routes`, the per-request samples
 and the ``/samples`` page in `wire.samples`, its flags in `wire.routerconfig`, object names and
-labels in `wire.names`). What stays here is the router's own: pure decisions (`decide`), the
+labels in `wire.names`). What stays here is the router's own: pure routing choices (`core.choice`), the
 EndpointSlice reading (`slices`), stream measurement (`measure`), the sample ring (`samples`) and
 state (`state`), how a request ended (`outcome`), and the I/O around them: the traffic port's
 HTTP/1.1 server (`server`) and upstream connection pool (`upstream`) on asyncio Protocols parsed by

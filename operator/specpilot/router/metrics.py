@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
-from specpilot.router.core.decide import Endpoint, Routes
+from specpilot.router.core.choice import Endpoint, Routes
 from specpilot.wire.buckets import INTER_TOKEN_LATENCY, REQUEST_LATENCY, TIME_TO_FIRST_TOKEN
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import Fallback, RequestOutcome, RequestSample

@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from specpilot.router.core.decide import UNAVAILABLE, Endpoint, affinity_draw, choose_arm, classify_scope
+from specpilot.router.core.choice import UNAVAILABLE, Endpoint, affinity_draw, choose_arm, classify_scope
 from specpilot.router.core.measure import StreamMeter, usage_tokens
 from specpilot.router.core.outcome import Facts, Failure, StreamEnd, other_status_label, request_outcome
 from specpilot.router.core.samples import SampleLog

@@ -9,7 +9,7 @@ import asyncio
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.choice import Endpoint
 from specpilot.router.core.state import ENDPOINTS, TABLE, RouteSink
 from specpilot.wire.names import Arm
 from specpilot.wire.routerconfig import split_host_port

@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 from tests.component.router.conftest import Harness, HarnessFactory, _established
 
-from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.choice import Endpoint
 from specpilot.wire.names import Arm
 
 SEED = 20261129

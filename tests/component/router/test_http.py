@@ -13,7 +13,7 @@ import aiohttp
 import pytest
 from tests.component.router.conftest import TEAM_HEADER, Harness, HarnessFactory, _established
 
-from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.choice import Endpoint
 from specpilot.router.server import WRITE_HIGH_WATER, Limits, Server
 from specpilot.wire.names import Arm
 

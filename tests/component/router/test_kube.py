@@ -17,7 +17,7 @@ from tests.component.conftest import Serve
 from tests.component.router.conftest import Harness
 
 from specpilot.kubeaccess import Fixed, KubeAccess
-from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.choice import Endpoint
 from specpilot.router.core.state import RouterState
 from specpilot.router.kube import ClusterSource, Reflector
 from specpilot.wire.names import Arm

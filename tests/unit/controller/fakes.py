@@ -37,7 +37,7 @@ from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import Pods, Served
 from specpilot.controller.reconcile import Controller
 from specpilot.fetch.scrape import ReadFailure
-from specpilot.router.core.decide import pick_arm
+from specpilot.router.core.choice import pick_arm
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,

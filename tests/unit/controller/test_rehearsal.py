@@ -26,7 +26,7 @@ from specpilot.api.status import (
     ScopeStatus,
 )
 from specpilot.controller.core.measurements import horizon
-from specpilot.controller.core.rehearsal import (
+from specpilot.controller.core.rehearsal.steps import (
     advance,
     arm_figures,
     bracket,
@@ -36,7 +36,7 @@ from specpilot.controller.core.rehearsal import (
     read_span,
     step_duration,
 )
-from specpilot.controller.core.rehearse import load_changed_at
+from specpilot.controller.core.rehearsal.tick import load_changed_at
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome

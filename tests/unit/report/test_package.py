@@ -14,7 +14,7 @@ import yaml
 from specpilot.analysis.evidence import Evidence, Moments, ProbeArm, ProbeCounts, production_quantile, record_probes
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.api.status import DecisionOutcome, ScopeForecast, ScopeState, ScopeStatus, SpeculationPilotStatus
-from specpilot.controller.core.decide import decide
+from specpilot.controller.core.evidence import decide
 from specpilot.loadgen.workload import load_mix
 from specpilot.report.build import build
 from specpilot.report.markdown import markdown

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.choice import Endpoint
 from specpilot.router.core.slices import ready_endpoints, slice_port
 from specpilot.wire.names import Arm
 

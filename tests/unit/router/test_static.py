@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.choice import Endpoint
 from specpilot.router.static import static_endpoints
 from specpilot.wire.names import Arm
 

@@ -32,8 +32,8 @@ from specpilot.api.status import (
 )
 from specpilot.api.validate import Problem
 from specpilot.controller.core.changes import Apply, changes
-from specpilot.controller.core.decide import Decided, decide, fresh_for, record
-from specpilot.controller.core.forecasting import forecast_scopes
+from specpilot.controller.core.evidence import Decided, decide, fresh_for, record
+from specpilot.controller.core.forecast import forecast_scopes
 from specpilot.controller.core.guard import Reading, guard_production, saturation_message
 from specpilot.controller.core.measurements import alternative_judged, compared_arm
 from specpilot.controller.core.progress import (
@@ -46,8 +46,8 @@ from specpilot.controller.core.progress import (
     production_saturation,
     warm,
 )
-from specpilot.controller.core.rehearsal import next_move, rehearsing, rehearsing_rolled_back
-from specpilot.controller.core.rehearse import (
+from specpilot.controller.core.rehearsal.steps import next_move, rehearsing, rehearsing_rolled_back
+from specpilot.controller.core.rehearsal.tick import (
     RehearsalTick,
     leftovers,
     load_changed_at,

@@ -41,7 +41,7 @@ from specpilot.api.status import (
     ScopeStatus,
     SpeculationPilotStatus,
 )
-from specpilot.controller.core.rehearsal import rehearsing_rolled_back
+from specpilot.controller.core.rehearsal.steps import rehearsing_rolled_back
 from specpilot.controller.core.status import condition
 from specpilot.wire.names import Arm
 

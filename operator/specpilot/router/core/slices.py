@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from specpilot.router.core.decide import Endpoint
+from specpilot.router.core.choice import Endpoint
 from specpilot.wire.names import SERVICE_NAME_LABEL, Arm, arm_of_service
 
 PORT_NAME = "http"

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from specpilot.router.core.decide import Endpoint, Routes, pick_endpoint, resolve_routes
+from specpilot.router.core.choice import Endpoint, Routes, pick_endpoint, resolve_routes
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import RoutingTable, TableError, parse_routes
 from specpilot.wire.samples import Fallback

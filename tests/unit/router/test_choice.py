@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from multidict import CIMultiDict
 
-from specpilot.router.core.decide import (
+from specpilot.router.core.choice import (
     EffectiveRoute,
     Endpoint,
     Fallback,

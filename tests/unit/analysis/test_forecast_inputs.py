@@ -12,8 +12,7 @@ import pytest
 
 from specpilot.analysis.evidence import Lengths as MeasuredLengths
 from specpilot.analysis.evidence import Moments, ScopeEvidence
-from specpilot.analysis.forecast import Acceptance, Lengths, forecast
-from specpilot.analysis.forecasting import (
+from specpilot.analysis.forecast.inputs import (
     MIN_WINDOWS,
     ProfileError,
     acceptance,
@@ -21,6 +20,7 @@ from specpilot.analysis.forecasting import (
     profile_costs,
     scope_forecast,
 )
+from specpilot.analysis.forecast.model import Acceptance, Lengths, forecast
 from specpilot.mockvllm.profile import calibrated_names, calibrated_profile
 from specpilot.wire.profiles import CALIBRATED, calibrated_text
 from specpilot.wire.stepcost import Form, StepCost

@@ -20,7 +20,7 @@ import yaml
 
 from specpilot.analysis.evidence import Lengths as MeasuredLengths
 from specpilot.analysis.evidence import ScopeEvidence
-from specpilot.analysis.forecast import MAX_BATCH, Acceptance, Forecast, Lengths, forecast
+from specpilot.analysis.forecast.model import MAX_BATCH, Acceptance, Forecast, Lengths, forecast
 from specpilot.wire.stepcost import Form, StepCost
 from specpilot.wire.stepfit import fit, measured_steps
 

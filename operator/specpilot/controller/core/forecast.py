@@ -1,7 +1,7 @@
 """Each scope's crossover forecast in status, and the Events that say when it cannot be made or is wrong.
 
 Pure: the shell hands over spec.analysis.forecast's ConfigMap as it read it (a calibrated profile is
-package data); the step costs are fitted once per content (`analysis.forecasting.measured_costs`).
+package data); the step costs are fitted once per content (`analysis.forecast.inputs.measured_costs`).
 A scope is forecast once its windows measured enough (`MIN_WINDOWS`); the crossover its bands measured
 (its decision's, or the curves' so far) outside the forecast's interval is a finding: the profile
 does not describe these pods. Events come from transitions alone, read from the previous status.
@@ -16,8 +16,8 @@ from typing import Any
 
 from specpilot.analysis.decision import crossover_point
 from specpilot.analysis.evidence import Evidence
-from specpilot.analysis.forecast import Crossing, Forecast
-from specpilot.analysis.forecasting import Costs, ProfileError, measured_costs, profile_costs, scope_forecast
+from specpilot.analysis.forecast.inputs import Costs, ProfileError, measured_costs, profile_costs, scope_forecast
+from specpilot.analysis.forecast.model import Crossing, Forecast
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import Forecast as ForecastSpec

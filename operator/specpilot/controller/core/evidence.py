@@ -84,7 +84,7 @@ def record(
     long or preempted requests), the arm's mix is still changing: the others start again from the end
     of each such window, so their bins hold only windows that began after the last of them finished.
     A window within which `load_changed_at` falls (a rehearsal step began, the rehearsal ended, or its
-    arms run unmatched: `rehearse.load_changed_at`) is kept out of the bins too; the windows of scopes
+    arms run unmatched: `rehearsal.tick.load_changed_at`) is kept out of the bins too; the windows of scopes
     `rehearsing` go to the bins alone, marked. The probe rounds so far (`probe`) give each scope's
     counts by kind. The store comes back within its ConfigMap's budget (`fit`)."""
     overlap = spec.analysis.window / spec.analysis.interval

@@ -14,7 +14,7 @@ from specpilot.api.pilot import REHEARSE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import Decision, RehearsalPhase, RehearsalStatus, RestartFallback, RoutingFlip, ScopeStatus
-from specpilot.controller.core.rehearsal import (
+from specpilot.controller.core.rehearsal.steps import (
     StepFigures,
     advance,
     events,

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from specpilot.analysis.forecast import Acceptance, Crossing, Forecast, Lengths, crossing, forecast, speedups
+from specpilot.analysis.forecast.model import Acceptance, Crossing, Forecast, Lengths, crossing, forecast, speedups
 from specpilot.mockvllm.profile import parse_profile
 from specpilot.wire.stepcost import Form, StepCost
 
