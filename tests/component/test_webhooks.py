@@ -17,7 +17,7 @@ SECRET = "internal-dashboard-token=hunter2 " * 200  # what an internal page the 
 
 @pytest.fixture
 async def hooks(serve: Serve) -> str:
-    """A webhook server on loopback: /ok passes, /fail answers 500 with a long body, /slow never answers in time."""
+    """A webhook server on loopback: /ok passes, /fail answers 500 with a long body, /slow never answers."""
     received: list[dict[str, object]] = []
 
     async def ok(request: web.Request) -> web.Response:
@@ -28,8 +28,8 @@ async def hooks(serve: Serve) -> str:
         return web.Response(status=500, text=SECRET)
 
     async def slow(request: web.Request) -> web.Response:
-        await asyncio.sleep(2)  # the fake server's latency, past the webhook's timeout
-        return web.Response(text="late")
+        answer: asyncio.Future[web.Response] = asyncio.get_running_loop().create_future()
+        return await answer  # never resolved: the webhook's timeout ends the call, and the handler with it
 
     app = web.Application()
     app.add_routes([web.post("/ok", ok), web.post("/fail", fail), web.post("/slow", slow)])

@@ -137,8 +137,8 @@ async def broken_app(text: bytes) -> web.Application:
         return web.Response(body=b"\x0b\x02\x80", headers={"Content-Encoding": "br"})
 
     async def slow(_: web.Request) -> web.Response:
-        await asyncio.sleep(5)  # far past the scrape's 0.3 s timeout
-        return web.Response(body=text)
+        answer: asyncio.Future[web.Response] = asyncio.get_running_loop().create_future()
+        return await answer  # never resolved: the scrape's 0.3 s timeout ends it
 
     async def huge(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Length": str(MAX_BODY_BYTES + 1)})
@@ -191,14 +191,20 @@ async def test_a_broken_server_makes_the_window_inconclusive_with_a_reason(
 
 
 async def test_scrape_all_keeps_the_targets_order_under_its_concurrency_bound(serve: Serve, free_port: int) -> None:
-    in_flight = highest = 0
+    in_flight = highest = answered = 0
+    changed = asyncio.Condition()
 
     async def metrics(_: web.Request) -> web.Response:
-        nonlocal in_flight, highest
-        in_flight += 1
-        highest = max(highest, in_flight)
-        await asyncio.sleep(0.05)  # each answer takes a moment, so scrapes overlap up to the bound
-        in_flight -= 1
+        """Each answer held until the bound's worth of scrapes are in flight (or all the rest are)."""
+        nonlocal in_flight, highest, answered
+        async with changed:
+            in_flight += 1
+            highest = max(highest, in_flight)
+            changed.notify_all()
+            await changed.wait_for(lambda: in_flight >= 4 or answered + in_flight == len(urls))
+            in_flight -= 1
+            answered += 1
+            changed.notify_all()
         return web.Response(text="vllm:num_requests_running 1\n")
 
     app = web.Application()
