@@ -29,7 +29,7 @@ from aiohttp import web
 from tests.certs import Authority, Issued
 from tests.component.conftest import Serve
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason, static_job
-from tests.waiting import wait_http
+from tests.waiting import wait_http, wait_until
 
 from specpilot.api.spec import Analysis
 from specpilot.controller.collect import PrometheusEngines
@@ -94,7 +94,16 @@ def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
                     )
                     with urllib.request.urlopen(request, timeout=30) as response:
                         assert response.status == 200
-            time.sleep(7)  # a window's worth of scrapes after the first, holding the requests
+            served = time.time()
+
+            def scraped_since() -> bool:
+                """Seven scrapes of each engine since its requests: a window's worth after the first."""
+                since = f"{max(1, int(time.time() - served))}s"
+                query = f'min(count_over_time(up{{job="vllm"}}[{since}]))'
+                result = prometheus.api("/api/v1/query", query=query)["data"]["result"]
+                return bool(result) and float(result[0]["value"][1]) >= 7
+
+            wait_until("a window's worth of scrapes holding the requests", scraped_since, timeout=30)
             yield Engines(prometheus, addresses)
     finally:
         for process in processes:
