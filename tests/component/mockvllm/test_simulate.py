@@ -7,17 +7,16 @@ The speculative arm at a load where its batch swings with the arrivals (1.2 requ
 
 from __future__ import annotations
 
-import asyncio
 import json
+import math
 import random
-import time
 from typing import Any
 
-import aiohttp
 import pytest
 from tests.profiles import DRAFT_TOKENS, PROFILE
 
-from specpilot.loadgen.client import Status, Target, send
+from specpilot.loadgen.client import Target
+from specpilot.loadgen.runner import RunLimits, run
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm import simulate
 
@@ -27,23 +26,14 @@ SECONDS = 80.0  # model seconds of arrivals
 RATE = 1.2
 
 
-async def served(mock: Any, arrivals: list[simulate.Arrival]) -> list[Status]:
-    """Send each arrival at its model time (scaled) and wait for every answer."""
+async def served(mock: Any, arrivals: list[simulate.Arrival]) -> dict[str, Any]:
+    """Send each arrival at its model time (scaled), as the load generator does, and wait for every answer."""
     target = Target(base_url=mock.url, model="test-model", time_scale=TIME_SCALE, timeout_s=120, scope_tag=False)
-    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
-        start = time.monotonic()
-
-        async def one(index: int, arrival: simulate.Arrival) -> Status:
-            await asyncio.sleep(max(0.0, start + arrival.at * TIME_SCALE - time.monotonic()))  # to its arrival
-            planned = PlannedRequest(
-                at=arrival.at,
-                scope=arrival.scope,
-                input_tokens=arrival.prompt_tokens,
-                output_tokens=arrival.output_tokens,
-            )
-            return (await send(session, target, planned, index)).status
-
-        return list(await asyncio.gather(*(one(i, a) for i, a in enumerate(arrivals))))
+    planned = [
+        PlannedRequest(at=a.at, scope=a.scope, input_tokens=a.prompt_tokens, output_tokens=a.output_tokens)
+        for a in arrivals
+    ]
+    return await run(target, planned, RunLimits(duration_s=math.inf))
 
 
 async def test_the_simulated_engine_measures_what_the_served_mock_does_on_the_same_arrivals(
@@ -54,8 +44,8 @@ async def test_the_simulated_engine_measures_what_the_served_mock_does_on_the_sa
     arrivals = simulate.poisson([RATE], SECONDS, scope="mid", lengths=lengths, rng=random.Random(11))
     flags = ["--seed", "0", "--time-scale", str(TIME_SCALE), "--speculative-config", json.dumps(SPECULATIVE)]
     mock = await mock_vllm(*flags, profile=PROFILE)
-    statuses = await served(mock, arrivals)
-    assert statuses == [Status.OK] * len(arrivals)
+    result = await served(mock, arrivals)
+    assert result["sent"] == result["overall"]["ok"] == len(arrivals)
     counters = await scrape(mock.url)
     finished = counters["vllm:request_decode_time_seconds_count"]
     tokens = counters["vllm:generation_tokens_total"] - finished
