@@ -110,9 +110,9 @@ from specpilot.api.status import Verdict
 from specpilot.controller.quality import probe_case, request_body
 from specpilot.mockvllm.answers import Slips, plan
 from specpilot.mockvllm.config import ServeConfig, parse_args, resolve_limits
-from specpilot.mockvllm.engine import Request
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile, parse_profile
 from specpilot.mockvllm.protocol import parse_generation
+from specpilot.mockvllm.request import Request
 from specpilot.mockvllm.server import MockServer
 from specpilot.mockvllm.textgen import divergence_chance, draw_divergence, text_seed
 

@@ -27,11 +27,12 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 
 from specpilot.mockvllm.answers import Answer, Slips, plan
 from specpilot.mockvllm.config import VLLM_VERSION, EngineLimits, ServeConfig
-from specpilot.mockvllm.engine import Engine, EngineDead, QueueFull, Request
+from specpilot.mockvllm.engine import Engine, EngineDead, QueueFull
 from specpilot.mockvllm.faults import FaultBoard, FaultError, FaultKind, parse_fault
 from specpilot.mockvllm.metrics import HttpMetrics, ToolParserMetrics
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile
 from specpilot.mockvllm.protocol import BadRequest, Generation, parse_generation
+from specpilot.mockvllm.request import Request
 from specpilot.mockvllm.textgen import draw_divergence, scope_tag, text_seed
 from specpilot.mockvllm.tools import ToolMode, call_entry, finish_reason, message_content, new_call_id, whole_call
 from specpilot.wire.names import SCOPE_HEADER
@@ -207,7 +208,7 @@ class OpenAIHandlers:
                 draw_divergence(
                     random.Random(engine.next_seed()),
                     rate=model.greedy_divergence,
-                    batch=len(engine.running) + len(engine.waiting) + 1,
+                    batch=len(engine.scheduler.running) + len(engine.scheduler.waiting) + 1,
                     horizon=min(gen.max_tokens, model.mean_output_tokens),
                 )
             )

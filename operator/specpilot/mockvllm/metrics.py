@@ -360,6 +360,13 @@ class WorkCounters:
             "vllm:estimated_write_bytes_per_gpu_total", f"Estimated number of bytes written to memory {mfu}"
         )
 
+    def add(self, work: tuple[float, float, float]) -> None:
+        """Count a step's operations, bytes read and bytes written."""
+        flops, read_bytes, write_bytes = work
+        self.flops.inc(flops)
+        self.read_bytes.inc(read_bytes)
+        self.write_bytes.inc(write_bytes)
+
 
 class SpecDecodeCounters:
     """Speculative rounds (drafts), draft tokens proposed, and those accepted, in all and per draft position."""

@@ -17,8 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from specpilot.mockvllm.config import parse_args
-from specpilot.mockvllm.engine import Engine, ModelClock, Request
+from specpilot.mockvllm.engine import Engine, ModelClock
 from specpilot.mockvllm.profile import parse_profile
+from specpilot.mockvllm.request import Request
 from specpilot.mockvllm.server import MockServer
 from specpilot.mockvllm.textgen import TokenSource
 

@@ -251,8 +251,8 @@ async def test_a_client_that_leaves_mid_stream_frees_the_engine(mock_vllm: Any, 
     async with aiohttp.ClientSession() as session, session.post(mock.url + "/v1/completions", json=body) as response:
         for _ in range(3):
             await response.content.readline()
-    await eventually("the engine to drop the request its client left", lambda: not mock.server.engine.running)
-    assert not mock.server.engine.running and not mock.server.engine.waiting
+    await eventually("the engine to drop the request its client left", lambda: not mock.server.engine.scheduler.running)
+    assert not mock.server.engine.scheduler.running and not mock.server.engine.scheduler.waiting
     metrics = await scrape(mock.url)
     assert metrics["vllm:generation_tokens_total"] > 0
     assert metrics["vllm:e2e_request_latency_seconds_count"] == 0  # like vLLM: cancellations are not finished

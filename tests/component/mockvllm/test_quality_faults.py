@@ -114,9 +114,9 @@ async def drop_a_stream(url: str, engine_running: Any) -> None:
 
 async def test_a_dropped_stream_gives_its_slot_and_blocks_back(mock_vllm: Any, scrape: Any) -> None:
     mock = await mock_vllm(*FAST)
-    engine = mock.server.engine
+    scheduler = mock.server.engine.scheduler
     before = await scrape(mock.url)
-    await drop_a_stream(mock.url, lambda: engine.running)
+    await drop_a_stream(mock.url, lambda: scheduler.running)
     running = {"model_name": "test-model", "engine": "0"}
     await eventually(
         "the running gauge back to 0",
@@ -129,10 +129,10 @@ async def test_a_dropped_stream_gives_its_slot_and_blocks_back(mock_vllm: Any, s
 
 async def test_with_cancel_leak_a_dropped_stream_keeps_its_slot_and_blocks(mock_vllm: Any, scrape: Any) -> None:
     mock = await mock_vllm(*FAST)
-    engine = mock.server.engine
+    scheduler = mock.server.engine.scheduler
     await inject(mock.admin_url, {"kind": "cancel_leak", "rate": 1.0})
-    await drop_a_stream(mock.url, lambda: engine.running)
-    await eventually("the dropped request to leak", lambda: engine.leaked)
+    await drop_a_stream(mock.url, lambda: scheduler.running)
+    await eventually("the dropped request to leak", lambda: scheduler.leaked)
     leaked = await scrape(mock.url)
     assert leaked["vllm:num_requests_running"] == 1 and leaked["vllm:kv_cache_usage_perc"] > 0
     status, _ = await post(mock.url + "/v1/completions", {"prompt": "after", "max_tokens": 5})

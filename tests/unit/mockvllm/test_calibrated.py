@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from specpilot.mockvllm import simulate
-from specpilot.mockvllm.engine import Engine, Step
+from specpilot.mockvllm.engine import Engine
 from specpilot.mockvllm.profile import (
     PROFILE_ENV,
     PROFILE_INLINE_ENV,
@@ -20,6 +20,7 @@ from specpilot.mockvllm.profile import (
     load_profile,
     parse_profile,
 )
+from specpilot.mockvllm.step import Step
 from specpilot.mockvllm.textgen import TokenSource
 from specpilot.wire.stepcost import Form
 

@@ -10,9 +10,10 @@ import pytest
 from tests.waiting import eventually
 
 from specpilot.mockvllm.config import parse_args
-from specpilot.mockvllm.engine import FinishReason, QueueFull, Request
+from specpilot.mockvllm.engine import QueueFull
 from specpilot.mockvllm.faults import parse_fault
 from specpilot.mockvllm.profile import parse_profile
+from specpilot.mockvllm.request import FinishReason, Request
 from specpilot.mockvllm.server import MockServer
 from specpilot.mockvllm.textgen import TokenSource, text_seed
 
@@ -77,7 +78,7 @@ async def test_max_num_seqs_bounds_the_batch(start: Start) -> None:
     batches: list[int] = []
 
     def batch_until_done() -> bool:
-        batches.append(len(server.engine.running))
+        batches.append(len(server.engine.scheduler.running))
         return all(r.done for r in requests)
 
     await eventually("every request finished", batch_until_done, every=0)
@@ -148,7 +149,7 @@ async def test_an_aborted_request_frees_its_blocks_and_is_not_counted(start: Sta
 async def test_queue_limits_reject_with_a_reason(start: Start) -> None:
     server = await start("--max-num-queued-reqs", "2", "--max-num-seqs", "1")
     first = submit(server, "a")
-    await eventually("the first request taken from the queue", lambda: first not in server.engine.waiting)
+    await eventually("the first request taken from the queue", lambda: first not in server.engine.scheduler.waiting)
     # the first is running; two may wait
     submit(server, "b")
     submit(server, "c")

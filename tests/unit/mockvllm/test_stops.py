@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.mockvllm.engine import FinishReason, Request
+from specpilot.mockvllm.request import FinishReason, Request
 from specpilot.mockvllm.textgen import ScriptedTokens, TokenSource, text_seed
 
 TEXT = " alpha beta gamma delta alpha epsilon zeta eta theta"
