@@ -10,6 +10,7 @@ and the ``/samples`` page in `wire.samples`, its flags in `wire.routerconfig`, o
 labels in `wire.names`). What stays here is the router's own: pure routing choices (`core.choice`), the
 EndpointSlice reading (`slices`), stream measurement (`measure`), the sample ring (`samples`) and
 state (`state`), how a request ended (`outcome`), and the I/O around them: the traffic port's
-HTTP/1.1 server (`server`) and upstream connection pool (`upstream`) on asyncio Protocols parsed by
-httptools, the proxy between them (`proxy`), `kube`, `static`, `admin` (aiohttp) and `app`.
+HTTP/1.1 server (`server`, reading requests in `reader`, framing responses in `framing`) and
+upstream connection pool (`upstream`) on asyncio Protocols parsed by httptools, the proxy between
+them (`proxy`), `kube`, `static`, `admin` (aiohttp) and `app`.
 """

@@ -26,7 +26,8 @@ from specpilot.router.core.state import RouterState, RouteSource
 from specpilot.router.kube import ClusterSource
 from specpilot.router.metrics import RouterMetrics
 from specpilot.router.proxy import Proxy
-from specpilot.router.server import Limits, Server
+from specpilot.router.reader import Limits
+from specpilot.router.server import Server
 from specpilot.router.static import StaticSource, static_endpoints
 from specpilot.router.upstream import UpstreamPool
 from specpilot.wire.routerconfig import RouterConfig, RouterConfigError, split_host_port

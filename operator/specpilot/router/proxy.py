@@ -26,7 +26,8 @@ from specpilot.router.core.outcome import Facts, Failure, StreamEnd, other_statu
 from specpilot.router.core.samples import SampleLog
 from specpilot.router.core.state import RouterState
 from specpilot.router.metrics import RouterMetrics
-from specpilot.router.server import ERROR_TYPES, ClientConnection, Request
+from specpilot.router.reader import Request
+from specpilot.router.server import ERROR_TYPES, ClientConnection
 from specpilot.router.upstream import UpstreamConnection, UpstreamPool
 from specpilot.wire.buckets import FineCounts
 from specpilot.wire.names import SCOPE_HEADER, Arm
@@ -166,7 +167,7 @@ class _Exchange:
     def send(self, conn: UpstreamConnection, request: bytes, *, head_only: bool) -> asyncio.Future[None]:
         self.conn = conn
         self.finished = asyncio.get_running_loop().create_future()
-        self.client.attach(conn.transport)
+        self.client.flow.attach(conn.transport)
         conn.send(request, self, head_only=head_only)
         return self.finished
 
@@ -174,13 +175,13 @@ class _Exchange:
         """Stop relaying; an exchange still under way upstream is abandoned (the engine cancels it)."""
         conn, self.conn = self.conn, None
         if conn is not None:
-            self.client.detach(conn.transport)
+            self.client.flow.detach(conn.transport)
             conn.abandon()
 
     def _done(self) -> None:
         """The connection is done with this exchange (back in the pool, or closed)."""
         if self.conn is not None:
-            self.client.detach(self.conn.transport)
+            self.client.flow.detach(self.conn.transport)
             self.conn = None
 
     # Sink

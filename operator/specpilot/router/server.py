@@ -8,10 +8,12 @@ pipelining (a request sent before the previous response ended is answered 400 af
 response, and the connection closes); request trailers are dropped. A request must arrive whole
 within the read timeout (else 408), so a client that trickles its request holds only its socket.
 
+Requests are read by `specpilot.router.reader`, responses framed by `specpilot.router.framing`.
 The handler gets each whole request as a `Request` and answers through the connection:
 `respond`, `write`, `finish`, `cut`, or `error` for an answer of its own. While the client's write
-buffer is over its high-water mark the connection pauses `source` (the upstream transport), so
-a client that stops reading holds about one high-water mark and one upstream read in the router.
+buffer is over its high-water mark the connection's `flow` pauses its `source` (the upstream
+transport), so a client that stops reading holds about one high-water mark and one upstream read
+in the router.
 """
 
 from __future__ import annotations
@@ -20,12 +22,11 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import cast
-from urllib.parse import unquote
 
-import httptools
-from multidict import CIMultiDict
+from specpilot.router.framing import LAST_CHUNK, Framing, chunk, frame_response
+from specpilot.router.reader import Limits, Refusal, Request, RequestReader
 
 log = logging.getLogger("specpilot.router.http")
 
@@ -70,35 +71,7 @@ def error_body(status: int, message: str) -> bytes:
     return json.dumps({"error": {"message": message, "type": kind, "param": None, "code": status}}).encode()
 
 
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """What a client may send."""
-
-    max_body_bytes: int
-    max_header_bytes: int  # longest request line or header field
-    max_headers: int
-    read_timeout: float  # seconds from a request's first byte to its last
-
-
-@dataclass(slots=True)
-class Request:
-    """One whole request as the client sent it."""
-
-    method: str
-    target: bytes  # the request target as sent, passed on unchanged
-    path: str  # its path, percent-decoded
-    headers: CIMultiDict[str]
-    body: bytes
-    keep_alive: bool
-
-
 Handler = Callable[[Request, "ClientConnection"], Coroutine[object, object, None]]
-
-
-class _Refusal(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
 
 
 class Server:
@@ -108,7 +81,6 @@ class Server:
         self.handler, self.limits, self.refused = handler, limits, refused
         self.connections: set[ClientConnection] = set()
         self.draining = False  # responses close their connection: the server is stopping
-        self.max_head = limits.max_header_bytes * (limits.max_headers + 1)
 
     def __call__(self) -> ClientConnection:
         return ClientConnection(self)
@@ -127,188 +99,165 @@ class Server:
             conn.abort()
 
 
-class ClientConnection(asyncio.Protocol):
-    """One client connection: parse requests, hand each to the handler, write its response."""
+class Backpressure:
+    """While the client's write buffer is over its high-water mark, its `source` does not read."""
 
-    def __init__(self, server: Server) -> None:
-        self._server = server
-        self._limits = server.limits
-        self._loop = asyncio.get_running_loop()
-        self._parser = httptools.HttpRequestParser(self)
-        self.transport: asyncio.Transport | None = None
-        self.task: asyncio.Task[None] | None = None
-        self.source: asyncio.Transport | None = None  # paused while this client's buffer is full
-        self.gone = False
-        self._paused = False
-        self._timer: asyncio.TimerHandle | None = None
-        self._reading = False  # a request has begun and is not whole yet
-        self._head_done = False
-        self._head_size = 0
-        self._url = b""
-        self._headers: CIMultiDict[str] = CIMultiDict()
-        self._body: list[bytes] = []
-        self._body_size = 0
-        self._pipelined = False
-        self._http11 = True
-        self._keep_alive = True
-        self._chunked = False
-        self._close_after = False
-        self._head_request = False
-        self._lingering = False  # refused: the answer is out, what still comes is dropped
-        self._responding = False  # a request is whole and its response not yet
-        self._bodiless = False  # HEAD, 204 or 304: the response has no body
-
-    # asyncio.Protocol
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
-        self._server.connections.add(self)
-        self._arm(IDLE_TIMEOUT)
-
-    def data_received(self, data: bytes) -> None:
-        if self._pipelined or self._lingering or self.gone:
-            return  # the rest of a pipelined request: dropped, answered 400 after the current response
-        if not self._reading:
-            self._head_size = 0
-        try:
-            self._parser.feed_data(data)
-        except httptools.HttpParserCallbackError as exc:
-            if not isinstance(exc.__context__, _Refusal):
-                raise
-            self._refuse(exc.__context__)
-        except httptools.HttpParserUpgrade:
-            self._refuse(
-                _Refusal(501, "unsupported", "protocol upgrades (WebSocket, h2c) and CONNECT are not supported")
-            )
-        except httptools.HttpParserError as exc:
-            if self._pipelined:
-                return
-            if data.startswith(b"PRI * HTTP/2.0"):
-                self._refuse(_Refusal(505, "unsupported", "HTTP/2 is not supported: send HTTP/1.1"))
-            else:
-                self._refuse(_Refusal(400, "malformed_http", f"malformed HTTP request: {exc}"), quiet=True)
-        else:
-            if self._reading and not self._head_done:
-                self._head_size += len(data)
-                if self._head_size > self._server.max_head:
-                    self._refuse(_Refusal(431, "headers_too_large", "request head too large"))
-
-    def eof_received(self) -> bool:
-        # A client that half-closes is taken to have left, as nginx and aiohttp take it.
-        return False
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.gone = True
-        self._server.connections.discard(self)
-        if self._timer is not None:
-            self._timer.cancel()
-        if self.task is not None:
-            self.task.cancel()
+    def __init__(self) -> None:
+        self.source: asyncio.Transport | None = None
+        self.paused = False
 
     def attach(self, source: asyncio.Transport | None) -> None:
         """Pause `source` whenever this client's write buffer is full (now too, if it is)."""
         self.source = source
-        if source is not None and self._paused:
+        if source is not None and self.paused:
             source.pause_reading()
 
     def detach(self, source: asyncio.Transport | None) -> None:
         """`source` is done with this client: never leave it paused (it may go back to the pool)."""
         if self.source is source:
             self.source = None
-            if source is not None and self._paused:
+            if source is not None and self.paused:
                 source.resume_reading()
 
-    def pause_writing(self) -> None:
-        self._paused = True
+    def pause(self) -> None:
+        self.paused = True
         if self.source is not None:
             self.source.pause_reading()
 
-    def resume_writing(self) -> None:
-        self._paused = False
+    def resume(self) -> None:
+        self.paused = False
         if self.source is not None:
             self.source.resume_reading()
 
-    # httptools callbacks
 
-    def on_message_begin(self) -> None:
-        if self._responding:
-            self._pipelined = True
-            return
-        self._reading, self._head_done = True, False
-        self._url, self._headers, self._body, self._body_size = b"", CIMultiDict(), [], 0
-        self._arm(self._limits.read_timeout)
+class Countdown:
+    """One timer of a connection: arming it again replaces the one running."""
 
-    def on_url(self, url: bytes) -> None:
-        if self._pipelined:
-            return
-        self._url += url
-        if len(self._url) > self._limits.max_header_bytes:
-            raise _Refusal(414, "headers_too_large", f"request target over {self._limits.max_header_bytes} bytes")
+    def __init__(self, loop: asyncio.AbstractEventLoop, expired: Callable[[], None]) -> None:
+        self._loop, self._expired = loop, expired
+        self._handle: asyncio.TimerHandle | None = None
 
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if self._pipelined:
-            return
-        limits = self._limits
-        if len(name) + len(value) + 2 > limits.max_header_bytes:
-            raise _Refusal(431, "headers_too_large", f"a header field is over {limits.max_header_bytes} bytes")
-        if len(self._headers) >= limits.max_headers:
-            raise _Refusal(431, "headers_too_large", f"more than {limits.max_headers} header fields")
-        self._headers.add(name.decode("latin-1"), value.decode("latin-1"))
+    def arm(self, seconds: float) -> None:
+        self.disarm()
+        self._handle = self._loop.call_later(seconds, self._fire)
 
-    def on_headers_complete(self) -> None:
-        if self._pipelined:
-            return
-        self._head_done = True
-        parser = self._parser
-        if parser.should_upgrade() or parser.get_method() == b"CONNECT":
-            raise _Refusal(501, "unsupported", "protocol upgrades (WebSocket, h2c) and CONNECT are unsupported")
-        version = parser.get_http_version()
-        if version not in ("1.1", "1.0"):
-            raise _Refusal(505, "unsupported", f"HTTP/{version} is not supported: send HTTP/1.1")
-        self._http11 = version == "1.1"
-        length = self._headers.get("Content-Length")
-        if length is not None and length.isdigit() and int(length) > self._limits.max_body_bytes:
-            raise _Refusal(413, "body_too_large", f"request body over {self._limits.max_body_bytes} bytes")
-        expect = self._headers.get("Expect")
-        if expect is not None:
-            if expect.lower() != "100-continue":
-                raise _Refusal(417, "unsupported", f"expectation {expect!r} is not supported")
-            if self._http11 and self.transport is not None:
-                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")  # the head is acceptable: send the body
+    def disarm(self) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
 
-    def on_body(self, body: bytes) -> None:
-        if self._pipelined:
-            return
-        self._body_size += len(body)
-        if self._body_size > self._limits.max_body_bytes:
-            raise _Refusal(413, "body_too_large", f"request body over {self._limits.max_body_bytes} bytes")
-        self._body.append(body)
+    def _fire(self) -> None:
+        self._handle = None
+        self._expired()
 
-    def on_message_complete(self) -> None:
-        if self._pipelined:
-            return
-        self._reading = False
-        self._disarm()
-        parser = self._parser
-        target = self._url
-        if not target.startswith(b"/"):
-            try:
-                target = _origin_form(httptools.parse_url(target))
-            except httptools.HttpParserInvalidURLError:
-                raise _Refusal(400, "malformed_http", "request target must be a path or an absolute URL") from None
-        request = Request(
-            method=parser.get_method().decode("ascii"),
-            target=target,
-            path=unquote(target.partition(b"?")[0].decode("latin-1")),
-            headers=self._headers,
-            body=b"".join(self._body) if len(self._body) != 1 else self._body[0],
-            keep_alive=parser.should_keep_alive(),
+
+class ResponseWriter:
+    """Writes one response after another to the client, each framed as its request and the server allow."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self.transport: asyncio.Transport | None = None  # the client's, until it has gone
+        self.framing = Framing()  # of the response under way
+        self.keep_alive = True  # the request asked to keep the connection, and nothing since forbids it
+        self.head_request = False
+
+    def proceed(self) -> None:
+        """The request's head is acceptable: the client may send its body (``100 Continue``)."""
+        if self.transport is not None:
+            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+
+    def head(self, status: int, reason: str, headers: bytes, length: int | None, *, http11: bool) -> None:
+        self.framing, head = frame_response(
+            status,
+            reason,
+            headers,
+            length,
+            head_request=self.head_request,
+            http11=http11,
+            keep_alive=self.keep_alive,
+            draining=self._server.draining,
         )
-        self._keep_alive = request.keep_alive
+        if self.transport is not None:
+            self.transport.write(head)
+
+    def body(self, data: bytes) -> None:
+        if self.transport is not None and data and not self.framing.bodiless:
+            self.transport.write(chunk(data) if self.framing.chunked else data)
+
+    def end(self) -> bool:
+        """The body is whole: end it; whether the connection closes now."""
+        if self.framing.chunked and self.transport is not None:
+            self.transport.write(LAST_CHUNK)
+        self.framing = replace(self.framing, chunked=False, bodiless=False)
+        return self.framing.close
+
+    def close_after(self) -> None:
+        """The connection closes after what was written."""
+        self.framing = replace(self.framing, close=True)
+
+
+class ClientConnection(asyncio.Protocol):
+    """One client connection: read requests, hand each to the handler, write its response."""
+
+    def __init__(self, server: Server) -> None:
+        self._server = server
+        self._loop = asyncio.get_running_loop()
+        self._out = ResponseWriter(server)
+        self._reader = RequestReader(
+            server.limits,
+            busy=lambda: self._responding,
+            began=lambda: self._timer.arm(server.limits.read_timeout),
+            proceed=self._out.proceed,
+            whole=self._whole,
+        )
+        self.transport: asyncio.Transport | None = None
+        self.task: asyncio.Task[None] | None = None
+        self.flow = Backpressure()  # pauses the upstream transport while this client's buffer is full
+        self.gone = False
+        self._timer = Countdown(self._loop, self._timed_out)
+        self._lingering = False  # refused: the answer is out, what still comes is dropped
+        self._responding = False  # a request is whole and its response not yet
+
+    # asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        self.transport = self._out.transport = transport
+        transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+        self._server.connections.add(self)
+        self._timer.arm(IDLE_TIMEOUT)
+
+    def data_received(self, data: bytes) -> None:
+        if self._reader.pipelined or self._lingering or self.gone:
+            return  # the rest of a pipelined request: dropped, answered 400 after the current response
+        try:
+            self._reader.feed(data)
+        except Refusal as refusal:
+            self._refuse(refusal)
+
+    def eof_received(self) -> bool:
+        # A client that half-closes is taken to have left, as nginx and aiohttp take it.
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.gone, self._out.transport = True, None
+        self._server.connections.discard(self)
+        self._timer.disarm()
+        if self.task is not None:
+            self.task.cancel()
+
+    def pause_writing(self) -> None:
+        self.flow.pause()
+
+    def resume_writing(self) -> None:
+        self.flow.resume()
+
+    # What the reader tells
+
+    def _whole(self, request: Request) -> None:
+        self._timer.disarm()
+        self._out.keep_alive, self._out.head_request = request.keep_alive, request.method == "HEAD"
         self._responding = True
-        self._head_request = request.method == "HEAD"
-        self._body = []
         self.task = self._loop.create_task(self._server.handler(request, self))
         self.task.add_done_callback(self._handled)
 
@@ -316,53 +265,28 @@ class ClientConnection(asyncio.Protocol):
 
     def respond(self, status: int, reason: str, headers: bytes, length: int | None) -> None:
         """Send the response head; `headers` is the header block (``Name: value\\r\\n`` lines)."""
-        if self._head_request or status in (204, 304):
-            self._bodiless, length = True, length if self._head_request else None
-        self._chunked = length is None and self._http11 and not self._bodiless
-        self._close_after = (
-            not self._keep_alive
-            or (length is None and not self._http11 and not self._bodiless)
-            or self._server.draining
-        )
-        framing = (
-            b"Transfer-Encoding: chunked\r\n"
-            if self._chunked
-            else b""
-            if length is None
-            else b"Content-Length: %d\r\n" % length
-        )
-        connection = b"Connection: close\r\n" if self._close_after else b""
-        head = b"HTTP/1.1 %d %s\r\n" % (status, reason.encode("latin-1")) + headers + framing + connection + b"\r\n"
-        if self.transport is not None and not self.gone:
-            self.transport.write(head)
+        self._out.head(status, reason, headers, length, http11=self._reader.http11)
 
     def write(self, data: bytes) -> None:
-        transport = self.transport
-        if transport is None or self.gone or not data or self._bodiless:
-            return
-        if self._chunked:
-            transport.write(b"%x\r\n" % len(data) + data + b"\r\n")
-        else:
-            transport.write(data)
+        self._out.body(data)
 
     def finish(self) -> None:
         """The response is whole; the connection takes the next request or closes."""
-        if self._chunked and self.transport is not None and not self.gone:
-            self.transport.write(b"0\r\n\r\n")
-        self._chunked = self._bodiless = self._responding = False
+        close, self._responding = self._out.end(), False
         if self._lingering:
-            self._linger()
-        elif self._pipelined:
-            self._keep_alive, self._lingering = False, True
+            if _linger(self.transport):
+                self._timer.arm(LINGER_SECONDS)
+        elif self._reader.pipelined:
+            self._out.keep_alive, self._lingering = False, True
             self.error(400, "pipelined requests are not supported: wait for each response before the next request")
-        elif self._close_after:
+        elif close:
             self.close()
         else:
-            self._arm(IDLE_TIMEOUT)
+            self._timer.arm(IDLE_TIMEOUT)
 
     def cut(self) -> None:
         """End a response that cannot be finished: close after what was written, so it reads as cut."""
-        self._close_after = True
+        self._out.close_after()
         self.close()
 
     def error(self, status: int, message: str) -> None:
@@ -393,56 +317,40 @@ class ClientConnection(asyncio.Protocol):
             self._responding = False  # the handler ended without a whole answer: nothing else can follow
             self.close()
 
-    def _refuse(self, refusal: _Refusal, *, quiet: bool = False) -> None:
+    def _refuse(self, refusal: Refusal) -> None:
         """Answer a request the router will not take, and close the connection."""
         self._server.refused(refusal.reason)
-        if quiet:
+        if refusal.quiet:
             log.debug("malformed HTTP request refused")
-        self._reading = False
-        self._disarm()
+        self._reader.reading = False
+        self._timer.disarm()
         if self._responding:  # refused while a response is under way: only closing is left
-            self._pipelined = True
+            self._reader.pipelined = True
             return
-        self._keep_alive = False
+        self._out.keep_alive = False
         self._lingering = True
         self.error(refusal.status, refusal.message)
 
-    def _linger(self) -> None:
-        """Close after a refusal without a reset: stop writing, drop what still comes, close soon.
-
-        Closing with unread bytes would reset the connection, and the client might lose the answer.
-        """
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            return
-        if transport.can_write_eof():
-            transport.write_eof()
-            self._arm(LINGER_SECONDS)
-        else:
-            transport.close()
-
-    def _arm(self, seconds: float) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer = self._loop.call_later(seconds, self._timed_out)
-
-    def _disarm(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
     def _timed_out(self) -> None:
-        self._timer = None
         if self._lingering:
             self.abort()
-        elif self._reading:
-            self._refuse(_Refusal(408, "read_timeout", f"request not received within {self._limits.read_timeout:g} s"))
+        elif self._reader.reading:
+            limits = self._server.limits
+            self._refuse(Refusal(408, "read_timeout", f"request not received within {limits.read_timeout:g} s"))
         elif not self._responding:
             self.close()
 
 
-def _origin_form(url: object) -> bytes:
-    """The path and query of an absolute-form target (``http://host/v1/models?x``)."""
-    path: bytes = getattr(url, "path", None) or b"/"
-    query: bytes | None = getattr(url, "query", None)
-    return path + b"?" + query if query else path
+def _linger(transport: asyncio.Transport | None) -> bool:
+    """Close after a refusal without a reset: stop writing, and drop what still comes until closing soon.
+    Whether the connection lingers so (else it is closing already, or closed now).
+
+    Closing with unread bytes would reset the connection, and the client might lose the answer.
+    """
+    if transport is None or transport.is_closing():
+        return False
+    if transport.can_write_eof():
+        transport.write_eof()
+        return True
+    transport.close()
+    return False

@@ -150,7 +150,7 @@ async def test_a_client_that_stops_reading_stops_upstream_and_holds_memory_to_a_
         def buffer_while_upstream_flows() -> bool:
             assert conn.transport is not None
             buffered.append(conn.transport.get_write_buffer_size())
-            return conn.source is not None and not conn.source.is_reading()
+            return conn.flow.source is not None and not conn.flow.source.is_reading()
 
         await h.wait_for(buffer_while_upstream_flows)  # until the router pauses upstream
         for _ in range(50):  # and while fifty exchanges on its admin port show its loop turning
@@ -160,7 +160,7 @@ async def test_a_client_that_stops_reading_stops_upstream_and_holds_memory_to_a_
         # ~36 MB of events, more than the sockets' buffers hold, are held back: upstream is paused and
         # the router buffers one high-water mark plus at most one read from upstream.
         assert max(buffered) <= WRITE_HIGH_WATER + (256 << 10), max(buffered)
-        assert conn.source is not None and not conn.source.is_reading()
+        assert conn.flow.source is not None and not conn.flow.source.is_reading()
         assert h.speculative.active == 1  # the engine's writes are held back too
         tail, total = b"", 0
         async with asyncio.timeout(30):
@@ -365,14 +365,14 @@ async def test_upstream_reading_follows_the_clients_buffer_and_resumes_when_the_
     client = server()
     client.connection_made(_Transport())
     first, second = _Transport(), _Transport()
-    client.attach(first)
+    client.flow.attach(first)
     client.pause_writing()  # the client's buffer is full
     assert not first.reading
     client.resume_writing()
     assert first.reading
     client.pause_writing()
-    client.detach(first)  # the response is whole while paused: the connection goes back to the pool reading
+    client.flow.detach(first)  # the response is whole while paused: the connection goes back to the pool reading
     assert first.reading
-    client.attach(second)  # the next exchange starts paused, as the client still is
+    client.flow.attach(second)  # the next exchange starts paused, as the client still is
     assert not second.reading
     client.connection_lost(None)
