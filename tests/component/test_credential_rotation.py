@@ -11,7 +11,7 @@ import asyncio
 import ssl
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -99,7 +99,7 @@ async def api_server(serve: Serve, tmp_path: Path) -> AsyncIterator[ApiServer]:
     yield state
 
 
-def kubeconfig(tmp_path: Path, server: ApiServer, user: dict[str, object]) -> Path:
+def kubeconfig(tmp_path: Path, server: ApiServer, user: Mapping[str, object]) -> Path:
     path = tmp_path / "kubeconfig"
     doc = {
         "apiVersion": "v1",
@@ -115,15 +115,24 @@ def kubeconfig(tmp_path: Path, server: ApiServer, user: dict[str, object]) -> Pa
     return path
 
 
-async def keep_calling(kube: Kube, seconds: float) -> int:
-    """GET a ConfigMap every 100 ms for `seconds`: every call must succeed."""
-    calls, deadline = 0, time.monotonic() + seconds
-    while time.monotonic() < deadline:
+async def keep_calling(call: Callable[[float], Awaitable[None]], seconds: float) -> int:
+    """`call` (given the seconds since the first) every 100 ms for `seconds`; how many calls there were."""
+    calls, started = 0, time.monotonic()
+    while (elapsed := time.monotonic() - started) < seconds:
+        await call(elapsed)
+        calls += 1
+        await asyncio.sleep(0.1)  # 100 ms between calls, while the credentials expire and rotate
+    return calls
+
+
+def configmaps(kube: Kube) -> Callable[[float], Awaitable[None]]:
+    """GET a ConfigMap: the call must succeed."""
+
+    async def call(_: float) -> None:
         found = await kube.get("v1", "ConfigMap", "team-a", "demo-routes")
         assert found is not None and found["metadata"]["name"] == "demo-routes"
-        calls += 1
-        await asyncio.sleep(0.1)
-    return calls
+
+    return call
 
 
 async def test_client_certificates_from_an_exec_plugin_are_reissued_before_they_expire(
@@ -141,7 +150,7 @@ async def test_client_certificates_from_an_exec_plugin_are_reissued_before_they_
     access = load_access(str(kubeconfig(tmp_path, api_server, exec_user)))
     async with aiohttp.ClientSession() as session:
         kube = Kube(access, session, observe=lambda *_: None)
-        calls = await keep_calling(kube, 4 * LIFETIME_S + 1)
+        calls = await keep_calling(configmaps(kube), 4 * LIFETIME_S + 1)
     assert len(api_server.serials) >= 4, "four certificates: the first and three renewals, each before it expired"
     assert api_server.refused == 0, "renewed before expiry, no request was refused"
     issued = len(runs.read_text().splitlines())
@@ -164,7 +173,7 @@ async def test_a_401_reissues_the_certificate_once_and_then_backs_off(
     access = load_access(str(kubeconfig(tmp_path, api_server, exec_user)))
     async with aiohttp.ClientSession() as session:
         kube = Kube(access, session, observe=lambda *_: None)
-        await keep_calling(kube, 4 * LIFETIME_S + 1)
+        await keep_calling(configmaps(kube), 4 * LIFETIME_S + 1)
     assert len(api_server.serials) >= 4 and api_server.refused >= 3, "each expiry was a 401, then a new certificate"
     assert len(runs.read_text().splitlines()) == len(api_server.serials), "one plugin run per refusal"
 
@@ -183,17 +192,20 @@ async def test_a_token_file_rewritten_every_few_seconds_is_read_again(
 
     rotate(0)
     access = load_access(str(kubeconfig(tmp_path, api_server, {"tokenFile": str(token_file)})))
-
-    async def rotating() -> None:
-        for generation in range(1, 6):
-            await asyncio.sleep(2)
-            rotate(generation)
+    rotated = 0
 
     async with aiohttp.ClientSession() as session:
-        kube = Kube(access, session, observe=lambda *_: None)
-        rotations = asyncio.create_task(rotating())
-        await keep_calling(kube, 10.5)
-        await rotations
+        get = configmaps(Kube(access, session, observe=lambda *_: None))
+
+        async def call(elapsed: float) -> None:
+            """The token rotated every 2 s, between calls."""
+            nonlocal rotated
+            while rotated < min(5, int(elapsed // 2)):
+                rotated += 1
+                rotate(rotated)
+            await get(elapsed)
+
+        await keep_calling(call, 10.5)
     assert api_server.tokens[-1] == "token-5" and api_server.refused == 0
 
 
@@ -212,7 +224,8 @@ async def test_a_token_rotated_away_is_read_again_after_one_401(
         for generation in range(1, 4):
             token_file.write_text(f"token-{generation}\n")
             api_server.tokens[:] = [f"token-{generation}"]
-            await asyncio.sleep(1.1)  # past the 401 backoff
+            # the first 401 backoff (1 s) passing: only then does a 401 load the credentials again
+            await asyncio.sleep(kubeaccess.REJECTED_BACKOFF[0].total_seconds() + 0.1)
             assert await kube.get("v1", "ConfigMap", "team-a", "demo-routes") is not None
     assert api_server.refused == 3, "one 401 per rotation, then the file read again"
 
@@ -228,9 +241,10 @@ async def test_the_plugin_keeps_working_through_client_certificates_that_expire(
     )
     exec_user = {"exec": {"apiVersion": EXEC_API, "command": sys.executable, "args": [str(plugin)]}}
     client = connect(kubeconfig=str(kubeconfig(tmp_path, api_server, exec_user)), context=None, namespace="team-a")
-    deadline = time.monotonic() + 4 * LIFETIME_S + 1
-    while time.monotonic() < deadline:
+
+    async def call(_: float) -> None:
         job = await asyncio.to_thread(client.job, "calibrate")  # the plugin's client blocks: off the loop
         assert job["metadata"]["name"] == "calibrate"
-        await asyncio.sleep(0.1)
+
+    await keep_calling(call, 4 * LIFETIME_S + 1)
     assert len(api_server.serials) >= 4 and api_server.refused == 0
