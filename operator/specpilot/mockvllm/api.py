@@ -3,8 +3,8 @@
 Shapes follow vLLM 0.33 (see the reference): every response field present (nulls included),
 SSE chunks ending with `data: [DONE]`, a usage chunk with `stream_options.include_usage`, errors
 as `{"error": {message, type, param, code}}`, tool calls as `message.tool_calls` or streamed
-`delta.tool_calls`. Requests are validated in `protocol`, answers planned in `answers`; the
-handlers here only wire those to the engine and the faults. The admin app (fault injection,
+`delta.tool_calls`. Requests are validated in `protocol`, answers planned in `answers`, bodies
+written in `responses`; the handlers here only wire those to the engine and the faults. The admin app (fault injection,
 engine stats) listens on its own port so that traffic to the API never reaches it.
 """
 
@@ -16,7 +16,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -33,8 +33,15 @@ from specpilot.mockvllm.metrics import HttpMetrics, ToolParserMetrics
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile
 from specpilot.mockvllm.protocol import BadRequest, Generation, parse_generation
 from specpilot.mockvllm.request import Request
+from specpilot.mockvllm.responses import (
+    ENGINE_DEAD_MESSAGE,
+    chat_completion,
+    completion,
+    model_cards,
+    stream_events,
+)
 from specpilot.mockvllm.textgen import draw_divergence, scope_tag, text_seed
-from specpilot.mockvllm.tools import ToolMode, call_entry, finish_reason, message_content, new_call_id, whole_call
+from specpilot.mockvllm.tools import ToolMode, new_call_id, whole_call
 from specpilot.wire.names import SCOPE_HEADER
 
 _ERROR_TYPES = {
@@ -44,7 +51,6 @@ _ERROR_TYPES = {
     500: "InternalServerError",
     503: "ServiceUnavailableError",
 }
-ENGINE_DEAD_MESSAGE = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 @dataclass(frozen=True)
@@ -75,41 +81,9 @@ class OpenAIHandlers:
     def __init__(self, state: ServerState) -> None:
         self.state = state
 
-    def _check_model(self, body: Any) -> None:
-        model = body.get("model") if isinstance(body, Mapping) else None
-        if model is not None and model not in self.state.config.served_names:
-            raise BadRequest(f"The model `{model}` does not exist.", status=404, param="model")
-
     async def models(self, _: web.Request) -> web.Response:
         state = self.state
-        cards = [
-            {
-                "id": name,
-                "object": "model",
-                "created": state.started,
-                "owned_by": "vllm",
-                "root": state.config.model,
-                "parent": None,
-                "max_model_len": state.limits.max_model_len,
-                "permission": [
-                    {
-                        "id": f"modelperm-{uuid.uuid4().hex}",
-                        "object": "model_permission",
-                        "created": state.started,
-                        "allow_create_engine": False,
-                        "allow_sampling": True,
-                        "allow_logprobs": True,
-                        "allow_search_indices": False,
-                        "allow_view": True,
-                        "allow_fine_tuning": False,
-                        "organization": "*",
-                        "group": None,
-                        "is_blocking": False,
-                    }
-                ],
-            }
-            for name in state.config.served_names
-        ]
+        cards = model_cards(state.config, max_model_len=state.limits.max_model_len, started=state.started)
         return web.json_response({"object": "list", "data": cards})
 
     async def completions(self, request: web.Request) -> web.StreamResponse:
@@ -119,58 +93,22 @@ class OpenAIHandlers:
         return await self._generate(request, "chat")
 
     async def _generate(self, http: web.Request, kind: str) -> web.StreamResponse:
-        state = self.state
-        config = state.config
-        try:
-            body = await http.json()
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            return error_response(400, f"Invalid JSON body: {exc}")
-        try:
-            self._check_model(body)
-            gen = parse_generation(
-                kind,
-                body,
-                state.limits,
-                force_usage=config.enable_force_include_usage,
-                tool_parser=config.tool_call_parser,
-                auto_tools=config.enable_auto_tool_choice,
-            )
-        except BadRequest as exc:
-            return error_response(exc.status, str(exc), exc.param)
-        engine, faults = state.engine, state.faults
+        gen = await self._parse(http, kind)
+        if isinstance(gen, web.Response):
+            return gen
+        engine, faults = self.state.engine, self.state.faults
         scope = http.headers.get(SCOPE_HEADER) or scope_tag(gen.prompt) or DEFAULT_SCOPE
-        refusal = faults.refusal(scope, engine.time())
-        if refusal is not None:
-            message = "Too many requests" if refusal == 429 else "Injected fault"
-            return error_response(refusal, message)
-        if faults.strikes(FaultKind.STALLS, scope, engine.time()):
-            return await _stall()
-        delay = faults.start_delay(scope, engine.time())
-        if delay:
-            await engine.clock.sleep_until(engine.time() + delay)
-        # Greedy text depends on the prompt and server seed only, so every arm produces the same.
-        key = config.seed if gen.temperature == 0 else gen.seed if gen.seed is not None else engine.next_seed()
-        now = engine.time()
-        answer = plan(
-            gen,
-            seed=text_seed(gen.prompt, key),
-            mean_length=state.profile.model.mean_output_tokens,
-            diverge_at=self._diverge_at(gen, scope),
-            slips=Slips(
-                tool_json=bool(gen.tools) and faults.strikes(FaultKind.TOOL_JSON, scope, now),
-                structured_invalid=gen.structured is not None
-                and faults.strikes(FaultKind.STRUCTURED_INVALID, scope, now),
-                loop_at=faults.repetition(scope, now),
-            ),
-        )
-        overrun = bool(gen.stop) and faults.strikes(FaultKind.STOP_OVERRUN, scope, now)
+        refused = await _admission_fault(self.state, scope)
+        if refused is not None:
+            return refused
+        answer, stop = _plan(self.state, gen, scope)
         try:
             req = engine.submit(
                 scope=scope,
                 prompt_tokens=gen.prompt_tokens,
                 max_tokens=gen.max_tokens,
                 tokens=answer.tokens,
-                stop=() if overrun else gen.stop,
+                stop=stop,
                 ignore_eos=gen.ignore_eos,
                 min_tokens=gen.min_tokens,
                 stop_token_ids=gen.stop_token_ids,
@@ -197,101 +135,40 @@ class OpenAIHandlers:
             else:
                 engine.abort(req)
 
-    def _diverge_at(self, gen: Generation, scope: str) -> int | None:
-        """Where free text departs from the canonical text: a divergence fault, or (greedy only) the
-        profile's natural variation at the size of the batch the request joins; the earlier wins."""
-        state = self.state
-        engine, model = state.engine, state.profile.model
-        positions = [state.faults.divergence(scope, engine.time())]
-        if gen.temperature == 0 and model.greedy_divergence > 0:
-            positions.append(
-                draw_divergence(
-                    random.Random(engine.next_seed()),
-                    rate=model.greedy_divergence,
-                    batch=len(engine.scheduler.running) + len(engine.scheduler.waiting) + 1,
-                    horizon=min(gen.max_tokens, model.mean_output_tokens),
-                )
+    async def _parse(self, http: web.Request, kind: str) -> Generation | web.Response:
+        """The request's generation, or the error response vLLM gives an invalid one."""
+        config = self.state.config
+        try:
+            body = await http.json()
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            return error_response(400, f"Invalid JSON body: {exc}")
+        try:
+            model = body.get("model") if isinstance(body, Mapping) else None
+            if model is not None and model not in config.served_names:
+                raise BadRequest(f"The model `{model}` does not exist.", status=404, param="model")
+            return parse_generation(
+                kind,
+                body,
+                self.state.limits,
+                force_usage=config.enable_force_include_usage,
+                tool_parser=config.tool_call_parser,
+                auto_tools=config.enable_auto_tool_choice,
             )
-        return min((p for p in positions if p is not None), default=None)
+        except BadRequest as exc:
+            return error_response(exc.status, str(exc), exc.param)
 
     def _record_parse(self, gen: Generation, *, streaming: bool, tool_call: bool) -> None:
         """vLLM runs its tool parser (and counts the run) on "auto" answers only."""
         if self.state.tool_metrics is not None and gen.tool_choice.mode is ToolMode.AUTO:
             self.state.tool_metrics.record(streaming=streaming, tool_call=tool_call)
 
-    def _usage(self, gen: Generation, req: Request) -> dict[str, Any]:
-        return {
-            "prompt_tokens": gen.prompt_tokens,
-            "total_tokens": gen.prompt_tokens + req.output_tokens,
-            "completion_tokens": req.output_tokens,
-        }
-
     def _full_response(self, gen: Generation, req: Request, answer: Answer, response_id: str) -> dict[str, Any]:
-        chat = gen.kind == "chat"
-        base = {
-            "id": response_id,
-            "object": "chat.completion" if chat else "text_completion",
-            "created": int(time.time()),
-            "model": self.state.config.model_name,
-        }
-        usage = {**self._usage(gen, req), "prompt_tokens_details": None, "completion_tokens_details": None}
-        finish = str(req.finish_reason)
-        if not chat:
-            choice = {
-                "index": 0,
-                "text": req.text,
-                "logprobs": None,
-                "finish_reason": finish,
-                "stop_reason": req.stop_reason,
-                "token_ids": None,
-                "prompt_logprobs": None,
-                "prompt_token_ids": None,
-                "routed_experts": None,
-                "weight_versions": None,
-            }
-            return {
-                **base,
-                "choices": [choice],
-                "service_tier": None,
-                "system_fingerprint": None,
-                "usage": usage,
-                "kv_transfer_params": None,
-                "ec_transfer_params": None,
-                "metrics": None,
-            }
+        model_name = self.state.config.model_name
+        if gen.kind != "chat":
+            return completion(gen, req, response_id=response_id, model_name=model_name)
         call = whole_call(answer.tool, new_call_id(), req.text) if answer.tool is not None else None
         self._record_parse(gen, streaming=False, tool_call=call is not None)
-        message: dict[str, Any] = {
-            "role": "assistant",
-            "content": message_content(answer.tool, req.text),
-            "refusal": None,
-            "annotations": None,
-            "audio": None,
-            "function_call": None,
-            "reasoning": None,
-        }
-        if call is not None:
-            message["tool_calls"] = [call]  # vLLM leaves the key out when there are none
-        choice = {
-            "index": 0,
-            "message": message,
-            "logprobs": None,
-            "finish_reason": finish_reason(answer.tool, called=call is not None, finish=finish),
-            "stop_reason": req.stop_reason,
-            "token_ids": None,
-        }
-        return {
-            **base,
-            "choices": [choice],
-            "service_tier": None,
-            "system_fingerprint": None,
-            "usage": usage,
-            "prompt_logprobs": None,
-            "prompt_token_ids": None,
-            "prompt_text": None,
-            "kv_transfer_params": None,
-            "metrics": None,
-        }
+        return chat_completion(gen, req, answer, call=call, response_id=response_id, model_name=model_name)
 
     async def _stream(
         self, http: web.Request, gen: Generation, req: Request, answer: Answer, response_id: str
@@ -300,65 +177,18 @@ class OpenAIHandlers:
             headers={"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
         )
         await response.prepare(http)
+
+        def parsed(tool_call: bool) -> None:
+            self._record_parse(gen, streaming=True, tool_call=tool_call)
+
+        events = stream_events(
+            gen, req, answer, response_id=response_id, model_name=self.state.config.model_name, parsed=parsed
+        )
         with contextlib.suppress(ConnectionResetError):  # the client left; the caller aborts the request
-            async for event in self._events(gen, req, answer, response_id):
+            async for event in events:
                 await response.write(b"data: " + event + b"\n\n")
             await response.write_eof()
         return response
-
-    async def _events(self, gen: Generation, req: Request, answer: Answer, response_id: str) -> AsyncIterator[bytes]:
-        """The SSE payloads of one streamed request, one chunk per engine step that has something to say."""
-        chat = gen.kind == "chat"
-        tool = answer.tool if chat else None
-        call_id = new_call_id()
-        base = {
-            "id": response_id,
-            "object": "chat.completion.chunk" if chat else "text_completion",
-            "created": int(time.time()),
-            "model": self.state.config.model_name,
-        }
-
-        def chunk(choices: list[dict[str, Any]], usage: dict[str, Any] | None) -> bytes:
-            body: dict[str, Any] = {**base, "choices": choices}
-            if usage is not None:
-                body["usage"] = usage
-            return json.dumps(body).encode()
-
-        first = True
-        sent = 0  # model text streamed so far
-        called = False
-        while not req.done or first:
-            delta = await req.next_text()
-            if req.aborted:
-                error = {"message": ENGINE_DEAD_MESSAGE, "type": "InternalServerError", "param": None, "code": 500}
-                yield json.dumps({"error": error}).encode()
-                break
-            usage = self._usage(gen, req) if gen.continuous_usage else None
-            if chat and first:
-                role = {"role": "assistant", "content": ""}
-                yield chunk([{"index": 0, "delta": role, "logprobs": None, "finish_reason": None}], usage)
-            first = False
-            if not delta and not req.done:
-                continue
-            message: dict[str, Any] = {"content": delta}
-            if tool is not None:
-                entry = call_entry(tool, call_id, sent, sent + len(delta))
-                called = called or entry is not None
-                message = {"tool_calls": [entry]} if entry is not None else {}
-            sent += len(delta)
-            if chat:
-                self._record_parse(gen, streaming=True, tool_call="tool_calls" in message)
-            if not message and not req.done:
-                continue  # model text around the call's arguments shows nothing
-            choice: dict[str, Any] = {"index": 0, "delta": message} if chat else {"index": 0, "text": delta}
-            choice.update(logprobs=None, finish_reason=None)
-            if req.done:
-                finish = finish_reason(tool, called=called, finish=str(req.finish_reason))
-                choice.update(finish_reason=finish, stop_reason=req.stop_reason)
-            yield chunk([choice], usage)
-        if req.finish_reason is not None and gen.include_usage:
-            yield chunk([], self._usage(gen, req))
-        yield b"[DONE]"
 
     async def health(self, _: web.Request) -> web.Response:
         return web.Response(status=200 if self.state.engine.alive else 503)
@@ -373,6 +203,61 @@ class OpenAIHandlers:
         response = web.Response(body=body)
         response.headers["Content-Type"] = CONTENT_TYPE_LATEST
         return response
+
+
+async def _admission_fault(state: ServerState, scope: str) -> web.Response | None:
+    """Faults that strike a request before the engine takes it: a refusal or a stall answers it,
+    a slow start delays it (None: it goes on)."""
+    engine, faults = state.engine, state.faults
+    refusal = faults.refusal(scope, engine.time())
+    if refusal is not None:
+        message = "Too many requests" if refusal == 429 else "Injected fault"
+        return error_response(refusal, message)
+    if faults.strikes(FaultKind.STALLS, scope, engine.time()):
+        return await _stall()
+    delay = faults.start_delay(scope, engine.time())
+    if delay:
+        await engine.clock.sleep_until(engine.time() + delay)
+    return None
+
+
+def _plan(state: ServerState, gen: Generation, scope: str) -> tuple[Answer, tuple[str, ...]]:
+    """The answer, with the quality faults that strike it, and the stop strings the engine checks
+    (none when a stop_overrun fault strikes)."""
+    engine, faults = state.engine, state.faults
+    # Greedy text depends on the prompt and server seed only, so every arm produces the same.
+    key = state.config.seed if gen.temperature == 0 else gen.seed if gen.seed is not None else engine.next_seed()
+    now = engine.time()
+    answer = plan(
+        gen,
+        seed=text_seed(gen.prompt, key),
+        mean_length=state.profile.model.mean_output_tokens,
+        diverge_at=_diverge_at(state, gen, scope),
+        slips=Slips(
+            tool_json=bool(gen.tools) and faults.strikes(FaultKind.TOOL_JSON, scope, now),
+            structured_invalid=gen.structured is not None and faults.strikes(FaultKind.STRUCTURED_INVALID, scope, now),
+            loop_at=faults.repetition(scope, now),
+        ),
+    )
+    overrun = bool(gen.stop) and faults.strikes(FaultKind.STOP_OVERRUN, scope, now)
+    return answer, () if overrun else gen.stop
+
+
+def _diverge_at(state: ServerState, gen: Generation, scope: str) -> int | None:
+    """Where free text departs from the canonical text: a divergence fault, or (greedy only) the
+    profile's natural variation at the size of the batch the request joins; the earlier wins."""
+    engine, model = state.engine, state.profile.model
+    positions = [state.faults.divergence(scope, engine.time())]
+    if gen.temperature == 0 and model.greedy_divergence > 0:
+        positions.append(
+            draw_divergence(
+                random.Random(engine.next_seed()),
+                rate=model.greedy_divergence,
+                batch=len(engine.scheduler.running) + len(engine.scheduler.waiting) + 1,
+                horizon=min(gen.max_tokens, model.mean_output_tokens),
+            )
+        )
+    return min((p for p in positions if p is not None), default=None)
 
 
 async def _stall() -> web.Response:
