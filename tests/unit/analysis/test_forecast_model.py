@@ -6,7 +6,16 @@ import math
 
 import pytest
 
-from specpilot.analysis.forecast.model import Acceptance, Crossing, Forecast, Lengths, crossing, forecast, speedups
+from specpilot.analysis.forecast.model import (
+    Acceptance,
+    Crossing,
+    Forecast,
+    Lengths,
+    batch_speedups,
+    crossing,
+    forecast,
+    speedups,
+)
 from specpilot.mockvllm.profile import parse_profile
 from specpilot.wire.stepcost import Form, StepCost
 
@@ -118,3 +127,17 @@ def test_the_speedup_over_load_falls_through_one_at_the_crossover() -> None:
     # time per committed token is the batch over the tokens the load brings: B / (load * (O - 1))
     batch = curve[0][1]
     assert loads[0] == pytest.approx(batch / (500 * (T + TAU * batch)), rel=1e-6)
+
+
+def test_the_speedup_over_batch_is_the_committed_tokens_over_the_round_against_a_step_and_crosses_one_there() -> None:
+    k, committed = 4, 2.5
+    found = crossing(TARGET, DRAFT, k=k, committed=committed, lengths=NO_PROMPT)
+    assert found.batch is not None
+    curve = batch_speedups(TARGET, DRAFT, k=k, committed=committed, lengths=NO_PROMPT, batches=[1, 8, 64])
+    for batch, speedup in curve:
+        # committed * (T + tau*B) / (T + tau*B*(k + 1) + k*D)
+        assert speedup == pytest.approx(committed * (T + TAU * batch) / (T + TAU * batch * (k + 1) + k * D))
+    assert [b for b, _ in curve] == [1, 8, 64]
+    assert curve[0][1] > curve[1][1] > 1 > curve[2][1]
+    (at,) = batch_speedups(TARGET, DRAFT, k=k, committed=committed, lengths=NO_PROMPT, batches=[found.batch])
+    assert at[1] == pytest.approx(1.0, abs=1e-6)

@@ -13,9 +13,11 @@ tokens after its first then take (O - 1) / E steps, so the load an arm holds at 
     lambda(B) = 1 / ((O - 1) * t(B) / (B * E) + c(B))
 
 and its time per committed token there is B / (lambda * (O - 1)): at one load, the arm that needs the
-smaller batch is the faster. The arms are equal where they hold the same load at the same batch; the
-crossover is the ordinary arm's load at the first batch past which the speculative arm holds less. The
-sequences read P + O / 2 cached tokens each, on average over their decoding.
+smaller batch is the faster. At one batch (B requests in flight in each arm, as a closed loop of B
+clients holds them), the speculative arm's throughput over the ordinary arm's is the ratio of their
+loads. The arms are equal where they hold the same load at the same batch; the crossover is the
+ordinary arm's load at the first batch past which the speculative arm holds less. The sequences read
+P + O / 2 cached tokens each, on average over their decoding.
 
 The interval comes from the acceptance: the committed tokens per round at its confidence bounds (a
 normal interval on the mean accepted drafts per round, from the per-position rates and the rounds
@@ -216,3 +218,12 @@ def speedups(
         batch = _batch_at(ordinary, load, lengths.output)
         out.append((load, batch, batch / _batch_at(speculative, load, lengths.output)))
     return out
+
+
+def batch_speedups(
+    target: StepCost, draft: StepCost, *, k: int, committed: float, lengths: Lengths, batches: Sequence[float]
+) -> list[tuple[float, float]]:
+    """(batch, the speculative arm's committed tokens per second over the ordinary arm's) with `batch`
+    requests in flight in each: the speedup curve over batch that a fixed concurrency measures."""
+    ordinary, speculative = _arms(target, draft, k, committed, lengths)
+    return [(b, speculative.load(b, lengths.output) / ordinary.load(b, lengths.output)) for b in batches]
