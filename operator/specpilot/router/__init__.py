@@ -12,5 +12,6 @@ EndpointSlice reading (`slices`), stream measurement (`measure`), the sample rin
 state (`state`), how a request ended (`outcome`), and the I/O around them: the traffic port's
 HTTP/1.1 server (`server`, reading requests in `reader`, framing responses in `framing`) and
 upstream connection pool (`upstream`) on asyncio Protocols parsed by httptools, the proxy between
-them (`proxy`), `kube`, `static`, `admin` (aiohttp) and `app`.
+them (`proxy`, sending through `relay`, relaying each `exchange`, changing headers by `rewrite`),
+`kube`, `static`, `admin` (aiohttp) and `app`.
 """
