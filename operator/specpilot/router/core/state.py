@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
@@ -136,7 +136,7 @@ class RouterState:
         stale_at = routes.valid_until if routes.table_fallback is None else None
         self._expires = stale_at.timestamp() if stale_at is not None else float("inf")
         if TABLE in self._synced:
-            self._log_changes(previous, routes)
+            log_changes(previous, routes, self._table_problem)
         if self._on_routes is not None:
             self._on_routes(routes, self._endpoints)
         return routes
@@ -174,49 +174,69 @@ class RouterState:
 
     def describe(self) -> dict[str, object]:
         """The effective table, for the admin ``/routes`` endpoint."""
-        routes = self.routes()
-        table = routes.table
-        return {
-            "pilot": self._pilot,
-            "generation": None if table is None else table.generation,
-            "updatedAt": None if table is None else table.updated_at.isoformat(),
-            "validUntil": None if routes.valid_until is None else routes.valid_until.isoformat(),
-            "tableFallback": routes.table_fallback,
-            "tableProblem": self._table_problem or None,
-            "defaultScope": routes.default_scope,
-            "scopes": {
-                name: {
-                    "weights": route.weights.model_dump(),
-                    "configured": route.configured.model_dump(),
-                    "deadlineSeconds": route.deadline_seconds,
-                    "fallbacks": list(route.fallbacks),
-                }
-                for name, route in routes.scopes.items()
-            },
-            "endpoints": {arm.value: [ep.address for ep in eps] for arm, eps in self._endpoints.items()},
-            "synced": sorted(self._synced),
-        }
+        return describe_routes(
+            self.routes(),
+            pilot=self._pilot,
+            problem=self._table_problem,
+            endpoints=self._endpoints,
+            synced=self._synced,
+        )
 
-    def _log_changes(self, previous: Routes | None, routes: Routes) -> None:
-        before = previous.table_fallback if previous is not None else None
-        if routes.table_fallback != before:
-            if routes.table_fallback is None:
-                log.info("routing table in use (generation %s)", routes.table and routes.table.generation)
-            else:
-                log.warning(
-                    "routing table unusable (%s: %s): every scope goes to baseline",
-                    routes.table_fallback,
-                    self._table_problem or "updatedAt older than --max-table-age",
-                )
-        for name, route in routes.scopes.items():
-            old = previous.scopes.get(name) if previous is not None else None
-            old_diverted = old.diverted if old is not None else {}
-            if routes.table_fallback is None and route.diverted and route.diverted != old_diverted:
-                log.warning(
-                    "scope %s: %s share goes to baseline (%s)",
-                    name,
-                    ", ".join(arm.value for arm in route.diverted),
-                    ", ".join(route.fallbacks),
-                )
-            elif old_diverted and not route.diverted and routes.table_fallback is None:
-                log.info("scope %s: back to configured weights", name)
+
+def describe_routes(
+    routes: Routes,
+    *,
+    pilot: str,
+    problem: str,
+    endpoints: Mapping[Arm, tuple[Endpoint, ...]],
+    synced: Iterable[str],
+) -> dict[str, object]:
+    """The effective routes of `pilot` as the admin ``/routes`` endpoint shows them, beside why the table
+    cannot be used (`problem`), the ready endpoints and what the sources have synced."""
+    table = routes.table
+    return {
+        "pilot": pilot,
+        "generation": None if table is None else table.generation,
+        "updatedAt": None if table is None else table.updated_at.isoformat(),
+        "validUntil": None if routes.valid_until is None else routes.valid_until.isoformat(),
+        "tableFallback": routes.table_fallback,
+        "tableProblem": problem or None,
+        "defaultScope": routes.default_scope,
+        "scopes": {
+            name: {
+                "weights": route.weights.model_dump(),
+                "configured": route.configured.model_dump(),
+                "deadlineSeconds": route.deadline_seconds,
+                "fallbacks": list(route.fallbacks),
+            }
+            for name, route in routes.scopes.items()
+        },
+        "endpoints": {arm.value: [ep.address for ep in eps] for arm, eps in endpoints.items()},
+        "synced": sorted(synced),
+    }
+
+
+def log_changes(previous: Routes | None, routes: Routes, problem: str) -> None:
+    """Log the table turning usable or unusable (`problem`: why), and scopes diverted to baseline or back."""
+    before = previous.table_fallback if previous is not None else None
+    if routes.table_fallback != before:
+        if routes.table_fallback is None:
+            log.info("routing table in use (generation %s)", routes.table and routes.table.generation)
+        else:
+            log.warning(
+                "routing table unusable (%s: %s): every scope goes to baseline",
+                routes.table_fallback,
+                problem or "updatedAt older than --max-table-age",
+            )
+    for name, route in routes.scopes.items():
+        old = previous.scopes.get(name) if previous is not None else None
+        old_diverted = old.diverted if old is not None else {}
+        if routes.table_fallback is None and route.diverted and route.diverted != old_diverted:
+            log.warning(
+                "scope %s: %s share goes to baseline (%s)",
+                name,
+                ", ".join(arm.value for arm in route.diverted),
+                ", ".join(route.fallbacks),
+            )
+        elif old_diverted and not route.diverted and routes.table_fallback is None:
+            log.info("scope %s: back to configured weights", name)
