@@ -106,7 +106,8 @@ class FakeVllm:
         body = await request.read()
         self.received.append(Received(request.path, request.headers, body))
         fake = request.headers
-        await asyncio.sleep(float(fake.get("x-fake-delay", "0")))  # the engine's time to its first byte
+        if "x-fake-hang" in fake:
+            await _until_cancelled()  # no first byte ever: the router's timeout, or the client leaving, ends it
         if "x-fake-status" in fake:
             status = int(fake["x-fake-status"])
             error = {"error": {"message": "fake", "type": "Error", "param": None, "code": status}}
@@ -163,8 +164,14 @@ class FakeVllm:
             await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
         if fake.get("x-fake-no-done") is None:
             await resp.write(b"data: [DONE]\n\n")
-        await asyncio.sleep(float(fake.get("x-fake-linger", "0")))  # the answer held open once written
+        if "x-fake-linger" in fake:
+            await _until_cancelled()  # the answer held open once written, until the other end leaves
         return resp
+
+
+async def _until_cancelled() -> None:
+    """Wait on a future nothing resolves: until the handler is cancelled."""
+    await asyncio.get_running_loop().create_future()
 
 
 class Metrics:

@@ -61,7 +61,7 @@ async def test_garbage_events_are_passed_on_without_harm(make_router: HarnessFac
 
 async def test_no_answer_in_time_is_504_and_the_upstream_request_is_cancelled(make_router: HarnessFactory) -> None:
     h = await make_router("--request-timeout", "0.2")
-    async with await h.chat(team="code", headers={"x-fake-delay": "30"}) as resp:
+    async with await h.chat(team="code", headers={"x-fake-hang": "1"}) as resp:
         assert resp.status == 504
         assert (await resp.json())["error"]["type"] == "GatewayTimeoutError"
     await h.wait_for(lambda: h.speculative.cancelled == 1)
@@ -83,7 +83,7 @@ async def test_a_stream_cut_by_the_timeout_ends_with_an_error_event(make_router:
 @pytest.mark.parametrize("when", ["before-headers", "mid-stream"])
 async def test_a_client_that_leaves_cancels_the_upstream_request(make_router: HarnessFactory, when: str) -> None:
     h = await make_router()
-    fault = {"x-fake-delay": "30"} if when == "before-headers" else {"x-fake-gap": "0.05", "x-fake-chunks": "200"}
+    fault = {"x-fake-hang": "1"} if when == "before-headers" else {"x-fake-gap": "0.05", "x-fake-chunks": "200"}
     task = asyncio.create_task(h.chat(team="code", headers=fault))
     await h.wait_for(lambda: h.speculative.active == 1)
     if when == "mid-stream":
@@ -102,7 +102,7 @@ async def test_a_client_that_leaves_cancels_the_upstream_request(make_router: Ha
 
 async def test_a_client_that_leaves_after_done_got_an_ok_answer(make_router: HarnessFactory) -> None:
     h = await make_router()
-    resp = await h.chat(team="code", headers={"x-fake-linger": "0.3"})
+    resp = await h.chat(team="code", headers={"x-fake-linger": "1"})
     seen = b""
     while b"[DONE]" not in seen:
         seen += await resp.content.readany()

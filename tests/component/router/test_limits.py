@@ -92,7 +92,7 @@ async def test_authorization_and_bodies_are_never_logged(
 ) -> None:
     h = await make_router("--request-timeout", "0.2", spec_endpoints=f"127.0.0.1:{free_port}")
     with caplog.at_level(logging.DEBUG):
-        for headers in ({}, {"x-fake-delay": "5"}, {"x-fake-drop-after": "1"}, {"x-fake-status": "500"}):
+        for headers in ({}, {"x-fake-hang": "1"}, {"x-fake-drop-after": "1"}, {"x-fake-status": "500"}):
             async with await h.chat(
                 team="code", headers={"Authorization": "Bearer TOPSECRET", **headers}, prompt_secret="BODYSECRET"
             ) as resp:
