@@ -9,38 +9,29 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
 import ipaddress
 import json
 import logging
 import os
-import shutil
 import signal
 import struct
 import sys
 import threading
-import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
 
-import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.rest import ApiException
 
-from specpilot.localnode import podspec
+from specpilot.localnode.containers import PodSetup
+from specpilot.localnode.node import NodeHeartbeat
 from specpilot.localnode.podspec import Json
-from specpilot.localnode.runtime import Container, PodRuntime, now_iso
+from specpilot.localnode.runtime import PodRuntime
 
 log = logging.getLogger("specpilot.localnode")
 
-LEASE_SECONDS = 40
-HEARTBEAT_SECONDS = 10
-AUTHORIZER_RETRIES = 10
 SHUTDOWN_GRACE_SECONDS = 2.0
-T = TypeVar("T")
 
 
 def listening_addresses() -> set[str]:
@@ -83,12 +74,11 @@ class IpPool:
 
 
 class Agent:
-    """The node agent: owns the Node object, its Lease and one PodRuntime per pod."""
+    """The node agent: keeps the Node object and its Lease fresh, and runs one PodRuntime per pod."""
 
     def __init__(self, args: argparse.Namespace, api: client.ApiClient) -> None:
         self.args = args
         self.core = client.CoreV1Api(api)
-        self.coord = client.CoordinationV1Api(api)
         self.node = args.node_name
         self.state_dir = Path(args.state_dir)
         self.pods: dict[str, PodRuntime] = {}
@@ -96,149 +86,14 @@ class Agent:
         self.shutting_down = False
         self.ips = IpPool(args.pod_cidr)
         bindir = str(Path(sys.executable).parent)
-        self.base_env = {
+        base_env = {
             "PATH": f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}",
             "HOME": os.environ.get("HOME", "/root"),
             "LANG": os.environ.get("LANG", "C.UTF-8"),
             "PYTHONUNBUFFERED": "1",
         }
-
-    # --- node ---------------------------------------------------------------------------------
-
-    def node_status(self) -> Json:
-        alloc = {
-            "cpu": str(self.args.cpus),
-            "memory": self.args.memory,
-            "pods": "110",
-            "nvidia.com/gpu": str(self.args.gpus),
-            "ephemeral-storage": "100Gi",
-        }
-        now = now_iso()
-        ready = {
-            "type": "Ready",
-            "status": "True",
-            "reason": "LocalNodeReady",
-            "message": "specpilot local node agent is running",
-            "lastHeartbeatTime": now,
-            "lastTransitionTime": self._ready_since,
-        }
-        return {
-            "capacity": alloc,
-            "allocatable": alloc,
-            "conditions": [ready]
-            + [
-                {
-                    "type": t,
-                    "status": "False",
-                    "reason": f"No{t}",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": self._ready_since,
-                }
-                for t in ("MemoryPressure", "DiskPressure", "PIDPressure")
-            ],
-            "addresses": [{"type": "InternalIP", "address": "127.0.0.1"}, {"type": "Hostname", "address": self.node}],
-            "nodeInfo": {
-                "machineID": "specpilot-local",
-                "systemUUID": "specpilot-local",
-                "bootID": str(os.getpid()),
-                "kernelVersion": os.uname().release,
-                "osImage": "specpilot local node",
-                "containerRuntimeVersion": "local://processes",
-                "kubeletVersion": self._version,
-                "kubeProxyVersion": "",
-                "operatingSystem": "linux",
-                "architecture": "amd64",
-            },
-        }
-
-    def register(self) -> None:
-        self._ready_since = now_iso()
-        self._version = client.VersionApi(self.core.api_client).get_code().git_version
-        body = {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": self.node,
-                "labels": {
-                    "kubernetes.io/hostname": self.node,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    "nvidia.com/gpu.present": "true",
-                    "specpilot.io/local-node": "true",
-                },
-            },
-        }
-        with contextlib.suppress(ApiException):
-            self.core.create_node(body)
-        self.core.patch_node_status(self.node, {"status": self.node_status()})
-        log.info("node %s registered with %s nvidia.com/gpu", self.node, self.args.gpus)
-
-    def heartbeat(self) -> None:
-        """Renew the Lease and refresh the Ready condition, as a kubelet does."""
-        ns, now = "kube-node-lease", datetime.now(UTC)
-        try:
-            lease = self.coord.read_namespaced_lease(self.node, ns)
-            lease.spec.renew_time = now
-            lease.spec.holder_identity = self.node
-            self.coord.replace_namespaced_lease(self.node, ns, lease)
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            self.coord.create_namespaced_lease(
-                ns,
-                {
-                    "metadata": {
-                        "name": self.node,
-                        "ownerReferences": [
-                            {
-                                "apiVersion": "v1",
-                                "kind": "Node",
-                                "name": self.node,
-                                "uid": self.core.read_node(self.node).metadata.uid,
-                            }
-                        ],
-                    },
-                    "spec": {"holderIdentity": self.node, "leaseDurationSeconds": LEASE_SECONDS, "renewTime": now},
-                },
-            )
-        self.core.patch_node_status(self.node, {"status": self.node_status()})
-
-    async def heartbeats(self) -> None:
-        while True:
-            try:
-                await asyncio.to_thread(self.heartbeat)
-            except Exception as exc:
-                log.warning("heartbeat failed: %s", exc)
-            await asyncio.sleep(HEARTBEAT_SECONDS)
-
-    # --- pods ---------------------------------------------------------------------------------
-
-    def watch_pods(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[tuple[str, Json]]) -> None:
-        """List+watch this node's pods (thread); relist on expiry or error."""
-        selector = f"spec.nodeName={self.node}"
-        while True:
-            try:
-                listing = self.core.list_pod_for_all_namespaces(field_selector=selector, _preload_content=False)
-                data = json.loads(listing.data)
-                for pod in data["items"]:
-                    loop.call_soon_threadsafe(queue.put_nowait, ("SYNC", pod))
-                listed = {"metadata": {"uid": "", "listed": [p["metadata"]["uid"] for p in data["items"]]}}
-                loop.call_soon_threadsafe(queue.put_nowait, ("LISTED", listed))
-                rv = data["metadata"]["resourceVersion"]
-                for event in watch.Watch().stream(
-                    self.core.list_pod_for_all_namespaces,
-                    field_selector=selector,
-                    resource_version=rv,
-                    timeout_seconds=300,
-                    allow_watch_bookmarks=True,
-                ):
-                    if event["type"] == "ERROR":
-                        break
-                    if event["type"] != "BOOKMARK":
-                        loop.call_soon_threadsafe(queue.put_nowait, (event["type"], event["raw_object"]))
-            except Exception as exc:
-                log.warning("pod watch interrupted: %s; relisting", exc)
-                threading.Event().wait(1.0)
+        self.setup = PodSetup(args, self.core, base_env)
+        self.heartbeat = NodeHeartbeat(args, self.core, client.CoordinationV1Api(api))
 
     async def handle(self, kind: str, pod: Json) -> None:
         if kind == "LISTED":  # pods deleted while the watch was down: stop them now
@@ -267,32 +122,7 @@ class Agent:
         ip = self.ips.take()
         pod_dir = self.state_dir / "pods" / f"{meta['namespace']}_{meta['name']}_{uid}"
         pod_dir.mkdir(parents=True, exist_ok=True)
-        refs = podspec.PodRefs(
-            name=meta["name"],
-            namespace=meta["namespace"],
-            uid=uid,
-            node_name=self.node,
-            service_account=pod["spec"].get("serviceAccountName", "default"),
-            pod_ip=ip,
-            host_ip="127.0.0.1",
-        )
-        base = dict(self.base_env)
-        credentials_error = ""
-        if pod["spec"].get("automountServiceAccountToken", True) and pod["spec"].get("serviceAccountName"):
-            try:
-                base["KUBECONFIG"] = str(
-                    # 404 too: the API server may not serve the just-bound pod yet, which the token binds to
-                    await asyncio.to_thread(authorized, self.pod_kubeconfig, pod, pod_dir, lagging=(403, 404))
-                )
-            except ApiException as exc:
-                credentials_error = f"no service-account token for the pod: {exc.status} {exc.reason}"
-                log.warning("%s/%s: %s", meta["namespace"], meta["name"], credentials_error)
-        containers = [
-            await asyncio.to_thread(
-                self.container, c, refs=refs, base=base, pod_dir=pod_dir, ip=ip, credentials_error=credentials_error
-            )
-            for c in pod["spec"]["containers"]
-        ]
+        containers = await self.setup.containers(pod, pod_dir, ip)
 
         async def report(status: Json) -> None:
             await asyncio.to_thread(
@@ -303,102 +133,6 @@ class Agent:
         self.pods[uid] = runtime
         self.tasks[uid] = asyncio.create_task(self.drive(runtime))
         log.info("admitted %s/%s on %s", meta["namespace"], meta["name"], ip)
-
-    def container(
-        self, spec: Json, *, refs: podspec.PodRefs, base: dict[str, str], pod_dir: Path, ip: str, credentials_error: str
-    ) -> Container:
-        image = spec.get("image", "")
-        state = podspec.ContainerState(name=spec["name"], image=image, state="waiting", reason="ContainerCreating")
-        argv: list[str] | None = None
-        env: dict[str, str] = {}
-        readiness = liveness = None
-        if credentials_error:
-            state = podspec.ContainerState(
-                name=spec["name"],
-                image=image,
-                state="waiting",
-                reason=podspec.REASON_BAD_CONFIG,
-                message=credentials_error,
-            )
-        elif not podspec.is_runnable(image, self.args.image):
-            state = podspec.ContainerState(
-                name=spec["name"],
-                image=image,
-                state="waiting",
-                reason=podspec.REASON_NOT_RUNNABLE,
-                message=podspec.not_runnable_message(image, self.args.image),
-            )
-        else:
-            try:
-                env = podspec.container_env(spec, refs, lookup=lambda *a: self.lookup(refs.namespace, *a), base=base)
-                argv = podspec.container_argv(spec, env)
-                readiness = podspec.parse_probe(spec.get("readinessProbe"), spec, ip)
-                liveness = podspec.parse_probe(spec.get("livenessProbe"), spec, ip)
-                if shutil.which(argv[0], path=env["PATH"]) is None:
-                    raise ValueError(f"executable {argv[0]!r} not found on this node's PATH")
-            except (ValueError, KeyError, ApiException) as exc:
-                argv = None
-                state = podspec.ContainerState(
-                    name=spec["name"], image=image, state="waiting", reason=podspec.REASON_BAD_CONFIG, message=str(exc)
-                )
-        return Container(
-            spec=spec,
-            argv=argv,
-            env=env,
-            log_path=pod_dir / f"{spec['name']}.log",
-            readiness=readiness,
-            liveness=liveness,
-            state=state,
-        )
-
-    def lookup(self, namespace: str, kind: str, name: str, key: str | None, optional: bool) -> Any:
-        """configMap/secret values for env, read through the API (as the kubelet does)."""
-        try:
-            if kind.startswith("configMap"):
-                data = authorized(self.core.read_namespaced_config_map, name, namespace).data or {}
-            else:
-                raw = authorized(self.core.read_namespaced_secret, name, namespace).data or {}
-                data = {k: base64.b64decode(v).decode() for k, v in raw.items()}
-        except ApiException as exc:
-            if exc.status == 404 and optional:
-                return None
-            raise ValueError(f"{kind} {namespace}/{name}: {exc.reason}") from exc
-        if key is None:
-            return data
-        if key not in data:
-            if optional:
-                return None
-            raise ValueError(f"{kind} {namespace}/{name} has no key {key!r}")
-        return data[key]
-
-    def pod_kubeconfig(self, pod: Json, pod_dir: Path) -> Path:
-        """A bound service-account token for the pod, written as a kubeconfig the pod's process reads."""
-        meta = pod["metadata"]
-        req = self.core.create_namespaced_service_account_token(
-            pod["spec"]["serviceAccountName"],
-            meta["namespace"],
-            {
-                "spec": {
-                    "expirationSeconds": 86400,
-                    "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"], "uid": meta["uid"]},
-                }
-            },
-        )
-        cfg = self.core.api_client.configuration
-        path = pod_dir / "kubeconfig"
-        doc = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {"name": "local", "cluster": {"server": cfg.host, "certificate-authority": self.args.ca_file}}
-            ],
-            "users": [{"name": "sa", "user": {"token": req.status.token}}],
-            "contexts": [{"name": "sa", "context": {"cluster": "local", "user": "sa", "namespace": meta["namespace"]}}],
-            "current-context": "sa",
-        }
-        path.write_text(yaml.safe_dump(doc))
-        path.chmod(0o600)
-        return path
 
     async def drive(self, runtime: PodRuntime) -> None:
         try:
@@ -431,11 +165,11 @@ class Agent:
         await asyncio.gather(*self.tasks.values(), return_exceptions=True)
 
     async def serve(self) -> None:
-        await asyncio.to_thread(self.register)
+        await asyncio.to_thread(self.heartbeat.register)
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[tuple[str, Json]] = asyncio.Queue()
-        threading.Thread(target=self.watch_pods, args=(loop, queue), daemon=True).start()
-        beat = asyncio.create_task(self.heartbeats())
+        threading.Thread(target=watch_pods, args=(self.core, self.node, loop, queue), daemon=True).start()
+        beat = asyncio.create_task(self.heartbeat.run())
         stop = asyncio.Event()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
@@ -456,18 +190,34 @@ class Agent:
         await self.shutdown()
 
 
-def authorized(call: Callable[..., T], *args: Any, lagging: tuple[int, ...] = (403,)) -> T:
-    """`call`, retried for a few seconds on a status in `lagging` (run it in a thread): the API
-    server's node authorizer learns of a newly bound pod, and so of its ServiceAccount and
-    configMaps, a moment after the binding that told us of it."""
-    for attempt in range(AUTHORIZER_RETRIES):
+def watch_pods(
+    core: client.CoreV1Api, node: str, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[tuple[str, Json]]
+) -> None:
+    """List+watch the pods bound to `node` (thread), queueing each for the loop; relist on expiry or error."""
+    selector = f"spec.nodeName={node}"
+    while True:
         try:
-            return call(*args)
-        except ApiException as exc:
-            if exc.status not in lagging or attempt == AUTHORIZER_RETRIES - 1:
-                raise
-            time.sleep(0.3)
-    raise AssertionError("unreachable")
+            listing = core.list_pod_for_all_namespaces(field_selector=selector, _preload_content=False)
+            data = json.loads(listing.data)
+            for pod in data["items"]:
+                loop.call_soon_threadsafe(queue.put_nowait, ("SYNC", pod))
+            listed = {"metadata": {"uid": "", "listed": [p["metadata"]["uid"] for p in data["items"]]}}
+            loop.call_soon_threadsafe(queue.put_nowait, ("LISTED", listed))
+            rv = data["metadata"]["resourceVersion"]
+            for event in watch.Watch().stream(
+                core.list_pod_for_all_namespaces,
+                field_selector=selector,
+                resource_version=rv,
+                timeout_seconds=300,
+                allow_watch_bookmarks=True,
+            ):
+                if event["type"] == "ERROR":
+                    break
+                if event["type"] != "BOOKMARK":
+                    loop.call_soon_threadsafe(queue.put_nowait, (event["type"], event["raw_object"]))
+        except Exception as exc:
+            log.warning("pod watch interrupted: %s; relisting", exc)
+            threading.Event().wait(1.0)
 
 
 def main(argv: list[str]) -> int:

@@ -7,7 +7,7 @@ import time
 import pytest
 from kubernetes.client import ApiException
 
-from specpilot.localnode import agent
+from specpilot.localnode import containers
 
 
 class Flaky:
@@ -30,19 +30,19 @@ def no_wait(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_a_lagging_status_is_retried_until_the_call_answers() -> None:
     call = Flaky(404, failures=2)
-    assert agent.authorized(call, "token", lagging=(403, 404)) == "token"
+    assert containers.authorized(call, "token", lagging=(403, 404)) == "token"
     assert call.calls == 3
 
 
 def test_a_status_that_is_not_lagging_fails_at_once() -> None:
     call = Flaky(404, failures=1)
     with pytest.raises(ApiException):
-        agent.authorized(call, "config")  # a missing configMap is missing: 404 is not retried by default
+        containers.authorized(call, "config")  # a missing configMap is missing: 404 is not retried by default
     assert call.calls == 1
 
 
 def test_retries_are_bounded() -> None:
     call = Flaky(403, failures=1000)
     with pytest.raises(ApiException):
-        agent.authorized(call, "x")
-    assert call.calls == agent.AUTHORIZER_RETRIES
+        containers.authorized(call, "x")
+    assert call.calls == containers.AUTHORIZER_RETRIES
