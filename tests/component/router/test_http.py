@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import json
 import socket
 import struct
+import termios
 from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
 from tests.component.router.conftest import TEAM_HEADER, Harness, HarnessFactory, _established
+from tests.waiting import eventually
 
 from specpilot.router.core.choice import Endpoint
 from specpilot.router.server import WRITE_HIGH_WATER, Limits, Server
@@ -198,9 +201,15 @@ class ResettingUpstream:
         writer.write(self.before)
         with contextlib.suppress(ConnectionError):
             await writer.drain()
-        await asyncio.sleep(0.05)  # the head on its way before the reset
-        writer.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock = writer.get_extra_info("socket")
+        await eventually("the router's kernel to acknowledge the head", lambda: _unacknowledged(sock) == 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         writer.close()
+
+
+def _unacknowledged(sock: socket.socket) -> int:
+    """Bytes written to `sock` that its peer has not acknowledged yet (Linux's SIOCOUTQ)."""
+    return int(struct.unpack("i", fcntl.ioctl(sock.fileno(), termios.TIOCOUTQ, b"\0" * 4))[0])
 
 
 SSE_HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
