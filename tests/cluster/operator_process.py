@@ -5,7 +5,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -14,7 +13,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.conftest import ROOT, Cluster
+from tests.waiting import wait_until
 
 ROUTER_IMAGE = "specpilot/specpilot:dev"
 CRDS = ROOT / "crds"
@@ -163,17 +163,17 @@ def children(cluster: Cluster, namespace: str) -> dict[str, dict[str, Any]]:
 
 
 def wait_ready(cluster: Cluster, operator: Operator, namespace: str, name: str = "demo", timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        body = pilot(cluster, namespace, name)
-        ready = condition(body, "Ready")
-        if ready is not None and ready["status"] == "True":
-            return
-        time.sleep(0.5)
-    raise AssertionError(
-        f"pilot {namespace}/{name} not Ready after {timeout}s: {pilot(cluster, namespace, name).get('status')}\n"
-        f"{cluster.pods_report(namespace)}\noperator log:\n{operator.tail()}"
-    )
+    def ready() -> bool:
+        found = condition(pilot(cluster, namespace, name), "Ready")
+        return found is not None and found["status"] == "True"
+
+    try:
+        wait_until(f"pilot {namespace}/{name} Ready", ready, timeout=timeout, every=0.5)
+    except AssertionError as error:
+        raise AssertionError(
+            f"{error}: {pilot(cluster, namespace, name).get('status')}\n"
+            f"{cluster.pods_report(namespace)}\noperator log:\n{operator.tail()}"
+        ) from None
 
 
 def start_load(cluster: Cluster, router: str, *, seconds: int) -> subprocess.Popen[bytes]:
