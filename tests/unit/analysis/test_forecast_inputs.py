@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specpilot.analysis.evidence import Lengths as MeasuredLengths
-from specpilot.analysis.evidence import Moments, ScopeEvidence
+from specpilot.analysis.evidence import ScopeEvidence
 from specpilot.analysis.forecast.inputs import (
     MIN_WINDOWS,
     ProfileError,
@@ -24,26 +23,9 @@ from specpilot.analysis.forecast.model import Acceptance, Lengths, forecast
 from specpilot.mockvllm.profile import calibrated_names, calibrated_profile
 from specpilot.wire.profiles import CALIBRATED, calibrated_text
 from specpilot.wire.stepcost import Form, StepCost
+from tests.unit.analysis.scope_evidence import RATES, moments, scope
 
 MEASURED = Path(__file__).resolve().parents[3] / "operator/specpilot/mockvllm/profiles/h200-stepcost.json"
-RATES = (0.7, 0.49, 0.343, 0.24)
-
-
-def moments(values: list[float]) -> Moments:
-    out = Moments()
-    for value in values:
-        out = out.add(value)
-    return out
-
-
-def scope(windows: int, *, committed: list[float] | None = None, prompt: int = 200, output: int = 300) -> ScopeEvidence:
-    lengths = MeasuredLengths()
-    return ScopeEvidence(
-        per_position=[moments([rate] * windows) for rate in RATES],
-        acceptance_length=moments(committed if committed is not None else [1 + sum(RATES)] * windows),
-        prompt_tokens=lengths.add([prompt] * 10),
-        output_tokens=lengths.add([output] * 10),
-    )
 
 
 def test_the_operator_knows_every_calibrated_profile_the_mock_carries_and_reads_its_two_step_costs() -> None:

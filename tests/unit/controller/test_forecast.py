@@ -9,14 +9,14 @@ from pathlib import Path
 import pytest
 
 from specpilot.analysis.evidence import Evidence
-from specpilot.analysis.forecast.inputs import profile_costs, scope_forecast
+from specpilot.analysis.forecast.inputs import MIN_WINDOWS, profile_costs, scope_forecast
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import Forecast as ForecastSpec
 from specpilot.api.status import DecisionOutcome, ScopeDecision, ScopeStatus, SpeculationPilotStatus
 from specpilot.controller.core.forecast import disagrees, forecast_scopes
 from specpilot.wire.names import STEPCOST_KEY
 from specpilot.wire.profiles import calibrated_text
-from tests.unit.analysis.test_forecast_inputs import MIN_WINDOWS, scope
+from tests.unit.analysis.scope_evidence import scope
 
 MEASURED = Path(__file__).resolve().parents[3] / "operator/specpilot/mockvllm/profiles/h200-stepcost.json"
 PROFILE = ForecastSpec(profile="h200-llama-3.1-8b-draft-1b")
