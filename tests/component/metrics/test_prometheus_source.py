@@ -258,7 +258,8 @@ async def collect_both(
             previous = now
             if collected is not None:
                 collected.append(elapsed)
-            await asyncio.sleep(max(0.0, every - (time.monotonic() - started - elapsed)))  # to the next collection
+            rest = every - (time.monotonic() - started - elapsed)
+            await asyncio.sleep(max(0.0, rest))  # the rest of the cadence (2 s) to the next collection
     return closed[-closes:]
 
 
