@@ -29,7 +29,7 @@ from specpilot.mockvllm.faults import FaultBoard
 from specpilot.mockvllm.metrics import EngineMetrics
 from specpilot.mockvllm.profile import Profile
 from specpilot.mockvllm.request import Request, Submission
-from specpilot.mockvllm.scheduler import KvCache, Scheduler
+from specpilot.mockvllm.scheduler import KvCache, QueueLimits, Scheduler
 from specpilot.mockvllm.step import Step, step_duration, step_work
 
 # How often (wall seconds) an idle, hung or blocked engine looks again at its faults.
@@ -118,8 +118,7 @@ class Engine:
             kv,
             metrics.cache,
             chunked_prefill=enable_chunked_prefill,
-            max_queued_reqs=max_num_queued_reqs,
-            max_queued_tokens=max_num_queued_tokens,
+            queue_limits=QueueLimits(max_num_queued_reqs, max_num_queued_tokens),
         )
         self._tp = tensor_parallel_size
         self._mfu = enable_mfu_metrics
@@ -141,7 +140,7 @@ class Engine:
         """Queue a new request, unless the engine is dead or a queue limit refuses it."""
         if not self.alive:
             raise EngineDead()
-        refusal = self.scheduler.refusal(asked["prompt_tokens"])
+        refusal = self.scheduler.queue_limits.refusal(self.scheduler.waiting, asked["prompt_tokens"])
         if refusal is not None:
             self.metrics.outcomes.rejections[refusal].inc()
             raise QueueFull(refusal)

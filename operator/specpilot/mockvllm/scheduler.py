@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import math
 import random
+from collections.abc import Collection
+from dataclasses import dataclass
 
 from specpilot.mockvllm.config import EngineLimits
 from specpilot.mockvllm.costmodel import blocks_for
@@ -19,6 +21,22 @@ from specpilot.mockvllm.request import Request
 
 # The requests a step decodes, and the prefill chunks it runs.
 Batch = tuple[list[Request], list[tuple[Request, int]]]
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """`--max-num-queued-reqs` and `--max-num-queued-tokens`: how much may wait (None: no limit)."""
+
+    max_reqs: int | None
+    max_tokens: int | None
+
+    def refusal(self, waiting: Collection[Request], prompt_tokens: int) -> str | None:
+        """The limit that refuses a new request of `prompt_tokens` behind `waiting`, if one does."""
+        if self.max_reqs is not None and len(waiting) >= self.max_reqs:
+            return "max_num_queued_reqs"
+        if self.max_tokens is not None and sum(r.prompt_tokens for r in waiting) + prompt_tokens > self.max_tokens:
+            return "max_num_queued_tokens"
+        return None
 
 
 class KvCache:
@@ -75,8 +93,7 @@ class Scheduler:
         counters: CacheCounters,
         *,
         chunked_prefill: bool,
-        max_queued_reqs: int | None,
-        max_queued_tokens: int | None,
+        queue_limits: QueueLimits,
     ) -> None:
         self.limits = limits
         self.kv = kv
@@ -85,18 +102,7 @@ class Scheduler:
         self.leaked: list[Request] = []  # dropped by their clients, yet holding a slot and their blocks
         self._counters = counters
         self._chunked = chunked_prefill
-        self._max_queued_reqs = max_queued_reqs
-        self._max_queued_tokens = max_queued_tokens
-
-    def refusal(self, prompt_tokens: int) -> str | None:
-        """The queue limit that refuses a new request of `prompt_tokens`, if one does."""
-        if self._max_queued_reqs is not None and len(self.waiting) >= self._max_queued_reqs:
-            return "max_num_queued_reqs"
-        if self._max_queued_tokens is not None and (
-            sum(r.prompt_tokens for r in self.waiting) + prompt_tokens > self._max_queued_tokens
-        ):
-            return "max_num_queued_tokens"
-        return None
+        self.queue_limits = queue_limits
 
     def schedule(self, now: float) -> Batch | None:
         """The batch of a step starting at `now` (None: nothing can run); its blocks are taken."""
