@@ -29,8 +29,10 @@ Two tests read those products, one per odds ratio in ODDS:
   rounds rather than every round make that union STARTS products rather than HORIZON, at the price of
   up to BLOCK clean rounds in the product that catches a change. Its delay is about
   log(STARTS / (a w)) over the information a faulty round carries, against log(1 / (a w)) for the
-  mixture from the first round: a dozen rounds for a fault every round, a few hundred for a greedy
-  divergence at twice a 10% rate (`bench/probes_aa.py` measures it).
+  mixture from the first round: a few hundred rounds for a greedy divergence at twice a 10% rate
+  (`bench/probes_aa.py` measures it). A fault on every ask against none on the other arm takes the
+  mixture 4 rounds at 2 asks a round however late it begins: a round where neither arm failed leaves
+  both tests where they were.
 """
 
 from __future__ import annotations
@@ -41,11 +43,15 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 # Odds ratios the tests look for, and their weights. A greedy divergence at twice the baseline's rate
-# shows as odds of 1.5 to 1.8 on the comparisons (a comparison differs when either answer does); a broken
-# behaviour (a leaked slot, a tool call that does not parse) as a large one. Small odds take hundreds of
-# rounds to show, so they get most of the weight: a large one shows within a dozen rounds either way.
-ODDS = (1.5, 2.0, 3.0, 6.0, 50.0)
-WEIGHTS = (0.3, 0.3, 0.2, 0.1, 0.1)
+# shows as odds of 1.5 to 1.8 on the comparisons (a comparison differs when either answer does), and takes
+# hundreds of rounds to show: those odds keep most of the weight. A behaviour broken on every ask (a leaked
+# slot, a tool call that does not parse) shows as odds past any bound, and a round whose k asks fail on the
+# speculative arm alone has one chance in C(2k, k) with equal arms (6 at 2 asks), so no test of a round's
+# stratum gains more than that factor from it. The largest odds get what it takes for the mixture test to
+# reach its level (a quarter of 1%) after 4 such rounds at 2 asks, the fewest any weights allow (6^3 < 400),
+# and 2 at 4 asks; the medium ones, for a fault on some of the asks, the rest.
+ODDS = (1.5, 2.0, 3.0, 6.0, 10_000.0)
+WEIGHTS = (0.3, 0.3, 0.05, 0.05, 0.3)
 BLOCK = 100  # rounds between the CUSUM's boundaries
 HORIZON = 2000  # rounds over which the CUSUM's false alarms are bounded (two weeks of 10-minute rounds)
 STARTS = HORIZON // BLOCK  # boundaries within the horizon

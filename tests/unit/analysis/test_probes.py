@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -32,14 +33,16 @@ from specpilot.analysis.probes import (
     greedy_round,
     strata,
 )
-from specpilot.analysis.proportions import ODDS, Sequential, log_ratios
+from specpilot.analysis.proportions import HORIZON, ODDS, Sequential, log_ratios
 from specpilot.analysis.quality import (
+    CHANGE_SHARE,
     ProbeResult,
     accumulated,
     behaviour_check,
     case_key,
     kind_counts,
     kind_groups,
+    probe_alpha,
     probe_checks,
     round_cases,
     scope_cases,
@@ -219,15 +222,15 @@ CLEAN = cancel_round(case("cancel"), baseline=Readings(0, 0), speculative=Readin
 
 
 def test_a_leak_on_the_speculative_arm_only_fails_once_shown_above_the_baselines_rate() -> None:
-    # one kept slot is what load on the pod can look like: a leak every round is shown by the 12th
-    *passing, failing = list(checks_by_round(case("cancel"), [LEAK] * 12))
+    # one kept slot is what load on the pod can look like: a leak on the one ask of every round is shown by the 11th
+    *passing, failing = list(checks_by_round(case("cancel"), [LEAK] * 11))
     assert all(check.verdict is Verdict.PASS for check in passing)
     assert failing.verdict is Verdict.FAIL and failing.fires and failing.metric is MetricName.PROBE_CANCEL
     assert "cancel probe keeps dropped streams' slots" in failing.reason and "mixture SPRT p=" in failing.evidence
 
 
 def test_a_leak_after_500_clean_rounds_is_caught_as_soon_as_one_from_the_first() -> None:
-    assert first_failing(case("cancel"), [*[CLEAN] * 500, *[LEAK] * 20]) == 500 + 12
+    assert first_failing(case("cancel"), [*[CLEAN] * 500, *[LEAK] * 20]) == 500 + 11
 
 
 def test_a_tool_call_that_breaks_after_500_clean_rounds_flips_long_before_the_share_falls() -> None:
@@ -237,11 +240,66 @@ def test_a_tool_call_that_breaks_after_500_clean_rounds_flips_long_before_the_sh
     clean = answer_round(probe, baseline=good, speculative=good)
     broken = answer_round(probe, baseline=good, speculative=bad)
     assert first_failing(probe, [broken]) == 1  # below quality.minAgreement at once
-    # the share of 500 clean rounds falls below 95% after 27 broken ones; the tests see it by the 12th
-    *_, check = checks_by_round(probe, [*[clean] * 500, *[broken] * 12])
+    # the share of 500 clean rounds falls below 95% after 27 broken ones; the tests see it by the 11th
+    *_, check = checks_by_round(probe, [*[clean] * 500, *[broken] * 11])
     assert check.verdict is Verdict.FAIL and check.reason.startswith(
         "toolCall probe fails more often than the baseline"
     )
+
+
+def shown(test: Sequential) -> bool:
+    """Whether either test shows the speculative arm failing more, at the levels the operator reads them."""
+    alpha = probe_alpha(0.95)
+    return test.mixture_p() <= alpha * (1 - CHANGE_SHARE) or test.change_p() <= alpha * CHANGE_SHARE
+
+
+def asked(tally: CaseTally, times: int) -> CaseTally:
+    """One round of `times` asks, each answered as `tally`'s, in one tally as the operator adds them up."""
+    total = tally
+    for _ in range(times - 1):
+        total = replace(accumulate(total, tally), rounds=1)
+    return total
+
+
+@pytest.mark.parametrize(("per_round", "delay"), [(1, 11), (2, 4), (4, 2)])
+def test_a_tool_call_broken_on_every_ask_after_500_clean_rounds_flips_at_the_tests_delay(
+    per_round: int, delay: int
+) -> None:
+    """The tests take as many rounds for the breakage after 500 clean rounds as from the first round
+    (where quality.minAgreement flips it at once): at the default 2 asks, 4, the fewest a test of the
+    rounds' strata can take, a round of 2 asks failing on one arm alone being 1 in C(4, 2) = 6 with
+    equal arms and the mixture's level a quarter of 1% (6^3 < 400)."""
+    probe = case("toolCall", tools=[WEATHER], toolChoice="required")
+    good = both(Answer("", "tool_calls", None, GOOD_CALL))
+    bad = both(Answer("", "tool_calls", None, (ToolCall("get_weather", '{"city":'),)))
+    clean = asked(answer_round(probe, baseline=good, speculative=good), per_round)
+    broken = asked(answer_round(probe, baseline=good, speculative=bad), per_round)
+    *_, late = checks_by_round(probe, [*[clean] * 500, *[broken] * delay])
+    assert late.verdict is Verdict.FAIL and "mixture SPRT p=" in late.evidence
+    assert first_failing(probe, [*[clean] * 500, *[broken] * 20]) == 500 + delay
+    test = Sequential()
+    for _ in range(delay - 1):
+        test = test.step(strata(broken))
+        assert not shown(test)
+    assert shown(test.step(strata(broken)))
+    assert 3 * math.log(math.comb(4, 2)) < -math.log(probe_alpha(0.95) * (1 - CHANGE_SHARE))
+
+
+def test_equal_arms_at_a_fifth_of_asks_failing_flip_no_scope_over_the_horizon() -> None:
+    """Two asks a round failing at 20% on both arms (a cancel bound that load outlasts), over the
+    2,000 rounds the change detector's false flips are bounded for, read at the operator's levels:
+    the odds past any bound that catch a fault on every ask flip no pilot of 100 (at most 1%)."""
+    rng = random.Random(11)
+    flips = 0
+    for _ in range(100):
+        test = Sequential()
+        for _ in range(HORIZON):
+            failed, other = (sum(rng.random() < 0.2 for _ in range(2)) for _ in range(2))
+            test = test.step([(failed, 2, other, 2)])
+            if shown(test):
+                flips += 1
+                break
+    assert flips <= 1
 
 
 def loaded(rng: random.Random, *, spec_hidden: float, base_hidden: float = 0.2) -> CaseTally:
@@ -371,7 +429,8 @@ def test_a_restart_carries_both_tests_over() -> None:
         later = later.step([stratum])
     resumed = earlier.then(later)
     assert resumed.ratios == pytest.approx(whole.ratios) and resumed.rounds == whole.rounds
-    assert resumed.change_p() == pytest.approx(whole.change_p())  # the best start lies after the restart
+    # the best start is the restart: the failing rounds' product starts there, where one run has no boundary
+    assert resumed.change_p() == pytest.approx(later.change_p()) and resumed.change_p() < whole.change_p()
     assert Sequential().then(later) == later and earlier.then(Sequential()).change_p() == earlier.change_p()
 
 
@@ -379,7 +438,7 @@ def test_a_scope_resumes_its_probe_tests_after_a_restart_from_the_evidence() -> 
     probe = case("cancel")
     groups = kind_groups([probe]).values()
     first = None
-    for _ in range(9):  # not yet shown
+    for _ in range(8):  # not yet shown
         first = accumulated(first, ProbeResult({case_key(probe): LEAK}), groups=groups)
     kept = ProbeRecord(since=NOW, current=kind_counts(first, [probe]))
     assert kept.before(NOW) == {} and kept.before(None) == kept.counts()
@@ -390,7 +449,7 @@ def test_a_scope_resumes_its_probe_tests_after_a_restart_from_the_evidence() -> 
         earlier = kept.before(second.since + INTERVAL)
         (check,) = probe_checks(second, [probe], quality=Quality(), confidence=0.95, earlier=earlier)
         verdicts.append(check.verdict)
-    assert verdicts == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]  # the 12th round, as in one run
+    assert verdicts == [Verdict.PASS, Verdict.PASS, Verdict.FAIL]  # the 11th round, as in one run
 
 
 # --- cases of a pilot ------------------------------------------------------------------------------
