@@ -172,3 +172,7 @@ def test_fifty_sigkills_over_promotion_flip_decision_and_teardown_leave_one_reco
     once = {"PilotCreated", "ScopeRolledBack", "ScopeSpeculative", "RoutesTaken", "DecisionStated"}
     assert {reason: reasons[reason] for reason in once} == dict.fromkeys(once, 1), reasons
     assert reasons["ScopePromoted"] == 1 and "Synced" not in reasons
+    # A baseline at the edge of saturation under this load toggled the guard every window without
+    # hysteresis (11 times each way); with the defaults it changes state at most twice.
+    guard = reasons["ProductionSaturated"] + reasons["ProductionHeadroom"]
+    assert guard <= 2, f"the production guard changed state {guard} times: {dict(reasons)}"
