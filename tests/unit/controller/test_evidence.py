@@ -23,7 +23,7 @@ from specpilot.api.status import (
     Verdict,
     WindowSummary,
 )
-from specpilot.controller.core.evidence import decide, fresh_for, record
+from specpilot.controller.core.evidence import DECIDED_KEPT, _findings, decide, fresh_for, record
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END, arm, engine
@@ -364,3 +364,18 @@ def test_probe_counts_are_kept_per_scope_kind_and_arm_and_survive_an_operator_re
         rounds=4, baseline=ProbeArm(checks=8, passed=4), speculative=ProbeArm(checks=8, passed=8)
     )
     assert recorded(later, probed(1, END + HOUR)) == later
+
+
+def test_the_findings_of_the_newest_stores_alone_are_kept() -> None:
+    """A pilot's store moves on with every window, so a long run decides ever new stores: no more than
+    `DECIDED_KEPT` of them stay in memory, and the newest is decided once however often it is asked."""
+    settled = [ScopeStatus(name=name, state=ScopeState.SPECULATIVE) for name in NAMES]
+    alphas = {"chat": 0.95, "code": 0.95}
+    _findings.cache_clear()
+    stores = [pilot(alphas, seed=seed, per_load=1) for seed in range(DECIDED_KEPT + 4)]
+    for store in stores:
+        decide(store, spec=SPEC, scopes=settled, fallbacks=[], annotations={}, previous=None, now=END)
+    assert _findings.cache_info().currsize == DECIDED_KEPT
+    decided = _findings.cache_info().misses
+    decide(stores[-1], spec=SPEC, scopes=settled, fallbacks=[], annotations={}, previous=None, now=END + HOUR)
+    assert _findings.cache_info().misses == decided

@@ -147,6 +147,11 @@ def _load_changes(
     return status.stage_started_at, flipped, scope.mix_changed_at, load_changed_at
 
 
+# Evidence stores whose findings are kept: one a pilot, for this many pilots deciding at once. Only a
+# pilot's newest store is decided again, and each kept one holds its text (up to STORE_BUDGET) and bands.
+DECIDED_KEPT = 16
+
+
 def findings(
     evidence: Evidence,
     spec: SpeculationPilotSpec,
@@ -155,7 +160,8 @@ def findings(
     rehearsal: RehearsalStatus | None = None,
 ) -> list[ScopeFindings]:
     """Every scope's findings; the same evidence is decided once (a crossover's bootstrap costs tens
-    of milliseconds, and reconciles outnumber the windows that change the evidence)."""
+    of milliseconds, and reconciles outnumber the windows that change the evidence), and the findings of
+    the newest `DECIDED_KEPT` stores are kept."""
     records = tuple(record.model_dump_json() for record in fallbacks)
     scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
     ttft = spec.analysis.thresholds.ttft
@@ -164,7 +170,7 @@ def findings(
     return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes, peak=peak, ungated=ungated))
 
 
-@lru_cache(maxsize=128)
+@lru_cache(maxsize=DECIDED_KEPT)
 def _findings(
     evidence: str,
     fallbacks: tuple[str, ...],
