@@ -22,11 +22,13 @@ from typing import Any
 import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
-from tests.cluster.operator_process import Operator, pilot, restart, running_operator, wait_ready
+from tests.cluster.operator_process import Operator, events, pilot, restart, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, report, router_ip
 from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 pytestmark = pytest.mark.cluster
+
+FORECAST = "h200-llama-3.1-8b-eagle"
 
 RATE = 3.0  # mid's requests per second: 0.6 per replica of each compared arm at 20%, 1.5 at 50%
 # The engines cross near 0.95 requests per second per replica: speculation takes 0.78x the time per
@@ -52,6 +54,9 @@ def climb_pilot() -> dict[str, Any]:
     # production takes mid's whole load after the flip: 1.5 per replica, well within its capacity
     spec["baseline"] = {"replicas": 2}
     spec["analysis"]["minSamples"] = 5
+    # A forecast from a profile that does not describe these pods: an H200 with an EAGLE-style head,
+    # where speculation still pays at batch 256, against the mock's invented "mid" engine.
+    spec["analysis"]["forecast"] = {"profile": FORECAST}
     return doc
 
 
@@ -148,7 +153,17 @@ def test_a_climb_past_the_crossover_is_adopted_below_its_win_with_the_engines_cr
     assert decision["crossoverLow"] <= truth <= decision["crossoverHigh"], (decision, truth)
     assert decision["crossoverHigh"] <= flip["loads"]["speculative"] * 1.05, (decision, flip)
     # the first sentence says both: where it is adopted and where the crossover lies
-    assert f"{decision['maxLoad']:.2f}" in decision["reasons"][0], decision["reasons"]
+    first = decision["reasons"][0]
+    assert f"{decision['maxLoad']:.2f}" in first, decision["reasons"]
+    assert all(f"{decision[end]:.2f}" in first for end in ("crossoverLow", "crossoverHigh")), decision["reasons"]
+    # the forecast said speculation pays far above these loads: the measured crossover says the profile
+    # does not describe these pods, in status, in the report and in a warning Event
+    forecast = mid["forecast"]
+    assert forecast["profile"] == FORECAST and forecast["disagrees"], forecast
+    assert "the profile does not describe these pods" in forecast["message"], forecast
+    assert body["scopes"][0]["forecast"] == forecast
+    warned = [e for e in events(cluster, namespace) if e["reason"] == "ForecastDisagrees"]
+    assert warned and all(e["type"] == "Warning" and "scope mid" in e["message"] for e in warned), warned
     # the pilot's decision and the report agree with the scope's, and survive an operator restart
     assert status["decision"]["outcome"] == "AdoptInLowLoadWindows", status["decision"]
     assert body["decision"] == status["decision"] and body["scopes"][0]["decision"] == decision
