@@ -29,9 +29,10 @@ tools:
 	@e2e/tools.sh helm >/dev/null
 	@e2e/tools.sh actionlint >/dev/null
 
-# The quiet tiers first: the cluster tier's control plane and pods load the machine until it ends.
+# Two workers (tests/conftest.py): the cluster tier in one, the component tier in the other, the unit
+# tier wherever a worker is free; most of the cluster tier's time is its pilots' clocks, not the CPU.
 test: venv binaries tools
-	$(PY) -m pytest tests/unit tests/component tests/cluster $(PYTEST_ARGS)
+	$(PY) -m pytest -n 2 --dist loadgroup tests/unit tests/component tests/cluster $(PYTEST_ARGS)
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
