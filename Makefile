@@ -32,8 +32,8 @@ tools:
 # The cluster tier in one pytest and the unit and component tiers in another beside it: most of the
 # cluster tier's time is its pilots' clocks, not the CPU. The cluster tier's quiet tests run first
 # (tests/conftest.py); the other tiers' output follows the cluster tier's. JUNIT=PREFIX writes
-# PREFIX-cluster.xml and PREFIX-rest.xml. A tier with no test selected (say, -m long) is no failure
-# here; .ci/run counts the tests both ran.
+# PREFIX-cluster.xml and PREFIX-rest.xml. One tier with no test selected (say, -m long) is no failure;
+# both is (.ci/run also counts the tests both ran).
 test: venv binaries tools
 	@rest_log=$$(mktemp); \
 	$(PY) -m pytest tests/unit tests/component $(PYTEST_ARGS) $(if $(JUNIT),--junitxml=$(JUNIT)-rest.xml) \
@@ -41,7 +41,8 @@ test: venv binaries tools
 	$(PY) -m pytest tests/cluster $(PYTEST_ARGS) $(if $(JUNIT),--junitxml=$(JUNIT)-cluster.xml); cluster=$$?; \
 	wait $$rest; rest=$$?; \
 	echo "== tests/unit and tests/component"; cat "$$rest_log"; rm -f "$$rest_log"; \
-	for status in $$cluster $$rest; do [ "$$status" = 0 ] || [ "$$status" = 5 ] || exit "$$status"; done
+	for status in $$cluster $$rest; do [ "$$status" = 0 ] || [ "$$status" = 5 ] || exit "$$status"; done; \
+	[ "$$cluster$$rest" != 55 ] || { echo "no test selected in any tier"; exit 5; }
 
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
