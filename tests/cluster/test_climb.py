@@ -143,6 +143,7 @@ def test_a_climb_past_the_crossover_is_adopted_below_its_win_with_the_engines_cr
         f"crossover in [{decision.get('crossoverLow')}, {decision.get('crossoverHigh')}]; the engines' {truth:.3f}"
     )
     print("\n".join(decision["reasons"]))
+    print(json.dumps(body["scopes"][0]["comparisons"], indent=None))
     # it flipped back for speed at its second stage's load, which the flip records
     assert flip["metric"] == "timePerCommittedTokenRatio", flip
     assert flip["loads"]["speculative"] == pytest.approx(1.5, rel=0.3), flip

@@ -3,7 +3,9 @@
 The store keeps fine fixed bins of offered load (`evidence`); a band merges adjacent bins of the
 speculative arm, lowest load first, until it holds `MIN_BAND_WINDOWS` windows' worth of distinct
 requests (overlapping windows share theirs). So bands follow the loads the pilot actually saw,
-without the SRE guessing them in the spec beforehand, and a sparse tail never stands alone.
+without the SRE guessing them in the spec beforehand. A sparse tail above the last full band stands
+alone, shown but too thin to decide on (`Comparison.powered`): joined to the band below, the few
+windows of a climb's next stage before its flip would dilute that band's win into a mixed figure.
 
 Each speculative band is compared with the compared arm's windows in the same bins, and nowhere else:
 no value is read between or beyond the loads the compared arm was measured at. With a control arm the
@@ -93,7 +95,7 @@ def bands(
     bins: Mapping[int, BinArm], *, overlap: float = 1.0, min_windows: float = MIN_BAND_WINDOWS, ttft_width: int = 1
 ) -> list[Band]:
     """The arm's bands, lowest load first, each holding `min_windows` windows' worth of distinct requests
-    (so `min_windows` x overlap windows); a short tail joins the band below it. `ttft_width` is the
+    (so `min_windows` x overlap windows); a short tail stands alone above them. `ttft_width` is the
     store's (`Evidence.ttft_width`)."""
     target = min_windows * max(1.0, overlap)
     groups: list[list[int]] = []
@@ -106,10 +108,7 @@ def bands(
             groups.append(current)
             current = []
     if current:
-        if groups:
-            groups[-1].extend(current)
-        else:
-            groups.append(current)
+        groups.append(current)
     merged = [(group, _merge([bins[i] for i in group])) for group in groups]
     cvs = [cell.tpct.sd / cell.tpct.mean for _, cell in merged if cell.tpct.sd is not None and cell.tpct.mean]
     pooled = math.sqrt(sum(cv * cv for cv in cvs) / len(cvs)) if cvs else None
@@ -165,6 +164,12 @@ class Comparison:
     @property
     def measured(self) -> bool:
         return self.ratio is not None
+
+    @property
+    def powered(self) -> bool:
+        """The speculative band holds `MIN_INDEPENDENT` windows' worth of distinct requests: enough to
+        decide on (only a short tail above the full bands holds fewer)."""
+        return self.band.independent >= MIN_INDEPENDENT
 
     @property
     def wins(self) -> bool:

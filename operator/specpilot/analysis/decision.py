@@ -29,7 +29,9 @@ ordered list of small rules (`RULES`) over its facts (`Facts`), each alone:
 7. Otherwise: **Defer, NoNetGain**.
 
 A band is a win only when speculation is faster by `bands.MIN_GAIN` or more, beyond the spread of
-both arms' windows at analysis.confidence: two identical arms are never adopted on noise.
+both arms' windows at analysis.confidence: two identical arms are never adopted on noise. A thin band
+above the full ones (fewer than `bands.MIN_INDEPENDENT` windows' worth of requests) is reported and
+decided on nowhere: no adoption reaches its loads, and it dilutes no win below it.
 
 Every adoption states the share of production's windows whose load lies within it.
 
@@ -530,7 +532,7 @@ class Facts:
     evidence: Evidence
     compared: Arm  # the arm the speculative arm is compared with
     comparisons: tuple[Comparison, ...]
-    measured: tuple[Comparison, ...]  # those where the compared arm ran
+    measured: tuple[Comparison, ...]  # those where the compared arm ran, in bands full enough to decide on
     wins: tuple[Comparison, ...]
     crossing: Crossover | None
     share: DecodeShare | None  # the timing breakdown; its decode ratio and observed gain over `measured`
@@ -903,7 +905,7 @@ def facts(
 ) -> Facts:
     """A scope's facts for the rules from its evidence, its comparisons and the pilot's flips."""
     scope = evidence.scopes.get(name, ScopeEvidence())
-    measured = tuple(c for c in comparisons if c.measured)
+    measured = tuple(c for c in comparisons if c.measured and c.powered)
     flip = _speed_flip(name, fallbacks) if state is ScopeState.ROLLED_BACK else None
     share = decode_share(scope, evidence.compared)
     return Facts(

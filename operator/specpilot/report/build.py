@@ -231,6 +231,7 @@ def _scope_json(
                 "comparedSeconds": rounded(c.compared.tpct) if c.compared is not None else None,
                 "ratio": rounded(c.ratio, 4),
                 "measured": c.measured,
+                "powered": c.powered,
                 "speculationWins": c.wins,
             }
             for c in findings.comparisons

@@ -78,7 +78,7 @@ def _bands(report: Json, scope: Json) -> list[str]:
         lines.append(
             f"| {c['load']:.2f} | {band['windows']} | {band['source']} | {_f(band['inFlightPerReplica'], '.1f')} | "
             f"{c['speculativeSeconds'] * 1000:.2f} | {against} | {_f(c['ratio'])} | "
-            f"{'yes' if c['speculationWins'] else 'no'} |"
+            f"{'yes' if c['speculationWins'] else 'no' if c['powered'] else 'too few windows to decide on'} |"
         )
     peak = scope["peak"]
     if peak is not None:

@@ -77,6 +77,7 @@ def test_speculation_is_set_against_the_control_arm_at_the_same_offered_load(evi
             "comparedSeconds",
             "ratio",
             "measured",
+            "powered",
             "speculationWins",
         }
         assert comparison["measured"] is True
