@@ -142,7 +142,11 @@ def test_the_service_serves_the_routers_and_is_put_back_exactly_after_a_sigkill(
         # The worst moment: the Service taken, the operator gone, the pilot deleted meanwhile.
         operator.kill()
         cluster.kubectl("delete", "speculationpilot", "demo", "-n", namespace, "--wait=false")
-        time.sleep(3)  # a while with the operator down: the Service stays taken over through it
+        served = sum(s.ok and s.endpoint in routers for s in sent)
+        wait_until(
+            "requests served by the routers with the operator down",
+            lambda: sum(s.ok and s.endpoint in routers for s in sent) >= served + 5,
+        )
         assert service_spec(cluster, namespace) != original, "nothing restores it while the operator is down"
         operator.start()
         restored_at = wait_until(
