@@ -214,6 +214,8 @@ def test_a_rolled_back_climb_is_rehearsed_within_its_bracket_and_the_crossover_n
         done = wait_until("the rehearsal finished", lambda: rehearsal("Completed", "Stopped"), timeout=1200, every=2)
         assert done["phase"] == "Completed", (done, operator.tail(60))
         (final,) = decided(cluster, namespace)["scopes"]
+        stored = cluster.get_json("configmap", "demo-evidence", "-n", namespace)["data"]["evidence.json"]
+        (tmp_path / "evidence.json").write_text(stored)  # the bands and crossover read again, when it fails
     finally:
         load.terminate()
         load.wait()
