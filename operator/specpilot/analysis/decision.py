@@ -709,10 +709,11 @@ def flipped_at_a_winning_load(f: Facts) -> ScopeDecision | None:
 
 def too_little_evidence(f: Facts) -> ScopeDecision | None:
     """Fewer than `bands.MIN_INDEPENDENT` windows' worth of distinct requests at matched loads."""
-    independent = sum(c.band.independent for c in f.measured)
-    if independent >= MIN_INDEPENDENT:
+    if sum(c.band.independent for c in f.measured) >= MIN_INDEPENDENT:
         return None
-    windows = sum(c.band.windows for c in f.measured)
+    seen = [c for c in f.comparisons if c.measured]  # a thin band's windows too: what was measured at all
+    independent = sum(c.band.independent for c in seen)
+    windows = sum(c.band.windows for c in seen)
     sentence = (
         f"{f.name}: {windows} window(s) measured speculation against {_arm(f.compared)} at the same load, "
         f"{independent:.1f} windows' worth of distinct requests; at least {MIN_INDEPENDENT:g} are needed to "

@@ -9,7 +9,7 @@ from datetime import timedelta
 
 import pytest
 
-from specpilot.analysis.decision import RULES, Facts, Rule, _compared, facts
+from specpilot.analysis.decision import RULES, Facts, Rule, _compared, facts, too_little_evidence
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import DecisionOutcome, DeferReason, FallbackRecord, ScopeState, Window
 from specpilot.wire.names import Arm
@@ -123,3 +123,14 @@ def test_each_rule_alone(
     assert decided is not None, name
     assert decided.outcome is outcome and decided.defer_reason is reason, decided.reasons
     assert decided.reasons[0].startswith("s: "), decided.reasons
+
+
+def test_too_little_evidence_counts_what_a_thin_band_measured() -> None:
+    # 6 windows at one load, overlap 3: one band of 2 windows' worth, too thin to decide on, and said so
+    f = _facts(loads=(2,), per_load=6)
+    assert f.measured == () and [c.powered for c in f.comparisons] == [False]
+    decided = too_little_evidence(f)
+    assert decided is not None and decided.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
+    assert decided.reasons[0].startswith(
+        "s: 6 window(s) measured speculation against the control arm at the same load, 2.0 windows' worth"
+    ), decided.reasons
