@@ -4,8 +4,9 @@ The store keeps fine fixed bins of offered load (`evidence`); a band merges adja
 speculative arm, lowest load first, until it holds `MIN_BAND_WINDOWS` windows' worth of distinct
 requests (overlapping windows share theirs). So bands follow the loads the pilot actually saw,
 without the SRE guessing them in the spec beforehand. A sparse tail above the last full band stands
-alone, shown but too thin to decide on (`Comparison.powered`): joined to the band below, the few
-windows of a climb's next stage before its flip would dilute that band's win into a mixed figure.
+alone, shown but too thin to decide on or to read a crossover against (`Comparison.powered`): joined
+to the band below, the few windows of a climb's next stage before its flip would dilute that band's win
+into a mixed figure.
 
 Each speculative band is compared with the compared arm's windows in the same bins, and nowhere else:
 no value is read between or beyond the loads the compared arm was measured at. With a control arm the

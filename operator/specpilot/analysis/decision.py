@@ -31,7 +31,8 @@ ordered list of small rules (`RULES`) over its facts (`Facts`), each alone:
 A band is a win only when speculation is faster by `bands.MIN_GAIN` or more, beyond the spread of
 both arms' windows at analysis.confidence: two identical arms are never adopted on noise. A thin band
 above the full ones (fewer than `bands.MIN_INDEPENDENT` windows' worth of requests) is reported and
-decided on nowhere: no adoption reaches its loads, and it dilutes no win below it.
+decided on nowhere: no adoption reaches its loads, no crossover is read against it (its few windows
+understate its spread), and it dilutes no win below it.
 
 Every adoption states the share of production's windows whose load lies within it.
 
@@ -520,7 +521,7 @@ def _compared(
 def crossover_point(evidence: Evidence, name: str) -> float | None:
     """Where a scope's speculation stops winning on the evidence so far, without its interval: what a
     peak rehearsal's crossover step is planned at."""
-    found = crossover(_compared(evidence, name, 0.95)[1], confidence=0.95, draws=0)
+    found = crossover([c for c in _compared(evidence, name, 0.95)[1] if c.powered], confidence=0.95, draws=0)
     return found.load if found is not None else None
 
 
@@ -916,7 +917,7 @@ def facts(
         comparisons=tuple(comparisons),
         measured=measured,
         wins=tuple(c for c in measured if c.wins),
-        crossing=crossover(comparisons, confidence=confidence),
+        crossing=crossover(measured, confidence=confidence),
         share=share.at(measured) if share is not None and measured else share,
         flipped_for=frozenset(record.reason for record in fallbacks if record.scope == name),
         flip=flip,

@@ -201,6 +201,14 @@ def test_a_climbs_few_windows_at_its_next_stage_before_the_flip_dilute_no_win_be
     assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, found.reasons
     assert found.max_load == pytest.approx(2.0)
     assert (found.crossover_low, found.crossover_high) == (pytest.approx(2.0), pytest.approx(10.0))
+    # nor is a crossover read against it: with a full band between that wins nowhere and loses nowhere
+    # (0.99x at 6.2), the crossing lies between the highest win and the flip, not at a narrow interval
+    # drawn from three windows
+    between = pilot({"s": 0.5}, loads=(2, 2, 2, 6.2, 6.2, 6.2, 10), per_load=3)
+    assert decide(between, "s").crossover is None
+    found = _rolled_back(between, _flip("s", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 10.0))
+    assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and found.crossover_load is None
+    assert (found.max_load, found.crossover_low, found.crossover_high) == pytest.approx((2.0, 2.0, 10.0))
 
 
 def _ratios_of(evidence: Evidence, scope: str) -> str:
