@@ -222,9 +222,10 @@ def first_crossing(points: Sequence[tuple[float, float]]) -> float | None:
 def crossover(
     comparisons: Sequence[Comparison], *, confidence: float, draws: int = DRAWS, seed: int = 0
 ) -> Crossover | None:
-    """Where speculation stops winning, when it wins at some matched load and loses at a higher one; with
-    no `draws`, the point alone (its interval collapsed on it)."""
-    pairs = [(c.band, c.compared) for c in comparisons if c.compared is not None]
+    """Where speculation stops winning, when it wins at some matched load and loses at a higher one, read
+    between full bands only (a thin band's few windows understate its spread); with no `draws`, the point
+    alone (its interval collapsed on it)."""
+    pairs = [(c.band, c.compared) for c in comparisons if c.compared is not None and c.powered]
     if len(pairs) < 2:
         return None
     points = [(spec.load, spec.tpct - ref.tpct) for spec, ref in pairs]

@@ -521,7 +521,7 @@ def _compared(
 def crossover_point(evidence: Evidence, name: str) -> float | None:
     """Where a scope's speculation stops winning on the evidence so far, without its interval: what a
     peak rehearsal's crossover step is planned at."""
-    found = crossover([c for c in _compared(evidence, name, 0.95)[1] if c.powered], confidence=0.95, draws=0)
+    found = crossover(_compared(evidence, name, 0.95)[1], confidence=0.95, draws=0)
     return found.load if found is not None else None
 
 
@@ -917,7 +917,7 @@ def facts(
         comparisons=tuple(comparisons),
         measured=measured,
         wins=tuple(c for c in measured if c.wins),
-        crossing=crossover(measured, confidence=confidence),
+        crossing=crossover(comparisons, confidence=confidence),
         share=share.at(measured) if share is not None and measured else share,
         flipped_for=frozenset(record.reason for record in fallbacks if record.scope == name),
         flip=flip,
