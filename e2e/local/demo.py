@@ -1,15 +1,14 @@
 """The local demo: the operator runs a pilot of mock vLLM arms on the local cluster, judged on real traffic.
 
-It starts the operator, applies `manifests/demo/pilot.yaml` (with `make demo REHEARSAL=1`, plus the
-peak rehearsal below, which runs once the decision is stated), waits for Ready, drives chat, code and
+It starts the operator, applies `manifests/demo/pilot.yaml` (with `make demo REHEARSAL=1`, plus the peak
+rehearsal below, which runs once the decision is stated), waits for Ready, drives chat, code and
 longform traffic through the router with the load generator, and shows each scope's progress as the
-operator judges its windows: chat (drafts accepted often) is adopted through both stages, code
-(drafts rarely accepted) is flipped back to ordinary decoding for a net slowdown in time per
-committed token, and longform (long answers) is flipped back for sustained KV-cache pressure on the
-speculative arm, whose draft model leaves it little cache. It ends with each scope's path, the
-fallback records and the decisions the operator states, writes the handover package with
-`specpilot report` (into demo-report/), then deletes the pilot (ordered teardown) and stops the
-operator and the load; its last lines say where the package is.
+operator judges its windows on the step costs measured on an H200 (an EAGLE-style draft head on
+Llama-3.1-8B): chat and longform (drafts accepted often) are adopted through both stages, and code
+(drafts rarely accepted) is flipped back to ordinary decoding for a net slowdown in time per committed
+token. It ends with each scope's path, the fallback records and the decisions the operator states,
+writes the handover package with `specpilot report` (into demo-report/), then deletes the pilot (ordered
+teardown) and stops the operator and the load; its last lines say where the package is.
 """
 
 from __future__ import annotations
@@ -77,7 +76,7 @@ def scope_line(scope: dict[str, Any]) -> str:
 
 
 # Where each scope of the demo pilot ends: its profile and traffic lead there.
-OUTCOMES = {"chat": "Speculative", "code": "RolledBack", "longform": "RolledBack"}
+OUTCOMES = {"chat": "Speculative", "code": "RolledBack", "longform": "Speculative"}
 
 
 def settled(scopes: dict[str, dict[str, Any]]) -> bool:

@@ -217,17 +217,12 @@ def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
     assert healthy.returncode == 0, f"{json.dumps(pilot(cluster, namespace).get('status'), indent=1)}"
     status = pilot(cluster, namespace)["status"]
     scopes = {s["name"]: s for s in status["scopes"]}
-    assert (scopes["chat"]["stage"], scopes["chat"]["weight"]) == (1, 50)
-    assert scopes["chat"]["lastWindow"]["ratio"] < 1
+    for name in ("chat", "longform"):
+        assert (scopes[name]["stage"], scopes[name]["weight"]) == (1, 50), scopes[name]
+        assert scopes[name]["lastWindow"]["ratio"] < 1, scopes[name]
     causes = {r["scope"]: (r["reason"], r["metric"]) for r in status["fallbacks"]}
-    # longform fills the speculative arm's cache; promoted before it does, the queue that builds may trip
-    # its TTFT limit first (seen on two shared cores)
-    assert causes["longform"] in {("KvCachePressure", "kvCacheUsage"), ("ThresholdExceeded", "ttftRatio")}, causes
-    # code drafts badly and loads the speculative arm's small KV cache too: whichever of its net
-    # slowdown and the KV-cache pressure the operator judges first flips it (on two shared cores,
-    # which comes first varies from run to run).
-    assert causes["code"] in {("ThresholdExceeded", "timePerCommittedTokenRatio"), ("KvCachePressure", "kvCacheUsage")}
-    assert sorted(causes) == ["code", "longform"], causes
+    # code drafts badly: its net slowdown in time per committed token flips it, and nothing else flips
+    assert causes == {"code": ("ThresholdExceeded", "timePerCommittedTokenRatio")}, causes
     reasons = [e["reason"] for e in events(cluster, namespace)]
     assert "ScopePromoted" in reasons and "ScopeRolledBack" in reasons and "RoutesTaken" in reasons, reasons
     # What argocd-cm.yaml's ignoreDifferences leave to the operator is all it writes on the pilot.

@@ -1,0 +1,118 @@
+"""The demo pilot's two compared arms alone, in virtual time: per scope, the speculative arm's TTFT p99
+and decode time per output token against the control arm's at the same Poisson load, and each arm's
+KV-cache usage.
+
+It reads `manifests/demo/pilot.yaml` (the engine's profile, max-model-len and time scale, the draft)
+and `manifests/demo/mix.yaml` (the scopes' shares and lengths), and offers each arm the load the
+speculative arm gets at each stage's weight of the demo's 10 requests/s (`--rate`), in model time:
+so what the pilot measures on the cluster, without the wall clock and the router. `--draft-tokens`
+and `--calibrated` (a calibrated profile's name in place of the pilot's) try other pilots.
+
+    .venv/bin/python bench/demo_arms.py
+    .venv/bin/python bench/demo_arms.py --draft-tokens 4
+    .venv/bin/python bench/demo_arms.py --calibrated h200-llama-3.1-8b-draft-1b --method draft_model
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from specpilot.mockvllm import simulate
+from specpilot.mockvllm.engine import Engine
+
+ROOT = Path(__file__).resolve().parents[1]
+WARMUP_S = 20.0  # model seconds left out at the start of each run
+
+
+def main() -> None:
+    pilot = yaml.safe_load((ROOT / "manifests/demo/pilot.yaml").read_text())["spec"]
+    mix = yaml.safe_load((ROOT / "manifests/demo/mix.yaml").read_text())["scopes"]
+    draft = pilot["speculative"]["draft"]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=10.0, help="the demo's offered requests/s (wall)")
+    parser.add_argument("--draft-tokens", type=int, default=draft["numSpeculativeTokens"])
+    parser.add_argument("--method", default=draft.get("method", "draft_model"))
+    parser.add_argument("--calibrated", default=None, help="a calibrated profile in place of the pilot's")
+    parser.add_argument("--seconds", type=float, default=200.0, help="model seconds at each load")
+    args = parser.parse_args()
+
+    engine = pilot["engine"]
+    profile = json.loads(next(e["value"] for e in engine["env"] if e["name"] == "SPECPILOT_MOCK_PROFILE_JSON"))
+    if args.calibrated:
+        profile["calibrated"] = args.calibrated
+    scale = next(float(a.split("=", 1)[1]) for a in engine.get("extraArgs", []) if a.startswith("--time-scale="))
+    flags = ["--max-model-len", str(engine["maxModelLen"])]
+    speculative = {"method": args.method, "model": "draft", "num_speculative_tokens": args.draft_tokens}
+    weights = sorted({stage["weight"] for scope in pilot["scopes"] for stage in scope["stages"]})
+    total = sum(scope["weight"] for scope in mix)
+    print(f"profile {profile.get('calibrated')}, {args.method}, {args.draft_tokens} draft tokens, time scale {scale:g}")
+    for weight in weights:
+        rate = args.rate * weight / 100 * scale  # model requests/s the speculative arm (and the control arm) gets
+        rng = random.Random(1)
+        arrivals: list[simulate.Arrival] = []
+        for scope in mix:
+            lengths = _lengths(scope, rng)
+            share = [rate * scope["weight"] / total]
+            arrivals += simulate.poisson(share, args.seconds, scope=scope["name"], lengths=lengths, rng=rng)
+        arrivals.sort(key=lambda a: a.at)
+        served, usage = {}, {}
+        for arm, spec in (("speculative", speculative), ("control", None)):
+            built = simulate.engine(profile, spec, flags=flags)
+            usage[arm] = _sampled_usage(built)
+            served[arm] = simulate.serve(built, arrivals, until=args.seconds + 60)
+        print(f"\nweight {weight}%: {rate:.1f} requests/s of model time on each arm")
+        for arm in served:
+            print(f"  {arm:<11} KV-cache usage mean {np.mean(usage[arm]):.3f}, max {np.max(usage[arm]):.3f}")
+        print(f"  {'scope':<9} {'requests':>9} {'TTFT p99 ms':>17} {'ratio':>6} {'decode ms/token':>17} {'ratio':>6}")
+        for scope in mix:
+            spec_ttft, spec_tpot, n = _figures(served["speculative"], scope["name"])
+            ctrl_ttft, ctrl_tpot, _ = _figures(served["control"], scope["name"])
+            print(
+                f"  {scope['name']:<9} {n:>9} {spec_ttft:>8.1f} /{ctrl_ttft:>7.1f} {spec_ttft / ctrl_ttft:>6.2f}"
+                f" {spec_tpot:>8.2f} /{ctrl_tpot:>7.2f} {spec_tpot / ctrl_tpot:>6.2f}"
+            )
+
+
+def _lengths(scope: dict[str, Any], rng: random.Random) -> Iterator[tuple[int, int]]:
+    """A scope's prompt and output lengths, drawn for ever."""
+    while True:
+        yield _draw(scope["input_tokens"], rng), _draw(scope["output_tokens"], rng)
+
+
+def _draw(dist: dict[str, object], rng: random.Random) -> int:
+    if dist.get("dist") != "uniform":
+        raise SystemExit(f"mix.yaml: only uniform lengths are read here, got {dist}")
+    return rng.randint(int(dist["min"]), int(dist["max"]))  # type: ignore[call-overload]
+
+
+def _sampled_usage(engine: Engine) -> list[float]:
+    """The engine's KV-cache usage after every step it ends (the list fills as it is served)."""
+    usage: list[float] = []
+    end_step = engine.end_step
+
+    def sampled(step: object, end: float) -> None:
+        end_step(step, end)  # type: ignore[arg-type]
+        usage.append(engine.scheduler.kv.usage(end))
+
+    engine.end_step = sampled  # type: ignore[method-assign]
+    return usage
+
+
+def _figures(served: list[simulate.Served], scope: str) -> tuple[float, float, int]:
+    """TTFT p99 and mean decode time per output token (ms) of a scope's requests after the warm-up."""
+    done = [s for s in served if s.arrival.scope == scope and s.arrival.at > WARMUP_S]
+    ttft = np.percentile([s.first_token - s.arrival.at for s in done], 99) * 1000
+    tpot = np.mean([(s.end - s.first_token) / max(1, s.output_tokens - 1) for s in done]) * 1000
+    return float(ttft), float(tpot), len(done)
+
+
+if __name__ == "__main__":
+    main()
