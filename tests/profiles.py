@@ -1,6 +1,10 @@
 """The mock profile the decision tests run: a compute-heavy target whose scopes' drafts are accepted at
 0.95, 0.5 and 0.1, so that one scope wins at every load measured, one crosses over near 1 request per
-second per replica (with 3 draft tokens) and one loses everywhere; and the lengths of their requests."""
+second per replica (with 3 draft tokens) and one loses everywhere; and the lengths of their requests.
+
+Its costs are invented, an exaggerated case: on the costs measured on an H200 speculation stops paying
+only at batches of dozens of sequences (a 1B draft) or not below 256 (an EAGLE-style head), loads that
+two shared cores cannot drive through served mocks, where this target crosses over within them."""
 
 from __future__ import annotations
 

@@ -10,9 +10,17 @@ from typing import Any
 
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot
-from tests.cluster.pilots import judged_pilot
+from tests.cluster.pilots import TIME_SCALE, judged_pilot
 
 ADMIN_PORT = 8001
+
+
+def model_seconds(wall_s: float) -> float:
+    """A fault's time on the judged pilot's engines for `wall_s` seconds of the wall clock: the mock times
+    its faults in model seconds, and these engines run TIME_SCALE wall seconds to one."""
+    return wall_s / TIME_SCALE
+
+
 SLOW_STAGES = [{"weight": 50, "minRequests": 10, "minDuration": "10m"}]  # stays piloting
 
 
@@ -21,7 +29,7 @@ def fault_pilot(
 ) -> dict[str, Any]:
     doc = judged_pilot()
     spec = doc["spec"]
-    spec["engine"]["extraArgs"] = [f"--admin-port={ADMIN_PORT}"]
+    spec["engine"]["extraArgs"].append(f"--admin-port={ADMIN_PORT}")
     if request_timeout is not None:
         spec["router"]["requestTimeout"] = request_timeout
     if ttft_max_ratio is not None:
@@ -102,7 +110,7 @@ CASES = {
     # Half of chat's requests wait 20 s before the engine takes them: a TTFT tail clear enough to show
     # on the thirty-odd requests of a window after a dozen looks; the record names it.
     "ttft-tail": Case(
-        {"kind": "slow_start", "rate": 0.5, "extra_s": 20.0, "scope": "chat"},
+        {"kind": "slow_start", "rate": 0.5, "extra_s": model_seconds(20.0), "scope": "chat"},
         "ThresholdExceeded",
         frozenset({"ttftRatio"}),
         ttft_max_ratio=4.0,

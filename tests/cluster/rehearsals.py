@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.cluster.conftest import Cluster
-from tests.cluster.pilots import judged_pilot
+from tests.cluster.pilots import judged_pilot, use_profile
 from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 PEAK = 4.0  # requests per second per replica: well past the crossover
@@ -21,9 +21,9 @@ MODEL_LOAD_SECONDS = 8
 def rehearsed_pilot() -> dict[str, Any]:
     doc = copy.deepcopy(judged_pilot())
     spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    use_profile(spec, PROFILE)
     # a restarted engine loads its model first: the restart fallback's replacement takes this long at least
-    spec["engine"]["extraArgs"] = [f"--model-load-seconds={MODEL_LOAD_SECONDS}"]
+    spec["engine"]["extraArgs"].append(f"--model-load-seconds={MODEL_LOAD_SECONDS}")
     spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
     spec["scopes"] = [
         {"name": "mid", "deadline": "20s", "stages": [{"weight": 25, "minRequests": 5, "minDuration": "10s"}]}

@@ -23,7 +23,7 @@ import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import Operator, events, pilot, restart, running_operator, wait_ready
-from tests.cluster.pilots import judged_pilot, report, router_ip
+from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
 from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 pytestmark = pytest.mark.cluster
@@ -48,7 +48,7 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 def climb_pilot() -> dict[str, Any]:
     doc = copy.deepcopy(judged_pilot())
     spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    use_profile(spec, PROFILE)
     spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
     spec["scopes"] = [{"name": "mid", "stages": STAGES}]
     # production takes mid's whole load after the flip: 1.5 per replica, well within its capacity

@@ -30,7 +30,7 @@ import pytest
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
 from tests.cluster.operator_process import Operator, pilot, restart, running_operator, wait_ready
-from tests.cluster.pilots import judged_pilot, report, router_ip
+from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
 from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 pytestmark = pytest.mark.cluster
@@ -53,7 +53,7 @@ RATE = 20.0
 def decisions_pilot() -> dict[str, Any]:
     doc = copy.deepcopy(judged_pilot())
     spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PROFILE)}]
+    use_profile(spec, PROFILE)
     spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
     stage = [{"weight": 50, "minRequests": 5, "minDuration": "10s"}]
     spec["scopes"] = [{"name": name, "deadline": "1m", "stages": stage} for name in ("fast", "mid", "slow")]
@@ -258,7 +258,7 @@ def test_a_prefill_dominated_scope_reports_its_decode_share_and_implied_gain(
     """7 parts fixed work and 3 parts decoding, decoding halved: 1.18x end to end, not 2x."""
     doc = decisions_pilot()
     spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(PREFILL_PROFILE)}]
+    use_profile(spec, PREFILL_PROFILE)
     spec["scopes"] = [
         {"name": "rag", "deadline": "1m", "stages": [{"weight": 50, "minRequests": 3, "minDuration": "10s"}]}
     ]
@@ -303,7 +303,7 @@ def test_a_large_win_streamed_in_long_chunks_is_adopted_under_the_default_limits
     is reported, and judged only where the spec opts in."""
     doc = decisions_pilot()
     spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(CADENCE_PROFILE)}]
+    use_profile(spec, CADENCE_PROFILE)
     spec["speculative"]["draft"]["numSpeculativeTokens"] = 8
     spec["scopes"] = [
         {"name": "chat", "deadline": "1m", "stages": [{"weight": 50, "minRequests": 8, "minDuration": "10s"}]}

@@ -28,11 +28,12 @@ from tests.cluster.faults import (
     clear_faults,
     fault_pilot,
     inject,
+    model_seconds,
     scope_status,
     wait_for_a_pass,
 )
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
-from tests.cluster.pilots import PROFILE, report, router_ip
+from tests.cluster.pilots import PROFILE, TIME_SCALE, report, router_ip, use_profile
 
 pytestmark = pytest.mark.cluster
 
@@ -85,7 +86,7 @@ def test_fault_in_the_speculative_arm_flips_the_scope_back(
 # inconclusive, saying why, and the scope neither flips nor moves on until they can be again.
 def garble_metrics(cluster: Cluster, namespace: str) -> str:
     """The speculative engine serves a cut, NaN-ridden /metrics for 15 s."""
-    inject(cluster, namespace, {"kind": "garbled_metrics", "duration_s": 15})
+    inject(cluster, namespace, {"kind": "garbled_metrics", "duration_s": model_seconds(15)})
     return "truncated"
 
 
@@ -144,7 +145,7 @@ def test_timeouts_that_another_scopes_kv_pressure_explains_do_not_flip_the_scope
     doc = fault_pilot(request_timeout="6s")
     spec = doc["spec"]
     profile = {**PROFILE, "acceptance": {"default": 0.9}}  # code drafts well too: no slowdown to flip it on
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(profile)}]
+    use_profile(spec, profile, time_scale=TIME_SCALE)
     spec["scopes"] = [{"name": "chat", "stages": SLOW_STAGES}, {"name": "code", "stages": SLOW_STAGES}]
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
@@ -159,7 +160,15 @@ def test_timeouts_that_another_scopes_kv_pressure_explains_do_not_flip_the_scope
         wait_for_a_pass(cluster, operator, namespace)
         inject(cluster, namespace, {"kind": "memory", "fraction": 0.97})
         inject(
-            cluster, namespace, {"kind": "slow_start", "rate": 0.5, "extra_s": 30.0, "scope": "chat", "duration_s": 6}
+            cluster,
+            namespace,
+            {
+                "kind": "slow_start",
+                "rate": 0.5,
+                "extra_s": model_seconds(30),
+                "scope": "chat",
+                "duration_s": model_seconds(6),
+            },
         )
         try:
             wait_until(
@@ -216,7 +225,7 @@ def test_a_2x_chunk_gap_limit_passes_a_scope_at_a_quarter_the_time_and_flips_a_3
 ) -> None:
     doc = fault_pilot()
     spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(CADENCE)}]
+    use_profile(spec, CADENCE)
     spec["speculative"]["draft"]["numSpeculativeTokens"] = 5
     spec["analysis"]["thresholds"]["interTokenLatency"] = {"quantile": 0.9, "maxRatio": 2.0}
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))

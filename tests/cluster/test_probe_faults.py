@@ -32,7 +32,7 @@ from specpilot.wire.names import ENGINE_PORT
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.faults import SLOW_STAGES, fault_pilot, inject, speculative_ip
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
-from tests.cluster.pilots import PROFILE, router_ip, scopes
+from tests.cluster.pilots import PROFILE, TIME_SCALE, router_ip, scopes, use_profile
 
 pytestmark = pytest.mark.cluster
 
@@ -121,7 +121,7 @@ def probe_pilot() -> dict[str, Any]:
     spec["engine"]["extraArgs"] += TOOL_FLAGS
     # Every scope drafts well, so speed passes its windows and only a probe can flip it.
     profile = {**PROFILE, "acceptance": {"default": 0.9}, "model": {"greedy_divergence": 0.03}}
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(profile)}]
+    use_profile(spec, profile, time_scale=TIME_SCALE)
     spec["quality"] = {"probes": {"prompts": GREEDY_PROMPTS, "maxTokens": 32, "interval": "10s"}}
     spec["scopes"] = [
         *({"name": name, "stages": SLOW_STAGES, "probes": {"cases": [item.case]}} for name, item in FAULTED.items()),

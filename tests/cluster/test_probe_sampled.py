@@ -20,7 +20,7 @@ import pytest
 from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.faults import chat, fault_pilot, inject
 from tests.cluster.operator_process import Operator, pilot, running_operator, start_load, wait_ready
-from tests.cluster.pilots import PROFILE, router_ip
+from tests.cluster.pilots import PROFILE, TIME_SCALE, router_ip, use_profile
 
 pytestmark = pytest.mark.cluster
 
@@ -82,7 +82,7 @@ def test_a_sampled_scope_whose_answers_score_worse_through_a_webhook_is_flipped(
 ) -> None:
     doc = fault_pilot()
     spec = doc["spec"]
-    spec["engine"]["env"] = [{"name": "SPECPILOT_MOCK_PROFILE_JSON", "value": json.dumps(SHORT_ANSWERS)}]
+    use_profile(spec, SHORT_ANSWERS, time_scale=TIME_SCALE)
     case = {
         "kind": "sampled",
         "prompt": "A customer cannot log in after resetting their password. Reply to them.",

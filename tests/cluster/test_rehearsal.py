@@ -188,7 +188,7 @@ def test_a_fault_mid_rehearsal_stops_it_flips_the_scope_and_leaves_production_se
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
     doc = rehearsed_pilot()
-    doc["spec"]["engine"]["extraArgs"] = [f"--admin-port={ADMIN_PORT}"]
+    doc["spec"]["engine"]["extraArgs"].append(f"--admin-port={ADMIN_PORT}")
     doc["spec"]["rehearsal"] = {"peak": {"perReplica": 2.0}, "steps": 3, "stepDuration": "30s", "maxDuration": "6m"}
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)

@@ -59,7 +59,7 @@ def test_report_numbers_and_a_provisional_decision(evidence: Evidence) -> None:
     assert schedule["recommendation"] is True and schedule["derivedFrom"] == "low"
     assert schedule["batchMeasuredAtLoad"] <= schedule["crossoverLow"]
     per_batch = schedule["speculativeConfig"]["num_speculative_tokens_per_batch_size"]
-    assert per_batch[0] == [1, 4] and per_batch[1][1] == 0
+    assert per_batch[0] == [1, 2] and per_batch[1][1] == 0  # the demo pilot's two draft tokens up to the crossover
     assert per_batch[1][0] == int(schedule["inFlightPerReplica"]) + 1
 
 
