@@ -234,9 +234,9 @@ def test_chart_installed_operator_runs_the_demo_pilot_to_its_outcome(
     # The chart's operator is the one that worked, and its metrics say so per scope.
     (working,) = release.pods(cluster)
     metrics = operator_metrics(working)
-    for scope in ("code", "longform"):
-        assert f'specpilot_scope_flips_total{{namespace="{namespace}",pilot="demo",scope="{scope}"}} 1.0' in metrics
-    assert f'specpilot_scope_weight{{namespace="{namespace}",pilot="demo",scope="chat"}} 50.0' in metrics
+    assert f'specpilot_scope_flips_total{{namespace="{namespace}",pilot="demo",scope="code"}} 1.0' in metrics
+    for scope in ("chat", "longform"):
+        assert f'specpilot_scope_weight{{namespace="{namespace}",pilot="demo",scope="{scope}"}} 50.0' in metrics
     # An Event cannot be posted in a namespace being deleted (another test's pilot tearing down): that
     # refusal is the API server's, not a missing permission.
     log = "\n".join(
