@@ -20,11 +20,11 @@ import json
 import random
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import yaml
 
+from specpilot.loadgen.workload import ScopeMix, load_mix
 from specpilot.mockvllm import simulate
 from specpilot.mockvllm.engine import Engine
 
@@ -34,7 +34,7 @@ WARMUP_S = 20.0  # model seconds left out at the start of each run
 
 def main() -> None:
     pilot = yaml.safe_load((ROOT / "manifests/demo/pilot.yaml").read_text())["spec"]
-    mix = yaml.safe_load((ROOT / "manifests/demo/mix.yaml").read_text())["scopes"]
+    mix = load_mix(str(ROOT / "manifests/demo/mix.yaml"))
     draft = pilot["speculative"]["draft"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=10.0, help="the demo's offered requests/s (wall)")
@@ -52,16 +52,15 @@ def main() -> None:
     flags = ["--max-model-len", str(engine["maxModelLen"])]
     speculative = {"method": args.method, "model": "draft", "num_speculative_tokens": args.draft_tokens}
     weights = sorted({stage["weight"] for scope in pilot["scopes"] for stage in scope["stages"]})
-    total = sum(scope["weight"] for scope in mix)
+    total = sum(scope.weight for scope in mix)
     print(f"profile {profile.get('calibrated')}, {args.method}, {args.draft_tokens} draft tokens, time scale {scale:g}")
     for weight in weights:
         rate = args.rate * weight / 100 * scale  # model requests/s the speculative arm (and the control arm) gets
         rng = random.Random(1)
         arrivals: list[simulate.Arrival] = []
         for scope in mix:
-            lengths = _lengths(scope, rng)
-            share = [rate * scope["weight"] / total]
-            arrivals += simulate.poisson(share, args.seconds, scope=scope["name"], lengths=lengths, rng=rng)
+            share = [rate * scope.weight / total]
+            arrivals += simulate.poisson(share, args.seconds, scope=scope.name, lengths=_lengths(scope, rng), rng=rng)
         arrivals.sort(key=lambda a: a.at)
         served, usage = {}, {}
         for arm, spec in (("speculative", speculative), ("control", None)):
@@ -73,24 +72,18 @@ def main() -> None:
             print(f"  {arm:<11} KV-cache usage mean {np.mean(usage[arm]):.3f}, max {np.max(usage[arm]):.3f}")
         print(f"  {'scope':<9} {'requests':>9} {'TTFT p99 ms':>17} {'ratio':>6} {'decode ms/token':>17} {'ratio':>6}")
         for scope in mix:
-            spec_ttft, spec_tpot, n = _figures(served["speculative"], scope["name"])
-            ctrl_ttft, ctrl_tpot, _ = _figures(served["control"], scope["name"])
+            spec_ttft, spec_tpot, n = _figures(served["speculative"], scope.name)
+            ctrl_ttft, ctrl_tpot, _ = _figures(served["control"], scope.name)
             print(
-                f"  {scope['name']:<9} {n:>9} {spec_ttft:>8.1f} /{ctrl_ttft:>7.1f} {spec_ttft / ctrl_ttft:>6.2f}"
+                f"  {scope.name:<9} {n:>9} {spec_ttft:>8.1f} /{ctrl_ttft:>7.1f} {spec_ttft / ctrl_ttft:>6.2f}"
                 f" {spec_tpot:>8.2f} /{ctrl_tpot:>7.2f} {spec_tpot / ctrl_tpot:>6.2f}"
             )
 
 
-def _lengths(scope: dict[str, Any], rng: random.Random) -> Iterator[tuple[int, int]]:
-    """A scope's prompt and output lengths, drawn for ever."""
+def _lengths(scope: ScopeMix, rng: random.Random) -> Iterator[tuple[int, int]]:
+    """A scope's prompt and output lengths, drawn as the load generator draws them, for ever."""
     while True:
-        yield _draw(scope["input_tokens"], rng), _draw(scope["output_tokens"], rng)
-
-
-def _draw(dist: dict[str, object], rng: random.Random) -> int:
-    if dist.get("dist") != "uniform":
-        raise SystemExit(f"mix.yaml: only uniform lengths are read here, got {dist}")
-    return rng.randint(int(dist["min"]), int(dist["max"]))  # type: ignore[call-overload]
+        yield scope.input_tokens.sample(rng), scope.output_tokens.sample(rng)
 
 
 def _sampled_usage(engine: Engine) -> list[float]:

@@ -63,7 +63,7 @@ def assert_outcomes(cluster: Cluster, namespace: str, summary: str, report: dict
         # it wins every band measured against control; it is adopted where its own report backs it (faster
         # end to end, its TTFT tail within the default limit over every request at the loads adopted), and
         # otherwise deferred for that tail only: shown above the limit, or above it within its noise (the
-        # engines alone run chat's at 1.15x and longform's at 1.18x: `bench/demo_arms.py`)
+        # engines alone run every scope's at 1.16x to 1.19x: `bench/demo_arms.py --seconds 1000`)
         assert all(b["measured"] and b["speculationWins"] for b in scope["comparisons"] if b["powered"]), scope
         decision = scope["decision"]
         if decision["outcome"] == "Defer":
