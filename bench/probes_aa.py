@@ -498,10 +498,11 @@ def _sides(sides: Sequence[Sequence[int]]) -> str:
 
 
 def quantile_round(first_flip: Sequence[int | None], q: float) -> int | None:
-    """The round by which `q` of all the runs flipped; None when fewer did within the rounds."""
+    """The round by which `q` of all the runs flipped; None when fewer did within the rounds, or no run
+    was made."""
     rounds = sorted(first for first in first_flip if first is not None)
     need = math.ceil(q * len(first_flip))
-    return rounds[need - 1] if need <= len(rounds) else None
+    return rounds[need - 1] if 0 < need <= len(rounds) else None
 
 
 def fixed_sample_rounds(

@@ -37,22 +37,26 @@ print(json.dumps({
 
 
 class Clock:
-    """The `datetime` module as the config loaders see it, with a `now` the test moves forward."""
+    """The `datetime` module as the config loaders see it, with a `now` that stands still until the test
+    moves it forward (on a whole second, as the plugin writes its expiry): the plugin's runs take real
+    time, which on a loaded machine would otherwise bring a renewal forward."""
 
     def __init__(self) -> None:
         self.offset = dt.timedelta()
+        self.start = dt.datetime.now(dt.UTC).replace(microsecond=0)
         clock = self
 
         class Now(dt.datetime):
             @classmethod
             def now(cls, tz: dt.tzinfo | None = None) -> dt.datetime:
-                return dt.datetime.now(tz) + clock.offset
+                now = clock.now()
+                return now.astimezone(tz) if tz is not None else now.astimezone().replace(tzinfo=None)
 
         self.datetime = Now
         self.timedelta = dt.timedelta
 
     def now(self) -> dt.datetime:
-        return dt.datetime.now(dt.UTC) + self.offset
+        return self.start + self.offset
 
     def advance(self, seconds: float) -> None:
         self.offset += dt.timedelta(seconds=seconds)

@@ -76,11 +76,16 @@ def predicted(cost: StepCost, step: Measured) -> float:
 
 @dataclass(frozen=True)
 class Fit:
-    """Fitted parameters and the relative error (predicted / measured - 1) of each row."""
+    """Fitted parameters, the relative error (predicted / measured - 1) of each row, and the condition
+    number of the fit: how far apart the rows tell the free parameters, each relative to its value (the
+    ratio of the largest to the smallest singular value of the Jacobian in relative parameters). Where it
+    is large, parameters trade against each other along a valley of near-equal error, and the last bits
+    of the arithmetic (which BLAS kernel the CPU runs) move them, while the predictions hardly move."""
 
     cost: StepCost
     steps: tuple[Measured, ...]
     errors: tuple[float, ...]
+    condition: float
 
     @property
     def rms(self) -> float:
@@ -135,7 +140,13 @@ def fit(steps: Sequence[Measured], form: Form = Form.ADDITIVE, *, context: bool 
             best = found
     assert best is not None
     cost = _cost(names, list(best.x), form)
-    return Fit(cost=cost, steps=tuple(steps), errors=tuple(predicted(cost, s) / s.seconds - 1 for s in steps))
+    errors = tuple(predicted(cost, s) / s.seconds - 1 for s in steps)
+    return Fit(cost=cost, steps=tuple(steps), errors=errors, condition=_condition(best.jac * best.x))
+
+
+def _condition(relative_jacobian: np.ndarray) -> float:
+    singular = np.linalg.svd(relative_jacobian, compute_uv=False)
+    return float(singular[0] / singular[-1]) if singular[-1] > 0 else math.inf
 
 
 def cost_fields(cost: StepCost, digits: int = 4) -> dict[str, float | str]:
