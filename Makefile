@@ -4,12 +4,13 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PYTEST_ARGS ?=
 
-.PHONY: help venv binaries tools test test-unit test-cluster lint lint-delivery crd manifests chart-readme cluster-up cluster-down cluster-reset demo bench clean
+.PHONY: help venv binaries tools test test-unit test-kernel test-cluster lint lint-delivery crd docs-reference docs manifests chart-readme cluster-up cluster-down cluster-reset demo bench clean
 
 help:
 	@echo "make demo         run a pilot on the local cluster with mock vLLM pods (REHEARSAL=1: and its peak rehearsal; WORKLOAD=1: on a Deployment the team runs)"
 	@echo "make test         lint-free unit, component and cluster tests (sets everything up)"
 	@echo "make lint         ruff, mypy, import layering, size limits; helm lint, shellcheck, actionlint"
+	@echo "make docs         the documentation site into site/ (mkdocs build --strict)"
 	@echo "make cluster-up   start the local control plane + node agent (idempotent)"
 	@echo "make cluster-down stop what cluster-up started"
 
@@ -47,6 +48,16 @@ test: venv binaries tools
 test-unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
+# The unit tier again under a second OpenBLAS kernel: OpenBLAS picks its kernels by CPU at run time, so an
+# assertion that holds only on this machine's floating point fails here, not on a user's machine. The
+# second kernel is one this CPU runs that its own pick is not: SkylakeX where it has AVX-512, Sandybridge
+# where it has AVX2 (it picks Haswell or Zen), Nehalem otherwise.
+test-kernel: venv
+	@kernel=Nehalem; \
+	if grep -qw avx512f /proc/cpuinfo; then kernel=SkylakeX; elif grep -qw avx2 /proc/cpuinfo; then kernel=Sandybridge; fi; \
+	echo "== tests/unit under OPENBLAS_CORETYPE=$$kernel"; \
+	OPENBLAS_CORETYPE=$$kernel $(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
 test-cluster: venv binaries
 	$(PY) -m pytest tests/cluster $(PYTEST_ARGS)
 
@@ -70,6 +81,19 @@ lint-delivery: venv tools
 crd: venv
 	$(VENV)/bin/specpilot crd > crds/specpilot.io_speculationpilots.yaml
 	cp crds/specpilot.io_speculationpilots.yaml charts/specpilot/files/crds/
+	@$(MAKE) --no-print-directory docs-reference
+
+# docs/reference/: the decision rules from analysis/decision.py's RULES, the API from the CRD (a test holds them equal).
+docs-reference: venv
+	$(PY) tools/docs_reference.py
+
+$(VENV)/.docs-installed: $(VENV)/.installed pyproject.toml
+	$(VENV)/bin/pip install -q -e '.[docs]'
+	touch $@
+
+# The documentation site; --strict fails on a broken link or a page outside mkdocs.yml's nav.
+docs: $(VENV)/.docs-installed
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 
 # The kustomize base: the chart's default render, without Helm's own labels (a test holds them equal).
 manifests: venv tools
