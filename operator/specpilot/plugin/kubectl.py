@@ -7,6 +7,8 @@
     kubectl specpilot resume SCOPE [--pilot P]    pilot a rolled-back scope again from its first stage
     kubectl specpilot decide [--pilot P]          state the decision now, before every scope has settled
     kubectl specpilot report PILOT [-o DIR]       write the handover package (also `specpilot report`)
+    kubectl specpilot follow-up PILOT [--name N] [--image I] [--model M] [--no-schedule]
+                                                  print the next pilot: its recommended schedule, or a new target
     kubectl specpilot calibrate NAME --target-config F --image I [--draft-config F] [--dry-run]
                                                   measure the model's step costs on a GPU into configmap/NAME
     kubectl specpilot version                     the plugin's version
@@ -40,7 +42,9 @@ from specpilot.api.pilot import (
 )
 from specpilot.plugin import calibrate
 from specpilot.plugin.client import Client, PluginError, connect
+from specpilot.plugin.followup import FollowUpError, Overrides, follow_up
 from specpilot.plugin.table import render, render_list
+from specpilot.report.build import build
 from specpilot.report.package import write_package
 
 Json = dict[str, Any]
@@ -90,11 +94,40 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", parents=[common], help="write the handover package")
     report.add_argument("pilot")
     report.add_argument("-o", "--output", help="folder to write (default: ./PILOT-report)")
+    _follow_up_parser(commands, common)
     calibrate.add_parser(commands, common)
     commands.add_parser("version", help="the plugin's version")
     completion = commands.add_parser("completion", help="a shell completion script")
     completion.add_argument("shell", choices=("bash", "zsh"))
     return parser
+
+
+def _follow_up_parser(commands: Any, common: argparse.ArgumentParser) -> None:
+    follow = commands.add_parser(
+        "follow-up", parents=[common], help="print the next pilot: the recommended schedule, or a new target"
+    )
+    follow.add_argument("pilot")
+    follow.add_argument("--name", help="the new pilot's name (default: PILOT-follow-up)")
+    follow.add_argument("--image", help="a new engine image (spec.engine.image); everything else is carried")
+    follow.add_argument("--model", help="a new target model (spec.engine.model); everything else is carried")
+    follow.add_argument(
+        "--no-schedule", action="store_true", help="carry the draft unchanged instead of the recommended schedule"
+    )
+
+
+def _follow_up(args: argparse.Namespace, client: Client, out: Callable[[str], None]) -> int:
+    """The next pilot on stdout (to commit or apply); what the user should know besides, on stderr."""
+    pilot = client.pilot(args.pilot)
+    report = build(pilot, client.evidence(args.pilot) or Evidence())
+    overrides = Overrides(name=args.name, image=args.image, model=args.model, keep_draft=args.no_schedule)
+    try:
+        made = follow_up(pilot, report, overrides)
+    except FollowUpError as error:
+        raise PluginError(f"{args.pilot}: {error}") from None
+    for note in made.notes:
+        print(note, file=sys.stderr)
+    out(made.render().rstrip("\n"))
+    return 0
 
 
 def _vocabulary() -> list[str]:
@@ -190,6 +223,8 @@ def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) ->
         return 0
     if args.command == "calibrate":
         return calibrate.run(args, client, out)
+    if args.command == "follow-up":
+        return _follow_up(args, client, out)
     if args.command == "report":
         pilot = client.pilot(args.pilot)
         evidence = client.evidence(args.pilot) or Evidence()

@@ -48,6 +48,7 @@ from specpilot.api.status import (
     SpeculationPilotStatus,
     WorkloadStatus,
 )
+from specpilot.wire.batchschedule import below_and_off
 from specpilot.wire.names import Arm
 
 Json = dict[str, Any]
@@ -155,7 +156,7 @@ def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None
     if spec.speculative.draft.model is not None:
         config["model"] = spec.speculative.draft.model
     config["num_speculative_tokens"] = k
-    config["num_speculative_tokens_per_batch_size"] = [[1, k], [batch + 1, 0]]
+    config[spec.vllm_release.schedule_key] = [r.render() for r in below_and_off(k, batch)]
     return {
         "recommendation": True,
         "derivedFrom": findings.scope,

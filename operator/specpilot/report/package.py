@@ -25,11 +25,16 @@ def write_package(pilot: Mapping[str, Any], evidence: Evidence, folder: Path) ->
     replay = folder / "replay"
     replay.mkdir(exist_ok=True)
     (replay / "pilot.yaml").write_text(yaml.safe_dump(pilot_manifest(pilot), sort_keys=False))
+    (replay / "workload.yaml").write_text(replay_workload_text(report))
+    return folder
+
+
+def replay_workload_text(report: Mapping[str, Any]) -> str:
+    """The report's replay workload as a loadgen mix file, headed by the command that replays it."""
     rate = report["replay"]["ratePerSecond"]
     header = (
         "# The workload this pilot observed, as a loadgen mix: weights are the scopes' arrival rates (per second),\n"
         "# lengths lognormal fits of the engine's token counts within the observed bounds. Replay with:\n"
         f"#   specpilot loadgen --url ROUTER_URL --mix workload.yaml --rate {rate} --arrivals poisson\n"
     )
-    (replay / "workload.yaml").write_text(header + yaml.safe_dump(report["replay"]["mix"], sort_keys=False))
-    return folder
+    return header + yaml.safe_dump(report["replay"]["mix"], sort_keys=False)

@@ -12,13 +12,24 @@ import pytest
 import yaml
 
 from specpilot.analysis.evidence import Evidence, Moments, ProbeArm, ProbeCounts, production_quantile, record_probes
+from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
-from specpilot.api.status import DecisionOutcome, ScopeForecast, ScopeState, ScopeStatus, SpeculationPilotStatus
+from specpilot.api.status import (
+    DecisionOutcome,
+    FallbackRecord,
+    ScopeForecast,
+    ScopeState,
+    ScopeStatus,
+    SpeculationPilotStatus,
+    Window,
+)
 from specpilot.controller.core.evidence import decide
 from specpilot.loadgen.workload import load_mix
 from specpilot.report.build import build
 from specpilot.report.markdown import markdown
 from specpilot.report.package import write_package
+from specpilot.wire.batchschedule import switched_off_above, validate
+from specpilot.wire.names import Arm
 from tests.unit.analysis.crossover import analytic_crossover
 from tests.unit.analysis.crossover import pilot as crossover_pilot
 from tests.unit.report.evidence import INTERVAL, LOADS, pilot
@@ -59,8 +70,10 @@ def test_report_numbers_and_a_provisional_decision(evidence: Evidence) -> None:
     assert schedule["recommendation"] is True and schedule["derivedFrom"] == "low"
     assert schedule["batchMeasuredAtLoad"] <= schedule["crossoverLow"]
     per_batch = schedule["speculativeConfig"]["num_speculative_tokens_per_batch_size"]
-    assert per_batch[0] == [1, 2] and per_batch[1][1] == 0  # the demo pilot's two draft tokens up to the crossover
-    assert per_batch[1][0] == int(schedule["inFlightPerReplica"]) + 1
+    switch = int(schedule["inFlightPerReplica"])
+    # the demo pilot's two draft tokens up to the batch it ran at below the crossover, none above
+    assert per_batch == [[1, switch, 2], [switch + 1, switch + 1, 0]]
+    assert switched_off_above(validate(per_batch)) == switch
 
 
 def test_speculation_is_set_against_the_control_arm_at_the_same_offered_load(evidence: Evidence) -> None:
@@ -268,6 +281,34 @@ def test_a_stated_decision_is_reported_as_stated_while_the_evidence_moves_within
         assert expected is not None and scope["decision"]["reasons"] == expected.reasons
     fresh = build(manifest(), later)
     assert [s["decision"]["reasons"] for s in fresh["scopes"]] != [s["decision"]["reasons"] for s in report["scopes"]]
+
+
+def test_a_flip_for_a_latency_limit_is_reported_where_that_limit_fails_not_as_a_crossover(evidence: Evidence) -> None:
+    doc = manifest()
+    spec = SpeculationPilotSpec.from_wire(doc["spec"])
+    flip = FallbackRecord(
+        scope="always",
+        at=NOW,
+        reason=FallbackReason.THRESHOLD_EXCEEDED,
+        metric=MetricName.INTER_TOKEN_LATENCY_RATIO,
+        observed=5.99,
+        threshold=4.0,
+        window=Window(start=NOW, end=NOW),
+        loads={Arm.SPECULATIVE: 18.0, Arm.CONTROL: 18.0},
+    )
+    scopes = [
+        ScopeStatus(name=name, state=ScopeState.ROLLED_BACK if name == "always" else ScopeState.SPECULATIVE)
+        for name in ALPHAS
+    ]
+    stated = decide(evidence, spec=spec, scopes=scopes, fallbacks=[flip], annotations={}, previous=None, now=NOW)
+    always = next(s.decision for s in stated.scopes if s.name == "always")
+    assert always is not None and always.limit_failure is not None and always.crossover_high is None
+    doc["status"] = SpeculationPilotStatus(scopes=stated.scopes, decision=stated.decision, fallbacks=[flip]).to_wire()
+    row = next(line for line in markdown(build(doc, evidence), []).splitlines() if line.startswith("| always |"))
+    assert (
+        f"| none measured; the interTokenLatencyRatio limit fails between {always.limit_failure.low:.2f} and 18.00 |"
+        in row
+    ), row
 
 
 def test_a_rehearsal_in_status_is_reported_with_each_arms_capacity_and_a_plot(

@@ -1,0 +1,98 @@
+"""The verdict on a scheduled speculative arm: one whose draft proposes k tokens up to a batch size and
+none above it (vLLM's dynamic speculative decoding, `wire.batchschedule`).
+
+Such a config is deployable only if it pays on both sides of its switch: below it, speculation must win
+as a plain speculative arm wins (`Comparison.wins`); above it the engine decodes ordinarily, so there it
+must be no worse than the control arm, up to the highest load measured. "No worse" is a non-inferiority
+test: the hypothesis that time per committed token is `MARGIN` worse or more is rejected beyond the
+spread of both arms' windows. It must be rejected at every full band above the switch, an
+intersection-union test, so each band is tested at the pilot's own confidence, not a share of it (the
+config is called no worse only if it is shown no worse everywhere); `noninferior_level` spreads that
+level over the looks a revised decision takes.
+
+Which side of the switch a band lies on is read from the requests the speculative arm held in flight
+per replica there (the router's count, at least the engine's batch): a band whose mean lies at or below
+the switch batch drafted for most of its steps. A band that straddles it (its load ranges over both
+sides) counts above, the stricter side. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+
+from specpilot.analysis.bands import Comparison
+from specpilot.analysis.stats import spent_alpha
+
+MARGIN = 0.03  # above the switch, time per committed token at most 3% worse than the control arm's
+
+
+def noninferior_level(confidence: float, look: int) -> float:
+    """The confidence of look `look` (1-based) of a decision stated and then revised: the level's alpha
+    spent over the looks (`stats.spent_alpha`: three quarters at the first, the rest over the later ones),
+    so that however often the decision is revised, a worse config is called no worse no more often than
+    1 - `confidence` in all."""
+    return 1 - spent_alpha(look, alpha=1 - confidence, failure_limit=1)
+
+
+def no_worse(comparison: Comparison, *, confidence: float, margin: float = MARGIN) -> bool:
+    """The speculative band is no more than `margin` slower than the compared one, beyond the spread of
+    both arms' windows at `confidence`: the hypothesis that it is `margin` slower or worse is rejected.
+    False where unmeasured or thin."""
+    spec, ref = comparison.band, comparison.compared
+    if ref is None or not ref.tpct or not comparison.powered:
+        return False
+    bar = (1 + margin) * ref.tpct
+    spread = math.hypot(spec.tpct_se, (1 + margin) * ref.tpct_se)
+    return bar - spec.tpct > NormalDist().inv_cdf(confidence) * spread
+
+
+def below_switch(comparison: Comparison, switch: int) -> bool:
+    """The band drafted for most of its steps: its requests in flight per replica at most `switch`."""
+    in_flight = comparison.band.in_flight
+    return in_flight is not None and in_flight <= switch
+
+
+@dataclass(frozen=True)
+class ScheduleVerdict:
+    """Both sides of the switch, each band's finding, and what they add up to."""
+
+    switch: int  # the last batch that drafts
+    below: tuple[Comparison, ...]
+    above: tuple[Comparison, ...]
+    worse_above: tuple[Comparison, ...]  # full bands above the switch not shown to be no worse
+    margin: float
+
+    @property
+    def wins_below(self) -> tuple[Comparison, ...]:
+        return tuple(c for c in self.below if c.wins)
+
+    @property
+    def measured_above(self) -> tuple[Comparison, ...]:
+        return tuple(c for c in self.above if c.measured and c.powered)
+
+    @property
+    def adopted(self) -> bool:
+        """It wins below its switch and is no worse at every full band measured above it, and at least
+        one such band was measured (the switch was crossed)."""
+        return bool(self.wins_below) and bool(self.measured_above) and not self.worse_above
+
+    @property
+    def envelope_high(self) -> float | None:
+        """The highest load it was shown to pay or hold even at: the upper edge of the envelope."""
+        held = [c.band.high for c in (*self.wins_below, *self.measured_above)]
+        return max(held) if held else None
+
+
+def judge_schedule(
+    comparisons: Sequence[Comparison], switch: int, *, confidence: float, margin: float = MARGIN, look: int = 1
+) -> ScheduleVerdict:
+    """The scheduled arm's bands split at `switch`, with the non-inferiority test of each full band above
+    it at `confidence` (the pilot's) spent over `look` looks."""
+    level = noninferior_level(confidence, look)
+    below = tuple(c for c in comparisons if below_switch(c, switch))
+    above = tuple(c for c in comparisons if not below_switch(c, switch))
+    worse = tuple(c for c in above if c.measured and c.powered and not no_worse(c, confidence=level, margin=margin))
+    return ScheduleVerdict(switch=switch, below=below, above=above, worse_above=worse, margin=margin)
