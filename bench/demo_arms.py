@@ -18,8 +18,9 @@ from __future__ import annotations
 import argparse
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import yaml
@@ -32,9 +33,27 @@ ROOT = Path(__file__).resolve().parents[1]
 WARMUP_S = 20.0  # model seconds left out at the start of each run
 
 
+def demo_pilot() -> tuple[dict[str, Any], dict[str, Any], Sequence[ScopeMix]]:
+    """The demo pilot's spec, its engine's mock profile, and its traffic mix."""
+    pilot: dict[str, Any] = yaml.safe_load((ROOT / "manifests/demo/pilot.yaml").read_text())["spec"]
+    env = pilot["engine"]["env"]
+    profile: dict[str, Any] = json.loads(next(e["value"] for e in env if e["name"] == "SPECPILOT_MOCK_PROFILE_JSON"))
+    return pilot, profile, load_mix(str(ROOT / "manifests/demo/mix.yaml"))
+
+
+def arrivals_at(mix: Sequence[ScopeMix], rate: float, seconds: float) -> list[simulate.Arrival]:
+    """Poisson arrivals at `rate` model requests/s for `seconds`, split over the mix's scopes by weight."""
+    rng = random.Random(1)
+    total = sum(scope.weight for scope in mix)
+    arrivals: list[simulate.Arrival] = []
+    for scope in mix:
+        share = [rate * scope.weight / total]
+        arrivals += simulate.poisson(share, seconds, scope=scope.name, lengths=_lengths(scope, rng), rng=rng)
+    return sorted(arrivals, key=lambda a: a.at)
+
+
 def main() -> None:
-    pilot = yaml.safe_load((ROOT / "manifests/demo/pilot.yaml").read_text())["spec"]
-    mix = load_mix(str(ROOT / "manifests/demo/mix.yaml"))
+    pilot, profile, mix = demo_pilot()
     draft = pilot["speculative"]["draft"]
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=10.0, help="the demo's offered requests/s (wall)")
@@ -45,23 +64,16 @@ def main() -> None:
     args = parser.parse_args()
 
     engine = pilot["engine"]
-    profile = json.loads(next(e["value"] for e in engine["env"] if e["name"] == "SPECPILOT_MOCK_PROFILE_JSON"))
     if args.calibrated:
         profile["calibrated"] = args.calibrated
     scale = next(float(a.split("=", 1)[1]) for a in engine.get("extraArgs", []) if a.startswith("--time-scale="))
     flags = ["--max-model-len", str(engine["maxModelLen"])]
     speculative = {"method": args.method, "model": "draft", "num_speculative_tokens": args.draft_tokens}
     weights = sorted({stage["weight"] for scope in pilot["scopes"] for stage in scope["stages"]})
-    total = sum(scope.weight for scope in mix)
     print(f"profile {profile.get('calibrated')}, {args.method}, {args.draft_tokens} draft tokens, time scale {scale:g}")
     for weight in weights:
         rate = args.rate * weight / 100 * scale  # model requests/s the speculative arm (and the control arm) gets
-        rng = random.Random(1)
-        arrivals: list[simulate.Arrival] = []
-        for scope in mix:
-            share = [rate * scope.weight / total]
-            arrivals += simulate.poisson(share, args.seconds, scope=scope.name, lengths=_lengths(scope, rng), rng=rng)
-        arrivals.sort(key=lambda a: a.at)
+        arrivals = arrivals_at(mix, rate, args.seconds)
         served, usage = {}, {}
         for arm, spec in (("speculative", speculative), ("control", None)):
             built = simulate.engine(profile, spec, flags=flags)

@@ -21,6 +21,7 @@ from typing import Any, NoReturn
 
 from specpilot.mockvllm.costmodel import GIB, num_gpu_blocks
 from specpilot.mockvllm.profile import Profile
+from specpilot.wire.batchschedule import BatchRange, ScheduleError, VllmRelease, lookup, validate
 
 VLLM_VERSION = "0.33.0"
 DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
@@ -118,6 +119,7 @@ class SpeculativeConfig:
     draft_tensor_parallel_size: int | None
     revision: str | None
     settings: Mapping[str, Any]
+    schedule: tuple[BatchRange, ...] | None = None  # num_speculative_tokens_per_batch_size, as vLLM reads it
 
     @property
     def has_draft_model(self) -> bool:
@@ -372,7 +374,19 @@ def _speculative(args: argparse.Namespace) -> SpeculativeConfig | None:
         draft_tensor_parallel_size=draft_tp,
         revision=None if revision is None else str(revision),
         settings={**raw, "method": method},
+        schedule=_schedule(raw),
     )
+
+
+def _schedule(raw: Mapping[str, Any]) -> tuple[BatchRange, ...] | None:
+    """`num_speculative_tokens_per_batch_size` as vLLM 0.33 validates it (None: every step drafts k)."""
+    key = VllmRelease.V0_33.schedule_key
+    if raw.get(key) is None:
+        return None
+    try:
+        return validate(raw[key], VllmRelease.V0_33)
+    except ScheduleError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _buckets(raw: Mapping[str, Any] | None) -> dict[str, tuple[float, ...]]:
@@ -456,6 +470,9 @@ class EngineLimits:
     max_num_seqs: int
     max_num_batched_tokens: int
     num_speculative_tokens: int
+    # The draft tokens a step proposes by its batch (index: sequences scheduled), from a batch-size
+    # schedule; None: every step proposes num_speculative_tokens.
+    draft_tokens_by_batch: tuple[int, ...] | None = None
 
 
 def resolve_limits(config: ServeConfig, profile: Profile) -> EngineLimits:
@@ -503,6 +520,12 @@ def resolve_limits(config: ServeConfig, profile: Profile) -> EngineLimits:
     )
     if not config.enable_chunked_prefill:
         batched = max(batched, max_model_len)
+    by_batch = None
+    if spec is not None and spec.schedule is not None:
+        try:
+            by_batch = lookup(spec.schedule, max_num_seqs, spec.num_speculative_tokens)
+        except ScheduleError as exc:
+            raise ConfigError(str(exc)) from None
     return EngineLimits(
         num_gpu_blocks=blocks,
         block_size=block_size,
@@ -510,4 +533,5 @@ def resolve_limits(config: ServeConfig, profile: Profile) -> EngineLimits:
         max_num_seqs=max_num_seqs,
         max_num_batched_tokens=min(batched, max_num_seqs * max_model_len),
         num_speculative_tokens=spec.num_speculative_tokens if spec is not None else 0,
+        draft_tokens_by_batch=by_batch,
     )

@@ -30,7 +30,7 @@ from specpilot.mockvllm.metrics import EngineMetrics
 from specpilot.mockvllm.profile import Profile
 from specpilot.mockvllm.request import Request, Submission
 from specpilot.mockvllm.scheduler import KvCache, QueueLimits, Scheduler
-from specpilot.mockvllm.step import Step, step_duration, step_work
+from specpilot.mockvllm.step import Step, plan_step, step_work
 
 # How often (wall seconds) an idle, hung or blocked engine looks again at its faults.
 IDLE_POLL_S = 0.05
@@ -110,7 +110,8 @@ class Engine:
         self.metrics = metrics
         self.faults = faults
         self.clock = clock
-        self.k = limits.num_speculative_tokens
+        self.limits = limits  # its draft_tokens_by_batch, built once at start-up, gives each step's k
+        self._last_k: int | None = None  # the k of the last step ended, for the switch_stall fault
         self.alive = True
         kv = KvCache(limits.num_gpu_blocks, faults, metrics.residency, sample=kv_cache_metrics_sample, seed=seed + 1)
         self.scheduler = Scheduler(
@@ -189,17 +190,22 @@ class Engine:
             return None
         if not running:
             self._now = max(self._now, waiting[0].arrival)
-        batch = self.scheduler.schedule(self._now)
-        return None if batch is None else Step(*batch, duration=step_duration(self.profile, self.k, *batch))
+        if (batch := self.scheduler.schedule(self._now)) is None:
+            return None
+        step = plan_step(self.profile, self.limits, *batch)
+        if self._last_k is not None and step.k != self._last_k:
+            step.duration = self.faults.switched(step.duration, self._now)
+        return step
 
     def end_step(self, step: Step, end: float) -> None:
         """Commit `step` at model time `end`, when it ends."""
         self._now = end
+        self._last_k = step.k
         self.pacing.steps += 1
         alpha = self.profile.alpha
-        commit_step(step, end, self.metrics, k=self.k, alpha=lambda scope: self.faults.alpha(scope, alpha(scope), end))
+        commit_step(step, end, self.metrics, k=step.k, alpha=lambda scope: self.faults.alpha(scope, alpha(scope), end))
         if self._mfu:
-            self.metrics.work.add(step_work(self.profile, self.k, step, self._tp))
+            self.metrics.work.add(step_work(self.profile, step.k, step, self._tp))
         for request in self.scheduler.finish(end):
             record_finished(self.metrics, request, end)
         self._update_gauges()

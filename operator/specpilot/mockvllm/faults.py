@@ -38,6 +38,7 @@ class FaultKind(enum.StrEnum):
     TOOL_JSON = "tool_json"  # a share of tool calls has arguments that are not JSON
     STRUCTURED_INVALID = "structured_invalid"  # a share of structured answers does not validate
     CANCEL_LEAK = "cancel_leak"  # a share of dropped requests keeps its slot and KV blocks for good
+    SWITCH_STALL = "switch_stall"  # a step whose k differs from the last step's takes factor times longer, plus extra_s
 
 
 _COMMON = {"kind", "scope", "start_s", "duration_s"}
@@ -58,7 +59,16 @@ _KEYS: dict[FaultKind, set[str]] = {
     FaultKind.TOOL_JSON: {"rate"},
     FaultKind.STRUCTURED_INVALID: {"rate"},
     FaultKind.CANCEL_LEAK: {"rate"},
+    FaultKind.SWITCH_STALL: {"factor", "extra_s"},
 }
+# vLLM issue #49548 (open): with `num_speculative_tokens_per_batch_size` [[1,4,2],[5,512,0]] (MTP), 8
+# concurrent streams of 180 tokens fell from 232 tok/s aggregate (static k = 2, 6.3 s) to 24-157 tok/s
+# (40-60 s), 1.5-9.7x, while a single stream ran at the expected rate: the collapse comes with the batch
+# crossing the schedule's switch. The mock's batch crosses it on about 1 step in 200 where it hovers
+# there, so a switch_stall fault's default stretches a step that changes k 100 times: on the demo's
+# profile at 3 requests/s (mean batch 3, the switch at 4) that makes time per committed token 2.1x, a
+# stream's decode throughput falling inside the issue's 1.5-9.7x (about 232 -> 110 tok/s).
+SWITCH_STALL_FACTOR = 100.0
 # Faults that strike single requests at a rate: `FaultBoard.strikes` draws them.
 REQUEST_FAULTS = frozenset(
     {
@@ -134,7 +144,7 @@ def parse_fault(data: Any) -> FaultSpec:
         scope=scope,
         start_s=_number(data, "start_s", 0.0, 0.0, inf),
         duration_s=None if duration is None else _number(data, "duration_s", 0.0, 0.0, inf),
-        factor=_number(data, "factor", 1.0, 0.0, inf),
+        factor=_number(data, "factor", SWITCH_STALL_FACTOR if kind is FaultKind.SWITCH_STALL else 1.0, 0.0, inf),
         extra_s=_number(data, "extra_s", 0.0, 0.0, inf),
         alpha=_number(data, "alpha", 0.0, 0.0, 1.0),
         fraction=_number(data, "fraction", 0.0, 0.0, 1.0),
@@ -195,6 +205,12 @@ class FaultBoard:
     def stretch(self, duration: float, now: float) -> float:
         """A step's duration under the latency faults in force."""
         for fault in self._live(FaultKind.LATENCY, now):
+            duration = duration * fault.spec.factor + fault.spec.extra_s
+        return duration
+
+    def switched(self, duration: float, now: float) -> float:
+        """The duration of a step whose k differs from the previous step's, under the switch stalls in force."""
+        for fault in self._live(FaultKind.SWITCH_STALL, now):
             duration = duration * fault.spec.factor + fault.spec.extra_s
         return duration
 

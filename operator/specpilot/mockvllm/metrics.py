@@ -372,7 +372,6 @@ class SpecDecodeCounters:
     """Speculative rounds (drafts), draft tokens proposed, and those accepted, in all and per draft position."""
 
     def __init__(self, families: _Families, num_speculative_tokens: int) -> None:
-        self.k = num_speculative_tokens
         self.drafts = families.counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.")
         self.draft_tokens = families.counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.")
         self.accepted = families.counter("vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.")
@@ -384,16 +383,17 @@ class SpecDecodeCounters:
         ]
 
     def record(self, rounds_by_accepted: Sequence[int]) -> None:
-        """Count a step's rounds, given how many accepted 0 .. k drafts; a round that accepted a drafts
-        counts once at positions 0 .. a-1."""
+        """Count a step's rounds, given how many accepted 0 .. k drafts (k: the step's draft tokens, up to
+        num_speculative_tokens); a round that accepted a drafts counts once at positions 0 .. a-1."""
         drafts = sum(rounds_by_accepted)
         if not drafts:
             return
+        k = len(rounds_by_accepted) - 1
         self.drafts.inc(drafts)
-        self.draft_tokens.inc(drafts * self.k)
+        self.draft_tokens.inc(drafts * k)
         self.accepted.inc(sum(accepted * rounds for accepted, rounds in enumerate(rounds_by_accepted)))
         reached = 0
-        for position in range(self.k, 0, -1):
+        for position in range(k, 0, -1):
             reached += rounds_by_accepted[position]
             if reached:
                 self.accepted_per_pos[position - 1].inc(reached)

@@ -136,3 +136,12 @@ def serve(target: Engine, arrivals: Iterable[Arrival], *, until: float) -> list[
         for arrival, request in submitted
         if request.finish_reason is not None and (first := request.first_token) is not None
     ]
+
+
+def time_per_committed_token(served: Iterable[Served], *, after: float = 0.0) -> float:
+    """Decode time per committed token (the first, from prefill, left out) of the requests that arrived
+    after model time `after`, accumulated over them as the pilot does."""
+    done = [s for s in served if s.arrival.at > after and s.output_tokens > 1]
+    if not done:
+        raise ValueError("no request with decoded tokens arrived after the warm-up")
+    return sum(s.end - s.first_token for s in done) / sum(s.output_tokens - 1 for s in done)

@@ -6,18 +6,22 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from specpilot.mockvllm.config import EngineLimits
 from specpilot.mockvllm.costmodel import GIB, step_time
 from specpilot.mockvllm.profile import Profile
 from specpilot.mockvllm.request import Request
+from specpilot.wire.batchschedule import k_at
 
 
 @dataclass
 class Step:
-    """One scheduled forward pass: the requests it decodes, the prefill chunks it runs, its model time."""
+    """One scheduled forward pass: the requests it decodes, the prefill chunks it runs, its model time, and
+    the draft tokens each decoding request proposes in it (k; 0: an ordinary decode step)."""
 
     decodes: list[Request]
     prefills: list[tuple[Request, int]]
     duration: float
+    k: int
 
 
 class Work(NamedTuple):
@@ -26,6 +30,18 @@ class Work(NamedTuple):
     flops: float
     read_bytes: float
     write_bytes: float
+
+
+def plan_step(
+    profile: Profile, limits: EngineLimits, decodes: list[Request], prefills: list[tuple[Request, int]]
+) -> Step:
+    """The step of a scheduled batch: it drafts num_speculative_tokens, or under a batch-size schedule as many
+    as vLLM looks up by the requests the step schedules (the dense lookup built at start-up); k = 0 drafts
+    nothing."""
+    k = limits.num_speculative_tokens
+    if limits.draft_tokens_by_batch is not None:
+        k = k_at(limits.draft_tokens_by_batch, len(decodes) + len(prefills))
+    return Step(decodes, prefills, duration=step_duration(profile, k, decodes, prefills), k=k)
 
 
 def step_duration(profile: Profile, k: int, decodes: list[Request], prefills: list[tuple[Request, int]]) -> float:
