@@ -177,10 +177,20 @@ class Comparison:
         """Speculation is faster here by `MIN_GAIN` or more, on `MIN_INDEPENDENT` windows' worth of
         requests or more, beyond the spread of both arms' windows at `confidence`: two identical arms
         never win by chance alone (overlapping windows share requests, so a few of them understate it)."""
+        ref = self.compared
+        return self._faster and ref is not None and min(self.band.independent, ref.independent) >= MIN_INDEPENDENT
+
+    @property
+    def thin_win(self) -> bool:
+        """Faster as a win is, on fewer than `MIN_INDEPENDENT` windows' worth of requests: evidence that
+        more windows at that load would settle, never a win decided on."""
+        return self._faster and not self.wins
+
+    @property
+    def _faster(self) -> bool:
+        """Faster by `MIN_GAIN` or more, beyond the spread of both arms' windows at `confidence`."""
         spec, ref = self.band, self.compared
         if ref is None or self.ratio is None or self.ratio > 1 / MIN_GAIN:
-            return False
-        if min(spec.independent, ref.independent) < MIN_INDEPENDENT:
             return False
         return ref.tpct - spec.tpct > NormalDist().inv_cdf(self.confidence) * math.hypot(spec.tpct_se, ref.tpct_se)
 

@@ -3,36 +3,18 @@
 The speculative arm is compared with the control arm (the baseline's engine at its size and share),
 or, for a pilot without one, with production's baseline; only at the same offered load, never
 beyond the loads the compared arm ran at (`bands.compare`). A scope is decided by the first of an
-ordered list of small rules (`RULES`) over its facts (`Facts`), each alone:
-
-1. **Defer, QualityRegression**: a quality gate failed in a window, or flipped the scope back.
-2. **Defer, MemoryPressure**: the scope was flipped back for the speculative arm's KV cache.
-3. A scope that stays rolled back for speed or latency: the flip's load is evidence (where it lost).
-   With no win measured, **Defer, NoNetGain**; beside wins at every load, at a load not recorded,
-   **Defer, InsufficientEvidence**; at or below a winning load's bin, the wins below it are decided
-   alone and adopted in low-load windows if they hold, else **Defer, LimitFailed** (a latency or error
-   limit failed where it decodes faster) or **NoNetGain** (its windows were slower there).
-4. **Defer, InsufficientEvidence**: fewer than `bands.MIN_INDEPENDENT` windows' worth of distinct
-   requests at matched loads.
-5. Winning at every matched band: not adopted when the decode gain is under `MIN_END_TO_END_GAIN`
-   itself (**Defer, NoNetGain**) or implies less than that end to end at the scope's decode share
-   (**Defer, BottleneckElsewhere**); held below where its own figures stop contradicting adoption (an
-   observed end-to-end gain below 1, or a TTFT quantile over the limit across every request of its
-   matched bands: **Defer, NoNetGain** where shown so, **InsufficientEvidence** where within its
-   noise); with a flip above every win, **AdoptInLowLoadWindows** below the highest win, the crossover
-   bracketed by it and the flip's load; **AdoptInLowLoadWindows** below the highest win when that lies
-   more than a load bin below production's p95 (or the rehearsal's peak): the load checked is the load
-   stated; else **AdoptWithinEnvelope**.
-6. Winning from the lowest band up to a load, and not above it: **AdoptInLowLoadWindows** below it (at
-   the crossover, with its interval at analysis.confidence, where the arms' curves cross, bounded above
-   by a flip's load), under the same contradiction checks.
-7. Otherwise: **Defer, NoNetGain**.
+ordered list of small rules (`RULES`) over its facts (`Facts`), each alone; the order, and why, is
+stated once, above `RULES` (docs/reference/decision-rules.md is generated from it). An adoption in
+low-load windows states what bounds it (`Bound`: speed, the TTFT limit, end-to-end time, a latency or
+error limit, or a load not measured) with its figure; a flip for a latency or error limit above the wins
+brackets where that limit fails (`limitFailure`), and only a flip for speed brackets the crossover.
 
 A band is a win only when speculation is faster by `bands.MIN_GAIN` or more, beyond the spread of
 both arms' windows at analysis.confidence: two identical arms are never adopted on noise. A thin band
 above the full ones (fewer than `bands.MIN_INDEPENDENT` windows' worth of requests) is reported and
 decided on nowhere: no adoption reaches its loads, no crossover is read against it (its few windows
-understate its spread), and it dilutes no win below it.
+understate its spread), and it dilutes no win below it. A thin band faster as a win is, with no full win
+beside it, is evidence with a remedy (InsufficientEvidence: a longer stage, or the rehearsal up to a flip).
 
 Every adoption states the share of production's windows whose load lies within it.
 
@@ -85,14 +67,18 @@ from specpilot.analysis.stats import exceedance_pvalue
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import QuantileRatio, SpeculationPilotSpec, Thresholds
 from specpilot.api.status import (
+    AdoptionBound,
     AlternativeDecision,
     AlternativeVerdict,
+    Bound,
     Decision,
     DecisionOutcome,
     DecisionTrigger,
     DeferReason,
     Envelope,
     FallbackRecord,
+    LimitFailure,
+    LoadSpan,
     RehearsalStatus,
     ScopeDecision,
     ScopeState,
@@ -368,8 +354,10 @@ def observed_gain(comparisons: Sequence[Comparison]) -> float | None:
     return pooled[1] / pooled[0] if pooled is not None else None
 
 
-def _seen_sentence(gain: float | None, tail: float | None, ttft: QuantileRatio, compared: Arm) -> str | None:
-    """What users saw at the loads adopted, as the report shows it."""
+def _seen_sentence(
+    gain: float | None, tail: float | None, ttft: QuantileRatio, compared: Arm, top: float
+) -> str | None:
+    """What users saw at the loads adopted (up to `top`), as the report shows it."""
     parts = []
     if gain is not None:
         parts.append(f"requests finished {gain:.2f}x as fast end to end as on {_arm(compared)}")
@@ -378,7 +366,16 @@ def _seen_sentence(gain: float | None, tail: float | None, ttft: QuantileRatio, 
             f"time to first token p{ttft.quantile * 100:g} ran {tail:.2f}x {_arm(compared)}'s "
             f"(limit {ttft.max_ratio:.2f}x)"
         )
-    return f"At the loads adopted, {' and '.join(parts)}." if parts else None
+    return f"At the loads adopted (measured up to {top:.2f}), {' and '.join(parts)}." if parts else None
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """Why a scope's wins are not adopted as they stand, and what bounds an adoption below them."""
+
+    reason: DeferReason
+    sentence: str
+    bound: Bound
 
 
 def _adoption_blocked(
@@ -389,27 +386,37 @@ def _adoption_blocked(
     tail: TtftTail | None,
     ttft: QuantileRatio,
     confidence: float,
-) -> tuple[DeferReason, str] | None:
+) -> Blocked | None:
     """Why a scope that decodes faster at `comparisons` is still not adopted: its own figures there
     would contradict it (its end-to-end time, or its TTFT tail above the limit), or its TTFT tail is
     above the limit within its noise, so more windows must decide."""
     gain = observed_gain(comparisons)
+    loads = f"every load it wins at (up to {comparisons[-1].band.load:.2f})" if comparisons else "the loads it wins at"
     if gain is not None and gain < 1:
-        return DeferReason.NO_NET_GAIN, (
+        return Blocked(
+            DeferReason.NO_NET_GAIN,
             f"{name}: speculation decodes faster ({_ratios(comparisons)}), yet its requests took longer end to "
-            f"end than on {_arm(compared)} at the same loads (observed gain {gain:.2f}x)."
+            f"end than on {_arm(compared)} over {loads} (observed gain {gain:.2f}x).",
+            Bound(kind=AdoptionBound.END_TO_END, observed=gain, limit=1.0),
         )
     if tail is None or tail.ratio <= ttft.max_ratio:
         return None
     runs = (
-        f"{name}: its time to first token p{ttft.quantile * 100:g} runs {tail.ratio:.2f}x {_arm(compared)}'s at "
-        f"the loads it wins at, above the {ttft.max_ratio:.2f}x limit"
+        f"{name}: its time to first token p{ttft.quantile * 100:g} runs {tail.ratio:.2f}x {_arm(compared)}'s over "
+        f"{loads}, above the {ttft.max_ratio:.2f}x limit"
+    )
+    bound = Bound(
+        kind=AdoptionBound.TTFT_LIMIT, metric=MetricName.TTFT_RATIO, observed=tail.ratio, limit=ttft.max_ratio
     )
     if tail.p_value < 1 - confidence:
-        return DeferReason.NO_NET_GAIN, f"{runs}, shown over {tail.requests} requests (p={tail.p_value:.2g})."
-    return DeferReason.INSUFFICIENT_EVIDENCE, (
+        return Blocked(
+            DeferReason.NO_NET_GAIN, f"{runs}, shown over {tail.requests} requests (p={tail.p_value:.2g}).", bound
+        )
+    return Blocked(
+        DeferReason.INSUFFICIENT_EVIDENCE,
         f"{runs} but not shown above it over {tail.requests} requests at {confidence:g} (p={tail.p_value:.2g}): "
-        "more windows decide it."
+        "more windows decide it.",
+        bound,
     )
 
 
@@ -546,6 +553,8 @@ class Facts:
     confidence: float
     peak: float | None  # the load an envelope must reach (None: production's p95)
     gated: bool  # a probe or webhook checks its answers
+    thin: Comparison | None = None  # a thin band faster as a win is (`Comparison.thin_win`): only the top one can be
+    rehearsal: bool = False  # spec.rehearsal is set: a rolled-back scope's unsettled loads can be rehearsed
 
     @property
     def wins_everywhere(self) -> bool:
@@ -568,7 +577,34 @@ class Facts:
     def tail(self, over: Sequence[Comparison]) -> TtftTail | None:
         return ttft_tail(over, limit=self.ttft, overlap=self.evidence.overlap)
 
-    def blocked(self, over: Sequence[Comparison]) -> tuple[DeferReason, str] | None:
+    @property
+    def speed_flip(self) -> bool:
+        """The flip was for speed (slower windows), not for a latency or error limit."""
+        return self.flip is not None and self.flip.metric in _SPEED_METRICS
+
+    def flip_bound(self) -> Bound:
+        """What the flip bounds an adoption below it with: speed, or its limit."""
+        assert self.flip is not None
+        kind = AdoptionBound.SPEED if self.speed_flip else AdoptionBound.LIMIT
+        return Bound(kind=kind, metric=self.flip.metric, observed=self.flip.observed, limit=self.flip.threshold)
+
+    def flip_between(self, top: float) -> tuple[str, tuple[float, float] | None, LimitFailure | None]:
+        """What lies between the highest win at `top` and the flip's load, in a phrase: for a flip for speed,
+        the crossover (its bracket); for a latency or error limit, where that limit fails, which is no
+        crossover (`LimitFailure`)."""
+        assert self.flip is not None and self.flip_load is not None
+        high = self.flip_load
+        if self.speed_flip:
+            return f"the crossover lies between {top:.2f} and {high:.2f}", (top, high), None
+        metric = self.flip.metric
+        return (
+            f"its {metric.value} limit fails between {top:.2f} and {high:.2f}, where speculation may still decode "
+            "faster (no crossover is measured)",
+            None,
+            LimitFailure(metric=metric, low=top, high=high),
+        )
+
+    def blocked(self, over: Sequence[Comparison]) -> Blocked | None:
         return _adoption_blocked(
             self.name, over, self.compared, tail=self.tail(over), ttft=self.ttft, confidence=self.confidence
         )
@@ -586,14 +622,17 @@ def _adopt(
     crossing: Crossover | None,
     over: Sequence[Comparison],
     bracket: tuple[float, float] | None = None,
+    bound: Bound | None = None,
+    limit: LimitFailure | None = None,
 ) -> ScopeDecision:
     """Adopted up to `top` on the bands `over`, with what users saw there and production's share below it;
-    the crossover where the arms' curves cross, or only the `bracket` it lies in (a win and a flip)."""
+    the crossover where the arms' curves cross, or only the `bracket` it lies in (a win and a flip for
+    speed); what `bound`s it, and where a latency or error `limit` fails above it."""
     production, covered = _production_sentence(f.evidence.production, top)
     share = f.share.at(over) if f.share is not None else None
     figures = _figures(share)
     gain, tail = observed_gain(over), f.tail(over)
-    seen = _seen_sentence(gain, tail.ratio if tail is not None else None, f.ttft, f.compared)
+    seen = _seen_sentence(gain, tail.ratio if tail is not None else None, f.ttft, f.compared, top)
     speed = None if f.gated else f"{f.name}'s adoption rests on speed alone: no probe or webhook checked its answers."
     return ScopeDecision(
         outcome=outcome,
@@ -601,6 +640,8 @@ def _adopt(
         crossover_load=crossing.load if crossing else None,
         crossover_low=crossing.low if crossing else bracket[0] if bracket else None,
         crossover_high=crossing.high if crossing else bracket[1] if bracket else None,
+        limit_failure=limit,
+        bound=bound,
         observed_gain=gain,
         ttft_ratio=tail.ratio if tail is not None else None,
         production_covered=covered,
@@ -611,18 +652,69 @@ def _adopt(
     )
 
 
-def _held(f: Facts, over: Sequence[Comparison], why: tuple[DeferReason, str]) -> ScopeDecision:
+def _held(f: Facts, over: Sequence[Comparison], why: Blocked) -> ScopeDecision:
     """`over` blocked for `why`: adopted below the highest load up to which its own figures agree
-    (the longest run from the lowest load with enough evidence that is not blocked), else deferred."""
+    (the longest run from the lowest load with enough evidence that is not blocked), bounded by what
+    blocks it above, else deferred."""
     for end in range(len(over) - 1, 0, -1):
         run = over[:end]
         if sum(c.band.independent for c in run) < MIN_INDEPENDENT:
             break
         if f.blocked(run) is None:
             top = run[-1].band.load
-            sentence = f"{why[1]} It holds up to {_load(top)}: adopt speculation below that load."
-            return _adopt(f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=run)
-    return _defer(*why, f.share, f.coverage)
+            sentence = f"{why.sentence} Over the loads up to {_load(top)} it holds: adopt speculation below that load."
+            return _adopt(
+                f,
+                DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
+                sentence,
+                top=top,
+                crossing=None,
+                over=run,
+                bound=why.bound,
+            )
+    return _defer(why.reason, why.sentence, f.share, f.coverage).model_copy(update={"bound": why.bound})
+
+
+# Evidence short of a decision at or below a flip (a thin win, or no win) and what would settle it: the
+# phrases of `only_thin_wins` and `flipped_without_a_win`, together.
+
+REHEARSAL_FLOOR = 0.25  # a scope flipped back with no win is rehearsed from a quarter of the flip's load up to it
+
+
+def _full_band(f: Facts) -> int:
+    """Windows a band needs to be decided on at this pilot's window overlap (`bands.bands`)."""
+    return math.ceil(MIN_INDEPENDENT * max(1.0, f.evidence.overlap) - 1e-9)
+
+
+def _thin_won(f: Facts, thin: Comparison) -> str:
+    return (
+        f"speculation ran {thin.ratio or 0:.2f}x {_arm(f.compared)}'s time per committed token at "
+        f"{_load(thin.band.load)} over {thin.band.windows} window(s), {thin.band.independent:.1f} windows' worth of "
+        f"distinct requests: a win in a band too thin to decide on (a full band needs {_full_band(f)} windows, "
+        f"{MIN_INDEPENDENT:g} windows' worth)"
+    )
+
+
+def _rehearsing(f: Facts, span: LoadSpan, purpose: str) -> str:
+    climbs = f"from {span.low:.2f} to {span.high:.2f} on its own router, production untouched, {purpose}"
+    return (
+        f"the rehearsal climbs it {climbs}"
+        if f.rehearsal
+        else f"with spec.rehearsal set, a rehearsal would climb it {climbs}"
+    )
+
+
+def _rehearsed_below(f: Facts, load: float) -> tuple[float, float] | None:
+    """The span of load bins below `load`'s that the rehearsal's router measured the scope in."""
+    marked = f.evidence.scopes.get(f.name, ScopeEvidence()).rehearsed
+    below = [index for index, count in marked.items() if count and index < load_bin(load)]
+    return (bin_bounds(min(below))[0], bin_bounds(max(below))[1]) if below else None
+
+
+def _found_by_rehearsal(f: Facts, over: Sequence[Comparison]) -> str:
+    marked = f.evidence.scopes.get(f.name, ScopeEvidence()).rehearsed
+    found = any(marked.get(index) for c in over for index in range(c.band.first, c.band.last + 1))
+    return " (found by the rehearsal's router, below the flip)" if f.flip is not None and found else ""
 
 
 # The rules, each alone: a decision with its sentence, or None to pass to the next (`RULES` orders them).
@@ -654,13 +746,64 @@ def out_of_kv_cache(f: Facts) -> ScopeDecision | None:
     return _defer(DeferReason.MEMORY_PRESSURE, sentence, f.share)
 
 
+def only_thin_wins(f: Facts) -> ScopeDecision | None:
+    """Faster only in a band too thin to decide on (`Comparison.thin_win`), with no flip at or below its
+    load: neither a win nor the lack of one. InsufficientEvidence, saying what would settle it: a longer
+    stage at that load (the windows a full band needs), or, for a scope flipped back above it, the rehearsal
+    from the thin win's load to the flip's (`rehearse`)."""
+    thin = f.thin
+    if f.wins or thin is None or (f.flip_load is not None and load_bin(f.flip_load) <= load_bin(thin.band.load)):
+        return None
+    won = f"{f.name}: {_thin_won(f, thin)}"
+    longer = f"a stage of {_full_band(f)} windows or more at that load would settle it"
+    if f.flip is None:
+        return f.defer(DeferReason.INSUFFICIENT_EVIDENCE, f"{won}; {longer}.")
+    if f.flip_load is None:
+        sentence = (
+            f"{won}, and {f.flip_sentence()}, at a load not recorded; {longer.replace('a stage', 'a first stage')}."
+        )
+        return f.defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence)
+    span = LoadSpan(low=thin.band.load, high=f.flip_load)
+    first = longer.replace("a stage", "a first stage")
+    remedy = (
+        f"{_rehearsing(f, span, 'to settle it')} ({first} too)"
+        if f.rehearsal
+        else f"{first}, or {_rehearsing(f, span, 'to settle it')}"
+    )
+    sentence = f"{won}, and {f.flip_sentence()}: whether it wins below {f.flip_load:.2f} is unsettled; {remedy}."
+    return f.defer(DeferReason.INSUFFICIENT_EVIDENCE, sentence).model_copy(update={"rehearse": span})
+
+
 def flipped_without_a_win(f: Facts) -> ScopeDecision | None:
     """Flipped back for speed or latency and faster at no load measured: the flip is the evidence that
-    it loses, not too little of it."""
+    it loses, not too little of it. Below the flip's load, where the live stages measured nothing, the
+    rehearsal climbs from `REHEARSAL_FLOOR` of it up to it (`rehearse`), and once it ran the decision says
+    whether a low-load window was found (a win below the flip: the rules that follow decide it) or ruled
+    out (no win there)."""
     if f.flip is None or f.wins:
         return None
-    sentence = f"{f.name}: {f.flip_sentence()} and it stays rolled back; it wins at no load measured."
-    return f.defer(DeferReason.NO_NET_GAIN, sentence)
+    head = f"{f.name}: {f.flip_sentence()} and it stays rolled back"
+    if f.thin is not None:  # at or above the flip's load, or `only_thin_wins` decides
+        head += f"; its only faster band is thin and lies at or above that load ({_ratios([f.thin])})"
+    else:
+        head += "; it wins at no load measured"
+    if f.flip_load is None:
+        return f.defer(DeferReason.NO_NET_GAIN, f"{head}.")
+    rehearsed = _rehearsed_below(f, f.flip_load)
+    lowest = min((c.band.load for c in f.measured), default=f.flip_load)
+    span = LoadSpan(low=f.flip_load * REHEARSAL_FLOOR, high=f.flip_load)
+    if rehearsed is not None:
+        tail = (
+            f": the rehearsal's router measured it from {rehearsed[0]:.2f} to {rehearsed[1]:.2f}, below that load, "
+            "and it wins at none of them: no low-load window was found"
+        )
+    elif lowest <= span.low:
+        tail = f", from {lowest:.2f} up: no low-load window was found"
+    else:
+        rehearse = _rehearsing(f, span, "so that a low-load window is found or ruled out")
+        sentence = f"{head}; below {lowest:.2f} it was never measured: {rehearse}."
+        return f.defer(DeferReason.NO_NET_GAIN, sentence).model_copy(update={"rehearse": span})
+    return f.defer(DeferReason.NO_NET_GAIN, f"{head}{tail}.")
 
 
 def flipped_at_an_unknown_load(f: Facts) -> ScopeDecision | None:
@@ -705,7 +848,13 @@ def flipped_at_a_winning_load(f: Facts) -> ScopeDecision | None:
         return f.defer(reason, fails)
     # a limit failed at a load measured: whatever the wins below it reach, adoption stops below it
     reasons = [f"{fails} Below that load: {held.reasons[0]}", *held.reasons[1:]]
-    return held.model_copy(update={"outcome": DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, "reasons": reasons})
+    failed = (
+        None
+        if f.speed_flip or held.max_load is None
+        else LimitFailure(metric=f.flip.metric, low=held.max_load, high=f.flip_load)
+    )
+    update = {"outcome": DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, "reasons": reasons, "bound": f.flip_bound()}
+    return held.model_copy(update={**update, "limit_failure": failed})
 
 
 def too_little_evidence(f: Facts) -> ScopeDecision | None:
@@ -755,19 +904,28 @@ def contradicted(f: Facts) -> ScopeDecision | None:
 
 
 def wins_below_the_flip(f: Facts) -> ScopeDecision | None:
-    """Winning at every load measured and flipped back at a load above them all: the staged climb
-    crossed over between the highest win and the flip. Adopted below the highest win."""
+    """Winning at every load measured and flipped back at a load above them all. Adopted below the highest
+    win: a flip for speed brackets the crossover between that win and the flip's load; one for a latency or
+    error limit brackets where that limit fails (`limitFailure`), never the crossover."""
     if not f.wins_everywhere or not f.flip_above_wins or f.flip_load is None:
         return None
     top = max(c.band.load for c in f.measured)
+    between, bracket, limit = f.flip_between(top)
     sentence = (
-        f"{f.name}: speculation wins at every load measured, up to {_load(top)} (time per committed token "
-        f"{_ratios(f.measured)} {_arm(f.compared)}'s), and {f.flip_sentence()}: the crossover lies between "
-        f"{top:.2f} and {f.flip_load:.2f}; adopt speculation below {top:.2f}."
+        f"{f.name}: speculation wins at every load measured{_found_by_rehearsal(f, f.measured)}, up to {_load(top)} "
+        f"(time per committed token {_ratios(f.measured)} {_arm(f.compared)}'s), and {f.flip_sentence()}: "
+        f"{between}; adopt speculation below {top:.2f}."
     )
-    bracket = (top, f.flip_load)
     return _adopt(
-        f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=f.measured, bracket=bracket
+        f,
+        DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
+        sentence,
+        top=top,
+        crossing=None,
+        over=f.measured,
+        bracket=bracket,
+        bound=f.flip_bound(),
+        limit=limit,
     )
 
 
@@ -797,7 +955,10 @@ def short_of_the_envelope(f: Facts) -> ScopeDecision | None:
         f"{_load(top)}, more than a load bin below {what} of {bar:.2f}: adopt it below that load; the load it "
         f"must hold was not measured (time per committed token {_ratios(f.measured)})."
     )
-    return _adopt(f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=f.measured)
+    bound = Bound(kind=AdoptionBound.UNMEASURED_LOAD, observed=bar)
+    return _adopt(
+        f, DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, sentence, top=top, crossing=None, over=f.measured, bound=bound
+    )
 
 
 def wins_everywhere(f: Facts) -> ScopeDecision | None:
@@ -817,7 +978,9 @@ def wins_everywhere(f: Facts) -> ScopeDecision | None:
 
 def wins_below_a_load(f: Facts) -> ScopeDecision | None:
     """Winning from the lowest load up to a load and not above it: adopted below it, at the crossover
-    where the arms' curves cross; a flip above the wins bounds the crossover from above."""
+    where the arms' curves cross; a flip for speed above the wins bounds the crossover from above, one for
+    a latency or error limit whose load lies within the crossover's interval bounds the adoption instead
+    (below the highest win, where the limit fails above it)."""
     prefix = list(takewhile(lambda c: c in f.wins, f.measured))
     if not prefix:
         return None
@@ -829,23 +992,26 @@ def wins_below_a_load(f: Facts) -> ScopeDecision | None:
     flipped = f.flip_load if f.flip_above_wins else None
     if crossing is not None and flipped is not None and crossing.high > flipped:
         load = min(crossing.load, flipped)
-        crossing = replace(crossing, load=load, low=min(crossing.low, load), high=flipped)
+        speed = f.speed_flip
+        crossing = replace(crossing, load=load, low=min(crossing.low, load), high=flipped) if speed else None
     measured = f"time per committed token {_ratios(f.measured)} {_arm(f.compared)}'s at the same load."
+    bracket, limit, bound = None, None, Bound(kind=AdoptionBound.SPEED)
+    found = _found_by_rehearsal(f, prefix)
     if crossing is not None:
         caveat = " Speculation wins again at some load above it, so the curve is not monotone."
         sentence = (
-            f"{f.name}: speculation wins below {_load(crossing.load)} ({crossing.confidence:.0%} interval "
+            f"{f.name}: speculation wins{found} below {_load(crossing.load)} ({crossing.confidence:.0%} interval "
             f"{crossing.low:.2f} to {crossing.high:.2f}) and ordinary decoding wins above it: {measured}"
             + (caveat if crossing.non_monotone else "")
         )
     elif flipped is not None:
+        between, bracket, limit = f.flip_between(below)
         sentence = (
-            f"{f.name}: speculation wins up to {_load(below)} and {f.flip_sentence()}: the crossover lies "
-            f"between {below:.2f} and {flipped:.2f}; {measured}"
+            f"{f.name}: speculation wins{found} up to {_load(below)} and {f.flip_sentence()}: {between}; {measured}"
         )
+        bound = f.flip_bound()
     else:
         sentence = f"{f.name}: speculation wins up to {_load(below)} and is not measurably faster above it: {measured}"
-    bracket = (below, flipped) if crossing is None and flipped is not None else None
     return _adopt(
         f,
         DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS,
@@ -854,6 +1020,8 @@ def wins_below_a_load(f: Facts) -> ScopeDecision | None:
         crossing=crossing,
         over=prefix,
         bracket=bracket,
+        bound=bound,
+        limit=limit,
     )
 
 
@@ -868,11 +1036,16 @@ def no_gain(f: Facts) -> ScopeDecision:
 
 Rule = Callable[[Facts], ScopeDecision | None]
 
-# The order is the policy: what defers regardless of speed first, then whether the evidence suffices,
-# then what speed alone says. The first rule that decides is the decision.
+# The order is the policy, stated here once: what defers regardless of speed first (quality, KV cache);
+# then what thin evidence and a flip say (a thin win alone; a flip with no win, at a load not recorded, or
+# at a winning load); then whether the evidence suffices; then whether a gain is worth having and its own
+# figures agree; then what speed and a flip above the wins say (below the flip, short of the envelope,
+# everywhere, below a load); else no gain. The first rule that decides is the decision; a new outcome's
+# rule goes after the rules whose facts it needs settled, with its phrases beside it.
 RULES: tuple[Rule, ...] = (
     quality_regressed,
     out_of_kv_cache,
+    only_thin_wins,
     flipped_without_a_win,
     flipped_at_an_unknown_load,
     flipped_at_a_winning_load,
@@ -904,6 +1077,7 @@ def facts(
     ttft: QuantileRatio = DEFAULT_TTFT,
     peak: float | None = None,
     gated: bool = True,
+    rehearsal: bool = False,
 ) -> Facts:
     """A scope's facts for the rules from its evidence, its comparisons and the pilot's flips."""
     scope = evidence.scopes.get(name, ScopeEvidence())
@@ -928,6 +1102,8 @@ def facts(
         confidence=confidence,
         peak=peak,
         gated=gated,
+        thin=next((c for c in comparisons if c.measured and c.thin_win), None),
+        rehearsal=rehearsal,
     )
 
 
@@ -941,12 +1117,14 @@ def decide_scope(
     ttft: QuantileRatio = DEFAULT_TTFT,
     peak: float | None = None,
     gated: bool = True,
+    rehearsal: bool = False,
 ) -> ScopeFindings:
     """The scope's findings and decision from everything recorded for it; `state` is where the scope
     is now (a scope rolled back for speed or latency is not adopted, whatever its bands say), `ttft`
     the TTFT limit an adopted scope's matched bands must meet, `peak` the load its envelope must
-    reach to be adopted at every load (`envelope_peak`; None: production's p95), and `gated` whether a
-    probe or webhook checks its answers (an adoption without one says it rests on speed alone)."""
+    reach to be adopted at every load (`envelope_peak`; None: production's p95), `gated` whether a
+    probe or webhook checks its answers (an adoption without one says it rests on speed alone), and
+    `rehearsal` whether spec.rehearsal is set (what is left to rehearse is then stated as planned)."""
     arm_bands, comparisons = _compared(evidence, name, confidence)
     found = facts(
         name,
@@ -958,6 +1136,7 @@ def decide_scope(
         ttft=ttft,
         peak=peak,
         gated=gated,
+        rehearsal=rehearsal,
     )
     decision = _first(found, RULES)
     assert decision is not None  # the last rule always decides
@@ -1044,6 +1223,41 @@ def _low_load_limit(decision: ScopeDecision) -> float:
     return decision.crossover_load or decision.max_load or 0.0
 
 
+def _bounded_by(name: str, decision: ScopeDecision) -> str:
+    """What stops a scope's adoption in low-load windows where it stops, with its figure: the pilot's first
+    sentence names it."""
+    bound = decision.bound
+    if decision.crossover_load is not None:
+        return f"the crossover of {name}, above which ordinary decoding is faster"
+    won = f"the highest load {name} won at"
+    if bound is None:
+        return won
+    seen = f"{bound.observed or 0:.3g} against {bound.limit or 0:.3g}"
+    failed = decision.limit_failure
+    match bound.kind:
+        case AdoptionBound.TTFT_LIMIT:
+            return (
+                f"the highest load at which {name}'s TTFT tail holds: bounded by its TTFT limit, "
+                f"{bound.observed or 0:.2f}x over every load it wins at against {bound.limit or 0:.2f}x"
+            )
+        case AdoptionBound.END_TO_END:
+            return (
+                f"the highest load at which {name}'s requests finish faster end to end: bounded by end-to-end time, "
+                f"{bound.observed or 0:.2f}x over every load it wins at"
+            )
+        case AdoptionBound.LIMIT if failed is not None and bound.metric is not None:
+            return (
+                f"{won}: bounded by its {bound.metric.value} limit ({seen}), which fails between "
+                f"{failed.low:.2f} and {failed.high:.2f}"
+            )
+        case AdoptionBound.UNMEASURED_LOAD:
+            return f"{won}: bounded by a load not measured, {bound.observed or 0:.2f}, which it must hold"
+        case AdoptionBound.SPEED if bound.metric is not None:
+            return f"{won}: bounded by speed, its windows flipped it back for {bound.metric.value} ({seen})"
+        case _:
+            return f"{won}: bounded by speed, not measurably faster above it"
+
+
 @dataclass(frozen=True)
 class _Stated:
     """What every pilot decision carries: when and why it was stated, and its scopes' first reasons."""
@@ -1069,7 +1283,7 @@ def _adopted_in_low_load(
     first = min(low, key=lambda name: _low_load_limit(decisions[name]))
     chosen = decisions[first]
     limit = _low_load_limit(chosen)
-    what = f"the crossover of {first}" if chosen.crossover_load is not None else f"the highest load {first} won at"
+    what = _bounded_by(first, chosen)
     lead = (
         f"Adopt speculation for {', '.join(low)} in low-load windows: below {_load(limit)} ({what})"
         + (f", and for {', '.join(envelope.scopes)} at every load measured" if envelope is not None else "")
@@ -1084,6 +1298,8 @@ def _adopted_in_low_load(
         crossover_load=limit,
         crossover_low=chosen.crossover_low,
         crossover_high=chosen.crossover_high,
+        limit_failure=chosen.limit_failure,
+        bound=chosen.bound,
         reasons=stated.reasons(lead),
     )
 

@@ -89,6 +89,9 @@ class ArmStatus(ApiModel):
     """GPUs the arm holds (replicas x tensor parallel size)."""
     config_hash: Annotated[str, StringConstraints(max_length=64)] | None = None
     """Hash of the rendered engine configuration; equal hashes mean identical arms."""
+    speculative_config: Annotated[str, StringConstraints(max_length=4096)] | None = None
+    """The `--speculative-config` the arm runs with, as rendered (the speculative arm's alone), a schedule
+    under the key that engine.vllmVersion names."""
 
 
 class RouterStatus(ApiModel):
@@ -215,6 +218,58 @@ class AlternativeDecision(ApiModel):
     """Why, in a sentence."""
 
 
+class AdoptionBound(StrEnum):
+    """What stops an adoption in low-load windows at its load."""
+
+    SPEED = "Speed"
+    """Speculation is not measurably faster above it: its crossover, a flip for speed, or no win above."""
+    TTFT_LIMIT = "TtftLimit"
+    """Its TTFT quantile over the loads it wins at runs above thresholds.ttft; below it, within."""
+    END_TO_END = "EndToEnd"
+    """Its requests take longer end to end over the loads it wins at; below it, they finish faster."""
+    LIMIT = "Limit"
+    """A latency or error limit flipped the scope back above it (limitFailure), where it may still decode
+    faster."""
+    UNMEASURED_LOAD = "UnmeasuredLoad"
+    """It wins at every load measured, but not up to the load it must hold (production's p95, or the
+    rehearsal's peak): the load checked is the load stated."""
+
+
+class Bound(ApiModel):
+    """What bounds an adoption in low-load windows, with the figure that bounds it."""
+
+    kind: AdoptionBound
+    """Speed, TtftLimit, EndToEnd, Limit or UnmeasuredLoad."""
+    metric: MetricName | None = None
+    """For Limit: the metric whose limit flipped the scope back."""
+    observed: float | None = None
+    """The figure beyond the bound: the TTFT ratio or the end-to-end gain over every load it wins at, the
+    flip's observed value, or (UnmeasuredLoad) the load it must hold."""
+    limit: float | None = None
+    """The limit that figure is held against."""
+
+
+class LimitFailure(ApiModel):
+    """Where a latency or error limit fails for a scope: between the highest load it passed at and the
+    load its windows flipped it back at. Not the speed crossover: speculation may decode faster there."""
+
+    metric: MetricName
+    """The limit's metric."""
+    low: float
+    """Offered load (requests per second per replica) it held at: the highest win."""
+    high: float
+    """The load it flipped back at."""
+
+
+class LoadSpan(ApiModel):
+    """Two offered loads, requests per second per replica."""
+
+    low: float
+    """The lower."""
+    high: float
+    """The higher."""
+
+
 class ScopeDecision(ApiModel):
     """One scope's conclusion, from every window recorded for it."""
 
@@ -231,6 +286,15 @@ class ScopeDecision(ApiModel):
     """Lower end of the crossover's interval at analysis.confidence."""
     crossover_high: float | None = None
     """Upper end of the crossover's interval at analysis.confidence."""
+    limit_failure: LimitFailure | None = None
+    """For a scope flipped back for a latency or error limit above its wins: the loads between which that
+    limit fails. Never the crossover (where speculation stops decoding faster)."""
+    bound: Bound | None = None
+    """For AdoptInLowLoadWindows: what bounds it at its load; for a Defer of a scope that decodes faster,
+    what blocks an adoption at every load it wins at (its TTFT tail or its end-to-end time)."""
+    rehearse: LoadSpan | None = None
+    """For a rolled-back scope its evidence leaves unsettled below the load it flipped at (a win in a band
+    too thin to decide on, or no win): the loads the rehearsal's router climbs for it (spec.rehearsal)."""
     observed_gain: float | None = None
     """For an adoption: the compared arm's mean end-to-end time over the speculative arm's, in the windows
     at the loads it is adopted for."""
@@ -398,13 +462,18 @@ class Decision(ApiModel):
     defer_reason: DeferReason | None = None
     """For Defer: the reason that applies to the most scopes."""
     crossover_load: float | None = None
-    """Offered load (requests per second per replica) above which speculation stops paying, for
-    AdoptInLowLoadWindows (the lowest of its scopes' crossovers, or of their envelopes where production
-    runs above what was measured)."""
+    """Offered load (requests per second per replica) below which speculation is adopted, for
+    AdoptInLowLoadWindows: the lowest of its scopes' crossovers, or of their highest wins where something
+    else bounds them (`bound`)."""
     crossover_low: float | None = None
-    """Lower end of that crossover's interval at analysis.confidence."""
+    """Lower end of that crossover's interval at analysis.confidence (or of the loads it is bracketed by,
+    between a win and a flip for speed)."""
     crossover_high: float | None = None
     """Upper end of that crossover's interval at analysis.confidence."""
+    limit_failure: LimitFailure | None = None
+    """Where the bounding scope's latency or error limit fails, when a flip for it bounds the adoption."""
+    bound: Bound | None = None
+    """For AdoptInLowLoadWindows: what bounds the adoption at crossover_load."""
     reasons: Annotated[list[Sentence], Field(max_length=32)] = []
     """Why, in sentences."""
 
@@ -542,13 +611,15 @@ class RehearsalStep(ApiModel):
 
 
 class CrossoverBracket(ApiModel):
-    """A rehearsed scope that was rolled back when the rehearsal began, and the crossover interval its
-    decision stated then: the rehearsal's ladder and the scope's crossover steps lie within it."""
+    """A rehearsed scope that was rolled back when the rehearsal began, and the loads its decision left to
+    rehearse then (its crossover interval, where the limit that flipped it fails, or the span it states below
+    its flip): the rehearsal's ladder and the scope's crossover steps lie within it."""
 
     scope: ScopeName
     """The scope."""
     low: float
-    """Lower end of the interval, requests per second per replica (its highest win)."""
+    """Lower end of the interval, requests per second per replica (its highest win, its thin win, or a
+    fraction of the flip's load)."""
     high: float
     """Upper end (the flip's load, or the crossover's interval below it)."""
 

@@ -89,7 +89,7 @@ def quoted_decision(report: Mapping[str, Any]) -> str:
 def _recommended(report: Mapping[str, Any], spec: SpeculationPilotSpec) -> tuple[list[BatchScheduleRange], str] | None:
     """The schedule of the report's recommendations that switches speculation off at the smallest batch
     (the safest where scopes disagree), as the engine's vLLM reads it, and a line saying which it took."""
-    found = report.get("schedules") or []
+    found = [s for s in report.get("schedules") or [] if s["recommendation"]]
     if not found:
         return None
     chosen = min(found, key=lambda s: s["lastSpeculativeBatchSize"])  # the first of equals: scope order
@@ -101,7 +101,8 @@ def _recommended(report: Mapping[str, Any], spec: SpeculationPilotSpec) -> tuple
     schedule = [BatchScheduleRange(start=r.start, end=r.end, num_speculative_tokens=r.k) for r in ranges]
     line = (
         f"schedule from scope {chosen['derivedFrom']}: drafts up to a batch of {chosen['lastSpeculativeBatchSize']}"
-        f", none above (the batch it ran at below its crossover, {chosen['crossoverLow']} requests/s per replica)"
+        f", none above (the batch it ran at below the load it is adopted below, {chosen['adoptedBelow']} requests/s "
+        "per replica)"
     )
     if len(found) > 1:
         switches = ", ".join(f"{s['derivedFrom']} {s['lastSpeculativeBatchSize']}" for s in found)

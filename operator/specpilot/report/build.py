@@ -40,6 +40,7 @@ from specpilot.api.flags import flag_value
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.api.status import (
+    AdoptionBound,
     Decision,
     DecisionOutcome,
     DecisionTrigger,
@@ -133,6 +134,12 @@ def _seconds(duration: timedelta) -> float:
     return duration.total_seconds()
 
 
+_NO_SCHEDULE_FOR_TTFT = (
+    "its TTFT tail fails the limit at every load it decodes faster at, and a schedule cannot rescue that: "
+    "drafting stops only above its switch, while below it the drafting rounds still delay first tokens"
+)
+
+
 def _batch_below(findings: ScopeFindings, load: float) -> Band | None:
     """The speculative band of the most requests in flight at or below `load`: the batch it ran at."""
     below = [b for b in findings.bands.get(Arm.SPECULATIVE, ()) if b.load <= load and b.in_flight is not None]
@@ -140,14 +147,19 @@ def _batch_below(findings: ScopeFindings, load: float) -> Band | None:
 
 
 def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None:
-    """A recommended `num_speculative_tokens_per_batch_size` where speculation wins only below a load:
-    the draft's k up to the batch the speculative arm ran at below the lower end of the crossover
-    interval (its requests in flight per replica there, the router's: at least the engines' batch),
-    0 above it. None where no band lies that low."""
+    """A recommended batch-size schedule (vLLM's dynamic speculative decoding, in the engine's release's
+    form) where speculation is adopted only below a load: the draft's k up to the batch the speculative
+    arm ran at, at the highest load adopted (its requests in flight per replica there, the router's: at
+    least the engines' batch), 0 above it. Where speculation decodes faster but its TTFT tail fails the
+    limit at every load it wins at, the reason no schedule can help. None where neither applies, or no
+    band lies that low."""
     decision = findings.decision
-    if decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS or decision.crossover_low is None:
+    bound = decision.bound.kind if decision.bound is not None else None
+    if decision.outcome is DecisionOutcome.DEFER and bound is AdoptionBound.TTFT_LIMIT:
+        return {"recommendation": False, "derivedFrom": findings.scope, "why": _NO_SCHEDULE_FOR_TTFT}
+    if decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS or decision.max_load is None:
         return None
-    band = _batch_below(findings, decision.crossover_low)
+    band = _batch_below(findings, decision.max_load)
     if band is None or band.in_flight is None:
         return None
     batch = max(1, math.floor(band.in_flight))
@@ -160,6 +172,8 @@ def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None
     return {
         "recommendation": True,
         "derivedFrom": findings.scope,
+        "adoptedBelow": rounded(decision.max_load, 3),
+        "boundBy": decision.bound.kind.value if decision.bound is not None else None,
         "crossoverLoad": rounded(decision.crossover_load, 3),
         "crossoverLow": rounded(decision.crossover_low, 3),
         "batchMeasuredAtLoad": rounded(band.load, 3),

@@ -15,6 +15,11 @@ def _f(value: Any, spec: str = ".2f", unit: str = "") -> str:
     return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
+def _limit_failure(failed: Json) -> str:
+    """A latency or error limit's failure bracket, in the crossover column: no crossover, and why."""
+    return f"none measured; the {failed['metric']} limit fails between {failed['low']:.2f} and {failed['high']:.2f}"
+
+
 def _loads(report: Json) -> list[str]:
     """What a load is, and which arm speculation is set against at it."""
     compared = report["compared"]
@@ -295,6 +300,8 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
             if d.get("crossoverLoad") is not None
             else f"between {d['crossoverLow']:.2f} and {d['crossoverHigh']:.2f}"
             if d.get("crossoverLow") is not None and d.get("crossoverHigh") is not None
+            else _limit_failure(d["limitFailure"])
+            if d.get("limitFailure")
             else ""
         )
         lines.append(
@@ -363,14 +370,17 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
             f"config hash `{values['configHash']}`"
         )
     lines += ["", "The full engine and arm specs are in report.json (`configurations`) and replay/pilot.yaml.", ""]
+    recommended = [item for item in report["schedules"] if item["recommendation"]]
     if report["schedules"]:
         lines += ["## Recommended dynamic speculation schedule", ""]
+    if recommended:
         lines += [
-            "**A recommendation derived from the measurements, not something the pilot ran.** Speculation wins "
-            "only below the crossover, so the engine could speculate at small batches and decode ordinarily above:",
+            "**A recommendation derived from the measurements, not something the pilot ran** (`kubectl specpilot "
+            "follow-up` writes the pilot that runs it). Speculation is adopted only below a load, so the engine "
+            "could speculate at small batches and decode ordinarily above:",
             "",
         ]
-        for item in report["schedules"]:
+        for item in recommended:
             lines += [
                 f"From {item['derivedFrom']} ({_crossover(item)}; at {item['batchMeasuredAtLoad']:.2f} the "
                 f"speculative arm held {item['inFlightPerReplica']:.1f} requests in flight per replica, so batch "
@@ -381,6 +391,9 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
                 "```",
                 "",
             ]
+    for item in report["schedules"]:
+        if not item["recommendation"]:
+            lines += [f"No schedule for {item['derivedFrom']}: {item['why']}.", ""]
     lines += ["## Replay", ""]
     lines += [
         "`replay/pilot.yaml` is the pilot manifest; `replay/workload.yaml` is the observed workload as a loadgen mix "
@@ -454,7 +467,10 @@ def _band_at(scope: Json, load: float) -> Json:
 
 
 def _crossover(item: Json) -> str:
-    """Where a schedule's crossover was placed: measured with its interval, or only bracketed."""
+    """Where a schedule's crossover was placed: measured with its interval, or only bracketed; or, for an
+    adoption bounded by something else, the load it is adopted below and what bounds it."""
+    if item.get("crossoverLow") is None:
+        return f"adopted below {item['adoptedBelow']:.2f} requests per second per replica, bounded by {item['boundBy']}"
     if item.get("crossoverLoad") is None:
         return f"crossover above {item['crossoverLow']:.2f} requests per second per replica, not measured"
     return (

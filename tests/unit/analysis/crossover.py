@@ -51,13 +51,16 @@ def pilot(
     alternative: Callable[[float], float] | None = None,
     seed: int = 0,
     rehearsed_from: float | None = None,
+    rehearsed_at: tuple[float, ...] = (),
+    ttft_factor: Callable[[float], float] | None = None,
 ) -> Evidence:
     """Windows at each load in turn, every scope on both compared arms at the same load; production's
     baseline at `production` requests per second per replica throughout (unwatched when None). With
     `identical`, the speculative arm decodes exactly as the control does (an A/A pilot). With
     `alternative` (its time per token at a load), an alternative arm takes the same share in half as many
-    replicas (twice the offered load per replica of its own). Windows at `rehearsed_from` and above are the
-    peak rehearsal's."""
+    replicas (twice the offered load per replica of its own). Windows at `rehearsed_from` and above, or at a
+    load in `rehearsed_at`, are the peak rehearsal's. `ttft_factor` scales the speculative arm's time to first
+    token at a load."""
     gpus = {Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1, **({Arm.ALTERNATIVE: 1} if alternative else {})}
     evidence = with_arms(
         Evidence(compared=Arm.CONTROL),
@@ -70,7 +73,8 @@ def pilot(
         for scope, alpha in alphas.items():
             seed += 2
             per_token = ordinary(value) if identical else speculative(value, alpha)
-            spec = arm(40, seed=seed, per_token=per_token, ttft=fixed)
+            factor = ttft_factor(value) if ttft_factor else 1.0
+            spec = arm(40, seed=seed, per_token=per_token, ttft=fixed, ttft_factor=factor)
             base = arm(40, seed=seed + 1, per_token=ordinary(value), ttft=fixed)
             w = ScopeWindow(
                 scope=scope,
@@ -98,7 +102,7 @@ def pilot(
                 window_load,
                 verdict=Verdict.PASS,
                 quality_failed=scope in quality_failed,
-                rehearsed=rehearsed_from is not None and value >= rehearsed_from,
+                rehearsed=(rehearsed_from is not None and value >= rehearsed_from) or value in rehearsed_at,
             )
         evidence = watch_production(evidence, window_load)
     return evidence

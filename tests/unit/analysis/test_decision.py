@@ -39,6 +39,7 @@ from specpilot.analysis.evidence import (
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import (
+    AdoptionBound,
     AlternativeDecision,
     AlternativeVerdict,
     DecisionOutcome,
@@ -186,8 +187,16 @@ def test_a_flip_above_every_win_brackets_the_crossover_and_adopts_below_the_high
         now=NOW,
     )
     assert stated.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
-    assert stated.crossover_load == pytest.approx(7.4) and stated.crossover_high == pytest.approx(12.0)
-    assert "the highest load s won at" in stated.reasons[0]
+    # a flip for the TTFT limit brackets where that limit fails, not the crossover
+    assert stated.crossover_load == pytest.approx(7.4) and stated.crossover_high is None
+    failed = stated.limit_failure
+    assert failed is not None and failed.metric is MetricName.TTFT_RATIO
+    assert (failed.low, failed.high) == (pytest.approx(7.4), 12.0)
+    assert stated.bound is not None and stated.bound.kind is AdoptionBound.LIMIT
+    assert (
+        "below 7.40 requests per second per replica (the highest load s won at: bounded by its ttftRatio limit "
+        "(2.5 against 2), which fails between 7.40 and 12.00)" in stated.reasons[0]
+    ), stated.reasons[0]
 
 
 def test_a_climbs_few_windows_at_its_next_stage_before_the_flip_dilute_no_win_below() -> None:
@@ -241,7 +250,8 @@ def test_a_flip_at_a_winning_load_is_the_limit_that_failed_not_no_net_gain() -> 
     assert "the windows that flipped it were slower there" in slower.reasons[0]
     # the same flip a load bin above the wins is the other side of a crossover
     above = _rolled_back(at_win, _flip("s", MetricName.INTER_TOKEN_LATENCY_RATIO, 7.0, observed=3.1))
-    assert above.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and above.crossover_high == pytest.approx(7.0)
+    assert above.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and above.crossover_high is None
+    assert above.limit_failure is not None and above.limit_failure.high == pytest.approx(7.0)
 
 
 def test_a_flip_without_a_win_is_no_net_gain_and_one_at_an_unrecorded_load_says_why_it_is_not_placed() -> None:
@@ -591,8 +601,9 @@ def test_an_adoption_its_own_figures_contradict_is_deferred() -> None:
     adopted = decide(evidence, "s").decision
     assert adopted.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE and adopted.ttft_ratio is not None
     assert adopted.reasons[1] == (
-        f"At the loads adopted, requests finished {adopted.observed_gain:.2f}x as fast end to end as on the control "
-        f"arm and time to first token p99 ran {adopted.ttft_ratio:.2f}x the control arm's (limit 1.20x)."
+        f"At the loads adopted (measured up to {adopted.max_load:.2f}), requests finished "
+        f"{adopted.observed_gain:.2f}x as fast end to end as on the control arm and time to first token p99 ran "
+        f"{adopted.ttft_ratio:.2f}x the control arm's (limit 1.20x)."
     )
     slower = decide(_scaled(evidence, "s", Arm.SPECULATIVE, e2e=4.0), "s").decision
     assert slower.outcome is DecisionOutcome.DEFER and slower.defer_reason is DeferReason.NO_NET_GAIN
@@ -617,7 +628,8 @@ def test_a_tail_that_breaks_only_at_high_load_is_adopted_below_where_it_holds() 
     assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, found.reasons
     assert found.max_load is not None and found.max_load < 6.0
     assert found.ttft_ratio is not None and found.ttft_ratio <= 1.2
-    assert "above the 1.20x limit" in found.reasons[0] and "It holds up to" in found.reasons[0]
+    assert "above the 1.20x limit" in found.reasons[0]
+    assert f"Over the loads up to {found.max_load:.2f} requests per second per replica it holds" in found.reasons[0]
     # broken from the lowest load up, nothing holds: deferred
     everywhere = decide(_scaled(pilot({"s": 0.95}), "s", Arm.SPECULATIVE, ttft=3.0), "s").decision
     assert everywhere.outcome is DecisionOutcome.DEFER

@@ -72,6 +72,12 @@ CASES: list[tuple[str, Callable[[], Facts], DecisionOutcome, DeferReason | None]
         DeferReason.MEMORY_PRESSURE,
     ),
     (
+        "only_thin_wins",
+        lambda: _facts(flip=_flip(MetricName.INTER_TOKEN_LATENCY_RATIO, 4.0), loads=(2,), per_load=3),
+        D,
+        DeferReason.INSUFFICIENT_EVIDENCE,
+    ),
+    (
         "flipped_without_a_win",
         lambda: _facts(0.1, flip=_flip(MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 5.0)),
         D,
@@ -89,7 +95,7 @@ CASES: list[tuple[str, Callable[[], Facts], DecisionOutcome, DeferReason | None]
         D,
         DeferReason.LIMIT_FAILED,
     ),
-    ("too_little_evidence", lambda: _facts(loads=(2,), per_load=2), D, DeferReason.INSUFFICIENT_EVIDENCE),
+    ("too_little_evidence", lambda: _facts(0.1, loads=(2,), per_load=2), D, DeferReason.INSUFFICIENT_EVIDENCE),
     ("decode_gain_too_small", lambda: _slowed_share(_facts(), 0.99), D, DeferReason.NO_NET_GAIN),
     ("bottleneck_elsewhere", lambda: _slowed_share(_facts(), 0.5, share=0.02), D, DeferReason.BOTTLENECK_ELSEWHERE),
     ("contradicted", lambda: _slower_end_to_end(_facts()), D, DeferReason.NO_NET_GAIN),

@@ -7,10 +7,11 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from specpilot.analysis.decision import envelope_peak
+from specpilot.analysis.decision import decide_scope, envelope_peak
 from specpilot.analysis.evidence import Evidence, load_bin
 from specpilot.analysis.window import ArmEngine, ArmRequests
 from specpilot.api.common import Duration
+from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import Analysis, Burst, Peak, Rehearsal, SpeculationPilotSpec
 from specpilot.api.status import (
     ArmStepFigures,
@@ -18,12 +19,14 @@ from specpilot.api.status import (
     Decision,
     DecisionOutcome,
     DeferReason,
+    FallbackRecord,
     RehearsalPhase,
     RehearsalStatus,
     RehearsalStep,
     ScopeDecision,
     ScopeState,
     ScopeStatus,
+    Window,
 )
 from specpilot.controller.core.measurements import horizon
 from specpilot.controller.core.rehearsal.steps import (
@@ -40,6 +43,7 @@ from specpilot.controller.core.rehearsal.tick import load_changed_at
 from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
+from tests.unit.analysis.crossover import pilot as crossover_pilot
 from tests.unit.controller.fakes import ITL, Harness, Json, climbing, pilot_doc, staged_climb_doc
 
 STEP = 30  # seconds: the local demo's analysis window
@@ -118,6 +122,52 @@ def test_a_rolled_back_scope_whose_decision_brackets_its_crossover_is_rehearsed_
     both = ladder(rehearsal, production(4.0), brackets=[CrossoverBracket(scope="code", low=2.0, high=5.0)])
     assert not isinstance(both, str)
     assert both[0].load == 2.0 and 8.0 <= both[4].load <= 8.0 * 2 ** (1 / 4) + 1e-3  # twice 4.0's bin's top
+
+
+def _decided_after(
+    flip_metric: MetricName, flip_load: float, alpha: float, loads: tuple[float, ...], per_load: int
+) -> ScopeDecision:
+    """The scope's decision with spec.rehearsal set, after a climb at `loads` flipped back at `flip_load`."""
+    evidence = crossover_pilot({"code": alpha}, loads=loads, per_load=per_load)
+    flip = FallbackRecord(
+        scope="code",
+        at=T1,
+        reason=FallbackReason.THRESHOLD_EXCEEDED,
+        metric=flip_metric,
+        observed=5.99,
+        threshold=4.0,
+        window=Window(start=T1 - timedelta(seconds=30), end=T1),
+        loads={Arm.SPECULATIVE: flip_load, Arm.CONTROL: flip_load},
+    )
+    found = decide_scope(
+        "code", evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.ROLLED_BACK, rehearsal=True
+    )
+    return found.decision
+
+
+@pytest.mark.parametrize(
+    ("metric", "alpha", "loads", "per_load", "span"),
+    [
+        # a thin win at the first stage (3 windows at 2), its ITL limit failed at 4: from the thin win to the flip
+        pytest.param(MetricName.INTER_TOKEN_LATENCY_RATIO, 0.95, (2,), 3, (2.0, 4.0), id="thin-win-then-flip"),
+        # flipped for speed at its first stage, no win: from a quarter of the flip's load up to it
+        pytest.param(MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 0.1, (4,), 9, (1.0, 4.0), id="first-stage-flip"),
+        # a win then a flip for the ITL limit: where that limit fails
+        pytest.param(MetricName.INTER_TOKEN_LATENCY_RATIO, 0.95, (2, 2.75), 9, (2.75, 4.0), id="limit-after-a-win"),
+    ],
+)
+def test_a_rolled_back_scope_left_unsettled_below_its_flip_is_rehearsed_there(
+    metric: MetricName, alpha: float, loads: tuple[float, ...], per_load: int, span: tuple[float, float]
+) -> None:
+    decision = _decided_after(metric, 4.0, alpha, loads, per_load)
+    found = bracket(rolled_back(decision=decision))
+    assert found is not None, decision.reasons
+    assert (found.low, found.high) == pytest.approx(span)
+    rehearsal = Rehearsal(peak=Peak(production_factor=2.0), steps=3, burst=None, restart=False)
+    steps = ladder(rehearsal, {}, brackets=[found], climb=False)
+    assert not isinstance(steps, str)
+    low, high = span
+    assert [step.load for step in steps if step.on_ladder] == pytest.approx([low, (low + high) / 2, high])
 
 
 def test_the_rehearsal_is_due_on_the_rolled_back_scopes_with_a_bracket_and_stops_only_for_a_new_flip() -> None:

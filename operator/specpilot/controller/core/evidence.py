@@ -167,7 +167,19 @@ def findings(
     ttft = spec.analysis.thresholds.ttft
     peak = envelope_peak(spec, evidence, rehearsal)
     ungated = tuple(spec.speed_only)
-    return list(_findings(dump(evidence), records, spec.analysis.confidence, ttft, scopes, peak=peak, ungated=ungated))
+    rehearsed = spec.rehearsal is not None
+    return list(
+        _findings(
+            dump(evidence),
+            records,
+            spec.analysis.confidence,
+            ttft,
+            scopes,
+            peak=peak,
+            ungated=ungated,
+            rehearsal=rehearsed,
+        )
+    )
 
 
 @lru_cache(maxsize=DECIDED_KEPT)
@@ -180,6 +192,7 @@ def _findings(
     *,
     peak: float | None,
     ungated: tuple[str, ...] = (),
+    rehearsal: bool = False,
 ) -> tuple[ScopeFindings, ...]:
     store = load(evidence)
     records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
@@ -193,6 +206,7 @@ def _findings(
             ttft=ttft,
             peak=peak,
             gated=name not in ungated,
+            rehearsal=rehearsal,
         )
         for name, state in scopes
     )

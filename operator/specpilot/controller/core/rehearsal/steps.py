@@ -220,15 +220,23 @@ def _due(
 
 
 def bracket(scope: ScopeStatus) -> CrossoverBracket | None:
-    """The crossover interval a rolled-back scope's decision leaves to narrow: adopted in low-load
-    windows, with the crossover between its highest win and the load it flipped back at (or within an
-    interval below that load). The rehearsal's own router runs such a scope against the control arm
-    while production keeps it on ordinary decoding. None for any other scope."""
+    """The loads a rolled-back scope's decision leaves to rehearse: adopted in low-load windows, the
+    crossover between its highest win and the load it flipped back at for speed (or within an interval
+    below that load), or where the limit that flipped it fails (`limitFailure`); deferred short of settled
+    evidence below its flip (a thin win, or no win), the span it states (`rehearse`). The rehearsal's own
+    router runs such a scope against the control arm while production keeps it on ordinary decoding. None
+    for any other scope."""
     decision = scope.decision
     if scope.state is not ScopeState.ROLLED_BACK or decision is None:
         return None
     low, high = decision.crossover_low, decision.crossover_high
-    if decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS or low is None or high is None:
+    if decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and decision.limit_failure is not None:
+        low, high = decision.limit_failure.low, decision.limit_failure.high
+    elif decision.outcome is DecisionOutcome.DEFER and decision.rehearse is not None:
+        low, high = decision.rehearse.low, decision.rehearse.high
+    elif decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS:
+        return None
+    if low is None or high is None:
         return None
     return CrossoverBracket(scope=scope.name, low=low, high=high) if 0 < low < high else None
 
