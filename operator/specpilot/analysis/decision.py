@@ -63,6 +63,7 @@ from specpilot.analysis.evidence import (
     rehearsal_peak,
     ttft_bucket_bounds,
 )
+from specpilot.analysis.scheduled import ScheduledArm, judge_schedule
 from specpilot.analysis.stats import exceedance_pvalue
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import QuantileRatio, SpeculationPilotSpec, Thresholds
@@ -555,6 +556,8 @@ class Facts:
     gated: bool  # a probe or webhook checks its answers
     thin: Comparison | None = None  # a thin band faster as a win is (`Comparison.thin_win`): only the top one can be
     rehearsal: bool = False  # spec.rehearsal is set: a rolled-back scope's unsettled loads can be rehearsed
+    scheduled: ScheduledArm | None = None  # the speculative arm stops drafting above a batch
+    look: int = 1  # how many times this decision has been stated: its non-inferiority test's look
 
     @property
     def wins_everywhere(self) -> bool:
@@ -1036,15 +1039,86 @@ def no_gain(f: Facts) -> ScopeDecision:
 
 Rule = Callable[[Facts], ScopeDecision | None]
 
+# A scheduled arm (a draft that stops drafting above a batch) is judged as the config it is, on both sides
+# of its switch (`analysis.scheduled`): the phrases of `scheduled_config`, together.
+
+
+def _in_flight_at(f: Facts, load: float) -> float | None:
+    """Requests the speculative arm held in flight per replica in the load bin of `load`."""
+    bins = f.evidence.scopes.get(f.name, ScopeEvidence()).bins.get(Arm.SPECULATIVE, {})
+    cell = bins.get(load_bin(load))
+    return cell.in_flight.mean if cell is not None else None
+
+
+def _schedule_flipped(f: Facts, arm: ScheduledArm) -> ScopeDecision:
+    """Flipped back: the schedule failed at a load, named with the batch it ran at there."""
+    assert f.flip is not None
+    batch = _in_flight_at(f, f.flip_load) if f.flip_load is not None else None
+    side = "" if batch is None else (" above" if batch > arm.switch else " at or below")
+    held = f", holding {batch:.1f} requests in flight per replica,{side} its switch" if batch is not None else ""
+    return f.defer(
+        DeferReason.NO_NET_GAIN,
+        f"{f.name}: the scheduled config (drafting up to a batch of {arm.switch}, none above) was flipped back"
+        f"{held}: {f.flip_sentence()}. Deploy neither it nor plain speculation at that load.",
+    )
+
+
+def scheduled_config(f: Facts) -> ScopeDecision | None:
+    """A scheduled arm: adopted with its schedule when it wins below its switch and is shown no worse than
+    the compared arm above it, up to the highest load measured; flipped back, slower above its switch, or
+    never measured on one side of it, deferred with what was seen."""
+    arm = f.scheduled
+    if arm is None:
+        return None
+    if f.flip is not None:
+        return _schedule_flipped(f, arm)
+    verdict = judge_schedule(f.measured, arm.switch, confidence=f.confidence, look=f.look)
+    named = f"{f.name}: the scheduled config (drafting up to a batch of {arm.switch}, none above)"
+    if verdict.worse_above:
+        worst = max(verdict.worse_above, key=lambda c: c.ratio or 0.0)
+        return f.defer(
+            DeferReason.NO_NET_GAIN,
+            f"{named} is not shown within {verdict.margin:.0%} of {_arm(f.compared)} above its switch: "
+            f"{worst.ratio or 0:.2f}x at {_load(worst.band.load)} ({worst.band.in_flight or 0:.1f} requests in "
+            "flight per replica).",
+        )
+    if not verdict.wins_below:
+        return f.defer(
+            DeferReason.NO_NET_GAIN if verdict.below else DeferReason.INSUFFICIENT_EVIDENCE,
+            f"{named} wins at no load below its switch"
+            + (f" ({_ratios(verdict.below)})." if verdict.below else ": no full band was measured below it."),
+        )
+    if not verdict.measured_above:
+        return f.defer(
+            DeferReason.INSUFFICIENT_EVIDENCE,
+            f"{named} wins below its switch ({_ratios(verdict.wins_below)}), but no full band was measured above "
+            "it: a stage at a higher load would show whether it holds even with ordinary decoding there.",
+        )
+    over = sorted((*verdict.wins_below, *verdict.measured_above), key=lambda c: c.band.load)
+    why = f.blocked(over)
+    if why is not None:
+        return _defer(why.reason, why.sentence, f.share, f.coverage).model_copy(update={"bound": why.bound})
+    top = over[-1].band.load
+    sentence = (
+        f"{named} wins below its switch ({_ratios(verdict.wins_below)} {_arm(f.compared)}'s) and is no worse "
+        f"than it above, within {verdict.margin:.0%} ({_ratios(verdict.measured_above)}), up to {_load(top)}: "
+        f"deploy it as configured, {arm.schedule}."
+    )
+    decided = _adopt(f, DecisionOutcome.ADOPT_WITH_SCHEDULE, sentence, top=top, crossing=None, over=over)
+    return decided.model_copy(update={"schedule": arm.schedule})
+
+
 # The order is the policy, stated here once: what defers regardless of speed first (quality, KV cache);
-# then what thin evidence and a flip say (a thin win alone; a flip with no win, at a load not recorded, or
-# at a winning load); then whether the evidence suffices; then whether a gain is worth having and its own
-# figures agree; then what speed and a flip above the wins say (below the flip, short of the envelope,
-# everywhere, below a load); else no gain. The first rule that decides is the decision; a new outcome's
-# rule goes after the rules whose facts it needs settled, with its phrases beside it.
+# then a scheduled arm, judged as the config it is on both sides of its switch (a flip, a band slower above
+# it, or a side unmeasured defers it); then what thin evidence and a flip say (a thin win alone; a flip with
+# no win, at a load not recorded, or at a winning load); then whether the evidence suffices; then whether a
+# gain is worth having and its own figures agree; then what speed and a flip above the wins say (below the
+# flip, short of the envelope, everywhere, below a load); else no gain. The first rule that decides is the
+# decision; a new outcome's rule goes after the rules whose facts it needs settled, with its phrases beside it.
 RULES: tuple[Rule, ...] = (
     quality_regressed,
     out_of_kv_cache,
+    scheduled_config,
     only_thin_wins,
     flipped_without_a_win,
     flipped_at_an_unknown_load,
@@ -1078,6 +1152,8 @@ def facts(
     peak: float | None = None,
     gated: bool = True,
     rehearsal: bool = False,
+    scheduled: ScheduledArm | None = None,
+    look: int = 1,
 ) -> Facts:
     """A scope's facts for the rules from its evidence, its comparisons and the pilot's flips."""
     scope = evidence.scopes.get(name, ScopeEvidence())
@@ -1104,6 +1180,8 @@ def facts(
         gated=gated,
         thin=next((c for c in comparisons if c.measured and c.thin_win), None),
         rehearsal=rehearsal,
+        scheduled=scheduled,
+        look=look,
     )
 
 
@@ -1118,13 +1196,17 @@ def decide_scope(
     peak: float | None = None,
     gated: bool = True,
     rehearsal: bool = False,
+    scheduled: ScheduledArm | None = None,
+    look: int = 1,
 ) -> ScopeFindings:
     """The scope's findings and decision from everything recorded for it; `state` is where the scope
     is now (a scope rolled back for speed or latency is not adopted, whatever its bands say), `ttft`
     the TTFT limit an adopted scope's matched bands must meet, `peak` the load its envelope must
     reach to be adopted at every load (`envelope_peak`; None: production's p95), `gated` whether a
     probe or webhook checks its answers (an adoption without one says it rests on speed alone), and
-    `rehearsal` whether spec.rehearsal is set (what is left to rehearse is then stated as planned)."""
+    `rehearsal` whether spec.rehearsal is set (what is left to rehearse is then stated as planned),
+    `scheduled` the speculative arm's schedule where it stops drafting above a batch, and `look` how many
+    times the decision has been stated (its non-inferiority test spends its level over them)."""
     arm_bands, comparisons = _compared(evidence, name, confidence)
     found = facts(
         name,
@@ -1137,6 +1219,8 @@ def decide_scope(
         peak=peak,
         gated=gated,
         rehearsal=rehearsal,
+        scheduled=scheduled,
+        look=look,
     )
     decision = _first(found, RULES)
     assert decision is not None  # the last rule always decides
@@ -1319,6 +1403,28 @@ def _adopted_within(stated: _Stated, envelope: Envelope, *, deferred: Sequence[s
     )
 
 
+def _adopted_with_schedule(
+    stated: _Stated, decisions: Mapping[str, ScopeDecision], *, scheduled: Sequence[str], deferred: Sequence[str]
+) -> Decision:
+    """Some scopes pay on both sides of the schedule's switch: it is adopted for them, up to the lowest of
+    the loads they were measured at (one engine runs one schedule for every scope)."""
+    tops = [t for t in (decisions[name].max_load for name in scheduled) if t is not None]
+    envelope = Envelope(scopes=list(scheduled), max_load=min(tops) if tops else None)
+    schedule = decisions[scheduled[0]].schedule
+    lead = (
+        f"Adopt the scheduled config for {', '.join(scheduled)}, up to {_load(envelope.max_load or 0)}: "
+        f"{schedule}" + (f"; defer {', '.join(deferred)}" if deferred else "") + "."
+    )
+    return Decision(
+        outcome=DecisionOutcome.ADOPT_WITH_SCHEDULE,
+        decided_at=stated.now,
+        stated_because=stated.trigger,
+        envelope=envelope,
+        schedule=schedule,
+        reasons=stated.reasons(lead),
+    )
+
+
 def _deferred(stated: _Stated, decisions: Mapping[str, ScopeDecision]) -> Decision:
     """No scope adopted: deferred for the reason most scopes were (on a tie, the first in DeferReason)."""
     counts = Counter(d.defer_reason for d in decisions.values() if d.defer_reason is not None)
@@ -1335,24 +1441,34 @@ def _deferred(stated: _Stated, decisions: Mapping[str, ScopeDecision]) -> Decisi
 
 
 def decide_pilot(
-    findings: Sequence[ScopeFindings], *, trigger: DecisionTrigger, now: datetime, previous: Decision | None = None
+    findings: Sequence[ScopeFindings],
+    *,
+    trigger: DecisionTrigger,
+    now: datetime,
+    previous: Decision | None = None,
+    look: int = 1,
 ) -> Decision:
-    """The pilot's decision from its scopes'; `decided_at` moves only when the decision changes."""
+    """The pilot's decision from its scopes' at its `look`-th statement; `decided_at` (and `looks`) move
+    only when the decision changes."""
     decisions = {f.scope: f.decision for f in findings}
     within = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_WITHIN_ENVELOPE]
     low = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS]
+    scheduled = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_WITH_SCHEDULE]
     deferred = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.DEFER]
     stated = _Stated(trigger, now, tuple(d.reasons[0] for d in decisions.values() if d.reasons))
     envelope = None
     if within:
         tops = [decisions[name].max_load for name in within]
         envelope = Envelope(scopes=within, max_load=min(t for t in tops if t is not None) if tops else None)
-    if low:
+    if scheduled:
+        decision = _adopted_with_schedule(stated, decisions, scheduled=scheduled, deferred=deferred)
+    elif low:
         decision = _adopted_in_low_load(stated, decisions, envelope, low=low, deferred=deferred)
     elif envelope is not None:
         decision = _adopted_within(stated, envelope, deferred=deferred)
     else:
         decision = _deferred(stated, decisions)
-    if previous is not None and previous.model_copy(update={"decided_at": now}) == decision:
+    decision = decision.model_copy(update={"looks": look})
+    if previous is not None and previous.model_copy(update={"decided_at": now, "looks": look}) == decision:
         return previous
     return decision

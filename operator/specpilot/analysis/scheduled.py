@@ -25,8 +25,32 @@ from statistics import NormalDist
 
 from specpilot.analysis.bands import Comparison
 from specpilot.analysis.stats import spent_alpha
+from specpilot.api.spec import SpeculationPilotSpec
+from specpilot.wire.batchschedule import switched_off_above
 
 MARGIN = 0.03  # above the switch, time per committed token at most 3% worse than the control arm's
+
+
+@dataclass(frozen=True)
+class ScheduledArm:
+    """A speculative arm whose draft stops drafting above a batch: its switch, and the schedule as the
+    engine's vLLM reads it (`--speculative-config` key and value)."""
+
+    switch: int
+    schedule: str
+
+
+def scheduled_arm(spec: SpeculationPilotSpec) -> ScheduledArm | None:
+    """The pilot's speculative arm as a scheduled one; None where its draft drafts at every batch."""
+    draft = spec.speculative.draft
+    if not draft.schedule:
+        return None
+    ranges = [r.batch_range for r in draft.schedule]
+    switch = switched_off_above(ranges)
+    if switch is None:
+        return None
+    value = ", ".join(f"[{r.start}, {r.end}, {min(r.k, draft.num_speculative_tokens)}]" for r in sorted(ranges))
+    return ScheduledArm(switch=switch, schedule=f'"{spec.vllm_release.schedule_key}": [{value}]')
 
 
 def noninferior_level(confidence: float, look: int) -> float:

@@ -155,6 +155,9 @@ class DecisionOutcome(StrEnum):
     """Speculation pays within the stated envelope of scopes and load."""
     ADOPT_IN_LOW_LOAD_WINDOWS = "AdoptInLowLoadWindows"
     """Speculation pays only below the crossover load."""
+    ADOPT_WITH_SCHEDULE = "AdoptWithSchedule"
+    """The speculative arm's batch-size schedule pays: it wins below its switch and is no worse than the
+    compared arm above it, up to the highest load measured (`schedule`, the envelope)."""
     DEFER = "Defer"
     """Speculation does not pay, or the evidence is insufficient."""
 
@@ -274,7 +277,7 @@ class ScopeDecision(ApiModel):
     """One scope's conclusion, from every window recorded for it."""
 
     outcome: DecisionOutcome
-    """AdoptWithinEnvelope, AdoptInLowLoadWindows or Defer."""
+    """AdoptWithinEnvelope, AdoptInLowLoadWindows, AdoptWithSchedule or Defer."""
     defer_reason: DeferReason | None = None
     """For Defer: NoNetGain, QualityRegression, MemoryPressure, BottleneckElsewhere or InsufficientEvidence."""
     max_load: float | None = None
@@ -292,6 +295,8 @@ class ScopeDecision(ApiModel):
     bound: Bound | None = None
     """For AdoptInLowLoadWindows: what bounds it at its load; for a Defer of a scope that decodes faster,
     what blocks an adoption at every load it wins at (its TTFT tail or its end-to-end time)."""
+    schedule: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    """For AdoptWithSchedule: the schedule adopted, as vLLM's `--speculative-config` key and value."""
     rehearse: LoadSpan | None = None
     """For a rolled-back scope its evidence leaves unsettled below the load it flipped at (a win in a band
     too thin to decide on, or no win): the loads the rehearsal's router climbs for it (spec.rehearsal)."""
@@ -452,11 +457,11 @@ class Decision(ApiModel):
     """The pilot's conclusion."""
 
     outcome: DecisionOutcome
-    """AdoptWithinEnvelope, AdoptInLowLoadWindows or Defer."""
+    """AdoptWithinEnvelope, AdoptInLowLoadWindows, AdoptWithSchedule or Defer."""
     decided_at: datetime
     """When it was stated."""
     envelope: Envelope | None = None
-    """The envelope, for AdoptWithinEnvelope."""
+    """The envelope, for AdoptWithinEnvelope and AdoptWithSchedule."""
     stated_because: DecisionTrigger = DecisionTrigger.SETTLED
     """EveryScopeSettled, or Requested through the specpilot.io/decide annotation."""
     defer_reason: DeferReason | None = None
@@ -474,6 +479,12 @@ class Decision(ApiModel):
     """Where the bounding scope's latency or error limit fails, when a flip for it bounds the adoption."""
     bound: Bound | None = None
     """For AdoptInLowLoadWindows: what bounds the adoption at crossover_load."""
+    schedule: Annotated[str, StringConstraints(max_length=1024)] | None = None
+    """For AdoptWithSchedule: the schedule to deploy, as vLLM's `--speculative-config` key and value; the
+    envelope says up to which load it was shown to pay."""
+    looks: Annotated[int, Field(ge=1)] = 1
+    """How many times it has been stated: once, and once more at each revision. A scheduled config's
+    test of being no worse above its switch spends its level over these looks."""
     reasons: Annotated[list[Sentence], Field(max_length=32)] = []
     """Why, in sentences."""
 

@@ -36,6 +36,7 @@ from specpilot.analysis.evidence import (
     production_quantile,
 )
 from specpilot.analysis.replay import length_summary, replay_workload, rounded
+from specpilot.analysis.scheduled import scheduled_arm
 from specpilot.api.flags import flag_value
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
@@ -198,6 +199,7 @@ def provisional(
             state=by_name[scope.name].state if scope.name in by_name else None,
             ttft=spec.analysis.thresholds.ttft,
             peak=envelope_peak(spec, evidence, status.rehearsal if status is not None else None),
+            scheduled=scheduled_arm(spec),
         )
         for scope in spec.scopes
     ]

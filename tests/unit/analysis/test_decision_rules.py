@@ -3,21 +3,33 @@ with its outcome and reason."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 
 import pytest
 
-from specpilot.analysis.decision import RULES, Facts, Rule, _compared, facts, too_little_evidence
+from specpilot.analysis.decision import (
+    RULES,
+    Facts,
+    Rule,
+    _compared,
+    decide_pilot,
+    decide_scope,
+    facts,
+    too_little_evidence,
+)
+from specpilot.analysis.scheduled import ScheduledArm
 from specpilot.api.reasons import FallbackReason, MetricName
-from specpilot.api.status import DecisionOutcome, DeferReason, FallbackRecord, ScopeState, Window
+from specpilot.api.status import DecisionOutcome, DecisionTrigger, DeferReason, FallbackRecord, ScopeState, Window
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END
 from tests.unit.analysis.crossover import pilot
 
 A = DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
 W = DecisionOutcome.ADOPT_WITHIN_ENVELOPE
+S = DecisionOutcome.ADOPT_WITH_SCHEDULE
 D = DecisionOutcome.DEFER
 
 
@@ -52,6 +64,13 @@ def _facts(
     )
 
 
+def _scheduled(f: Facts, *, switch: int) -> Facts:
+    """The speculative arm drafts 3 tokens up to a batch of `switch`, none above (the bands' requests in
+    flight per replica equal their loads here)."""
+    schedule = f'"num_speculative_tokens_per_batch_size": [[1, {switch}, 3], [{switch + 1}, {switch + 1}, 0]]'
+    return replace(f, scheduled=ScheduledArm(switch=switch, schedule=schedule))
+
+
 def _slowed_share(f: Facts, decode_ratio: float, share: float = 0.99) -> Facts:
     assert f.share is not None
     return replace(f, share=replace(f.share, decode_ratio=decode_ratio, share=share))
@@ -71,6 +90,7 @@ CASES: list[tuple[str, Callable[[], Facts], DecisionOutcome, DeferReason | None]
         D,
         DeferReason.MEMORY_PRESSURE,
     ),
+    ("scheduled_config", lambda: _scheduled(_facts(), switch=3), S, None),
     (
         "only_thin_wins",
         lambda: _facts(flip=_flip(MetricName.INTER_TOKEN_LATENCY_RATIO, 4.0), loads=(2,), per_load=3),
@@ -140,3 +160,44 @@ def test_too_little_evidence_counts_what_a_thin_band_measured() -> None:
     assert decided.reasons[0].startswith(
         "s: 6 window(s) measured speculation against the control arm at the same load, 2.0 windows' worth"
     ), decided.reasons
+
+
+def test_a_scheduled_config_is_deployed_as_configured_up_to_the_highest_load_measured() -> None:
+    decided = RULES[2](_scheduled(_facts(), switch=3))
+    assert decided is not None and decided.outcome is S
+    assert decided.schedule == '"num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4, 0]]'
+    assert decided.max_load == pytest.approx(7.5)
+    first = decided.reasons[0]
+    assert "wins below its switch (0.36x" in first and "no worse than it above, within 3%" in first
+    assert first.endswith('deploy it as configured, "num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4, 0]].')
+
+
+def test_a_scheduled_config_slower_above_its_switch_is_deferred_naming_the_load() -> None:
+    decided = RULES[2](_scheduled(_facts(0.5), switch=5))
+    assert decided is not None and decided.outcome is D and decided.defer_reason is DeferReason.NO_NET_GAIN
+    assert "not shown within 3% of the control arm above its switch: 1.17x at 7.50" in decided.reasons[0]
+
+
+def test_a_switch_never_crossed_leaves_the_scheduled_config_undecided() -> None:
+    decided = RULES[2](_scheduled(_facts(), switch=20))
+    assert decided is not None and decided.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE
+    assert "no full band was measured above it" in decided.reasons[0]
+
+
+def test_a_scheduled_config_flipped_back_names_the_batch_it_ran_at_there() -> None:
+    f = _scheduled(_facts(flip=_flip(MetricName.INTER_TOKEN_LATENCY_RATIO, 7.5)), switch=3)
+    decided = RULES[2](f)
+    assert decided is not None and decided.outcome is D
+    assert re.search(
+        r"flipped back, holding 7\.\d requests in flight per replica, above its switch", decided.reasons[0]
+    )
+
+
+def test_the_pilot_adopts_the_scheduled_config_within_its_scopes_envelope() -> None:
+    evidence = pilot({"s": 0.95})
+    arm = ScheduledArm(switch=3, schedule='"num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4, 0]]')
+    found = decide_scope("s", evidence, fallbacks=[], confidence=0.9, scheduled=arm)
+    decision = decide_pilot([found], trigger=DecisionTrigger.SETTLED, now=END, look=2)
+    assert decision.outcome is S and decision.schedule == arm.schedule and decision.looks == 2
+    assert decision.envelope is not None and decision.envelope.scopes == ["s"]
+    assert decision.reasons[0].startswith("Adopt the scheduled config for s, up to 7.50")

@@ -33,6 +33,7 @@ from specpilot.analysis.evidence import (
 )
 from specpilot.analysis.quality import ProbeResult, kind_counts, scope_cases
 from specpilot.analysis.rollout import Event, EventType
+from specpilot.analysis.scheduled import ScheduledArm, scheduled_arm
 from specpilot.api.pilot import DECIDE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import QuantileRatio, SpeculationPilotSpec
@@ -158,10 +159,12 @@ def findings(
     fallbacks: Sequence[FallbackRecord],
     states: Mapping[str, ScopeState] | None = None,
     rehearsal: RehearsalStatus | None = None,
+    *,
+    look: int = 1,
 ) -> list[ScopeFindings]:
-    """Every scope's findings; the same evidence is decided once (a crossover's bootstrap costs tens
-    of milliseconds, and reconciles outnumber the windows that change the evidence), and the findings of
-    the newest `DECIDED_KEPT` stores are kept."""
+    """Every scope's findings at the decision's `look`-th statement; the same evidence is decided once (a
+    crossover's bootstrap costs tens of milliseconds, and reconciles outnumber the windows that change the
+    evidence), and the findings of the newest `DECIDED_KEPT` stores are kept."""
     records = tuple(record.model_dump_json() for record in fallbacks)
     scopes = tuple((scope.name, (states or {}).get(scope.name)) for scope in spec.scopes)
     ttft = spec.analysis.thresholds.ttft
@@ -178,6 +181,8 @@ def findings(
             peak=peak,
             ungated=ungated,
             rehearsal=rehearsed,
+            scheduled=scheduled_arm(spec),
+            look=look,
         )
     )
 
@@ -193,6 +198,8 @@ def _findings(
     peak: float | None,
     ungated: tuple[str, ...] = (),
     rehearsal: bool = False,
+    scheduled: ScheduledArm | None = None,
+    look: int = 1,
 ) -> tuple[ScopeFindings, ...]:
     store = load(evidence)
     records = [FallbackRecord.model_validate_json(record) for record in fallbacks]
@@ -207,6 +214,8 @@ def _findings(
             peak=peak,
             gated=name not in ungated,
             rehearsal=rehearsal,
+            scheduled=scheduled,
+            look=look,
         )
         for name, state in scopes
     )
@@ -230,9 +239,10 @@ def decide(
     if trigger is None:
         return Decided(evidence, scopes, previous, [])
     states = {scope.name: scope.state for scope in scopes}
-    found = {f.scope: f for f in findings(evidence, spec, fallbacks, states, rehearsal)}
+    look = previous.looks + 1 if previous is not None else 1
+    found = {f.scope: f for f in findings(evidence, spec, fallbacks, states, rehearsal, look=look)}
     decided = [scope.model_copy(update={"decision": found[scope.name].decision}) for scope in scopes]
-    decision = decide_pilot(list(found.values()), trigger=trigger, now=now, previous=previous)
+    decision = decide_pilot(list(found.values()), trigger=trigger, now=now, previous=previous, look=look)
     if previous is None:
         return Decided(
             evidence, decided, decision, [Event(EventType.NORMAL, Reason.DECISION_STATED, decision.reasons[0])]
