@@ -36,6 +36,7 @@ import aiohttp
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
 
+from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import ScrapeTarget, scrape_all, scrape_session
 from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape
 from specpilot.metrics.exposition import parse_exposition
@@ -107,7 +108,9 @@ def start_servers(body: Path, endpoints: int, servers: int) -> tuple[list[subpro
 async def fleet(ports: list[int], *, interval: float, cycles: int, concurrency: int) -> list[dict[str, float]]:
     targets = [ScrapeTarget(f"engine-{i}", f"http://127.0.0.1:{port}/metrics") for i, port in enumerate(ports)]
     rows: list[dict[str, float]] = []
-    async with scrape_session(limit=concurrency, limit_per_host=2, keepalive_s=3 * interval) as session:
+    async with scrape_session(
+        addresses=allowing_loopback(), limit=concurrency, limit_per_host=2, keepalive_s=3 * interval
+    ) as session:
         first_tick = time.monotonic()
         cpu_at_tick = time.process_time()
         for cycle in range(cycles):

@@ -93,6 +93,7 @@ def start_operator() -> subprocess.Popen[bytes]:
         "127.0.0.1:18581",
         "--metrics",
         "127.0.0.1:18582",
+        "--allow-address=127.0.0.0/8",  # the local cluster's pods run on loopback, which no real one's do
     ]
     print(f"  specpilot operator --namespace {NAMESPACE}   (log: {log})")
     with log.open("ab") as out:

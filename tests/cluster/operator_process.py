@@ -42,6 +42,7 @@ class Operator:
             *(sys.executable, "-m", "specpilot.cli", "operator", "--all-namespaces"),
             *("--router-image", ROUTER_IMAGE),
             *("--liveness", f"127.0.0.1:{self.liveness}", "--metrics", f"127.0.0.1:{self.metrics_port}"),
+            "--allow-address=127.0.0.0/8",  # the local cluster's pods run on loopback, which no real one's do
             *self.extra,
         ]
         with self.log.open("ab") as out:

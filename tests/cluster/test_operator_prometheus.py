@@ -25,6 +25,7 @@ import pytest
 from specpilot.api.spec import Analysis
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import Measurements
+from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import scrape_session
 from specpilot.wire.names import (
     ARM_LABEL,
@@ -137,7 +138,7 @@ class DirectBeside:
         self.thread.start()
 
     async def _run(self) -> None:
-        async with scrape_session() as session:
+        async with scrape_session(addresses=allowing_loopback()) as session:
             collector = Collector.over_http(session)
             while not self.stopping.is_set():
                 self.measurements = await collector.collect(

@@ -12,7 +12,7 @@ from tests.component.conftest import Serve
 
 from specpilot.api.spec import Probes, Webhook
 from specpilot.controller.quality import call_webhooks, run_probes
-from specpilot.fetch.outbound import outbound_session
+from specpilot.fetch.outbound import allowing_loopback, outbound_session
 from specpilot.fetch.prometheus import query
 from specpilot.fetch.scrape import ReadFailure, ScrapeTarget, read_samples, scrape
 from specpilot.metrics.engine import ScrapeFailure
@@ -60,7 +60,7 @@ async def test_a_webhook_redirected_elsewhere_fails_and_the_other_host_hears_not
     hooks = [
         Webhook.from_wire({"name": "business", "url": f"{loopback.allowed}/check", "critical": True}),
     ]
-    async with outbound_session() as session:
+    async with outbound_session(addresses=allowing_loopback()) as session:
         results = await call_webhooks(session, hooks, {"scope": "chat"})
     for result in results:
         assert not result.ok, result
@@ -73,7 +73,7 @@ async def test_probes_scrapes_samples_and_prometheus_refuse_the_redirect(loopbac
     now = datetime.now(UTC)
     probes = Probes.from_wire({"prompts": ["hello"]})
     (case,) = probes.all_cases
-    async with outbound_session() as session:
+    async with outbound_session(addresses=allowing_loopback()) as session:
         probed = await run_probes(
             session, baseline=loopback.allowed, speculative=loopback.allowed, probes=probes, cases=[case], model="m"
         )

@@ -132,6 +132,13 @@ Derived from the operator's calls; tests/component/chart/test_rbac.py holds it t
 - apiGroups: [discovery.k8s.io]
   resources: [endpointslices]
   verbs: [get, list, watch]
+{{- with .Values.rbac.webhookSecrets }}
+# Webhooks' secret headers (secretHeader): read as each call is made, only the Secrets named here.
+- apiGroups: [""]
+  resources: [secrets]
+  resourceNames: {{ toJson . }}
+  verbs: [get]
+{{- end }}
 {{- end -}}
 
 {{/* Kopf peering: watch the peering objects, patch only the operator's own (heartbeats). */}}

@@ -31,6 +31,7 @@ from specpilot.api.common import (
     duration_within,
 )
 from specpilot.api.podschema import SecurityContext, Volume
+from specpilot.wire.batchschedule import BatchRange, VllmRelease
 from specpilot.wire.names import SCOPE_HEADER
 from specpilot.wire.profiles import CalibratedProfile
 
@@ -86,6 +87,20 @@ Revision = Annotated[str, StringConstraints(min_length=1, max_length=128)]
 WebhookUrl = Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+([/?#]\S*)?$", max_length=2048)]
 WebhookTimeout = Annotated[Duration, duration_within("1s", "5m")]
 WebhookMetadata = Annotated[dict[str, Annotated[str, StringConstraints(max_length=1024)]], Field(max_length=16)]
+URL_WITHOUT_USERINFO = Rule(
+    cel="!has(self.url) || !self.url.matches('^https?://[^/?#]*@')",
+    message="a URL carries no credentials (user:password@host), which would show wherever it is printed: a "
+    "webhook takes them from a Secret (secretHeader), a Prometheus from an endpoint the operator holds (endpoint)",
+    reason="FieldValueForbidden",
+    field_path=".url",
+)
+RESERVED_HEADERS = ("host", "content-type", "content-length", "transfer-encoding", "connection")
+HEADER_NOT_RESERVED = Rule(
+    cel=f"!(self.name.lowerAscii() in {list(RESERVED_HEADERS)})",
+    message=f"the operator sets {', '.join(RESERVED_HEADERS)} itself: name another header, e.g. Authorization",
+    reason="FieldValueForbidden",
+    field_path=".name",
+)
 
 
 # --- engine -------------------------------------------------------------------------------------
@@ -98,6 +113,20 @@ class SecretKeySelector(ApiModel):
     """Name of the Secret."""
     key: Annotated[str, StringConstraints(pattern=r"^[-._a-zA-Z0-9]+$", max_length=253)]
     """Key within the Secret."""
+
+
+class SecretHeader(ApiModel):
+    """A header sent with each call, its value read from a Secret in the pilot's namespace as the call is
+    made (a rotated value is sent from the next call on). The value never appears in status, Events or
+    the operator's logs. The operator reads the Secret itself, so its installer must let it: the chart's
+    rbac.webhookSecrets lists the Secrets' names."""
+
+    model_config = ConfigDict(json_schema_extra=cel(HEADER_NOT_RESERVED))
+
+    name: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9-]+$", max_length=64)] = "Authorization"
+    """The header's name; its value is the Secret's value whole (for Authorization: `Bearer <token>`)."""
+    secret_key_ref: SecretKeySelector
+    """The Secret and key that hold the header's value."""
 
 
 class EnvVarSource(ApiModel):
@@ -195,10 +224,22 @@ class EngineContainerTemplate(ApiModel):
     """A liveness probe."""
 
 
+TOKEN_NEEDS_OPT_IN = Rule(
+    cel="!has(self.automountServiceAccountToken) || !self.automountServiceAccountToken"
+    " || (has(self.allowServiceAccountToken) && self.allowServiceAccountToken)",
+    message="automountServiceAccountToken gives the engine image the ServiceAccount's token: set "
+    "allowServiceAccountToken: true to confirm it, or leave automountServiceAccountToken unset",
+    reason="FieldValueForbidden",
+    field_path=".automountServiceAccountToken",
+)
+
+
 class PodTemplate(ApiModel):
     """Fields of the engine pods' template that a vLLM pod may need and the rest of spec.engine does not
     express, merged under what the operator renders: where both set a field, the operator's wins, except
     the probes, which replace its own."""
+
+    model_config = ConfigDict(json_schema_extra=cel(TOKEN_NEEDS_OPT_IN))
 
     labels: Annotated[dict[str, Annotated[str, StringConstraints(max_length=63)]], Field(max_length=32)] = {}
     """Pod labels, e.g. for a service mesh."""
@@ -208,7 +249,12 @@ class PodTemplate(ApiModel):
     """The engine pods' ServiceAccount, e.g. for a workload identity."""
     automount_service_account_token: Annotated[bool, Field(strict=True)] = False
     """Mount the ServiceAccount's token into the engine pods; without it none is (the engine calls no
-    Kubernetes API)."""
+    Kubernetes API). Needs allowServiceAccountToken."""
+    allow_service_account_token: Annotated[bool, Field(strict=True)] = False
+    """Confirms automountServiceAccountToken. Whoever may edit this pilot chooses the engine's image and
+    command, so a mounted token lets any code they choose call the Kubernetes API as serviceAccountName,
+    with everything it is granted: set it only for a ServiceAccount made for the engine and granted no
+    more than it needs. The operator's own ServiceAccount is refused whatever this says."""
     image_pull_secrets: Annotated[list[Name], Field(max_length=16)] = []
     """Secrets to pull spec.engine.image with."""
     priority_class_name: Annotated[str, StringConstraints(max_length=253)] | None = None
@@ -304,6 +350,10 @@ class Engine(ApiModel):
     """What else the engine pods need: volumes, pull secrets, a ServiceAccount, placement, probes,
     labels and annotations. Its pod fields are part of the frozen engine: a change to them restarts the
     scopes from ordinary decoding."""
+    vllm_version: VllmRelease = VllmRelease.V0_33
+    """Which vLLM the engine image runs ("0.33" or "main", quoted), for the name vLLM reads the draft's
+    schedule under in `--speculative-config`: "0.33" num_speculative_tokens_per_batch_size, "main" (a build
+    from vLLM's main branch) speculative_token_schedule, its later name."""
 
 
 DeploymentName = Annotated[str, StringConstraints(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)]
@@ -332,6 +382,8 @@ class WorkloadRef(ApiModel):
     """The engine container; by default the one running `vllm serve` (or vLLM's OpenAI server module)."""
     sampling: Sampling = Sampling()
     """Sampling parameters the traffic is expected to use."""
+    vllm_version: VllmRelease = VllmRelease.V0_33
+    """Which vLLM the Deployment's image runs ("0.33" or "main", quoted), as engine.vllmVersion."""
 
 
 # --- arms ---------------------------------------------------------------------------------------
@@ -397,13 +449,66 @@ DRAFT_REVISION_NEEDS_MODEL = Rule(
     reason="FieldValueForbidden",
     field_path=".revision",
 )
+# vLLM reads a schedule over batch size alone; a range this wide is past any engine's max_num_seqs.
+MAX_BATCH = 65_536
+SCHEDULE_RANGE_ENDS_AFTER_START = Rule(
+    cel="self.end >= self.start",
+    message="must be at least start (a range covers the batch sizes from start to end, both included)",
+    field_path=".end",
+)
+SCHEDULE_STARTS_AT_ONE = Rule(
+    cel="!has(self.schedule) || size(self.schedule) == 0 || self.schedule[0].start == 1",
+    message="the first range must start at 1, so that every batch size has a k (vLLM refuses the schedule otherwise)",
+    field_path=".schedule",
+)
+SCHEDULE_ASCENDS = Rule(
+    # Sorted by start, and no range meets another: together, each range starts after the previous one ends.
+    cel="!has(self.schedule) || (self.schedule.map(r, r.start).isSorted() && self.schedule.all(a,"
+    " self.schedule.filter(b, b.start <= a.end && a.start <= b.end).size() <= 1))",
+    message="ranges must ascend without overlap: each range's start must be greater than the previous range's "
+    "end (vLLM refuses overlapping ranges)",
+    field_path=".schedule",
+)
+SCHEDULE_WITHIN_DRAFT = Rule(
+    cel="!has(self.schedule) || self.schedule.all(r, r.numSpeculativeTokens <= self.numSpeculativeTokens)",
+    message="a range's numSpeculativeTokens must not exceed the draft's numSpeculativeTokens (vLLM would cut "
+    "it to that): lower the range's, or raise the draft's",
+    field_path=".schedule",
+)
+
+
+class BatchScheduleRange(ApiModel):
+    """One range of the draft's schedule: steps of a batch of start to end running sequences (both
+    included) propose numSpeculativeTokens draft tokens."""
+
+    model_config = ConfigDict(json_schema_extra=cel(SCHEDULE_RANGE_ENDS_AFTER_START))
+
+    start: Annotated[int, Field(strict=True, ge=1, le=MAX_BATCH)]
+    """Smallest batch size (running sequences) of the range, from 1."""
+    end: Annotated[int, Field(strict=True, ge=1, le=MAX_BATCH)]
+    """Largest batch size of the range, at least start."""
+    num_speculative_tokens: Annotated[int, Field(strict=True, ge=0, le=16)]
+    """Draft tokens a step of such a batch proposes (k), at most the draft's numSpeculativeTokens; 0 decodes
+    those steps without drafting."""
+
+    @property
+    def batch_range(self) -> BatchRange:
+        """The range as vLLM's schedule holds it."""
+        return BatchRange(self.start, self.end, self.num_speculative_tokens)
 
 
 class Draft(ApiModel):
     """The one speculation config the speculative arm adds (vLLM `--speculative-config`)."""
 
     model_config = ConfigDict(
-        json_schema_extra=cel(DRAFT_MODEL_REQUIRED, DRAFT_MODEL_FORBIDDEN, DRAFT_REVISION_NEEDS_MODEL)
+        json_schema_extra=cel(
+            DRAFT_MODEL_REQUIRED,
+            DRAFT_MODEL_FORBIDDEN,
+            DRAFT_REVISION_NEEDS_MODEL,
+            SCHEDULE_STARTS_AT_ONE,
+            SCHEDULE_ASCENDS,
+            SCHEDULE_WITHIN_DRAFT,
+        )
     )
 
     method: DraftMethod = DraftMethod.DRAFT_MODEL
@@ -418,6 +523,13 @@ class Draft(ApiModel):
     tensor_parallel_size: TensorParallelSize | None = None
     """Tensor parallel size of the draft: 1 or the engine's tensorParallelSize (what vLLM 0.33
     accepts). Defaults to the engine's."""
+    schedule: Annotated[list[BatchScheduleRange], Field(min_length=1, max_length=16)] | None = None
+    """Draft tokens per step by batch size (vLLM's num_speculative_tokens_per_batch_size, named as
+    engine.vllmVersion says): each step, the range holding the running batch size gives the draft tokens
+    proposed, 0 meaning ordinary decoding for that step, so speculation can run in low-load windows alone.
+    Batch sizes in a gap between ranges, and past the last, take the previous range's. vLLM refuses a
+    schedule unless it starts at 1 and its ranges ascend without overlap. Unset, every step proposes
+    numSpeculativeTokens."""
 
 
 class Speculative(ApiModel):
@@ -608,8 +720,12 @@ class ScoreWebhook(ApiModel):
     it replies 2xx with a JSON object whose `score` is a finite number. Anything else leaves the answer
     unscored; the reply itself is never stored or logged."""
 
+    model_config = ConfigDict(json_schema_extra=cel(URL_WITHOUT_USERINFO))
+
     url: WebhookUrl
     """http or https URL that receives each answer as JSON."""
+    secret_header: SecretHeader | None = None
+    """A header whose value comes from a Secret, e.g. the webhook's token: URLs carry no credentials."""
     timeout: WebhookTimeout = Duration("10s")
     """How long to wait for a score; no score in time leaves the answer unscored."""
     metadata: WebhookMetadata = {}
@@ -908,7 +1024,7 @@ class PrometheusSource(ApiModel):
     window holds several scrapes). The same window figures as direct scraping, as PromQL: counter
     increases over the window, quantiles from bucket increases, gauges over the window."""
 
-    model_config = ConfigDict(json_schema_extra=cel(ONE_PROMETHEUS))
+    model_config = ConfigDict(json_schema_extra=cel(ONE_PROMETHEUS, URL_WITHOUT_USERINFO))
 
     url: Annotated[str, StringConstraints(pattern=r"^https?://[^\s/?#]+(/[^\s?#]*)?$", max_length=2048)] | None = None
     """Base URL of its HTTP API, without /api/v1, e.g. http://prometheus-operated.monitoring:9090 (a path
@@ -1007,10 +1123,14 @@ class Analysis(ApiModel):
 class Webhook(ApiModel):
     """A business regression check called once per window and scope; a non-2xx answer fails it."""
 
+    model_config = ConfigDict(json_schema_extra=cel(URL_WITHOUT_USERINFO))
+
     name: Name
     """Webhook name, unique within the pilot."""
     url: WebhookUrl
     """http or https URL that receives the scope, window and both compared arms as JSON."""
+    secret_header: SecretHeader | None = None
+    """A header whose value comes from a Secret, e.g. the webhook's token: URLs carry no credentials."""
     critical: Annotated[bool, Field(strict=True)] = False
     """A failing critical webhook flips the scope back at once; others count as a failed check."""
     timeout: WebhookTimeout = Duration("10s")
@@ -1352,3 +1472,9 @@ class SpeculationPilotSpec(ApiModel):
         """The sampling parameters the traffic is expected to use, wherever the engine is named."""
         source = self.engine or self.workload_ref
         return source.sampling if source is not None else Sampling()
+
+    @property
+    def vllm_release(self) -> VllmRelease:
+        """The vLLM the engine runs, wherever the engine is named."""
+        source = self.engine or self.workload_ref
+        return source.vllm_version if source is not None else VllmRelease.V0_33

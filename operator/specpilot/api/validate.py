@@ -13,6 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 from pydantic import ValidationError
 
@@ -37,6 +38,7 @@ from specpilot.api.spec import (
     ENV_VALUE_OR_SOURCE,
     GPU_PER_RANK,
     GPU_RESOURCE,
+    HEADER_NOT_RESERVED,
     METHODS_WITH_DRAFT_MODEL,
     METHODS_WITHOUT_DRAFT_MODEL,
     MIN_TOKENS_WITHIN_MAX,
@@ -49,17 +51,22 @@ from specpilot.api.spec import (
     REHEARSAL_FITS_CAP,
     REHEARSAL_NEEDS_CONTROL,
     REHEARSAL_STEP_SPANS_WINDOW,
+    RESERVED_HEADERS,
     SAMPLED_CASE_HAS_SCORE,
     SAMPLED_CASE_HAS_TEMPERATURE,
+    SCHEDULE_ASCENDS,
+    SCHEDULE_WITHIN_DRAFT,
     SCOPE_PROBES_NEED_PROBES,
     SCORE_ONLY_SAMPLED,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
     STRUCTURED_CASE_HAS_SCHEMA,
     TEMPERATURE_ONLY_SAMPLED,
+    TOKEN_NEEDS_OPT_IN,
     TOLERATION_EXISTS_WITHOUT_VALUE,
     TOOL_CASE_HAS_TOOLS,
     TOOL_CHOICE_KNOWN,
+    URL_WITHOUT_USERINFO,
     WINDOW_COVERS_INTERVAL,
     WINDOW_COVERS_KV_CACHE,
     WORKLOAD_KEEPS_ITS_SIZE,
@@ -70,10 +77,13 @@ from specpilot.api.spec import (
     ProbeCase,
     ProbeKind,
     ScopeMatch,
+    ScoreWebhook,
     SpeculationPilotSpec,
     TolerationOperator,
+    Webhook,
 )
-from specpilot.wire.names import REHEARSAL_SUFFIX, owned_names
+from specpilot.wire import batchschedule
+from specpilot.wire.names import REHEARSAL_SUFFIX, owned_names, rehearsal_pilot, router_name
 
 
 @dataclass(frozen=True)
@@ -95,24 +105,34 @@ def validate(body: Mapping[str, Any]) -> list[Problem]:
         spec = SpeculationPilotSpec.from_wire(body.get("spec"))
     except ValidationError as error:
         return problems + [Problem(_field_path(("spec", *e["loc"])), e["msg"]) for e in error.errors()]
+    if isinstance(name, str):
+        problems += _owned_problems(name, spec)
+    return problems + check_spec(spec)
+
+
+def _owned_problems(name: str, spec: SpeculationPilotSpec) -> Iterator[Problem]:
+    """Fields that name an object the operator makes for the pilot `name`."""
     ref = spec.workload_ref
-    if isinstance(name, str) and ref is not None and ref.name in owned_names(name):
-        problems.append(
-            Problem(
-                "spec.workloadRef.name",
-                f"{ref.name} is a name the operator gives a Deployment of this pilot, and deletes with it: "
-                "rename the pilot",
-            )
+    if ref is not None and ref.name in owned_names(name):
+        yield Problem(
+            "spec.workloadRef.name",
+            f"{ref.name} is a name the operator gives a Deployment of this pilot, and deletes with it: "
+            "rename the pilot",
+        )
+    template = spec.engine.pod_template if spec.engine is not None else None
+    account = template.service_account_name if template is not None else None
+    if account is not None and account in (router_name(name), router_name(rehearsal_pilot(name))):
+        yield Problem(
+            "spec.engine.podTemplate.serviceAccountName",
+            f"{account} is the ServiceAccount the operator makes for this pilot's router: name a ServiceAccount "
+            "made for the engine, or leave the field unset",
         )
     taken = spec.router.takeover
-    if isinstance(name, str) and taken is not None and taken.service in owned_names(name):
-        problems.append(
-            Problem(
-                "spec.router.takeover.service",
-                f"{taken.service} is a Service the operator makes for this pilot: name the Service clients use",
-            )
+    if taken is not None and taken.service in owned_names(name):
+        yield Problem(
+            "spec.router.takeover.service",
+            f"{taken.service} is a Service the operator makes for this pilot: name the Service clients use",
         )
-    return problems + check_spec(spec)
 
 
 def check_spec(spec: SpeculationPilotSpec) -> list[Problem]:
@@ -121,12 +141,36 @@ def check_spec(spec: SpeculationPilotSpec) -> list[Problem]:
         *_source_problems(spec),
         *(_engine_problems(spec.engine) if spec.engine is not None else ()),
         *_arm_problems(spec),
+        *_schedule_problems(spec),
         *_scope_problems(spec),
         *_analysis_problems(spec),
         *_rehearsal_problems(spec),
         *_unique("spec.quality.webhooks", [webhook.name for webhook in spec.quality.webhooks]),
         *_probe_problems(spec),
+        *_call_problems(spec),
     ]
+
+
+def _call_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
+    """URLs without credentials in them, and secret headers the operator does not set itself."""
+    hooks: list[tuple[str, Webhook | ScoreWebhook]] = [
+        (f"spec.quality.webhooks[{i}]", hook) for i, hook in enumerate(spec.quality.webhooks)
+    ]
+    hooks += [
+        (f"{field}.score.webhook", case.score.webhook)
+        for field, case in listed_cases(spec)
+        if case.score is not None and case.score.webhook is not None
+    ]
+    source = spec.analysis.metrics_source
+    urls = [(f"{field}.url", hook.url) for field, hook in hooks]
+    if source is not None and source.prometheus.url is not None:
+        urls.append(("spec.analysis.metricsSource.prometheus.url", source.prometheus.url))
+    for field, url in urls:
+        if "@" in urlsplit(url).netloc:
+            yield _problem(field, URL_WITHOUT_USERINFO)
+    for field, hook in hooks:
+        if hook.secret_header is not None and hook.secret_header.name.lower() in RESERVED_HEADERS:
+            yield _problem(f"{field}.secretHeader.name", HEADER_NOT_RESERVED)
 
 
 def _probe_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
@@ -224,15 +268,17 @@ def _engine_problems(engine: Engine) -> Iterator[Problem]:
 
 
 def _template_problems(template: PodTemplate) -> Iterator[Problem]:
-    """What the engine pods' template may not ask for (`api.podsecurity`)."""
+    """What the engine pods' template may not ask for (`api.podsecurity`), and a token mounted unconfirmed."""
     field = "spec.engine.podTemplate"
+    if template.automount_service_account_token and not template.allow_service_account_token:
+        yield _problem(f"{field}.automountServiceAccountToken", TOKEN_NEEDS_OPT_IN)
     refused = [
         *annotation_refusals(template.annotations, f"{field}.annotations"),
         *volume_refusals(template.volumes, f"{field}.volumes"),
         *context_refusals(template.security_context or {}, f"{field}.securityContext"),
         *container_refusals(template.container.to_wire(), f"{field}.container"),
     ]
-    return (Problem(where, why) for where, why in refused)
+    yield from (Problem(where, why) for where, why in refused)
 
 
 def _arm_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
@@ -258,6 +304,26 @@ def _arm_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
         yield _problem("spec.alternative", ALTERNATIVE_GPU_BUDGET)
     if not alternative.extra_args and alternative.replicas == spec.baseline.replicas and alternative_tp == engine_tp:
         yield _problem("spec.alternative", ALTERNATIVE_DIFFERS)
+
+
+def _schedule_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
+    """The draft's schedule rendered as the engine's vLLM reads it, judged by vLLM's own rules at start-up
+    (`wire.batchschedule`), and the CRD's rules that hold it to what vLLM would otherwise change silently:
+    ranges written out of order, a range's k above the draft's."""
+    draft, field = spec.speculative.draft, "spec.speculative.draft.schedule"
+    if draft.schedule is None:
+        return
+    written = tuple(entry.batch_range for entry in draft.schedule)
+    if any(entry.k > draft.num_speculative_tokens for entry in written):
+        yield _problem(field, SCHEDULE_WITHIN_DRAFT)
+    try:
+        read = batchschedule.validate([entry.render() for entry in written], spec.vllm_release)
+    except batchschedule.ScheduleError as error:
+        fix = "write each range with start <= end, the first from 1, each after the previous one ends"
+        yield Problem(field, f"vLLM refuses it at start-up ({error}): {fix}")
+        return
+    if read != written:
+        yield _problem(field, SCHEDULE_ASCENDS)
 
 
 def _scope_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:

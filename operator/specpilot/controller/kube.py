@@ -32,6 +32,7 @@ RESOURCES: Mapping[tuple[str, str], str] = {
     ("v1", "Service"): "services",
     ("v1", "Pod"): "pods",
     ("v1", "Event"): "events",
+    ("v1", "Secret"): "secrets",
     ("apps/v1", "Deployment"): "deployments",
     ("batch/v1", "Job"): "jobs",
     ("rbac.authorization.k8s.io/v1", "Role"): "roles",

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import ipaddress
+import json
 import logging
 import os
 import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import kopf
@@ -17,20 +22,25 @@ from prometheus_client import start_http_server
 
 from specpilot import __version__
 from specpilot.api.common import DNS_SUBDOMAIN_PATTERN
+from specpilot.api.hosts import API_SERVER, CLUSTER_DOMAIN, cluster_domain
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.policy import Policy
 from specpilot.controller.evidence import ConfigMapEvidence
 from specpilot.controller.handlers import register, settings
-from specpilot.controller.kube import Kube
+from specpilot.controller.kube import ApiError, Kube
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.quality import HttpQuality
 from specpilot.controller.reconcile import Controller
 from specpilot.controller.routes import ConfigMapRoutes
 from specpilot.fetch.endpoints import PrometheusCredentials, PrometheusEndpoint, load_endpoints
-from specpilot.fetch.outbound import outbound_session
-from specpilot.kubeaccess import Credentials, load_access
+from specpilot.fetch.outbound import Addresses, outbound_session
+from specpilot.kubeaccess import Credentials, KubeAccess, load_access
 
 DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
+IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+RESOLV_CONF = Path("/etc/resolv.conf")
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +57,7 @@ class OperatorConfig:
     log_format: str  # "text", or "json": one JSON object per line, for log shippers
     policy: Policy  # the hosts the operator may call for a pilot, the engine images it may run
     prometheus: PrometheusCredentials  # named endpoints, and the credentials for the Prometheus under one URL
+    allowed: tuple[Network, ...] = ()  # addresses the operator may connect to that by default it never does
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -121,6 +132,29 @@ def _policy_flags(p: argparse.ArgumentParser, environ: Mapping[str, str]) -> Non
         "(repeatable; env SPECPILOT_ALLOW_OUTBOUND, comma-separated)",
     )
     p.add_argument(
+        "--service-account",
+        default=environ.get("SPECPILOT_SERVICE_ACCOUNT"),
+        metavar="NAMESPACE/NAME",
+        help="the operator's own ServiceAccount, which no pilot's engine pods may run as (env "
+        "SPECPILOT_SERVICE_ACCOUNT, which the chart sets from the pod's own; default: the one its in-cluster "
+        "token names)",
+    )
+    p.add_argument(
+        "--allow-address",
+        action="append",
+        default=_listed(environ.get("SPECPILOT_ALLOW_ADDRESSES")),
+        metavar="CIDR",
+        help="an address or network the operator may connect to for pilots although by default it never does: "
+        "loopback or the Kubernetes API server's (a cluster whose pods run on loopback); link-local and cloud "
+        "metadata addresses stay refused (repeatable; env SPECPILOT_ALLOW_ADDRESSES, comma-separated)",
+    )
+    p.add_argument(
+        "--cluster-domain",
+        default=environ.get("SPECPILOT_CLUSTER_DOMAIN"),
+        help="the cluster's DNS domain, for Services written in full (env SPECPILOT_CLUSTER_DOMAIN; default: "
+        f"the svc.DOMAIN entry of {RESOLV_CONF}'s search path, else {CLUSTER_DOMAIN})",
+    )
+    p.add_argument(
         "--allow-image",
         action="append",
         default=_listed(environ.get("SPECPILOT_ALLOW_IMAGES")),
@@ -128,6 +162,68 @@ def _policy_flags(p: argparse.ArgumentParser, environ: Mapping[str, str]) -> Non
         help="an engine image (glob) pilots may run; none given: any image (repeatable; env "
         "SPECPILOT_ALLOW_IMAGES, comma-separated)",
     )
+
+
+def _service_account(p: argparse.ArgumentParser, given: str | None) -> tuple[tuple[str, str], ...]:
+    """The operator's own ServiceAccount as (namespace, name): as given, else as its in-cluster token says."""
+    found = given if given is not None else token_account(IN_CLUSTER_TOKEN)
+    if found is None:
+        return ()
+    namespace, _, name = found.partition("/")
+    if not re.fullmatch(DNS_SUBDOMAIN_PATTERN, namespace) or not re.fullmatch(DNS_SUBDOMAIN_PATTERN, name):
+        p.error(f"--service-account: expected NAMESPACE/NAME, got {found!r}")
+    return ((namespace, name),)
+
+
+def token_account(path: Path) -> str | None:
+    """NAMESPACE/NAME of the ServiceAccount a token file's JWT names (its unverified `sub` claim: only the
+    operator's own mounted token is read); None without one."""
+    try:
+        payload = path.read_text().split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+    except (OSError, IndexError, ValueError):
+        return None
+    parts = str(claims.get("sub", "") if isinstance(claims, dict) else "").split(":")
+    return f"{parts[2]}/{parts[3]}" if len(parts) == 4 and parts[:2] == ["system", "serviceaccount"] else None
+
+
+def _allowed_networks(p: argparse.ArgumentParser, given: Sequence[str]) -> tuple[Network, ...]:
+    try:
+        return tuple(ipaddress.ip_network(text, strict=False) for text in given)
+    except ValueError as error:
+        p.error(f"--allow-address: {error} (an address or a network in CIDR notation: 127.0.0.0/8)")
+
+
+def _cluster_domain(given: str | None) -> str:
+    """The domain given, else the one the resolver's search path names, else Kubernetes' default."""
+    if given:
+        return given.strip(".").lower()
+    try:
+        return cluster_domain(RESOLV_CONF.read_text()) or CLUSTER_DOMAIN
+    except OSError:
+        return CLUSTER_DOMAIN
+
+
+def api_server_addresses(environ: Mapping[str, str], server: str) -> frozenset[Address]:
+    """The API server's addresses the operator knows without asking: the `kubernetes` Service's ClusterIP
+    that pods are given (KUBERNETES_SERVICE_HOST), and the address it calls the server at."""
+    found: set[Address] = set()
+    for host in (environ.get("KUBERNETES_SERVICE_HOST", ""), urlsplit(server).hostname or ""):
+        try:
+            found.add(ipaddress.ip_address(host))
+        except ValueError:
+            continue
+    return frozenset(found)
+
+
+async def _cluster_ips(kube: Kube) -> frozenset[Address]:
+    """The `kubernetes` Service's ClusterIPs, where the operator may read it (cluster-wide)."""
+    try:
+        service = await kube.get("v1", "Service", API_SERVER.namespace, API_SERVER.name)
+    except ApiError:
+        return frozenset()  # namespaced: KUBERNETES_SERVICE_HOST names the same address
+    ips = ((service or {}).get("spec") or {}).get("clusterIPs") or []
+    return frozenset(ipaddress.ip_address(ip) for ip in ips if ip and ip != "None")
 
 
 def _check_addresses(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
@@ -192,8 +288,13 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
         log_level=args.log_level.upper(),
         log_format=args.log_format,
         policy=Policy(
-            outbound=tuple(args.allow_outbound), images=tuple(args.allow_image), endpoints=tuple(prometheus.named)
+            outbound=tuple(args.allow_outbound),
+            images=tuple(args.allow_image),
+            endpoints=tuple(prometheus.named),
+            accounts=_service_account(p, args.service_account),
+            cluster_domain=_cluster_domain(args.cluster_domain),
         ),
+        allowed=_allowed_networks(p, args.allow_address),
         prometheus=prometheus,
     )
 
@@ -209,33 +310,47 @@ async def run(config: OperatorConfig) -> None:
         liveness = f"http://{host}:{port}/healthz"
     access = load_access()
     timeout = aiohttp.ClientTimeout(total=30)
-    async with (
-        aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as api,
-        outbound_session(timeout=timeout) as http,  # every call made for a pilot: it follows no redirect
-    ):
+    async with aiohttp.ClientSession(timeout=timeout, cookie_jar=aiohttp.DummyCookieJar()) as api:
         kube = Kube(access, api, observe=metrics.observe_apply)
-        controller = Controller(
-            kube=kube,
-            routes=ConfigMapRoutes(kube, http),
-            evidence=ConfigMapEvidence(kube),
-            quality=HttpQuality(http),
-            collector=lambda: Collector.over_http(http, config.prometheus),
-            metrics=metrics,
-            router_image=config.router_image,
-            policy=config.policy,
-        )
-        registry = kopf.OperatorRegistry()
-        register(registry, controller, access.credentials if isinstance(access.credentials, Credentials) else None)
-        await kopf.operator(
-            registry=registry,
-            settings=settings(peering=config.peering is not None),
-            clusterwide=not config.namespaces,
-            namespaces=config.namespaces,
-            liveness_endpoint=liveness,
-            peering_name=config.peering,
-            priority=config.priority,
-            standalone=config.peering is None,
-        )
+        found = api_server_addresses(os.environ, access.server) | await _cluster_ips(kube)
+        addresses = Addresses(api_server=found, allowed=config.allowed)
+        # every call made for a pilot: it follows no redirect, and connects to no address refused
+        async with outbound_session(addresses=addresses, timeout=timeout) as http:
+            await _serve(config, kube=kube, http=http, metrics=metrics, access=access, liveness=liveness)
+
+
+async def _serve(
+    config: OperatorConfig,
+    *,
+    kube: Kube,
+    http: aiohttp.ClientSession,
+    metrics: OperatorMetrics,
+    access: KubeAccess,
+    liveness: str | None,
+) -> None:
+    """Kopf, with the controller over the API server (`kube`) and the session for pilots' calls (`http`)."""
+    controller = Controller(
+        kube=kube,
+        routes=ConfigMapRoutes(kube, http),
+        evidence=ConfigMapEvidence(kube),
+        quality=HttpQuality(http, kube),
+        collector=lambda: Collector.over_http(http, config.prometheus),
+        metrics=metrics,
+        router_image=config.router_image,
+        policy=config.policy,
+    )
+    registry = kopf.OperatorRegistry()
+    register(registry, controller, access.credentials if isinstance(access.credentials, Credentials) else None)
+    await kopf.operator(
+        registry=registry,
+        settings=settings(peering=config.peering is not None),
+        clusterwide=not config.namespaces,
+        namespaces=config.namespaces,
+        liveness_endpoint=liveness,
+        peering_name=config.peering,
+        priority=config.priority,
+        standalone=config.peering is None,
+    )
 
 
 def configure_logging(config: OperatorConfig) -> None:

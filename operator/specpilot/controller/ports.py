@@ -81,10 +81,19 @@ class QualityGates(Protocol):
     """Probe rounds against both arms and business webhooks (`quality.HttpQuality`)."""
 
     async def probe(
-        self, *, baseline: str, speculative: str, probes: Probes, cases: Sequence[ProbeCase], model: str
+        self,
+        *,
+        baseline: str,
+        speculative: str,
+        probes: Probes,
+        cases: Sequence[ProbeCase],
+        model: str,
+        namespace: str,
     ) -> ProbeResult: ...
 
-    async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]: ...
+    async def ask(
+        self, webhooks: Sequence[Webhook], summary: Mapping[str, Any], *, namespace: str
+    ) -> list[WebhookResult]: ...
 
 
 class EngineSource(Protocol):

@@ -14,8 +14,9 @@ divergence alike and bury a difference, while one at a time each arm's answers a
 repeat meet the same batches, so a round's tally (one stratum of the tests) compares like batches with
 like, and no per-batch strata are needed (vLLM does not report an answer's batch anyway). What the
 answers mean is judged in `analysis.probes`; only the answers' shape is read here, and nothing of a
-body, an answer's or a webhook's reply, is logged. The session given follows no redirect
-(`fetch.outbound`): a webhook or a pod that answers with one has failed the call.
+body, an answer's or a webhook's reply, is logged. Every body read has a cap (`fetch.bodies`): an answer
+over it fails the call naming the cap, and a business webhook's reply is never read at all. The session
+given follows no redirect (`fetch.outbound`): a webhook or a pod that answers with one has failed the call.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from dataclasses import replace
 from typing import Any
 
 import aiohttp
+from aiohttp.http_exceptions import LineTooLong
 
 from specpilot.analysis.answers import SCORE_REPLY_LIMIT, Answer, Scored, ToolCall, builtin_score, reply_score
 from specpilot.analysis.probes import (
@@ -42,7 +44,10 @@ from specpilot.analysis.probes import (
 )
 from specpilot.analysis.quality import ProbeResult, WebhookResult, case_key
 from specpilot.api.spec import ProbeCase, ProbeKind, Probes, ScoreWebhook, Webhook
-from specpilot.fetch.outbound import Refused
+from specpilot.controller.ports import KubeApi
+from specpilot.controller.secrets import HeaderValues, KubeSecretValues, SecretUnreadable, no_secrets, secret_headers
+from specpilot.fetch.bodies import PROBE_ANSWER_BYTES, TooLarge, read_body
+from specpilot.fetch.outbound import Refused, scrub
 from specpilot.wire.names import ENGINE_PORT
 
 RUNNING = "vllm:num_requests_running"
@@ -115,17 +120,15 @@ def _streamed(chunks: Sequence[Mapping[str, Any]]) -> Answer:
 
 
 async def _send(session: aiohttp.ClientSession, url: str, body: Mapping[str, Any]) -> Answer:
+    """One answer, whole or streamed; its body, all its events together, read up to PROBE_ANSWER_BYTES."""
     async with session.post(url + _path(body), json=body) as resp:
         if resp.status != 200:
             return Answer("", None, status=resp.status)  # the body is the engine's; not kept
-        if not body.get("stream"):
-            return _whole(await resp.json())
-        chunks = []
-        async for raw in resp.content:
-            line = raw.strip()
-            if line.startswith(b"data:") and line != b"data: [DONE]":
-                chunks.append(json.loads(line[5:]))
-        return _streamed(chunks)
+        read = await read_body(resp, PROBE_ANSWER_BYTES)
+    if not body.get("stream"):
+        return _whole(json.loads(read))
+    lines = (raw.strip() for raw in read.splitlines())
+    return _streamed([json.loads(line[5:]) for line in lines if line.startswith(b"data:") and line != b"data: [DONE]"])
 
 
 async def _answers(
@@ -145,7 +148,7 @@ async def _running(session: aiohttp.ClientSession, url: str) -> float | None:
     async with session.get(url + "/metrics") as resp:
         if resp.status != 200:
             return None
-        lines = (await resp.text()).splitlines()
+        lines = (await read_body(resp)).decode("utf-8", "replace").splitlines()
     values = [float(line.rsplit(" ", 1)[1]) for line in lines if line.startswith((RUNNING + "{", RUNNING + " "))]
     return sum(values) if values else None
 
@@ -159,7 +162,10 @@ async def _cancel(
     async with session.post(url + _path(body), json=body) as resp:
         chunks = 0
         while resp.status == 200 and chunks < case.after_chunks:
-            line = await resp.content.readline()
+            try:
+                line = await resp.content.readline(max_line_length=PROBE_ANSWER_BYTES)
+            except LineTooLong:
+                raise TooLarge(PROBE_ANSWER_BYTES) from None
             if not line:
                 break
             chunks += line.startswith(b"data:")
@@ -173,13 +179,27 @@ async def _cancel(
     return Readings(before, after)
 
 
-def _failed(error: aiohttp.ClientError | TimeoutError) -> str:
-    """Why a call failed: what the session refused (a redirect, an address) says so, anything else is no answer."""
-    return str(error) if isinstance(error, Refused) else f"no answer: {error or type(error).__name__}"
+_CALL_ERRORS = (aiohttp.ClientError, TimeoutError, SecretUnreadable)
+
+
+def _failed(error: Exception, secrets: tuple[str, ...] = ()) -> str:
+    """Why a call failed, scrubbed (`fetch.outbound.scrub`) of userinfo and the header values sent: what the
+    session refused (a redirect, an address) or a Secret that could not be read says so, anything else is no
+    answer."""
+    said = (
+        str(error) if isinstance(error, Refused | SecretUnreadable) else f"no answer: {error or type(error).__name__}"
+    )
+    return scrub(said, secrets)
 
 
 async def _score(
-    session: aiohttp.ClientSession, hook: ScoreWebhook, case: ProbeCase, answer: Answer, *, max_tokens: int
+    session: aiohttp.ClientSession,
+    hook: ScoreWebhook,
+    case: ProbeCase,
+    answer: Answer,
+    *,
+    max_tokens: int,
+    values: HeaderValues = no_secrets,
 ) -> Scored:
     """One answer scored by the case's webhook: the case and this answer alone, no arm named. Only the
     status code or that no score came back is kept of the reply."""
@@ -197,13 +217,15 @@ async def _score(
         "metadata": dict(hook.metadata),
     }
     timeout = aiohttp.ClientTimeout(total=hook.timeout.total_seconds())
+    secrets: tuple[str, ...] = ()
     try:
-        async with session.post(hook.url, json=body, timeout=timeout) as resp:
+        headers, secrets = await secret_headers(hook.secret_header, values)
+        async with session.post(hook.url, json=body, headers=headers, timeout=timeout) as resp:
             if not 200 <= resp.status < 300:
                 return Scored(answer, None, f"score webhook answered HTTP {resp.status}")
-            reply = await resp.content.read(SCORE_REPLY_LIMIT + 1)
-    except (aiohttp.ClientError, TimeoutError) as error:
-        return Scored(answer, None, f"score webhook: {_failed(error)}")
+            reply = await read_body(resp, SCORE_REPLY_LIMIT)
+    except _CALL_ERRORS as error:
+        return Scored(answer, None, f"score webhook: {_failed(error, secrets)}")
     score = reply_score(reply)
     return Scored(answer, score, "" if score is not None else "score webhook replied without a finite score")
 
@@ -216,7 +238,14 @@ async def _sampled(
 
 
 async def _sampled_round(
-    session: aiohttp.ClientSession, case: ProbeCase, *, baseline: str, speculative: str, model: str, max_tokens: int
+    session: aiohttp.ClientSession,
+    case: ProbeCase,
+    *,
+    baseline: str,
+    speculative: str,
+    model: str,
+    max_tokens: int,
+    values: HeaderValues,
 ) -> CaseTally:
     """Both arms' answers to a sampled case, scored, judged."""
     arms = await asyncio.gather(
@@ -233,7 +262,7 @@ async def _sampled_round(
 
         async def scored_by_hook(answer: Answer) -> Scored:
             async with gate:
-                return await _score(session, hook, case, answer, max_tokens=max_tokens)
+                return await _score(session, hook, case, answer, max_tokens=max_tokens, values=values)
 
         # Both arms' answers in a random order, so that not even the order of the calls tells the arm.
         order = [(arm, index) for arm, found in enumerate(arms) for index in range(len(found))]
@@ -245,16 +274,24 @@ async def _sampled_round(
 
 
 async def probe_case(
-    session: aiohttp.ClientSession, case: ProbeCase, *, baseline: str, speculative: str, model: str, max_tokens: int
+    session: aiohttp.ClientSession,
+    case: ProbeCase,
+    *,
+    baseline: str,
+    speculative: str,
+    model: str,
+    max_tokens: int,
+    values: HeaderValues = no_secrets,
 ) -> CaseTally:
-    """One round of one case against the arms' base URLs, judged."""
+    """One round of one case against the arms' base URLs, judged; a score webhook's secret header read by
+    `values`."""
     if case.kind is ProbeKind.CANCEL:
         base = await _cancel(session, baseline, case, model=model, max_tokens=max_tokens)
         spec = await _cancel(session, speculative, case, model=model, max_tokens=max_tokens)
         return cancel_round(case, baseline=base, speculative=spec)
     if case.kind is ProbeKind.SAMPLED:
         return await _sampled_round(
-            session, case, baseline=baseline, speculative=speculative, model=model, max_tokens=max_tokens
+            session, case, baseline=baseline, speculative=speculative, model=model, max_tokens=max_tokens, values=values
         )
     answers = await asyncio.gather(
         *(_answers(session, url, case, model=model, max_tokens=max_tokens) for url in (baseline, speculative))
@@ -275,6 +312,7 @@ async def run_probes(
     probes: Probes,
     cases: Sequence[ProbeCase],
     model: str,
+    values: HeaderValues = no_secrets,
 ) -> ProbeResult:
     """One round of every case, against one pod of the compared arm and one of the speculative arm (their
     base URLs), each case asked `probes.perRound` times one after the other (a sampled case once: it asks
@@ -284,7 +322,13 @@ async def run_probes(
         total: CaseTally | None = None
         for _ in range(1 if case.kind is ProbeKind.SAMPLED else probes.per_round):
             tally = await probe_case(
-                session, case, baseline=baseline, speculative=speculative, model=model, max_tokens=probes.max_tokens
+                session,
+                case,
+                baseline=baseline,
+                speculative=speculative,
+                model=model,
+                max_tokens=probes.max_tokens,
+                values=values,
             )
             total = tally if total is None else replace(accumulate(total, tally), rounds=1)
         assert total is not None  # asked at least once
@@ -296,38 +340,52 @@ async def run_probes(
         tallies = list(await asyncio.gather(*(one(case) for case in answered)))
         tallies += [await one(case) for case in dropped]
     except (aiohttp.ClientError, TimeoutError, ValueError, KeyError, IndexError, TypeError) as error:
-        return ProbeResult(error=f"probes failed: {error or type(error).__name__}")
+        return ProbeResult(error=scrub(f"probes failed: {error or type(error).__name__}"))
     return ProbeResult({case_key(case): tally for case, tally in zip([*answered, *dropped], tallies, strict=True)})
 
 
 async def call_webhooks(
-    session: aiohttp.ClientSession, webhooks: Sequence[Webhook], summary: Mapping[str, Any]
+    session: aiohttp.ClientSession,
+    webhooks: Sequence[Webhook],
+    summary: Mapping[str, Any],
+    values: HeaderValues = no_secrets,
 ) -> list[WebhookResult]:
-    """POST the window summary to every webhook; a non-2xx answer or no answer in time fails it. The
-    result names the status code or why there was no answer, never the reply's body."""
+    """POST the window summary to every webhook, with its secret header's value read by `values`; a non-2xx
+    answer or no answer in time fails it. The result names the status code or why there was no answer,
+    never the reply's body (which is not read)."""
 
     async def call(hook: Webhook) -> WebhookResult:
         body = {**summary, "webhook": hook.name, "metadata": dict(hook.metadata)}
         timeout = aiohttp.ClientTimeout(total=hook.timeout.total_seconds())
+        secrets: tuple[str, ...] = ()
         try:
-            async with session.post(hook.url, json=body, timeout=timeout) as resp:
+            headers, secrets = await secret_headers(hook.secret_header, values)
+            async with session.post(hook.url, json=body, headers=headers, timeout=timeout) as resp:
                 # The status alone: a reply's body is the webhook's, and may be any internal page
                 # the URL reaches; nothing of it goes into status or Events.
                 return WebhookResult(hook.name, 200 <= resp.status < 300, hook.critical, f"HTTP {resp.status}")
-        except (aiohttp.ClientError, TimeoutError) as error:
-            return WebhookResult(hook.name, False, hook.critical, _failed(error))
+        except _CALL_ERRORS as error:
+            return WebhookResult(hook.name, False, hook.critical, _failed(error, secrets))
 
     return list(await asyncio.gather(*(call(hook) for hook in webhooks)))
 
 
 class HttpQuality:
-    """Probes and webhooks over HTTP."""
+    """Probes and webhooks over HTTP; webhooks' secret headers read from the pilot's namespace."""
 
-    def __init__(self, session: aiohttp.ClientSession) -> None:
+    def __init__(self, session: aiohttp.ClientSession, kube: KubeApi) -> None:
         self._session = session
+        self._kube = kube
 
     async def probe(
-        self, *, baseline: str, speculative: str, probes: Probes, cases: Sequence[ProbeCase], model: str
+        self,
+        *,
+        baseline: str,
+        speculative: str,
+        probes: Probes,
+        cases: Sequence[ProbeCase],
+        model: str,
+        namespace: str,
     ) -> ProbeResult:
         return await run_probes(
             self._session,
@@ -336,7 +394,10 @@ class HttpQuality:
             probes=probes,
             cases=cases,
             model=model,
+            values=KubeSecretValues(self._kube, namespace),
         )
 
-    async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]:
-        return await call_webhooks(self._session, webhooks, summary)
+    async def ask(
+        self, webhooks: Sequence[Webhook], summary: Mapping[str, Any], *, namespace: str
+    ) -> list[WebhookResult]:
+        return await call_webhooks(self._session, webhooks, summary, KubeSecretValues(self._kube, namespace))

@@ -40,19 +40,21 @@ from specpilot.controller.core.plan import (
     teardown,
     windows_due,
 )
-from specpilot.controller.core.policy import DEFAULT, Policy
+from specpilot.controller.core.policy import DEFAULT, Policy, outbound_urls
 from specpilot.controller.core.progress import probe_due, probe_wait, window_due, window_summary
 from specpilot.controller.core.render import PilotRef
 from specpilot.controller.core.routing import table_hash
-from specpilot.controller.core.snapshot import Applied, Observation, Snapshot, Written, read_pilot, status_of
+from specpilot.controller.core.snapshot import Applied, Observation, Pilot, Snapshot, Written, read_pilot, status_of
 from specpilot.controller.core.takeover import ServicePatch, restoring
 from specpilot.controller.core.workload import Workload, read_workload, served_model
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import EvidenceStore, KubeApi, QualityGates, RouteOwner
+from specpilot.fetch.outbound import scrub
 from specpilot.wire.names import MEASURED_ARMS, REHEARSAL_ROUTER_COMPONENT, ROUTER_COMPONENT, Arm
 
 log = logging.getLogger("specpilot.operator")
+EXTERNAL_NAME_HOPS = 4  # ExternalName Services followed in a row, at most
 
 Json = dict[str, Any]
 
@@ -128,10 +130,12 @@ async def probe_round(
     seen: Observation,
     *,
     clock: Callable[[], datetime],
+    namespace: str,
 ) -> float:
     """A probe round if one is due, apart from collection: a round held up by a slow score webhook or a
     cancel case's bound never delays a collection, and shows in the round's own time
-    (`ProbeResult.seconds`). Seconds until the probe schedule looks again."""
+    (`ProbeResult.seconds`). Score webhooks' Secrets are read from the pilot's `namespace`. Seconds until
+    the probe schedule looks again."""
     probes, now = spec.quality.probes, clock()
     assert probes is not None  # only a spec with probes is probed
     arms = {arm: seen.ready(arm.value) for arm in MEASURED_ARMS}
@@ -147,6 +151,7 @@ async def probe_round(
         probes=probes,
         cases=round_cases(spec),
         model=served_model(workload) if workload is not None else spec.served_model,
+        namespace=namespace,
     )
     latest = replace(result, since=now, seconds=(clock() - now).total_seconds())
     before = memory.probe[0] if memory.probe else None
@@ -236,7 +241,8 @@ class Controller:
 
     async def _gather(self, body: Mapping[str, Any], seen: Observation, memory: PilotMemory) -> Snapshot:
         """The tick's snapshot: read once, frozen, before anything is decided."""
-        pilot = read_pilot(body, last_written=memory.status, policy=self.policy)
+        read = read_pilot(body, last_written=memory.status, policy=self.policy)
+        pilot = await _followed(self.kube, self.policy, read)
         spec = pilot.spec if not pilot.deleting else None
         workload = None
         if spec is not None and spec.workload_ref is not None:
@@ -280,7 +286,7 @@ class Controller:
         found = await _measurable(self.kube, self.policy, self.memory(pilot_ref(body)), body, seen)
         if found is None or found[1].quality.probes is None:
             return INVALID_SPEC_TICK.total_seconds()
-        return await probe_round(self.quality, *found, clock=self.clock)
+        return await probe_round(self.quality, *found, clock=self.clock, namespace=pilot_ref(body).namespace)
 
     # --- teardown ----------------------------------------------------------------------------
 
@@ -339,13 +345,15 @@ async def tear_down(
 
 
 async def announce(kube: KubeApi, metrics: OperatorMetrics, ref: PilotRef, events: Iterable[Event]) -> None:
-    """The one funnel for what happened: a log line, a Kubernetes Event and a metric."""
+    """The one funnel for what happened: a log line, a Kubernetes Event and a metric; no URL's userinfo in
+    either (`scrub`), whatever a reason quotes."""
     for event in events:
         level = logging.WARNING if event.type is EventType.WARNING else logging.INFO
-        log.log(level, "%s/%s: %s: %s", ref.namespace, ref.name, event.reason.value, event.message)
+        message = scrub(event.message)
+        log.log(level, "%s/%s: %s: %s", ref.namespace, ref.name, event.reason.value, message)
         metrics.events.labels(event.reason.value).inc()
         try:
-            await kube.event(_involved(ref), type=event.type.value, reason=event.reason.value, message=event.message)
+            await kube.event(_involved(ref), type=event.type.value, reason=event.reason.value, message=message)
         except (ApiError, aiohttp.ClientError) as error:
             log.warning("%s/%s: could not post Event %s: %s", ref.namespace, ref.name, event.reason.value, error)
 
@@ -359,6 +367,8 @@ async def _measurable(
     spec = admitted(policy, body, body["metadata"]["namespace"])
     if spec is None or (spec.workload_ref is not None and memory.workload is None):
         return None
+    if await _external_names(kube, policy, body["metadata"]["namespace"], spec):
+        return None  # the reconcile says why
     if memory.workload is not None and spec.workload_ref is not None:
         seen = await _with_baseline(kube, pilot_ref(body), seen, memory.workload)
     return memory, spec, seen
@@ -401,6 +411,37 @@ async def _workload(
     return list(policy.image_problems(found.image, "spec.workloadRef.name")) or found
 
 
+async def _followed(kube: KubeApi, policy: Policy, pilot: Pilot) -> Pilot:
+    """The pilot, refused where a URL of its spec leads through ExternalName Services to a host the
+    operator may not call (`_external_names`)."""
+    spec = pilot.spec if not pilot.deleting else None
+    refused = await _external_names(kube, policy, pilot.ref.namespace, spec) if spec is not None else []
+    return replace(pilot, spec=None, problems=tuple(refused)) if refused else pilot
+
+
+async def _external_names(kube: KubeApi, policy: Policy, namespace: str, spec: SpeculationPilotSpec) -> list[Problem]:
+    """The spec's URLs that name a Service of the pilot's namespace of type ExternalName, judged by where it
+    leads: a pilot may call its own Services, not whatever one of them names."""
+    found = [(where, await _leads_to(kube, policy, namespace, url)) for where, url in outbound_urls(spec)]
+    return [Problem(where, refused) for where, refused in found if refused is not None]
+
+
+async def _leads_to(kube: KubeApi, policy: Policy, namespace: str, written: str) -> str | None:
+    """Why the operator may not call where `written` leads through ExternalName Services (followed through
+    EXTERNAL_NAME_HOPS at most); None where it may."""
+    url = written
+    for _ in range(EXTERNAL_NAME_HOPS):
+        service = policy.own_service(url, namespace)
+        obj = await kube.get("v1", "Service", namespace, service.name) if service is not None else None
+        target = ((obj or {}).get("spec") or {}).get("externalName")
+        if service is None or not isinstance(target, str) or not target:
+            return None
+        url, refused = policy.followed(url, service, target, namespace)
+        if refused is not None:
+            return refused
+    return f"more than {EXTERNAL_NAME_HOPS} ExternalName Services in a row: name the host they lead to"
+
+
 async def _with_baseline(kube: KubeApi, ref: PilotRef, seen: Observation, workload: Workload) -> Observation:
     """The observation with the workload's pods, production's baseline, which the index does not hold."""
     pods = await kube.pods(ref.namespace, workload.selector)
@@ -424,7 +465,10 @@ async def _asked(quality: QualityGates, snapshot: Snapshot, hooks: Sequence[Webh
     """The snapshot with the webhooks' answers about each window due."""
     windows, ref = windows_due(snapshot), snapshot.pilot.ref
     answers = await asyncio.gather(
-        *(quality.ask(hooks, window_summary(ref.name, ref.namespace, window)) for window in windows.values())
+        *(
+            quality.ask(hooks, window_summary(ref.name, ref.namespace, window), namespace=ref.namespace)
+            for window in windows.values()
+        )
     )
     return replace(snapshot, webhooks=dict(zip(windows, answers, strict=True)))
 

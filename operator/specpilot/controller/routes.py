@@ -4,6 +4,7 @@ watches, and reads `/routes` back from each router until it serves the generatio
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Sequence
 
@@ -11,6 +12,7 @@ import aiohttp
 
 from specpilot.controller.core.render import PilotRef, render_routes_configmap
 from specpilot.controller.ports import Json, KubeApi, Served
+from specpilot.fetch.bodies import read_body
 from specpilot.wire.names import ROUTER_ADMIN_PORT
 from specpilot.wire.routes import RoutingTable
 
@@ -52,7 +54,7 @@ class ConfigMapRoutes:
             async with self._session.get(
                 f"http://{address}:{ROUTER_ADMIN_PORT}/routes", timeout=aiohttp.ClientTimeout(total=2)
             ) as resp:
-                doc = await resp.json()
+                doc = json.loads(await read_body(resp))
             return int(doc.get("generation") or -1)
         except (aiohttp.ClientError, TimeoutError, ValueError, TypeError):
             return -1

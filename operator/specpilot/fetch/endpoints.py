@@ -6,7 +6,7 @@ The credentials stay with the operator: an installer mounts them from Secrets in
 endpoints in a file (`--prometheus-endpoints`); a pilot names an endpoint (`metricsSource.prometheus
 .endpoint`) and never sees what it holds. Files are read again when they change, so rotated tokens and
 certificates are picked up at the next query. No secret value leaves this module: a refused
-configuration names the field, never its value, and `scrub` takes the values out of a failure's reason
+configuration names the field, never its value, and `fetch.outbound.scrub` takes the values out of a failure's reason
 before it reaches status, an Event or a log.
 
     endpoints:
@@ -22,7 +22,7 @@ from __future__ import annotations
 import base64
 import os
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -35,7 +35,6 @@ from specpilot.api.common import endpoint
 from specpilot.api.hosts import service_of
 from specpilot.api.spec import PrometheusSource
 
-REDACTED = "<secret>"
 _NAME = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
@@ -212,13 +211,6 @@ class _Contexts:
 
 
 _CONTEXTS = _Contexts()
-
-
-def scrub(text: str, secrets: Iterable[str]) -> str:
-    """`text` with every secret value in it replaced."""
-    for secret in sorted(set(secrets), key=len, reverse=True):
-        text = text.replace(secret, REDACTED)
-    return text
 
 
 class _File(_Config):

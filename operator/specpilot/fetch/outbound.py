@@ -9,14 +9,21 @@ spec names, so no call follows a redirect: the session refuses every 3xx answer 
 call) whose message names where the redirect pointed.
 
 A name the policy allows may still resolve to an address it never would (a Service of type ExternalName
-in the pilot's namespace, a DNS record): the session's resolver drops link-local and metadata addresses
-(`api.hosts.never_called`), and a request to one written as an address is refused before it is sent
-(`AddressRefused`).
+in the pilot's namespace, a DNS record): every call is judged on the address it connects to, after
+resolution, whatever name led there (`Addresses`). The session's resolver drops the addresses refused, and
+a request to one written as an address is refused before it is sent (`AddressRefused`): link-local and
+cloud metadata addresses always (`api.hosts.never_called`); loopback and the Kubernetes API server's
+addresses unless the installer names them (`--allow-address`, for a cluster whose pods run on loopback).
 """
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import socket
+from collections.abc import Iterable
+from dataclasses import dataclass
+from urllib.parse import quote, quote_plus
 
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
@@ -26,6 +33,17 @@ from yarl import URL
 from specpilot.api.hosts import never_called
 
 LOCATION_SHOWN = 200  # characters of a refused redirect's target kept in its message
+REDACTED = "<secret>"
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#\s@]*@")
+
+
+def scrub(text: str, secrets: Iterable[str] = ()) -> str:
+    """`text` without the userinfo of any URL in it and with every secret value sent (a header's value, a
+    token) replaced: every reason the operator writes about a call it made (status, Events, logs) passes here."""
+    spelled = {form for secret in secrets for form in (secret, quote(secret, safe=""), quote_plus(secret))}
+    for secret in sorted(spelled, key=len, reverse=True):  # as sent, and as a URL would carry it
+        text = text.replace(secret, REDACTED)
+    return _USERINFO.sub(rf"\1{REDACTED}@", text)
 
 
 class Refused(aiohttp.ClientError):
@@ -44,32 +62,70 @@ class RedirectRefused(Refused):
         return f"HTTP {self.status}: redirect to {self.location} refused (the operator follows no redirect)"
 
 
-class AddressRefused(Refused):
-    """A link-local or metadata address, which the operator never calls."""
+NEVER = "link-local or cloud metadata addresses"
+LOOPBACK = "loopback addresses unless its installer names them (--allow-address)"
+API_SERVER = "the Kubernetes API server's addresses unless its installer names them (--allow-address)"
 
-    def __init__(self, host: str, addresses: list[str]) -> None:
+
+@dataclass(frozen=True)
+class Addresses:
+    """Which addresses the operator connects to for a pilot: none link-local or metadata; no loopback (nor
+    the unspecified address, which reaches it) and none of the API server's, but those in `allowed`."""
+
+    api_server: frozenset[ipaddress.IPv4Address | ipaddress.IPv6Address] = frozenset()
+    allowed: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
+
+    def refusal(self, address: str) -> str | None:
+        """Which kind of address the operator never calls `address` is (None: it may call it, or it is
+        no IP address)."""
+        try:
+            found = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is no part of the address
+        except ValueError:
+            return None
+        if isinstance(found, ipaddress.IPv6Address) and found.ipv4_mapped is not None:
+            found = found.ipv4_mapped
+        if never_called(str(found)):
+            return NEVER
+        if any(found in net for net in self.allowed):
+            return None
+        if found.is_loopback or found.is_unspecified:
+            return LOOPBACK
+        return API_SERVER if found in self.api_server else None
+
+
+REFUSING = Addresses()  # the default: no loopback, no API server, no link-local or metadata address
+
+
+class AddressRefused(Refused):
+    """An address the operator never calls (`Addresses`)."""
+
+    def __init__(self, host: str, addresses: list[str], why: str = NEVER) -> None:
         super().__init__(host, addresses)
         self.host = host
         self.addresses = addresses
+        self.why = why
 
     def __str__(self) -> str:
         found = "" if self.addresses == [self.host] else f" (resolved to {', '.join(self.addresses)})"
-        return f"{self.host}{found} refused: the operator never calls link-local or cloud metadata addresses"
+        return f"{self.host}{found} refused: the operator never calls {self.why}"
 
 
 class GuardedResolver(AbstractResolver):
     """aiohttp's resolver, without the addresses the operator never calls."""
 
-    def __init__(self) -> None:
+    def __init__(self, addresses: Addresses) -> None:
         self._resolver = aiohttp.DefaultResolver()
+        self._addresses = addresses
 
     async def resolve(
         self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
     ) -> list[ResolveResult]:
         found = await self._resolver.resolve(host, port, family)
-        kept = [answer for answer in found if not never_called(answer["host"])]
+        refusals = [self._addresses.refusal(answer["host"]) for answer in found]
+        kept = [answer for answer, refused in zip(found, refusals, strict=True) if refused is None]
         if not kept:
-            raise AddressRefused(host, [answer["host"] for answer in found])
+            why = next((refused for refused in refusals if refused is not None), NEVER)
+            raise AddressRefused(host, [answer["host"] for answer in found], why)
         return kept
 
     async def close(self) -> None:
@@ -88,32 +144,51 @@ def _target(response: aiohttp.ClientResponse) -> str:
     return found if len(found) <= LOCATION_SHOWN else f"{found[:LOCATION_SHOWN]}..."
 
 
-async def guard(request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+@dataclass(frozen=True)
+class _Guard:
     """The session's middleware: every request and answer passes through here, before aiohttp would
-    follow a redirect."""
-    host = request.url.raw_host or ""
-    if never_called(host):
-        raise AddressRefused(host, [host])
-    response = await handler(request)
-    if 300 <= response.status < 400:
-        refused = RedirectRefused(response.status, _target(response))
-        response.close()  # its body is never read, so its connection is not reused
-        raise refused
-    return response
+    follow a redirect. An address written in the URL is judged here (aiohttp asks no resolver for one)."""
+
+    addresses: Addresses
+
+    async def __call__(
+        self, request: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        host = request.url.raw_host or ""
+        why = self.addresses.refusal(host)
+        if why is not None:
+            raise AddressRefused(host, [host], why)
+        response = await handler(request)
+        if 300 <= response.status < 400:
+            refused = RedirectRefused(response.status, _target(response))
+            response.close()  # its body is never read, so its connection is not reused
+            raise refused
+        return response
 
 
 def outbound_session(
     *,
+    addresses: Addresses = REFUSING,
     timeout: aiohttp.ClientTimeout = DEFAULT_TIMEOUT,
     limit: int = 100,
     limit_per_host: int = 0,
     keepalive_s: float = 15.0,
 ) -> aiohttp.ClientSession:
-    """A session that follows no redirect, calls no link-local address and keeps no cookies; create it in
-    the running loop, close it at exit. The connector's limits are aiohttp's unless given."""
+    """A session that follows no redirect, connects to no address `addresses` refuses (by default: no
+    loopback, link-local or metadata address) and keeps no cookies; create it in the running loop, close it
+    at exit. The connector's limits are aiohttp's unless given."""
     connector = aiohttp.TCPConnector(
-        resolver=GuardedResolver(), limit=limit, limit_per_host=limit_per_host, keepalive_timeout=keepalive_s
+        resolver=GuardedResolver(addresses), limit=limit, limit_per_host=limit_per_host, keepalive_timeout=keepalive_s
     )
     return aiohttp.ClientSession(
-        timeout=timeout, connector=connector, cookie_jar=aiohttp.DummyCookieJar(), middlewares=(guard,)
+        timeout=timeout, connector=connector, cookie_jar=aiohttp.DummyCookieJar(), middlewares=(_Guard(addresses),)
     )
+
+
+LOOPBACK_NETWORKS = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+
+
+def allowing_loopback() -> Addresses:
+    """Addresses with loopback allowed: for a cluster whose pods and servers run on loopback (the project's
+    local cluster, its tests), never a real one."""
+    return Addresses(allowed=LOOPBACK_NETWORKS)

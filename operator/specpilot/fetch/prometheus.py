@@ -18,8 +18,9 @@ import aiohttp
 
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.spec import PrometheusSource
-from specpilot.fetch.endpoints import PrometheusEndpoint, scrub
-from specpilot.fetch.scrape import MAX_BODY_BYTES, TooLarge, read_body
+from specpilot.fetch.bodies import MAX_BODY_BYTES, TooLarge, read_body
+from specpilot.fetch.endpoints import PrometheusEndpoint
+from specpilot.fetch.outbound import scrub
 from specpilot.metrics.promql import (
     Answer,
     Matcher,

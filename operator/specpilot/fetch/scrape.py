@@ -23,12 +23,12 @@ from datetime import datetime
 
 import aiohttp
 
-from specpilot.fetch.outbound import outbound_session
+from specpilot.fetch.bodies import MAX_BODY_BYTES, TooLarge, read_body
+from specpilot.fetch.outbound import REFUSING, Addresses, outbound_session
 from specpilot.metrics.engine import EngineScrape, Scrape, ScrapeFailure
 from specpilot.metrics.exposition import parse_exposition
 from specpilot.wire.samples import SamplesPage
 
-MAX_BODY_BYTES = 16 * 1024 * 1024  # a vLLM exposition is ~50 kB, a full samples page a few MB
 # Classic text (never OpenMetrics, whose counters and EOF differ), gzip-compressed when the server can.
 _METRICS_HEADERS = {"Accept": "text/plain;version=0.0.4;q=1,*/*;q=0.1", "Accept-Encoding": "gzip"}
 _ERRORS = (aiohttp.ClientError, OSError, TimeoutError, ValueError)
@@ -49,22 +49,20 @@ class ReadFailure:
     reason: str
 
 
-class TooLarge(Exception):
-    """A body past `MAX_BODY_BYTES`."""
-
-
 class _BadEncoding(Exception):
     pass
 
 
-def scrape_session(*, limit: int = 100, limit_per_host: int = 2, keepalive_s: float = 30.0) -> aiohttp.ClientSession:
+def scrape_session(
+    *, addresses: Addresses = REFUSING, limit: int = 100, limit_per_host: int = 2, keepalive_s: float = 30.0
+) -> aiohttp.ClientSession:
     """The session to share between all scrapes and reads (an `outbound_session`: it follows no redirect
-    and calls no link-local address); create it in the running loop, close it at exit.
+    and connects to no address `addresses` refuses); create it in the running loop, close it at exit.
 
     `keepalive_s` should outlast the scrape interval so connections are reused from one cycle to
     the next (where the server keeps them: vLLM's uvicorn closes idle ones after 5 s by default).
     """
-    return outbound_session(limit=limit, limit_per_host=limit_per_host, keepalive_s=keepalive_s)
+    return outbound_session(addresses=addresses, limit=limit, limit_per_host=limit_per_host, keepalive_s=keepalive_s)
 
 
 async def scrape(
@@ -138,20 +136,6 @@ async def read_samples(
         return ReadFailure(f"GET {url}: not a samples page: {exc}")
 
 
-async def read_body(response: aiohttp.ClientResponse) -> bytes:
-    """The body as it arrives, refused past `MAX_BODY_BYTES` so a runaway server cannot fill memory."""
-    if response.content_length is not None and response.content_length > MAX_BODY_BYTES:
-        raise TooLarge
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_any():
-        size += len(chunk)
-        if size > MAX_BODY_BYTES:
-            raise TooLarge
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
 def _decoded(body: bytes, encoding: str) -> bytes:
     """The body gunzipped if it came gzipped: a stream without its end is cut off, never taken as whole."""
     if encoding.lower() in ("identity", ""):
@@ -164,7 +148,7 @@ def _decoded(body: bytes, encoding: str) -> bytes:
     except zlib.error as exc:
         raise _BadEncoding(f"gzip body does not inflate ({exc})") from None
     if len(out) > MAX_BODY_BYTES:
-        raise TooLarge
+        raise TooLarge(MAX_BODY_BYTES)
     if not inflate.eof:
         raise _BadEncoding("gzip body cut off before its end")
     if inflate.unused_data:

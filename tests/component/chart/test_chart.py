@@ -318,6 +318,16 @@ def test_policy_and_prometheus_credentials_reach_the_operator() -> None:
     assert not [a for a in plain["spec"]["template"]["spec"]["containers"][0]["args"] if "allow-" in a or "prom" in a]
 
 
+def test_the_outbound_addresses_cluster_domain_and_the_operators_own_account_reach_the_operator() -> None:
+    objects = template({"policy.outboundAddresses": "{10.1.2.3/32}", "policy.clusterDomain": "corp.internal"})
+    (deployment,) = by_kind(objects, "Deployment")
+    (account,) = by_kind(objects, "ServiceAccount")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert {"--allow-address=10.1.2.3/32", "--cluster-domain=corp.internal"} <= set(container["args"])
+    own = f"specpilot-system/{account['metadata']['name']}"
+    assert {"name": "SPECPILOT_SERVICE_ACCOUNT", "value": own} in container["env"]
+
+
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
 

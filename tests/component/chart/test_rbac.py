@@ -1,7 +1,8 @@
 """The chart's RBAC, in both modes: exactly what the operator calls, derived from its code; no
-Secrets, no wildcards, and every permission the routers' Role grants (RBAC lets the operator grant
-only what it holds). By default it writes only in the namespaces it serves, never cluster-wide and
-never in a system namespace; cluster-wide writes are opt-in (clusterWide)."""
+Secrets but those rbac.webhookSecrets names (read by name), no wildcards, and every permission the
+routers' Role grants (RBAC lets the operator grant only what it holds). By default it writes only in the
+namespaces it serves, never cluster-wide and never in a system namespace; cluster-wide writes are opt-in
+(clusterWide)."""
 
 from __future__ import annotations
 
@@ -191,6 +192,15 @@ def test_no_secrets_no_wildcards_no_escalation(values: dict[str, str]) -> None:
             assert not any("*" in item for item in rule.get(key) or []), f"wildcard in {key}: {rule}"
         assert not {"secrets", "serviceaccounts/token", "pods/exec", "pods/attach"} & set(rule["resources"]), rule
         assert not {"escalate", "bind", "impersonate"} & set(rule["verbs"]), rule
+
+
+@pytest.mark.parametrize("values", [CLUSTER_WIDE, NAMESPACED], ids=["cluster-wide", "namespaced"])
+def test_webhook_secrets_are_read_by_name_and_only_read(values: dict[str, str]) -> None:
+    objects = template({**values, "rbac.webhookSecrets": "{hooks,scorer}"})
+    roles = operators(objects, "ClusterRole" if "clusterWide" in values else "Role")
+    for role in roles:
+        secrets = {p for p in expand(role["rules"]) if p[1] == "secrets"}
+        assert secrets == {("", "secrets", "get", "hooks"), ("", "secrets", "get", "scorer")}
 
 
 def aggregated_into(objects: list[dict[str, Any]], role: str) -> set[Permission]:

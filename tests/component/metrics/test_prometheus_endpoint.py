@@ -35,7 +35,7 @@ from specpilot.api.spec import Analysis
 from specpilot.controller.collect import PrometheusEngines
 from specpilot.controller.core.measurements import Queried
 from specpilot.fetch.endpoints import PrometheusCredentials, PrometheusEndpoint, parse_endpoints
-from specpilot.fetch.outbound import outbound_session
+from specpilot.fetch.outbound import allowing_loopback, outbound_session
 from specpilot.wire.names import ENGINE_PORT, Arm
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")
@@ -175,7 +175,7 @@ def analysis(prometheus: dict[str, Any]) -> Analysis:
 
 
 async def read(held: PrometheusCredentials, source: Analysis, at: datetime) -> Queried:
-    async with outbound_session() as session:
+    async with outbound_session(addresses=allowing_loopback()) as session:
         found = await PrometheusEngines(session, held).read(
             {}, pilot=(NAMESPACE, PILOT), analysis=source, horizon=timedelta(seconds=20), now=at
         )

@@ -38,6 +38,7 @@ from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api.spec import Analysis, MetricsSource, Quality
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import cadence
+from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import scrape_session
 from specpilot.mockvllm.metrics import BUCKETS
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, ROUTER_PORT, Arm
@@ -222,7 +223,7 @@ async def collect_both(
     last_close: float | None = None
     previous: datetime | None = None
     started = time.monotonic()
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         collectors = {name: Collector.over_http(session) for name in sources}
         while (elapsed := time.monotonic() - started) < seconds:
             now = datetime.now(UTC)

@@ -9,6 +9,7 @@ from aiohttp import web
 from tests.component.conftest import Serve
 from tests.component.router.conftest import Harness, HarnessFactory
 
+from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import ReadFailure, read_samples, scrape_session
 from specpilot.metrics.ledger import SampleLedger
 from specpilot.metrics.samples import arm_requests
@@ -29,7 +30,7 @@ async def test_samples_are_read_page_by_page_with_the_cursor(make_router: Harnes
     await send(h, 1, **{"x-fake-status": "503"})
     ledger = SampleLedger(horizon=timedelta(minutes=10))
     pages = []
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         for _ in range(3):
             page = await read_samples(session, h.admin, cursor=ledger.cursor("router-0"), limit=3, timeout_s=5)
             assert isinstance(page, SamplesPage)
@@ -49,7 +50,7 @@ async def test_a_restarted_router_is_a_new_epoch_and_a_gap(make_router: HarnessF
     await send(first, 2)
     await send(second, 3)
     ledger = SampleLedger(horizon=timedelta(minutes=10))
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         page = await read_samples(session, first.admin, cursor=0, limit=100, timeout_s=5)
         assert isinstance(page, SamplesPage)
         assert ledger.record("router-0", page, at=datetime.now(UTC), limit=100) == 2
@@ -79,7 +80,7 @@ async def test_failed_reads_come_back_as_reasons(make_router: HarnessFactory, se
     app.router.add_get("/html/samples", not_json)
     url = (await serve(app)).url
     fake = f"http://{h.baseline.address}"  # an engine, not a router: it has no /samples
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         failures = [
             await read_samples(session, admin, cursor=0, limit=10, timeout_s=5)
             for admin in (fake, f"{url}/wrong", f"{url}/html", f"http://127.0.0.1:{free_port}")

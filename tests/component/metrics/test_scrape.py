@@ -14,6 +14,7 @@ from aiohttp import web
 from tests.component.conftest import Serve
 
 from specpilot.fetch import scrape as scraping
+from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import MAX_BODY_BYTES, ScrapeTarget, scrape_all, scrape_session
 from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape, Scrape, ScrapeFailure, engine_window
 from specpilot.metrics.exposition import parse_exposition
@@ -49,7 +50,7 @@ async def exposition_of(url: str) -> bytes:
 async def test_counters_move_as_a_mock_vllm_serves_traffic(mock_vllm: Any, scrape: Any) -> None:
     mock = await mock_vllm("--time-scale", "0.01", *SPEC)
     target = ScrapeTarget("spec-0", mock.url + "/metrics")
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         before = await scraping.scrape(session, target, families=ENGINE_FAMILIES, timeout_s=5, at=T0)
         await traffic(mock.url, requests=8, max_tokens=40)
         after = await scraping.scrape(session, target, families=ENGINE_FAMILIES, timeout_s=5, at=END)
@@ -91,7 +92,7 @@ async def test_one_kept_alive_gzip_connection_serves_every_cycle(mock_vllm: Any,
     app = web.Application()
     app.router.add_get("/metrics", metrics)
     url = (await serve(app)).url
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         results = [
             await scraping.scrape(
                 session, ScrapeTarget("a", url + "/metrics"), families=ENGINE_FAMILIES, timeout_s=5, at=T0
@@ -179,7 +180,7 @@ async def test_a_broken_server_makes_the_window_inconclusive_with_a_reason(
     url = (await serve(await broken_app(text))).url
     port = url.rsplit(":", 1)[1]
     bad = f"http://127.0.0.1:{free_port}/metrics" if path == ":refused" else url + path
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         first = await scraping.scrape(
             session, ScrapeTarget("a", url + "/good"), families=ENGINE_FAMILIES, timeout_s=5, at=T0
         )
@@ -212,7 +213,7 @@ async def test_scrape_all_keeps_the_targets_order_under_its_concurrency_bound(se
     urls = (await serve(app, ports=12)).urls
     targets = [ScrapeTarget(f"pod-{i}", f"{url}/metrics") for i, url in enumerate(urls)]
     targets.insert(5, ScrapeTarget("gone", f"http://127.0.0.1:{free_port}/metrics"))
-    async with scrape_session() as session:
+    async with scrape_session(addresses=allowing_loopback()) as session:
         results = await scrape_all(
             session, targets, families=("vllm:num_requests_running",), timeout_s=5, at=T0, concurrency=4
         )

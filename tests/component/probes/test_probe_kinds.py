@@ -13,6 +13,7 @@ from aiohttp import web
 from tests.component.conftest import Serve
 from tests.component.mockvllm.client import FAST, TOOL_FLAGS, WEATHER_PARAMETERS, inject, post
 
+from specpilot.analysis.answers import SCORE_REPLY_LIMIT
 from specpilot.analysis.checks import Check
 from specpilot.analysis.quality import ProbeResult, accumulated, case_key, kind_groups, probe_checks
 from specpilot.api.reasons import MetricName
@@ -190,7 +191,8 @@ async def test_the_mock_samples_a_new_answer_each_time_above_temperature_zero(mo
 @pytest.fixture
 async def rater(serve: Serve) -> tuple[str, list[dict[str, Any]]]:
     """A score webhook on loopback: /diversity scores an answer by its share of distinct words (a looping
-    answer scores low); /broken answers 500 with a long body; /garbage answers 200 without a score."""
+    answer scores low); /broken answers 500 with a long body; /garbage answers 200 without a score; /long
+    answers 200 with more than a score reply may hold."""
     received: list[dict[str, Any]] = []
 
     async def diversity(request: web.Request) -> web.Response:
@@ -203,10 +205,20 @@ async def rater(serve: Serve) -> tuple[str, list[dict[str, Any]]]:
         return web.Response(status=500, text=SECRET)
 
     async def garbage(request: web.Request) -> web.Response:
+        return web.Response(text=SECRET[:SCORE_REPLY_LIMIT])
+
+    async def long(request: web.Request) -> web.Response:
         return web.Response(text=SECRET)
 
     app = web.Application()
-    app.add_routes([web.post("/diversity", diversity), web.post("/broken", broken), web.post("/garbage", garbage)])
+    app.add_routes(
+        [
+            web.post("/diversity", diversity),
+            web.post("/broken", broken),
+            web.post("/garbage", garbage),
+            web.post("/long", long),
+        ]
+    )
     return (await serve(app)).url, received
 
 
@@ -235,7 +247,14 @@ async def test_sampled_scored_by_a_webhook_that_never_learns_the_arm(
     assert received[0]["metadata"] == {"rubric": "v3"}
 
 
-@pytest.mark.parametrize(("path", "saying"), [("broken", "HTTP 500"), ("garbage", "without a finite score")])
+@pytest.mark.parametrize(
+    ("path", "saying"),
+    [
+        ("broken", "HTTP 500"),
+        ("garbage", "without a finite score"),
+        ("long", f"answer over {SCORE_REPLY_LIMIT} bytes refused"),
+    ],
+)
 async def test_answers_a_webhook_cannot_score_leave_the_check_inconclusive(
     mock_vllm: Any, rater: tuple[str, list[dict[str, Any]]], path: str, saying: str
 ) -> None:

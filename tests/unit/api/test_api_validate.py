@@ -29,10 +29,13 @@ from specpilot.api.spec import (
     DRAFT_TENSOR_PARALLEL,
     ENV_VALUE_OR_SOURCE,
     GPU_PER_RANK,
+    HEADER_NOT_RESERVED,
     ONE_FORECAST_PROFILE,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
+    TOKEN_NEEDS_OPT_IN,
     TOLERATION_EXISTS_WITHOUT_VALUE,
+    URL_WITHOUT_USERINFO,
     WINDOW_COVERS_INTERVAL,
     WINDOW_COVERS_KV_CACHE,
 )
@@ -109,6 +112,47 @@ RULES = [
         _pilot(engine=_engine(tolerations=[{"operator": "Exists", "value": "x"}])),
         "spec.engine.tolerations[0].value",
         TOLERATION_EXISTS_WITHOUT_VALUE.message,
+    ),
+    (
+        "score-webhook-userinfo",
+        _pilot(
+            quality={
+                "probes": {
+                    "cases": [
+                        {
+                            "kind": "sampled",
+                            "prompt": "p",
+                            "temperature": 0.7,
+                            "score": {"webhook": {"url": "http://bob:s3cret@rater:8080/score"}},
+                        }
+                    ]
+                }
+            }
+        ),
+        "spec.quality.probes.cases[0].score.webhook.url",
+        URL_WITHOUT_USERINFO.message,
+    ),
+    (
+        "secret-header-reserved",
+        _pilot(
+            quality={
+                "webhooks": [
+                    {
+                        "name": "q",
+                        "url": "http://checks:8080",
+                        "secretHeader": {"name": "Host", "secretKeyRef": {"name": "hooks", "key": "token"}},
+                    }
+                ]
+            }
+        ),
+        "spec.quality.webhooks[0].secretHeader.name",
+        HEADER_NOT_RESERVED.message,
+    ),
+    (
+        "token-without-opt-in",
+        _pilot(engine=_engine(podTemplate={"serviceAccountName": "engine", "automountServiceAccountToken": True})),
+        "spec.engine.podTemplate.automountServiceAccountToken",
+        TOKEN_NEEDS_OPT_IN.message,
     ),
     (
         "draft-model-required",
@@ -305,6 +349,12 @@ RULES = [
 ]
 OPERATOR_ONLY = [
     (
+        "router-account",
+        _pilot(engine=_engine(podTemplate={"serviceAccountName": "pilot-router"})),
+        "spec.engine.podTemplate.serviceAccountName",
+        "the ServiceAccount the operator makes for this pilot's router",
+    ),
+    (
         "regex",
         _pilot(scopes=[{"name": "chat", **_header("x-task", "code(", "RegularExpression")}]),
         "spec.scopes[0].match.headers[0].value",
@@ -375,3 +425,8 @@ def test_missing_spec_is_named() -> None:
 
 def test_problem_reads_as_field_then_message() -> None:
     assert str(Problem("spec.scopes[1].name", "duplicate")) == "spec.scopes[1].name: duplicate"
+
+
+def test_a_token_mounted_with_the_opt_in_is_deployable() -> None:
+    template = {"serviceAccountName": "engine", "automountServiceAccountToken": True, "allowServiceAccountToken": True}
+    assert validate(_pilot(engine=_engine(podTemplate=template))) == []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.api.hosts import Service, never_called, service_of
+from specpilot.api.hosts import Service, cluster_domain, never_called, service_of
 
 
 @pytest.mark.parametrize(
@@ -57,3 +57,32 @@ def test_a_service_is_called_by_a_name_no_search_path_can_turn() -> None:
 )
 def test_link_local_and_metadata_addresses_are_never_called(address: str, never: bool) -> None:
     assert never_called(address) is never
+
+
+@pytest.mark.parametrize("address", ["100.100.100.200", "168.63.129.16", "::ffff:168.63.129.16"])
+def test_alibaba_and_azure_metadata_addresses_are_never_called(address: str) -> None:
+    assert never_called(address)
+
+
+def test_a_cluster_with_another_domain_reads_its_services_in_it() -> None:
+    assert service_of("checks.team-b.svc.corp.internal", "team-a", "corp.internal") == Service("checks", "team-b")
+    assert service_of("checks.team-b.svc.cluster.local", "team-a", "corp.internal") is None
+    found = service_of("checks", "team-a", "corp.internal")
+    assert found is not None and found.spellings[-1] == "checks.team-a.svc.corp.internal"
+
+
+@pytest.mark.parametrize(
+    ("resolv_conf", "domain"),
+    [
+        ("search team-a.svc.corp.internal svc.corp.internal corp.internal\nnameserver 10.96.0.10\n", "corp.internal"),
+        (
+            "nameserver 10.96.0.10\nsearch team-a.svc.cluster.local svc.cluster.local cluster.local ec2.internal",
+            "cluster.local",
+        ),
+        ("search example.com\nnameserver 1.1.1.1\n", None),
+        ("", None),
+    ],
+    ids=["custom", "default", "outside-a-cluster", "empty"],
+)
+def test_the_cluster_domain_is_read_from_the_resolvers_search_path(resolv_conf: str, domain: str | None) -> None:
+    assert cluster_domain(resolv_conf) == domain

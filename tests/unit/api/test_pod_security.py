@@ -158,6 +158,7 @@ def test_what_an_engine_legitimately_needs_passes() -> None:
         },
         "annotations": {"container.apparmor.security.beta.kubernetes.io/vllm": "runtime/default"},
         "automountServiceAccountToken": True,
+        "allowServiceAccountToken": True,  # a ServiceAccount made for the engine, confirmed
         "serviceAccountName": "vllm",
     }
     assert validate(pilot(template)) == []

@@ -216,7 +216,14 @@ class FakeQuality:
         self._asking = asyncio.Condition()
 
     async def probe(
-        self, *, baseline: str, speculative: str, probes: Probes, cases: Sequence[ProbeCase], model: str
+        self,
+        *,
+        baseline: str,
+        speculative: str,
+        probes: Probes,
+        cases: Sequence[ProbeCase],
+        model: str,
+        namespace: str,
     ) -> ProbeResult:
         """Each case as a round of 100 greedy comparisons: `agreement` of them equal on the speculative
         arm, all of them on the baseline."""
@@ -228,7 +235,9 @@ class FakeQuality:
         tally = CaseTally(ProbeKind.GREEDY, baseline_passed=100, baseline_trials=100, speculative_passed=equal)
         return ProbeResult({case_key(case): replace(tally, speculative_trials=100) for case in cases})
 
-    async def ask(self, webhooks: Sequence[Webhook], summary: Mapping[str, Any]) -> list[WebhookResult]:
+    async def ask(
+        self, webhooks: Sequence[Webhook], summary: Mapping[str, Any], *, namespace: str
+    ) -> list[WebhookResult]:
         async with self._asking:
             self.asked.append(summary)
             self._asking.notify_all()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 from pathlib import Path
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from specpilot.controller.main import configure_logging, parse_args
+from specpilot.controller.main import api_server_addresses, configure_logging, parse_args, token_account
 
 
 def test_logs_are_text_unless_json_is_asked_for() -> None:
@@ -118,3 +119,48 @@ def test_the_peering_name_is_an_object_name_or_empty_for_standalone(capsys: pyte
     with pytest.raises(SystemExit):
         parse_args(["--all-namespaces", "--peering", "Team_A"], {})
     assert "argument --peering: 'Team_A' is not an object name" in capsys.readouterr().err
+
+
+def _token(claims: dict[str, object]) -> str:
+    payload = base64.urlsafe_b64encode(json.dumps(claims).encode()).decode().rstrip("=")
+    return f"eyJhbGciOiJSUzI1NiJ9.{payload}.signature"
+
+
+def test_the_operators_own_service_account_comes_from_the_flag_else_its_token(tmp_path: Path) -> None:
+    assert parse_args(["--all-namespaces"], {"SPECPILOT_SERVICE_ACCOUNT": "ops/specpilot"}).policy.accounts == (
+        ("ops", "specpilot"),
+    )
+    token = tmp_path / "token"
+    token.write_text(_token({"sub": "system:serviceaccount:team-a:specpilot-operator"}))
+    assert token_account(token) == "team-a/specpilot-operator"
+    token.write_text(_token({"sub": "alice@example.com"}))
+    assert token_account(token) is None
+    token.write_text("not a token")
+    assert token_account(token) is None
+    assert token_account(tmp_path / "absent") is None
+
+
+def test_a_service_account_that_is_no_namespace_and_name_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--service-account", "specpilot"], {})
+    assert "--service-account: expected NAMESPACE/NAME, got 'specpilot'" in capsys.readouterr().err
+
+
+def test_addresses_the_installer_allows_and_the_cluster_domain_come_from_flags_or_the_environment(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    config = parse_args(
+        ["--all-namespaces", "--allow-address", "127.0.0.0/8", "--cluster-domain", "Corp.Internal."], {}
+    )
+    assert [str(net) for net in config.allowed] == ["127.0.0.0/8"] and config.policy.cluster_domain == "corp.internal"
+    config = parse_args(["--all-namespaces"], {"SPECPILOT_ALLOW_ADDRESSES": "::1, 10.96.0.1"})
+    assert [str(net) for net in config.allowed] == ["::1/128", "10.96.0.1/32"]
+    with pytest.raises(SystemExit):
+        parse_args(["--all-namespaces", "--allow-address", "localhost"], {})
+    assert "--allow-address: 'localhost' does not appear to be an IPv4 or IPv6 network" in capsys.readouterr().err
+
+
+def test_the_api_servers_addresses_are_its_service_host_and_the_address_called() -> None:
+    found = api_server_addresses({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, "https://[fd00::1]:6443")
+    assert sorted(map(str, found)) == ["10.96.0.1", "fd00::1"]
+    assert api_server_addresses({}, "https://api.cluster.example:6443") == frozenset()

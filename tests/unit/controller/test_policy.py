@@ -198,3 +198,30 @@ def test_a_named_endpoint_must_be_one_the_operator_holds_and_needs_no_outbound_p
     (problem,) = Policy(endpoints=("thanos",)).problems(spec, "team-a")
     assert problem.field == "spec.analysis.metricsSource.prometheus.endpoint"
     assert "no Prometheus endpoint named 'mimir'" in problem.message and "thanos" in problem.message
+
+
+OPERATOR = Policy(accounts=(("specpilot", "specpilot"),))
+
+
+def with_account(name: str) -> SpeculationPilotSpec:
+    doc = SPEC.to_wire()
+    doc["engine"]["podTemplate"] = {"serviceAccountName": name}
+    return SpeculationPilotSpec.from_wire(doc)
+
+
+def test_engine_pods_never_run_as_the_operators_own_service_account() -> None:
+    [problem] = OPERATOR.problems(with_account("specpilot"), "specpilot")
+    assert problem.field == "spec.engine.podTemplate.serviceAccountName"
+    assert problem.message.startswith("specpilot is the operator's own ServiceAccount")
+    assert "name a ServiceAccount made for the engine, or leave the field unset" in problem.message
+
+
+@pytest.mark.parametrize(("name", "namespace"), [("specpilot", "team-a"), ("engine", "specpilot")])
+def test_other_service_accounts_are_the_pilots_own(name: str, namespace: str) -> None:
+    assert OPERATOR.problems(with_account(name), namespace) == []
+
+
+def test_a_refusal_never_echoes_a_urls_credentials() -> None:
+    (problem,) = DEFAULT.problems(spec_with(webhook="http://alice:hunter2-SECRET@hooks.example/x"), "team-a")
+    assert problem.message.startswith("the operator may not call hooks.example: "), problem.message
+    assert "hunter2" not in problem.message and "alice" not in problem.message

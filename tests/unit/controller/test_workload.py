@@ -139,7 +139,7 @@ def test_the_arms_are_copies_differing_by_the_speculative_config_and_the_baselin
     pods = [plan.deployment["spec"]["template"]["spec"] for plan in (control, speculative)]  # type: ignore[index]
     team_pod = DEPLOYMENT["spec"]["template"]["spec"]
     assert pods[0] == hardened_engine_pod(team_pod), "the control arm runs the team's pod as it is, hardened"
-    flag = ["--speculative-config", speculative_config(spec.speculative.draft)]
+    flag = ["--speculative-config", speculative_config(spec.speculative.draft, release=spec.vllm_release)]
     assert pods[1] == hardened_engine_pod(copied_pod(workload, flag))
     assert baseline.config_hash == control.config_hash == content_hash(team_pod)
     # every field the team's pod needs travels with the copies

@@ -9,7 +9,8 @@ own namespace's Services, in any spelling (`api.hosts`); every other host only w
 it. Patterns are shell globs (`fnmatch`): hosts as `host` or `host:port`, a Service matched in each of
 its qualified spellings (so `prometheus-operated.monitoring:9090` and `*.monitoring` allow it however a
 pilot writes it), images as the whole reference. The API server and link-local addresses are never
-allowed, whatever the patterns say.
+allowed, whatever the patterns say; nor are engine pods that would run as the operator's own
+ServiceAccount (in the default namespaced install the operator serves pilots in its own namespace).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from specpilot.api.common import endpoint
-from specpilot.api.hosts import API_SERVER, CLUSTER_DOMAIN, never_called, service_of
+from specpilot.api.hosts import API_SERVER, CLUSTER_DOMAIN, Service, never_called, service_of
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.validate import Problem, listed_cases
 
@@ -35,10 +36,29 @@ class Policy:
     outbound: tuple[str, ...] = ()
     images: tuple[str, ...] = ()
     endpoints: tuple[str, ...] = ()  # the Prometheus endpoints the operator holds credentials for, by name
+    accounts: tuple[tuple[str, str], ...] = ()  # (namespace, name): the operator's own ServiceAccount
+    cluster_domain: str = CLUSTER_DOMAIN  # the cluster's DNS domain, for the long spelling of a Service
 
     def problems(self, spec: SpeculationPilotSpec, namespace: str) -> list[Problem]:
         """What the spec of a pilot in `namespace` asks beyond the policy, by field."""
-        return [*self._outbound(spec, namespace), *self._endpoint(spec), *self._image(spec)]
+        return [
+            *self._outbound(spec, namespace),
+            *self._endpoint(spec),
+            *self._image(spec),
+            *self._account(spec, namespace),
+        ]
+
+    def _account(self, spec: SpeculationPilotSpec, namespace: str) -> Iterator[Problem]:
+        """The engine pods never run as the operator's ServiceAccount: they run the pilot's image, and would
+        hold every right the operator has."""
+        template = spec.engine.pod_template if spec.engine is not None else None
+        name = template.service_account_name if template is not None else None
+        if name is not None and (namespace, name) in self.accounts:
+            yield Problem(
+                "spec.engine.podTemplate.serviceAccountName",
+                f"{name} is the operator's own ServiceAccount, whose rights the engine pods never get: name a "
+                "ServiceAccount made for the engine, or leave the field unset",
+            )
 
     def _endpoint(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
         """A named Prometheus endpoint is the installer's own, so its URL needs no outbound pattern; but it
@@ -55,13 +75,14 @@ class Policy:
 
     def admit(self, spec: SpeculationPilotSpec, namespace: str) -> SpeculationPilotSpec | list[Problem]:
         """The spec as the operator calls it (`as_called`), or what it asks beyond the policy."""
-        return self.problems(spec, namespace) or as_called(spec, namespace)
+        return self.problems(spec, namespace) or as_called(spec, namespace, self.cluster_domain)
 
     def _outbound(self, spec: SpeculationPilotSpec, namespace: str) -> Iterator[Problem]:
         for field, url in outbound_urls(spec):
             refused = self.refusal(url, namespace)
             if refused is not None:
-                yield Problem(field, f"the operator may not call {urlsplit(url).netloc}: {refused}")
+                host = urlsplit(url).netloc.rpartition("@")[2]  # never a credential, though validation refuses them
+                yield Problem(field, f"the operator may not call {host}: {refused}")
 
     def refusal(self, url: str, namespace: str) -> str | None:
         """Why a pilot in `namespace` may not have the operator call `url`; None when it may."""
@@ -69,7 +90,7 @@ class Policy:
         if found is None:
             return "the URL names no port the operator can call"
         _, host, port = found
-        service = service_of(host, namespace)
+        service = service_of(host, namespace, self.cluster_domain)
         if service == API_SERVER:
             return "it never calls the Kubernetes API server for a pilot"
         if service is None and never_called(host):
@@ -83,6 +104,27 @@ class Policy:
         return (
             f"it calls the pilot's own namespace's Services ({namespace}) and the hosts its installer allows "
             f"({allowed}; {SETTINGS}: a Service as name.namespace, a namespace's Services as *.namespace)"
+        )
+
+    def own_service(self, url: str, namespace: str) -> Service | None:
+        """The Service of the pilot's own namespace that `url` names, which the operator calls without a
+        pattern: if it is of type ExternalName, its target is judged as well (`followed`)."""
+        found = endpoint(url)
+        service = service_of(found[1], namespace, self.cluster_domain) if found is not None else None
+        return service if service is not None and service.namespace == namespace else None
+
+    def followed(self, url: str, service: Service, target: str, namespace: str) -> tuple[str, str | None]:
+        """`url` with its host replaced by the ExternalName `target` of `service` (a Service of the pilot's
+        namespace), and why the operator may not call that target (None: it may)."""
+        parts = urlsplit(url)
+        port = f":{parts.port}" if parts.port is not None else ""
+        followed = urlunsplit(parts._replace(netloc=f"{target.lower().removesuffix('.')}{port}"))
+        refused = self.refusal(followed, namespace)
+        if refused is None:
+            return followed, None
+        return followed, (
+            f"{service.name} is a Service of type ExternalName for {target}, and the operator may not call "
+            f"{target}: {refused}"
         )
 
     def _image(self, spec: SpeculationPilotSpec) -> Iterator[Problem]:
@@ -114,13 +156,13 @@ def outbound_urls(spec: SpeculationPilotSpec) -> list[tuple[str, str]]:
     return urls
 
 
-def called_url(url: str, namespace: str) -> str:
+def called_url(url: str, namespace: str, domain: str = CLUSTER_DOMAIN) -> str:
     """`url` as the operator calls it for a pilot in `namespace`: a Service written short (`name`,
     `name.ns`) as `name.ns.svc`; anything else as written."""
     parts = urlsplit(url)
     host = (parts.hostname or "").lower()
-    service = service_of(host, namespace)
-    if service is None or host.removesuffix(".") in (service.called, f"{service.called}.{CLUSTER_DOMAIN}"):
+    service = service_of(host, namespace, domain)
+    if service is None or host.removesuffix(".") in (service.called, f"{service.called}.{domain}"):
         return url
     port = f":{parts.port}" if parts.port is not None else ""
     userinfo = parts.netloc.rpartition("@")[0]
@@ -128,12 +170,12 @@ def called_url(url: str, namespace: str) -> str:
     return urlunsplit(parts._replace(netloc=netloc))
 
 
-def as_called(spec: SpeculationPilotSpec, namespace: str) -> SpeculationPilotSpec:
+def as_called(spec: SpeculationPilotSpec, namespace: str, domain: str = CLUSTER_DOMAIN) -> SpeculationPilotSpec:
     """The spec with every URL the operator calls (`outbound_urls`) as it calls it (`called_url`)."""
     doc = spec.to_wire()
     changed = False
     for field, url in outbound_urls(spec):
-        called = called_url(url, namespace)
+        called = called_url(url, namespace, domain)
         if called != url:
             _set(doc, field.removeprefix("spec."), called)
             changed = True

@@ -19,6 +19,7 @@ from specpilot.api.pilot import API_VERSION, KIND
 from specpilot.api.podsecurity import hardened_engine_pod
 from specpilot.api.spec import GPU_RESOURCE, Draft, Engine, PodTemplate, SpeculationPilotSpec, Toleration
 from specpilot.controller.core.workload import Workload, copied_metadata, copied_pod, tensor_parallel_size
+from specpilot.wire.batchschedule import VllmRelease
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
@@ -80,6 +81,7 @@ class ArmPlan:
     config_hash: str
     deployment: Json | None  # None: the team's own Deployment (spec.workloadRef), never the operator's
     service: Json
+    speculative_config: str | None = None  # the speculative arm's `--speculative-config`, as rendered
 
 
 def _meta(ref: PilotRef, name: str, **labels: str) -> Json:
@@ -106,13 +108,16 @@ def content_hash(value: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def speculative_config(draft: Draft) -> str:
-    """vLLM's `--speculative-config` JSON for the draft, with vLLM's keys; what the spec leaves unset
-    is left to vLLM's default (the draft's tensor parallel size defaults to the target's)."""
+def speculative_config(draft: Draft, *, release: VllmRelease) -> str:
+    """vLLM's `--speculative-config` JSON for the draft, with the keys of the engine's vLLM `release` (the
+    schedule's differs); what the spec leaves unset is left to vLLM's default (the draft's tensor parallel
+    size defaults to the target's)."""
     config: dict[str, Any] = {"method": draft.method.value}
     if draft.model is not None:
         config["model"] = draft.model
     config["num_speculative_tokens"] = draft.num_speculative_tokens
+    if draft.schedule is not None:
+        config[release.schedule_key] = [entry.batch_range.render() for entry in draft.schedule]
     if draft.tensor_parallel_size is not None:
         config["draft_tensor_parallel_size"] = draft.tensor_parallel_size
     if draft.revision is not None:
@@ -249,13 +254,12 @@ def _arm_pod(spec: SpeculationPilotSpec, arm: Arm, workload: Workload | None) ->
     """An arm's pod spec and its tensor parallel size: the one place where arms differ. From a workload,
     a copy of its pod, with `--speculative-config` for the speculative arm."""
     engine = spec.engine
+    flag = ["--speculative-config", speculative_config(spec.speculative.draft, release=spec.vllm_release)]
     if engine is None:
         assert workload is not None, "a pilot without spec.engine pilots a workload"
-        flag = ["--speculative-config", speculative_config(spec.speculative.draft)]
         pod = copied_pod(workload, flag if arm is Arm.SPECULATIVE else ())
         return pod, tensor_parallel_size(workload)
     if arm is Arm.SPECULATIVE:
-        flag = ["--speculative-config", speculative_config(spec.speculative.draft)]
         return engine_pod(engine, tensor_parallel_size=engine.tensor_parallel_size, extra_args=flag), (
             engine.tensor_parallel_size
         )
@@ -340,6 +344,9 @@ def render_arm(ref: PilotRef, spec: SpeculationPilotSpec, arm: Arm, workload: Wo
         config_hash=config_hash,
         deployment=deployment,
         service=_engine_service(ref, spec, name, selector, labels),
+        speculative_config=(
+            speculative_config(spec.speculative.draft, release=spec.vllm_release) if arm is Arm.SPECULATIVE else None
+        ),
     )
 
 

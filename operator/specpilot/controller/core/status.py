@@ -187,6 +187,7 @@ def _arm_status(plan: ArmPlan, state: DeploymentState | None) -> ArmStatus:
         ready_replicas=state.ready if state is not None else 0,
         gpus=plan.gpus,
         config_hash=plan.config_hash,
+        speculative_config=plan.speculative_config,
     )
 
 
