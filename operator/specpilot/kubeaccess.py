@@ -13,8 +13,10 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shlex
 import ssl
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -80,7 +82,7 @@ class Credentials:
     def _renew(self) -> None:
         try:
             self._loaded = self._load()
-        except (config.ConfigException, OSError, ValueError, ssl.SSLError) as error:
+        except (NoCredential, config.ConfigException, OSError, ValueError, ssl.SSLError) as error:
             log.warning("renewing the API server credentials failed, keeping the current ones: %s", error)
 
     @property
@@ -186,16 +188,57 @@ def _in_cluster() -> Loaded:
     return Loaded(cfg, _context(cfg), datetime.now(UTC))
 
 
+class NoCredential(Exception):
+    """A kubeconfig user's exec plugin gave no credential. The loaders would go on without one; the API
+    server is never called anonymously instead."""
+
+
 def _from_kubeconfig(path: str, context: str | None) -> Loaded:
     """The kubeconfig loaded afresh: its exec plugin run, its tokenFile and certificate files read."""
     cfg = client.Configuration()
     loader = kube_config._get_kube_config_loader(filename=path, active_context=context, persist_config=False)
-    loader.load_and_set(cfg)
+    errors: list[str] = []
+    with _root_errors(errors):
+        loader.load_and_set(cfg)
     user = loader._user or {}
+    if "exec" in user and not (getattr(loader, "token", None) or getattr(loader, "cert_file", None)):
+        raise NoCredential(_exec_failed(loader, errors))
     expiry = getattr(loader, "expiry", None) if "exec" in user else None
     if "exec" in user:
         cfg.refresh_api_key_hook = None  # renewed here (`renewal_at`), not also by the loader's own hook
     return Loaded(cfg, _context(cfg), datetime.now(UTC), expiry=expiry, token_file="tokenFile" in user)
+
+
+@contextmanager
+def _root_errors(errors: list[str]) -> Iterator[None]:
+    """What the loaders log on the root logger while they load (an exec plugin's failure, which they
+    swallow), kept in `errors` instead of printed, so that it reaches the error that stops the start."""
+
+    def keep(record: logging.LogRecord) -> bool:
+        errors.append(record.getMessage())
+        return False
+
+    root = logging.getLogger()
+    quiet = logging.NullHandler()  # with no handler at all, logging.error would configure one of its own
+    root.addFilter(keep)
+    root.addHandler(quiet)
+    try:
+        yield
+    finally:
+        root.removeFilter(keep)
+        root.removeHandler(quiet)
+
+
+def _exec_failed(loader: kube_config.KubeConfigLoader, errors: list[str]) -> str:
+    """Why no credential came, naming the kubeconfig user and the plugin's command, with the fix."""
+    plugin = loader._user["exec"]
+    command = shlex.join([str(plugin.safe_get("command") or ""), *(str(arg) for arg in plugin.safe_get("args") or ())])
+    name = loader._current_context["context"].safe_get("user")
+    why = "; ".join(errors) or "it printed neither a token nor a client certificate"
+    return (
+        f"kubeconfig user {name!r}: its exec credential plugin `{command}` gave no credential ({why}); the API "
+        "server is never called without one: run that command by hand to see why it fails, and fix it"
+    )
 
 
 def _context(cfg: client.Configuration) -> ssl.SSLContext | bool:

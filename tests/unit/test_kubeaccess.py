@@ -187,3 +187,32 @@ def test_kopf_logs_in_with_the_renewing_credentials_and_again_when_they_are_due(
     assert (info.server, info.scheme, info.token) == ("https://10.96.0.1:443", "bearer", "sa-1")
     assert (info.certificate_path, info.private_key_path) == ("/tmp/c.crt", "/tmp/c.key")
     assert info.expiration == expiry - dt.timedelta(minutes=2), "a fifth of its life ahead"
+
+
+FAILING_PLUGIN = """\
+import sys
+print("token expired: log in again", file=sys.stderr)
+sys.exit(3)
+"""
+
+
+def test_a_failing_exec_plugin_stops_the_load_naming_the_user_and_the_command(
+    plugin: Plugin, capfd: pytest.CaptureFixture[str]
+) -> None:
+    (plugin.directory / "plugin.py").write_text(FAILING_PLUGIN)
+    with pytest.raises(kubeaccess.NoCredential) as raised:
+        load_access()  # never a Credentials without a token: the API server would see system:anonymous
+    message = str(raised.value)
+    assert "kubeconfig user 'u'" in message
+    assert f"`{sys.executable} {plugin.directory / 'plugin.py'}`" in message
+    assert "exec: process returned 3. token expired: log in again" in message
+    assert "ERROR:root" not in capfd.readouterr().err  # said once, in the error that stops the start
+
+
+def test_a_plugin_that_fails_on_renewal_keeps_the_credential_it_gave(plugin: Plugin, clock: Clock) -> None:
+    plugin.expire_in(60)
+    access = load_access()
+    assert access.token() == "Bearer exec-1"
+    (plugin.directory / "plugin.py").write_text(FAILING_PLUGIN)
+    clock.advance(50)  # due for renewal; the plugin now fails
+    assert access.token() == "Bearer exec-1"

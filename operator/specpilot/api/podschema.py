@@ -5,7 +5,8 @@ by the API server naming the field, before the operator sees it.
 
 CEL reaches only fields the schema declares, so the fields the rules read are declared (typed as
 Kubernetes types them) and every other field is kept as written. What CEL cannot see stays with the
-operator's check: the SELinux options, probes' hosts, and the Deployment a `workloadRef` names. The
+operator's check: the SELinux options and the Deployment a `workloadRef` names. A probe's `httpGet.host` and
+`tcpSocket.host` are declared, so that a probe calling another host than the pod's is refused here too. The
 pod-level hostNetwork, hostPID and hostIPC are no fields of the template at all, which the API server
 refuses under strict field validation (kubectl's default) and prunes otherwise.
 """
@@ -17,7 +18,15 @@ from typing import Annotated, Any
 from pydantic import WithJsonSchema
 
 from specpilot.api.common import Rule
-from specpilot.api.podsecurity import CONTEXT_FORBIDDEN, VOLUME_TYPES, Forbidden, When, volume_refused
+from specpilot.api.podsecurity import (
+    CONTEXT_FORBIDDEN,
+    HOST_ACTIONS,
+    PROBE_HOST,
+    VOLUME_TYPES,
+    Forbidden,
+    When,
+    volume_refused,
+)
 
 # Every volume source of Kubernetes' core/v1 Volume (a fact of the API, not a policy): those outside
 # podsecurity's VOLUME_TYPES get a rule each.
@@ -113,7 +122,28 @@ def volume_schema() -> dict[str, Any]:
     }
 
 
-# A securityContext and a volume as the template's models carry them: passed through as written (the
+def probe_schema() -> dict[str, Any]:
+    """A probe as the CRD declares it: kept as written, but for a host on its httpGet or tcpSocket."""
+    host = {"description": f"Kubernetes' field, checked: {PROBE_HOST}.", "type": "string", "maxLength": 253}
+    return {
+        **_KEPT,
+        "properties": {
+            action: {"description": f"Kubernetes' {action} action.", **_KEPT, "properties": {"host": host}}
+            for action in HOST_ACTIONS
+        },
+        "x-kubernetes-validations": [
+            Rule(
+                cel=f"!has(self.{action}) || !has(self.{action}.host) || self.{action}.host == ''",
+                message=PROBE_HOST,
+                field_path=f".{action}.host",
+            ).to_schema()
+            for action in HOST_ACTIONS
+        ],
+    }
+
+
+# A securityContext, a volume and a probe as the template's models carry them: passed through as written (the
 # operator's check reads them), declared to the API server with the rules above.
 SecurityContext = Annotated[dict[str, Any], WithJsonSchema(security_context_schema())]
 Volume = Annotated[dict[str, Any], WithJsonSchema(volume_schema())]
+Probe = Annotated[dict[str, Any], WithJsonSchema(probe_schema())]

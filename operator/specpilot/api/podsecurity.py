@@ -37,6 +37,8 @@ VOLUME_TYPES = (
 HOST_NAMESPACES = ("hostNetwork", "hostPID", "hostIPC")
 CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
+HOOKS = ("postStart", "preStop")  # a container's lifecycle handlers
+HOST_ACTIONS = ("httpGet", "tcpSocket")  # the handlers' actions that take a host
 SELINUX_TYPES = ("container_t", "container_init_t", "container_kvm_t", "container_engine_t")
 APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 
@@ -57,6 +59,10 @@ SYSCTLS = "sysctls are refused: remove them (the engine needs none)"
 HOST_PROCESS = "Windows host processes are refused: remove it"
 SELINUX = f"SELinux user and role are refused, and types other than {', '.join(SELINUX_TYPES)}: remove them"
 PROBE_HOST = "a probe's host is refused: remove it (the kubelet probes the pod's own IP)"
+HOOK_HOST = (
+    "a lifecycle hook's host is refused: the kubelet would call that host from the node; remove it (the hook "
+    "then calls the pod's own IP) or make the hook an exec command"
+)
 
 
 class When(StrEnum):
@@ -108,15 +114,21 @@ def pod_refusals(pod: Json, field: str) -> Iterator[Refused]:
 
 
 def container_refusals(container: Json, field: str) -> Iterator[Refused]:
-    """One container's security context, host ports and probes."""
+    """One container's security context, host ports, and the hosts of its probes and lifecycle hooks: the
+    kubelet makes those calls from the node, so a host set there would reach whatever the node reaches.
+    Refused rather than dropped: without it the call goes to the pod's own IP, which is another check
+    than the one the Deployment's owner wrote."""
     yield from context_refusals(container.get("securityContext") or {}, f"{field}.securityContext")
     for index, port in enumerate(container.get("ports") or ()):
         if port.get("hostPort"):
             yield f"{field}.ports[{index}].hostPort", HOST_PORT
-    for key in PROBES:
-        for action in ("httpGet", "tcpSocket"):
-            if ((container.get(key) or {}).get(action) or {}).get("host"):
-                yield f"{field}.{key}.{action}.host", PROBE_HOST
+    lifecycle = container.get("lifecycle") or {}
+    handlers = [(key, container.get(key), PROBE_HOST) for key in PROBES]
+    handlers += [(f"lifecycle.{key}", lifecycle.get(key), HOOK_HOST) for key in HOOKS]
+    for path, handler, why in handlers:
+        for action in HOST_ACTIONS:
+            if ((handler or {}).get(action) or {}).get("host"):
+                yield f"{field}.{path}.{action}.host", why
 
 
 def volume_refusals(volumes: Sequence[Json], field: str) -> Iterator[Refused]:

@@ -30,7 +30,7 @@ from specpilot.api.common import (
     cel,
     duration_within,
 )
-from specpilot.api.podschema import SecurityContext, Volume
+from specpilot.api.podschema import Probe, SecurityContext, Volume
 from specpilot.wire.batchschedule import BatchRange, VllmRelease
 from specpilot.wire.names import SCOPE_HEADER
 from specpilot.wire.profiles import CalibratedProfile
@@ -216,11 +216,12 @@ class EngineContainerTemplate(ApiModel):
     """The container's security context; the operator's hardening (no privilege escalation, no
     capabilities) wins where they differ. Privileged, root, added capabilities and unconfined profiles
     are refused."""
-    startup_probe: KubeObject | None = None
-    """A startup probe, e.g. long enough for a large model to load."""
-    readiness_probe: KubeObject | None = None
+    startup_probe: Probe | None = None
+    """A startup probe, e.g. long enough for a large model to load. A host on its httpGet or tcpSocket is
+    refused: probes reach the pod's own IP."""
+    readiness_probe: Probe | None = None
     """Replaces the operator's readiness probe (GET /health every 2 s)."""
-    liveness_probe: KubeObject | None = None
+    liveness_probe: Probe | None = None
     """A liveness probe."""
 
 

@@ -142,6 +142,12 @@ class Kube:
         found = await self._call("GET", object_path("v1", "Pod", namespace), labelSelector=labels)
         return list((found or {}).get("items") or [])
 
+    async def pod(self, namespace: str, name: str) -> Json | None:
+        """One pod by name, listed (`list` is what the operator holds on pods), or None."""
+        found = await self._call("GET", object_path("v1", "Pod", namespace), fieldSelector=f"metadata.name={name}")
+        items = (found or {}).get("items") or []
+        return dict(items[0]) if items else None
+
     async def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
         """Delete in the background (dependents are collected after); False when already gone."""
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}

@@ -34,9 +34,12 @@ from specpilot.controller.reconcile import Controller
 from specpilot.controller.routes import ConfigMapRoutes
 from specpilot.fetch.endpoints import PrometheusCredentials, PrometheusEndpoint, load_endpoints
 from specpilot.fetch.outbound import Addresses, outbound_session
-from specpilot.kubeaccess import Credentials, KubeAccess, load_access
+from specpilot.kubeaccess import Credentials, KubeAccess, NoCredential, load_access
 
-DEFAULT_ROUTER_IMAGE = f"specpilot/specpilot:{__version__}"
+# The routers' image outside a pod (the operator run from a shell) when --router-image names none: this
+# version's, where the release workflow publishes it.
+PUBLISHED_IMAGE = f"ghcr.io/specpilot/specpilot:{__version__}"
+OPERATOR_CONTAINER = "operator"  # the operator's container in its pod (the chart's and the kustomize base's)
 IN_CLUSTER_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
 RESOLV_CONF = Path("/etc/resolv.conf")
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -48,7 +51,7 @@ class OperatorConfig:
     """The operator's start-up configuration, validated."""
 
     namespaces: tuple[str, ...]  # empty: the whole cluster
-    router_image: str
+    router_image: str | None  # None: the operator's own pod's image (`router_image`)
     liveness: str | None  # HOST:PORT of /healthz
     metrics: str | None  # HOST:PORT of /metrics
     peering: str | None  # the (Cluster)KopfPeering's name; None runs standalone
@@ -216,6 +219,34 @@ def api_server_addresses(environ: Mapping[str, str], server: str) -> frozenset[A
     return frozenset(found)
 
 
+class StartError(Exception):
+    """What stops the operator at start-up, with the fix."""
+
+
+async def router_image(given: str | None, kube: Kube, environ: Mapping[str, str]) -> str:
+    """The routers' image: as given, else the operator's own container's image as its pod runs it, so that
+    whatever set the operator's image (the chart's values, kustomize's `images:`) sets the routers' too;
+    outside a pod, this version's published image."""
+    if given:
+        return given
+    namespace, name = environ.get("POD_NAMESPACE"), environ.get("POD_ID")
+    if not namespace or not name:
+        logging.getLogger("specpilot.operator").info("no POD_NAMESPACE and POD_ID: routers run %s", PUBLISHED_IMAGE)
+        return PUBLISHED_IMAGE
+    fix = "give --router-image (env SPECPILOT_ROUTER_IMAGE), or let the operator list pods in its namespace"
+    try:
+        pod = await kube.pod(namespace, name)
+    except ApiError as error:
+        raise StartError(f"the routers' image: own pod {namespace}/{name} unreadable ({error}): {fix}") from error
+    containers = ((pod or {}).get("spec") or {}).get("containers") or []
+    images = [c.get("image") for c in containers if c.get("name") == OPERATOR_CONTAINER] or [
+        c.get("image") for c in containers[:1]
+    ]
+    if not images or not images[0]:
+        raise StartError(f"the routers' image: own pod {namespace}/{name} not found: {fix}")
+    return str(images[0])
+
+
 async def _cluster_ips(kube: Kube) -> frozenset[Address]:
     """The `kubernetes` Service's ClusterIPs, where the operator may read it (cluster-wide)."""
     try:
@@ -248,8 +279,8 @@ def parse_args(argv: Sequence[str], environ: Mapping[str, str]) -> OperatorConfi
     p.add_argument("--all-namespaces", action="store_true", help="watch every namespace")
     p.add_argument(
         "--router-image",
-        default=environ.get("SPECPILOT_ROUTER_IMAGE", DEFAULT_ROUTER_IMAGE),
-        help="image of the per-pilot router (env SPECPILOT_ROUTER_IMAGE)",
+        default=environ.get("SPECPILOT_ROUTER_IMAGE"),
+        help=f"the routers' image (env SPECPILOT_ROUTER_IMAGE; default: its own pod's, else {PUBLISHED_IMAGE})",
     )
     p.add_argument("--liveness", default=":8081", help="HOST:PORT of the liveness endpoint /healthz ('' disables)")
     p.add_argument("--metrics", default=":8082", help="HOST:PORT of the Prometheus /metrics endpoint ('' disables)")
@@ -316,7 +347,8 @@ async def run(config: OperatorConfig) -> None:
         addresses = Addresses(api_server=found, allowed=config.allowed)
         # every call made for a pilot: it follows no redirect, and connects to no address refused
         async with outbound_session(addresses=addresses, timeout=timeout) as http:
-            await _serve(config, kube=kube, http=http, metrics=metrics, access=access, liveness=liveness)
+            image = await router_image(config.router_image, kube, os.environ)
+            await _serve(config, kube=kube, http=http, metrics=metrics, access=access, liveness=liveness, image=image)
 
 
 async def _serve(
@@ -327,6 +359,7 @@ async def _serve(
     metrics: OperatorMetrics,
     access: KubeAccess,
     liveness: str | None,
+    image: str,
 ) -> None:
     """Kopf, with the controller over the API server (`kube`) and the session for pilots' calls (`http`)."""
     controller = Controller(
@@ -336,7 +369,7 @@ async def _serve(
         quality=HttpQuality(http, kube),
         collector=lambda: Collector.over_http(http, config.prometheus),
         metrics=metrics,
-        router_image=config.router_image,
+        router_image=image,
         policy=config.policy,
     )
     registry = kopf.OperatorRegistry()
@@ -369,5 +402,9 @@ def main(argv: list[str]) -> int:
     if config.log_level != "DEBUG":
         # Kopf logs every watch handler's success ("Handler ... succeeded"); the operator logs what happened.
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    asyncio.run(run(config))
+    try:
+        asyncio.run(run(config))
+    except (NoCredential, StartError) as error:  # never anonymous calls to the API server, nor a guessed image
+        logging.getLogger("specpilot.operator").error("%s", error)
+        return 1
     return 0

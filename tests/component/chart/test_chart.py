@@ -23,11 +23,11 @@ from specpilot.router.metrics import RouterMetrics
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 
 
-def router_image(deployment: dict[str, Any]) -> str:
-    """The routers' image the operator's container is given (SPECPILOT_ROUTER_IMAGE)."""
+def router_image(deployment: dict[str, Any]) -> str | None:
+    """The routers' image the operator's container is given (SPECPILOT_ROUTER_IMAGE), or None: its own."""
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    (value,) = [e["value"] for e in container["env"] if e["name"] == "SPECPILOT_ROUTER_IMAGE"]
-    return str(value)
+    values = [str(e["value"]) for e in container["env"] if e["name"] == "SPECPILOT_ROUTER_IMAGE"]
+    return values[0] if values else None
 
 
 @pytest.mark.parametrize(
@@ -94,7 +94,8 @@ def test_operator_runs_non_root_on_a_read_only_root_with_resources() -> None:
     # Listening on the pod IP rather than 0.0.0.0: the same ports on every pod, never shared.
     assert "--liveness=$(POD_IP):8081" in container["args"] and "--metrics=$(POD_IP):8082" in container["args"]
     # where the release workflow publishes it
-    assert container["image"] == router_image(deployment) == "ghcr.io/specpilot/specpilot:0.1.0"
+    assert container["image"] == "ghcr.io/specpilot/specpilot:0.1.0"
+    assert router_image(deployment) is None  # the routers run the operator's own pod's image
 
 
 def test_standby_replicas_need_peering() -> None:
@@ -219,7 +220,7 @@ def test_names_digest_log_format_disruption_budget_and_spread() -> None:
     (container,) = pod["containers"]
     assert container["image"] == "ghcr.io/specpilot/specpilot@sha256:" + "a" * 64
     assert "--log-format=json" in container["args"]
-    assert router_image(deployment) == container["image"]
+    assert router_image(deployment) is None
     assert deployment["spec"]["revisionHistoryLimit"] == 3
     (spread,) = pod["topologySpreadConstraints"]
     assert spread["labelSelector"] == {"matchLabels": selector} and spread["maxSkew"] == 1
@@ -261,7 +262,21 @@ def test_the_image_registry_is_in_front_of_every_image_the_chart_derives(
     (deployment,) = by_kind(template(values), "Deployment")
     image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == (operator or "mirror.example/specpilot/specpilot:0.1.0")
-    assert router_image(deployment) == (router or image)
+    assert router_image(deployment) == router  # None: the operator runs the routers on its own image
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [({}, False), ({"clusterWide": "true"}, False), ({"watchNamespaces": "{team-a}"}, True)],
+    ids=["default", "cluster-wide", "namespaced-elsewhere"],
+)
+def test_the_routers_image_is_named_only_where_the_operator_cannot_read_its_own_pod(
+    values: dict[str, str], named: bool
+) -> None:
+    # It lists pods only in the namespaces it serves: serving its own, it reads its pod's image.
+    (deployment,) = by_kind(template(values), "Deployment")
+    image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    assert router_image(deployment) == (image if named else None)
 
 
 def test_the_chart_installs_as_a_dependency_of_an_umbrella_chart(tmp_path: Path) -> None:
@@ -285,7 +300,7 @@ def test_the_chart_installs_as_a_dependency_of_an_umbrella_chart(tmp_path: Path)
         (deployment,) = by_kind([d for d in yaml.safe_load_all(out.stdout) if d], "Deployment")
         assert deployment["metadata"]["name"] == "platform-specpilot"
         image = deployment["spec"]["template"]["spec"]["containers"][0]["image"]
-        assert image == router_image(deployment) == "registry.example/specpilot/specpilot:0.1.0"
+        assert image == "registry.example/specpilot/specpilot:0.1.0" and router_image(deployment) is None
         assert deployment["spec"]["replicas"] == (2 if extra else 1)
 
 

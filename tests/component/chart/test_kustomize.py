@@ -7,6 +7,8 @@ from typing import Any
 
 from tests.helm import ROOT, kustomize, template
 
+from specpilot.controller.main import OPERATOR_CONTAINER
+
 HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
 
 
@@ -27,7 +29,13 @@ def test_kustomize_base_equals_the_charts_default_render() -> None:
 
 
 def test_the_registry_overlay_moves_the_routers_image_with_the_operators() -> None:
+    # The routers run the image the operator's own pod runs (it reads its pod, POD_NAMESPACE and POD_ID):
+    # no variable in the base names the image again, so `images:` alone moves both.
     (deployment,) = [o for o in kustomize(ROOT / "manifests/overlays/registry") if o["kind"] == "Deployment"]
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    (router,) = [e["value"] for e in container["env"] if e["name"] == "SPECPILOT_ROUTER_IMAGE"]
-    assert container["image"] == router == "registry.example.com/specpilot/specpilot:0.1.0"
+    assert container["image"] == "registry.example.com/specpilot/specpilot:0.1.0"
+    env = {e["name"]: e for e in container["env"]}
+    assert "SPECPILOT_ROUTER_IMAGE" not in env
+    assert env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.namespace"
+    assert env["POD_ID"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    assert container["name"] == OPERATOR_CONTAINER

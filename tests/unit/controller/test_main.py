@@ -6,11 +6,21 @@ import base64
 import json
 import logging
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 import yaml
 
-from specpilot.controller.main import api_server_addresses, configure_logging, parse_args, token_account
+from specpilot.controller.kube import ApiError, Kube
+from specpilot.controller.main import (
+    PUBLISHED_IMAGE,
+    StartError,
+    api_server_addresses,
+    configure_logging,
+    parse_args,
+    router_image,
+    token_account,
+)
 
 
 def test_logs_are_text_unless_json_is_asked_for() -> None:
@@ -164,3 +174,54 @@ def test_the_api_servers_addresses_are_its_service_host_and_the_address_called()
     found = api_server_addresses({"KUBERNETES_SERVICE_HOST": "10.96.0.1"}, "https://[fd00::1]:6443")
     assert sorted(map(str, found)) == ["10.96.0.1", "fd00::1"]
     assert api_server_addresses({}, "https://api.cluster.example:6443") == frozenset()
+
+
+class OwnPod:
+    """The API server as `router_image` asks it: the operator's own pod, or a refusal."""
+
+    def __init__(self, pod: dict[str, Any] | None = None, refusal: ApiError | None = None) -> None:
+        self.found, self.refusal, self.asked = pod, refusal, []
+
+    async def pod(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.asked.append((namespace, name))
+        if self.refusal is not None:
+            raise self.refusal
+        return self.found
+
+
+POD_ENV = {"POD_NAMESPACE": "specpilot-system", "POD_ID": "specpilot-7d9f-x2"}
+OWN_POD = {
+    "spec": {
+        "containers": [
+            {"name": "mesh-proxy", "image": "istio/proxyv2:1.24"},
+            {"name": "operator", "image": "registry.example.com/specpilot/specpilot:0.1.0"},
+        ]
+    }
+}
+
+
+async def test_the_routers_run_the_operators_own_image_unless_one_is_named() -> None:
+    assert parse_args(["--namespace", "a"], {}).router_image is None
+    api = OwnPod(OWN_POD)
+    assert await router_image(None, cast(Kube, api), POD_ENV) == "registry.example.com/specpilot/specpilot:0.1.0"
+    assert api.asked == [("specpilot-system", "specpilot-7d9f-x2")]
+    named = parse_args(["--namespace", "a"], {"SPECPILOT_ROUTER_IMAGE": "r.example/router:2"}).router_image
+    assert await router_image(named, cast(Kube, OwnPod()), POD_ENV) == "r.example/router:2"
+    # run from a shell, outside any pod: this version's published image, never a Docker Hub name
+    assert await router_image(None, cast(Kube, OwnPod()), {}) == PUBLISHED_IMAGE
+    assert PUBLISHED_IMAGE.startswith("ghcr.io/specpilot/specpilot:")
+
+
+@pytest.mark.parametrize(
+    ("api", "says"),
+    [
+        (OwnPod(refusal=ApiError(403, "pods is forbidden")), "unreadable (403: pods is forbidden)"),
+        (OwnPod(None), "not found"),
+    ],
+    ids=["forbidden", "gone"],
+)
+async def test_an_unreadable_own_pod_stops_the_start_naming_the_fix(api: OwnPod, says: str) -> None:
+    with pytest.raises(StartError) as raised:
+        await router_image(None, cast(Kube, api), POD_ENV)
+    assert f"own pod specpilot-system/specpilot-7d9f-x2 {says}" in str(raised.value)
+    assert "give --router-image (env SPECPILOT_ROUTER_IMAGE)" in str(raised.value)

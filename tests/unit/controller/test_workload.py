@@ -230,6 +230,29 @@ def test_a_spec_names_one_engine_source_and_leaves_the_workload_as_it_runs() -> 
             "spec.template.spec.containers[0].ports[0].hostPort",
             "host ports are refused",
         ),
+        (
+            {"containers": [{"lifecycle": {"postStart": {"httpGet": {"host": "10.96.0.1", "port": 443}}}}]},
+            "spec.template.spec.containers[0].lifecycle.postStart.httpGet.host",
+            "a lifecycle hook's host is refused",
+        ),
+        (
+            {
+                "containers": [
+                    {"lifecycle": {"preStop": {"tcpSocket": {"host": "metadata.google.internal", "port": 80}}}}
+                ]
+            },
+            "spec.template.spec.containers[0].lifecycle.preStop.tcpSocket.host",
+            "a lifecycle hook's host is refused",
+        ),
+        (
+            {
+                "initContainers": [
+                    {"name": "warm", "image": "busybox", "startupProbe": {"httpGet": {"host": "a.b", "port": 1}}}
+                ]
+            },
+            "spec.template.spec.initContainers[0].startupProbe.httpGet.host",
+            "a probe's host is refused",
+        ),
     ],
 )
 def test_a_deployment_whose_pod_no_engine_pod_may_be_is_refused_naming_its_field(
