@@ -181,12 +181,6 @@ class RouterMetrics:
             ["scope", "reason"],
             registry=r,
         )
-        self.affinity_requests = Counter(
-            f"{PREFIX}_affinity_requests",
-            "Requests placed by their session-affinity key (sticky, outside the scope's equal split).",
-            _SCOPE_ARM,
-            registry=r,
-        )
         self.retries = Counter(
             f"{PREFIX}_retries", "Requests moved to another endpoint after a failed connect.", ["arm"], registry=r
         )

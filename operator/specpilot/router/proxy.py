@@ -1,32 +1,24 @@
 """The OpenAI-compatible proxy: classify, split, forward, measure.
 
 Completions and chat completions (POST with a JSON body) are classified into a scope, sent to
-an arm by the effective routes and measured. A scope's requests are split between its arms in turn,
-not at random (`RouterState.next_arm`): the compared arms get the same number of them to within one
-at any moment, so no window compares a lighter arm with a heavier one; a fallback still diverts an
-arm's turns to the ordinary arm. A request with a session-affinity key stays on the arm its key's hash
-picks, outside the split: keyed requests spread over the arms as a random split would, and the split
-evens out only the others (it does not make up for keyed ones, which would carry one window's
-imbalance into the next); ``specpilot_router_affinity_requests_total`` counts them apart. Each router
-replica splits on its own: with R replicas the compared arms' counts differ by at most R.
-
-Every other ``/v1`` request goes to the baseline arm unmeasured. Request bodies are bounded and arrive
-whole (`specpilot.router.server`); responses are relayed piece by piece as the engine sends them, from
-the upstream connection's read callback straight to the client's transport
-(`specpilot.router.upstream`), with backpressure: while the client's write buffer is full the upstream
-connection stops reading. `specpilot.router.relay` sends each request to its arm's endpoints,
-`specpilot.router.exchange` relays the answer and notes how it ended, and `specpilot.router.rewrite`
-holds what is changed on the way.
+an arm by the effective routes and measured. Every other ``/v1`` request goes to the baseline arm
+unmeasured. Request bodies are bounded and arrive whole (`specpilot.router.server`); responses are
+relayed piece by piece as the engine sends them, from the upstream connection's read callback
+straight to the client's transport (`specpilot.router.upstream`), with backpressure: while the
+client's write buffer is full the upstream connection stops reading. `specpilot.router.relay` sends
+each request to its arm's endpoints, `specpilot.router.exchange` relays the answer and notes how it
+ended, and `specpilot.router.rewrite` holds what is changed on the way.
 """
 
 from __future__ import annotations
 
+import random
 import time
 from typing import Any
 
 import orjson
 
-from specpilot.router.core.choice import affinity_draw, choose_arm, classify_scope, divert
+from specpilot.router.core.choice import affinity_draw, choose_arm, classify_scope
 from specpilot.router.core.outcome import other_status_label
 from specpilot.router.core.samples import SampleLog
 from specpilot.router.core.state import RouterState
@@ -116,11 +108,7 @@ class Proxy:
         scope = classify_scope(routes, named=headers.get(self._config.scope_header), path=request.path, headers=headers)
         route = routes.route(scope)
         key = headers.get(self._config.affinity_header) if self._config.affinity_header else None
-        if key:
-            arm, fallback = choose_arm(route, affinity_draw(scope, key))
-            self._metrics.affinity_requests.labels(scope, arm.value).inc()
-        else:
-            arm, fallback = divert(route, self._state.next_arm(scope, route.configured))
+        arm, fallback = choose_arm(route, affinity_draw(scope, key) if key else random.random())
         strip_usage = False
         if stream:
             body, strip_usage = ask_for_usage(doc, body)

@@ -167,46 +167,10 @@ def pick_arm(weights: ArmWeights, draw: float) -> Arm:
 
 
 def choose_arm(route: EffectiveRoute, draw: float) -> tuple[Arm, Fallback | None]:
-    """The arm for a request at `draw` (a session-affinity key's), and the fallback that moved it to the
-    ordinary arm, if any."""
-    return divert(route, pick_arm(route.configured, draw))
-
-
-def divert(route: EffectiveRoute, intended: Arm) -> tuple[Arm, Fallback | None]:
-    """Where a request meant for `intended` goes: there, or to the ordinary arm with the fallback that
-    diverts `intended`'s share."""
+    """The arm for a request at `draw`, and the fallback that moved it to the ordinary arm, if any."""
+    intended = pick_arm(route.configured, draw)
     reason = route.diverted.get(intended)
     return (route.ordinary, reason) if reason is not None else (intended, None)
-
-
-@dataclass(frozen=True, slots=True)
-class Split:
-    """A scope's place in its deterministic split: each arm's credit, in `ARM_ORDER` (they sum to zero)."""
-
-    credit: tuple[int, ...] = (0,) * len(ARM_ORDER)
-
-
-def next_arm(weights: ArmWeights, split: Split) -> tuple[Arm, Split]:
-    """The arm a scope's next request is meant for, and the scope's split after it.
-
-    Smooth weighted round-robin, as nginx spreads upstream weights: each request adds every arm's weight
-    to its credit, and the arm holding the most credit (the first in `ARM_ORDER` on a tie) takes the
-    request and gives back the total, 100. So arms of equal weight (speculative, control and
-    alternative, as the operator writes them) take turns in `ARM_ORDER`: after any request their counts
-    differ by at most one, whatever the arrival times; and each arm's count stays within one of its
-    share of the requests (its credit, requests x weight - 100 x count, stays within (-100, 100)).
-
-    A new table's weights go on from the credits held (nothing is reset): arms whose weights stay equal
-    to one another keep taking turns across a new stage's share, and an arm at weight 0 (a scope flipped
-    back) keeps its credit until its share returns.
-
-    The order is fixed: a client whose requests alternate in kind with the split's period would see its
-    kinds sorted by arm. Many clients' interleaved traffic, and the load generator's drawn lengths, do not.
-    """
-    credit = [held + weights.of(arm) for held, arm in zip(split.credit, ARM_ORDER, strict=True)]
-    best = max((i for i, arm in enumerate(ARM_ORDER) if weights.of(arm)), key=lambda i: (credit[i], -i))
-    credit[best] -= 100
-    return ARM_ORDER[best], Split(tuple(credit))
 
 
 def pick_endpoint(endpoints: Sequence[Endpoint], outstanding: Mapping[Endpoint, int], *, start: int) -> Endpoint | None:

@@ -12,9 +12,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from specpilot.router.core.choice import Endpoint, Routes, Split, next_arm, pick_endpoint, resolve_routes
+from specpilot.router.core.choice import Endpoint, Routes, pick_endpoint, resolve_routes
 from specpilot.wire.names import Arm
-from specpilot.wire.routes import ArmWeights, RoutingTable, TableError, parse_routes
+from specpilot.wire.routes import RoutingTable, TableError, parse_routes
 from specpilot.wire.samples import Fallback
 
 log = logging.getLogger("specpilot.router")
@@ -74,7 +74,6 @@ class RouterState:
         self._routes: Routes | None = None
         self._expires = float("inf")
         self._next = 0
-        self._splits: dict[str, Split] = {}
         self._draining = False
         self.outstanding: dict[Endpoint, int] = {}
 
@@ -87,8 +86,6 @@ class RouterState:
             try:
                 self._table = parse_routes(data, pilot=self._pilot)
                 self._table_fallback, self._table_problem = None, ""
-                listed = {scope.name for scope in self._table.scopes}
-                self._splits = {name: split for name, split in self._splits.items() if name in listed}
             except TableError as exc:
                 self._table_fallback, self._table_problem = Fallback.TABLE_INVALID, str(exc)
         self._changed()
@@ -143,14 +140,6 @@ class RouterState:
         if self._on_routes is not None:
             self._on_routes(routes, self._endpoints)
         return routes
-
-    def next_arm(self, scope: str, weights: ArmWeights) -> Arm:
-        """The arm `scope`'s next request without a session-affinity key is meant for, by the scope's
-        deterministic split (`choice.next_arm`), which this advances. A scope's split lives as long as
-        the table lists it: a new stage's weights go on from it, and a scope dropped from a table starts
-        afresh if it comes back."""
-        arm, self._splits[scope] = next_arm(weights, self._splits.get(scope, Split()))
-        return arm
 
     def pick(self, arm: Arm, avoid: frozenset[Endpoint] = frozenset()) -> Endpoint | None:
         """The endpoint of `arm` with the fewest outstanding requests, `avoid` aside.
