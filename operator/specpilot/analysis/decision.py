@@ -1406,13 +1406,18 @@ def _adopted_within(stated: _Stated, envelope: Envelope, *, deferred: Sequence[s
     )
 
 
+def _envelope(decisions: Mapping[str, ScopeDecision], names: Sequence[str]) -> Envelope:
+    """The envelope of the scopes `names`: up to the lowest of the loads they were adopted up to."""
+    tops = [t for t in (decisions[name].max_load for name in names) if t is not None]
+    return Envelope(scopes=list(names), max_load=min(tops) if tops else None)
+
+
 def _adopted_with_schedule(
     stated: _Stated, decisions: Mapping[str, ScopeDecision], *, scheduled: Sequence[str], deferred: Sequence[str]
 ) -> Decision:
     """Some scopes pay on both sides of the schedule's switch: it is adopted for them, up to the lowest of
     the loads they were measured at (one engine runs one schedule for every scope)."""
-    tops = [t for t in (decisions[name].max_load for name in scheduled) if t is not None]
-    envelope = Envelope(scopes=list(scheduled), max_load=min(tops) if tops else None)
+    envelope = _envelope(decisions, scheduled)
     schedule = decisions[scheduled[0]].schedule
     lead = (
         f"Adopt the scheduled config for {', '.join(scheduled)}, up to {_load(envelope.max_load or 0)}: "
@@ -1459,10 +1464,7 @@ def decide_pilot(
     scheduled = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.ADOPT_WITH_SCHEDULE]
     deferred = [name for name, d in decisions.items() if d.outcome is DecisionOutcome.DEFER]
     stated = _Stated(trigger, now, tuple(d.reasons[0] for d in decisions.values() if d.reasons))
-    envelope = None
-    if within:
-        tops = [decisions[name].max_load for name in within]
-        envelope = Envelope(scopes=within, max_load=min(t for t in tops if t is not None) if tops else None)
+    envelope = _envelope(decisions, within) if within else None
     if scheduled:
         decision = _adopted_with_schedule(stated, decisions, scheduled=scheduled, deferred=deferred)
     elif low:
