@@ -8,6 +8,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo         run a pilot on the local cluster with mock vLLM pods (REHEARSAL=1: and its peak rehearsal; WORKLOAD=1: on a Deployment the team runs)"
+	@echo "                  (SCENARIO=schedule: then the pilot that follows its decision, kubectl specpilot follow-up, under the same load)"
 	@echo "make test         lint-free unit, component and cluster tests (sets everything up)"
 	@echo "make lint         ruff, mypy, import layering, size limits; helm lint, shellcheck, actionlint"
 	@echo "make docs         the documentation site into site/ (mkdocs build --strict)"
@@ -113,7 +114,7 @@ cluster-reset:
 	@e2e/local/cluster.sh reset
 
 demo: venv
-	@SPECPILOT_DEMO_REHEARSAL=$(REHEARSAL) SPECPILOT_DEMO_WORKLOAD=$(WORKLOAD) e2e/local/demo.sh
+	@SPECPILOT_DEMO_REHEARSAL=$(REHEARSAL) SPECPILOT_DEMO_WORKLOAD=$(WORKLOAD) SPECPILOT_DEMO_SCENARIO=$(SCENARIO) e2e/local/demo.sh
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -8,21 +8,29 @@ Llama-3.1-8B): chat and longform (drafts accepted often) are adopted through bot
 (drafts rarely accepted) is flipped back to ordinary decoding for a net slowdown in time per committed
 token. It ends with each scope's path, the fallback records and the decisions the operator states,
 writes the handover package with `specpilot report` (into demo-report/), then deletes the pilot (ordered
-teardown) and stops the operator and the load; its last lines say where the package is.
+teardown) and stops the operator and the load; its last lines say where the package is. With `make demo
+SCENARIO=schedule`, the pilot that follows the decision (`kubectl specpilot follow-up`, with the schedule the
+report recommends) then runs under the same load in the demo pilot's place, and its decisions are shown
+beside the demo pilot's; where the decision recommends no schedule, the scenario says why and stops there.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from specpilot.wire.batchschedule import BatchRange, switched_off_above
+from specpilot.wire.names import router_selector
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = os.environ.get("SPECPILOT_DEMO_NAMESPACE", "specpilot-demo")
@@ -47,6 +55,12 @@ REHEARSAL = {
     "maxDuration": "5m",
 }
 REHEARSAL_SECONDS = 330  # its cap and half a minute: it is due a little before it is watched
+# `make demo SCENARIO=schedule`: the demo pilot, then the pilot that follows its decision
+# (`kubectl specpilot follow-up`, applied as it prints it), under the same load; its package in FOLLOW_UP_DIR.
+SCENARIO = os.environ.get("SPECPILOT_DEMO_SCENARIO", "")
+SCENARIOS = ("", "schedule")
+FOLLOW_UP = f"{PILOT}-follow-up"
+FOLLOW_UP_DIR = REPORT_DIR / "follow-up"
 BASELINE_REPLICAS = 3
 MODEL_LOAD_SECONDS = 15  # with the rehearsal, engines load their model this long: what a restart costs
 
@@ -62,8 +76,8 @@ def kubectl(*args: str, input: str | None = None, check: bool = True) -> str:
     return out.stdout
 
 
-def status() -> dict[str, Any]:
-    result: dict[str, Any] = json.loads(kubectl("get", "speculationpilot", PILOT, "-o", "json")).get("status", {})
+def status(name: str = PILOT) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads(kubectl("get", "speculationpilot", name, "-o", "json")).get("status", {})
     return result
 
 
@@ -109,13 +123,13 @@ def start_load(router_ip: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-def summary() -> None:
-    final = status()
+def summary(name: str = PILOT) -> None:
+    final = status(name)
     say(f"Summary: phase {final.get('phase')}, speculative scopes {final.get('speculativeScopes')}")
     for scope in final.get("scopes", []):
         print(scope_line(scope))
         print(f"         last window: {(scope.get('lastWindow') or {}).get('reason', '')[:160]}")
-    uid = json.loads(kubectl("get", "speculationpilot", PILOT, "-o", "json"))["metadata"]["uid"]
+    uid = json.loads(kubectl("get", "speculationpilot", name, "-o", "json"))["metadata"]["uid"]
     selector = f"involvedObject.kind=SpeculationPilot,involvedObject.uid={uid}"  # this run's pilot only
     events = json.loads(kubectl("get", "events", "--field-selector", selector, "-o", "json"))["items"]
     print("\n  path (Events, oldest first):")
@@ -139,8 +153,8 @@ def _waiting_for_evidence(found: dict[str, Any]) -> bool:
     return any(d.get("deferReason") == "InsufficientEvidence" for d in scopes)
 
 
-def decisions() -> Path | None:
-    """The decisions the operator states once every scope has settled, and the handover package."""
+def decisions(name: str = PILOT, folder: Path = REPORT_DIR) -> Path | None:
+    """The decisions the operator states once every scope has settled, and the handover package (into `folder`)."""
     say("Decisions (stated by the operator once every scope settled), and the handover package")
     # Production's own load moves once the flipped scopes' share is back on it: a few more windows let
     # the decision hold it against the load production runs at now (a move is a DecisionRevised).
@@ -149,39 +163,39 @@ def decisions() -> Path | None:
     )
     time.sleep(SETTLED_SECONDS)
     if REHEARSE:
-        rehearse()  # it begins once the decision is stated, and the decision reads what it measured
+        rehearse(name)  # it begins once the decision is stated, and the decision reads what it measured
     deadline = time.monotonic() + 30
-    while not status().get("decision") and time.monotonic() < deadline:
+    while not status(name).get("decision") and time.monotonic() < deadline:
         time.sleep(1)
-    if not status().get("decision"):
-        kubectl("annotate", f"speculationpilot/{PILOT}", "specpilot.io/decide=demo", "--overwrite")
-        while not status().get("decision") and time.monotonic() < deadline + 30:
+    if not status(name).get("decision"):
+        kubectl("annotate", f"speculationpilot/{name}", "specpilot.io/decide=demo", "--overwrite")
+        while not status(name).get("decision") and time.monotonic() < deadline + 30:
             time.sleep(1)
     # A decision stated on too little evidence is revised as windows come in (DecisionRevised): the load
     # keeps running until no scope waits for evidence any more.
-    while _waiting_for_evidence(status()) and time.monotonic() < deadline + EVIDENCE_SECONDS:
+    while _waiting_for_evidence(status(name)) and time.monotonic() < deadline + EVIDENCE_SECONDS:
         time.sleep(5)
-    final = status()
+    final = status(name)
     decision = final.get("decision") or {}
     print(f"  pilot: {decision.get('outcome', 'no decision stated')}")
     for scope in final.get("scopes", []):
         reasons = (scope.get("decision") or {}).get("reasons", [])
         for reason in [*reasons[:1], *(r for r in reasons[1:] if r.startswith("At the loads adopted"))]:
             print(f"    {reason[:220]}")
-    argv = [sys.executable, "-m", "specpilot.cli", "report", PILOT, "-n", NAMESPACE, "-o", str(REPORT_DIR)]
+    argv = [sys.executable, "-m", "specpilot.cli", "report", name, "-n", NAMESPACE, "-o", str(folder)]
     written = subprocess.run(argv, capture_output=True, text=True, check=False)
     if written.returncode != 0:
         print(f"  the report could not be written: {written.stderr.strip()}")
         return None
-    return REPORT_DIR / "report.md"
+    return folder / "report.md"
 
 
-def rehearse() -> None:
+def rehearse(name: str = PILOT) -> None:
     """The peak rehearsal's steps as they come, until it completes or stops."""
     say("The peak rehearsal: the adopted scopes' own mix through a rehearsal router, at a ladder of loads")
     deadline, shown = time.monotonic() + REHEARSAL_SECONDS, ""
     while time.monotonic() < deadline:
-        found = status().get("rehearsal") or {}
+        found = status(name).get("rehearsal") or {}
         line = f"  {found.get('phase', 'not due yet')}: {found.get('message', '')}"
         if line != shown:
             print(line[:240])
@@ -205,9 +219,9 @@ def rehearse() -> None:
                         f"    {kind} {index} at {step['load']:.2f}/s per replica, {arm:<11} kept up {f.get('keptUp')}, "
                         f"on time {f.get('onTime')}, TTFT p99 {f.get('ttftP99')} s"
                     )
-            for name, fallback in (("routing", found.get("routingFlip")), ("restart", found.get("restartFallback"))):
+            for which, fallback in (("routing", found.get("routingFlip")), ("restart", found.get("restartFallback"))):
                 if fallback is not None:
-                    print(f"    {name} fallback: {json.dumps(fallback)}")
+                    print(f"    {which} fallback: {json.dumps(fallback)}")
             return
         time.sleep(2)
     print(f"  the rehearsal did not finish within {REHEARSAL_SECONDS} s")
@@ -260,77 +274,188 @@ def pilot_manifest() -> str:
     return json.dumps(doc)
 
 
+def plugin(*args: str) -> subprocess.CompletedProcess[str]:
+    """`kubectl specpilot ...`: kubectl finds the plugin (`kubectl-specpilot`) beside this Python on PATH."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    argv = ["kubectl", "specpilot", *args, "-n", NAMESPACE]
+    return subprocess.run(argv, capture_output=True, text=True, check=False, env={**os.environ, "PATH": path})
+
+
+def take_follow_up() -> str | None:
+    """The pilot that follows the demo pilot's decision, as `kubectl specpilot follow-up` prints it (its
+    header shown); None, saying why, where the decision recommends no schedule."""
+    say(f"The follow-up: kubectl specpilot follow-up {PILOT} | kubectl apply -f -")
+    made = plugin("follow-up", PILOT)
+    for note in made.stderr.strip().splitlines():
+        print(f"  {note}")
+    if made.returncode == 0:
+        for line in made.stdout.splitlines():
+            if line.startswith("# "):
+                print(f"  {line}")
+        return made.stdout
+    body = json.loads((REPORT_DIR / "report.json").read_text())
+    if any(item["recommendation"] for item in body["schedules"]):
+        sys.exit(f"kubectl specpilot follow-up {PILOT} failed although the report recommends a schedule")
+    print(f"  the demo pilot's decision recommends no schedule ({REPORT_DIR / 'report.md'}): no follow-up to run")
+    for item in body["schedules"]:
+        print(f"    No schedule for {item['derivedFrom']}: {item['why']}.")
+    return None
+
+
+def every_scope_settled(scopes: dict[str, dict[str, Any]]) -> bool:
+    return bool(scopes) and all(scope.get("state") in ("Speculative", "RolledBack") for scope in scopes.values())
+
+
+def _first_sentence(decision: dict[str, Any]) -> str:
+    """A decision's outcome and the first sentence of its reasons."""
+    outcome = decision.get("outcome", "no decision stated")
+    reasons = decision.get("reasons")
+    if not reasons:
+        return str(outcome)
+    head, dot, _ = " ".join(reasons[0].split()).partition(". ")
+    return f"{outcome}: {head}{'.' if dot else ''}"
+
+
+def _bands(scope: dict[str, Any], switch: int) -> list[str]:
+    """The scheduled arm's bands of a scope in the report, each side of the switch: load, requests in flight
+    per replica, time per committed token over the control arm's, and whether it wins there, is measured
+    (enough windows to judge) or too thin to judge."""
+    lines: dict[bool, list[str]] = {True: [], False: []}
+    for band, compared in zip(scope["bands"]["speculative"], scope["comparisons"], strict=True):
+        in_flight = band["inFlightPerReplica"]
+        ratio = "   -  " if compared["ratio"] is None else f"{compared['ratio']:.2f}x"
+        found = "wins" if compared["speculationWins"] else "measured" if compared["powered"] else "thin"
+        lines[in_flight is not None and in_flight <= switch].append(
+            f"      {band['load']:.2f}/s per replica, {in_flight or 0:.1f} in flight, {ratio} ({found})"
+        )
+    below = lines[True] or ["      none"]
+    above = lines[False] or ["      none"]
+    return [f"    at or below the switch ({switch} in flight):", *below, "    above it (ordinary decoding):", *above]
+
+
+def side_by_side(first: dict[str, Any], second: dict[str, Any], report: Path | None) -> None:
+    """The follow-up's decisions beside the demo pilot's: outcomes and first sentences, the switch, and the
+    scheduled arm's bands (load, requests in flight, time per committed token against the control arm)."""
+    draft = json.loads(kubectl("get", "speculationpilot", FOLLOW_UP, "-o", "json"))["spec"]["speculative"]["draft"]
+    ranges = [BatchRange(r["start"], r["end"], r["numSpeculativeTokens"]) for r in draft.get("schedule") or []]
+    switch = switched_off_above(ranges) if ranges else None  # the last batch that drafts, as the operator reads it
+    say(f"The demo pilot and its follow-up side by side (the follow-up drafts up to a batch of {switch}, none above)")
+    print(f"  {PILOT:<15} {_first_sentence(first.get('decision') or {})}")
+    print(f"  {FOLLOW_UP:<15} {_first_sentence(second.get('decision') or {})}")
+    body = json.loads((report.parent / "report.json").read_text()) if report is not None else {"scopes": []}
+    bands = {scope["name"]: scope for scope in body["scopes"]}
+    before = {scope["name"]: scope.get("decision") or {} for scope in first.get("scopes", [])}
+    for scope in second.get("scopes", []):
+        print(f"\n  {scope['name']}")
+        print(f"    {PILOT:<15} {_first_sentence(before.get(scope['name'], {}))}")
+        print(f"    {FOLLOW_UP:<15} {_first_sentence(scope.get('decision') or {})}")
+        if switch is not None and scope["name"] in bands:
+            print("\n".join(_bands(bands[scope["name"]], switch)))
+
+
+def launch(name: str, manifest: str) -> subprocess.Popen[bytes]:
+    """Apply the pilot, wait for it to be Ready, show what it runs, and start the load through its router."""
+    kubectl("apply", "-f", "-", input=manifest)
+    waited = subprocess.run(
+        ["kubectl", "-n", NAMESPACE, "wait", "--for=condition=Ready", f"speculationpilot/{name}", "--timeout=180s"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if waited.returncode != 0:
+        print(kubectl("get", "pods", "-o", "wide"))
+        sys.exit(f"the pilot did not become Ready: {waited.stderr.strip()}; pod output: {CLUSTER_DIR}/node/pods/")
+    print(kubectl("get", "speculationpilots,deployments,pods", "-o", "wide"))
+    selector = ",".join(f"{key}={value}" for key, value in router_selector(name).items())
+    pods = json.loads(kubectl("get", "pods", "-l", selector, "-o", "json"))["items"]
+    return start_load(pods[0]["status"]["podIP"])
+
+
+def watch(name: str, done: Callable[[dict[str, dict[str, Any]]], bool]) -> dict[str, dict[str, Any]]:
+    """Each scope's progress every 5 s until `done` holds or TIMEOUT passes; the scopes as last seen."""
+    say("The operator judges each scope every 5 s on the last 20 s (state, stage, weight, ratio, verdict)")
+    started, scopes = time.monotonic(), {}
+    while time.monotonic() - started < TIMEOUT:
+        time.sleep(5)
+        scopes = {s["name"]: s for s in status(name).get("scopes", [])}
+        print(f"  t+{time.monotonic() - started:4.0f}s")
+        for scope in scopes.values():
+            print(scope_line(scope))
+        if done(scopes):
+            break
+    return scopes
+
+
+def stop_load(load: subprocess.Popen[bytes]) -> None:
+    load.send_signal(signal.SIGINT)
+    try:
+        load.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # requests still in flight after 30 s: stop it outright
+        load.kill()
+        load.wait()
+
+
 def main() -> int:
     if REHEARSE and WORKLOAD:
         sys.exit("REHEARSAL=1 runs on the inline engine: the team's Deployment keeps the size and flags it has")
+    if SCENARIO not in SCENARIOS:
+        sys.exit(f"SCENARIO={SCENARIO!r} is no demo scenario: leave it out for the demo pilot, or SCENARIO=schedule")
     say(f"The SpeculationPilot API and the operator, in namespace {NAMESPACE}")
     subprocess.run(["kubectl", "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True)
     subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=False)
     operator = start_operator()
     load: subprocess.Popen[bytes] | None = None
     report: Path | None = None
+    followed: Path | None = None
+    live = PILOT
     try:
         say("The demo pilot: kubectl apply -f manifests/demo/pilot.yaml")
         # a pilot an interrupted run left behind would carry its status over: it goes first
         kubectl("delete", "speculationpilot", PILOT, "--ignore-not-found", "--timeout=120s", check=False)
+        if SCENARIO:
+            kubectl("delete", "speculationpilot", FOLLOW_UP, "--ignore-not-found", "--timeout=120s", check=False)
+            shutil.rmtree(FOLLOW_UP_DIR, ignore_errors=True)  # an earlier run's follow-up package
         if WORKLOAD:
             print(
                 f"  the team's engine: kubectl apply -f {TEAM_MANIFEST.relative_to(ROOT)} (and a volume for its claim)"
             )
             kubectl("apply", "-f", "-", input=team_service(NAMESPACE))
-        kubectl("apply", "-f", "-", input=pilot_manifest())
-        waited = subprocess.run(
-            [
-                "kubectl",
-                "-n",
-                NAMESPACE,
-                "wait",
-                "--for=condition=Ready",
-                f"speculationpilot/{PILOT}",
-                "--timeout=180s",
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        if waited.returncode != 0:
-            print(kubectl("get", "pods", "-o", "wide"))
-            sys.exit(f"the pilot did not become Ready: {waited.stderr.strip()}; pod output: {CLUSTER_DIR}/node/pods/")
-        print(kubectl("get", "speculationpilots,deployments,pods", "-o", "wide"))
-        pods = json.loads(kubectl("get", "pods", "-l", "app.kubernetes.io/component=router", "-o", "json"))["items"]
-        load = start_load(pods[0]["status"]["podIP"])
-
-        say("The operator judges each scope every 5 s on the last 20 s (state, stage, weight, ratio, verdict)")
-        started, scopes = time.monotonic(), {}
-        while time.monotonic() - started < TIMEOUT:
-            time.sleep(5)
-            scopes = {s["name"]: s for s in status().get("scopes", [])}
-            print(f"  t+{time.monotonic() - started:4.0f}s")
-            for scope in scopes.values():
-                print(scope_line(scope))
-            if settled(scopes):
-                break
+        load = launch(PILOT, pilot_manifest())
+        scopes = watch(PILOT, settled)
         summary()
         report = decisions()
         if not settled(scopes):
             expected = ", ".join(f"{name} {state}" for name, state in OUTCOMES.items())
             sys.exit(f"the scopes did not reach {expected} within {TIMEOUT:.0f} s")
+        manifest = take_follow_up() if SCENARIO and report is not None else None
+        if manifest is not None:
+            first = status()
+            stop_load(load)
+            load = None
+            say(f"The demo pilot makes way: kubectl delete speculationpilot {PILOT} (flip to baseline, then the arms)")
+            kubectl("delete", "speculationpilot", PILOT, "--timeout=120s", check=False)
+            live = FOLLOW_UP
+            say(f"The follow-up pilot {FOLLOW_UP}, under the same load")
+            load = launch(FOLLOW_UP, manifest)
+            watch(FOLLOW_UP, every_scope_settled)
+            summary(FOLLOW_UP)
+            followed = decisions(FOLLOW_UP, FOLLOW_UP_DIR)
+            side_by_side(first, status(FOLLOW_UP), followed)
     finally:
         if load is not None:
-            load.send_signal(signal.SIGINT)
-            try:
-                load.wait(timeout=30)
-            except subprocess.TimeoutExpired:  # requests still in flight after 30 s: stop it outright
-                load.kill()
-                load.wait()
+            stop_load(load)
         say("Cleaning up: deleting the pilot (flip to baseline, then the arms), stopping the operator")
-        kubectl("delete", "speculationpilot", PILOT, "--timeout=120s", check=False)
+        kubectl("delete", "speculationpilot", live, "--timeout=120s", check=False)
+        if live == FOLLOW_UP:
+            kubectl("delete", "configmap", f"{FOLLOW_UP}-workload", "--ignore-not-found", check=False)
         operator.terminate()
         operator.wait(timeout=30)
     print("  the cluster keeps running: make cluster-down stops it")
     if report is not None:
         print(f"  the handover package (report.md, report.json, plots/, replay/): {report.parent}")
         print(f"  its summary: {report}")
+    if followed is not None:
+        print(f"  the follow-up's package: {followed.parent}")
     return 0
 
 
