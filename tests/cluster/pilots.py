@@ -80,9 +80,9 @@ def router_ip(cluster: Cluster, namespace: str) -> str:
     return str(ready[0]["status"]["podIP"])
 
 
-def report(cluster: Cluster, namespace: str, folder: Path) -> dict[str, bytes]:
-    """The demo pilot's report package, written by the CLI into `folder`: its files by relative path."""
-    argv = [sys.executable, "-m", "specpilot.cli", "report", "demo", "-n", namespace, "-o", str(folder)]
+def report(cluster: Cluster, namespace: str, folder: Path, name: str = "demo") -> dict[str, bytes]:
+    """A pilot's report package, written by the CLI into `folder`: its files by relative path."""
+    argv = [sys.executable, "-m", "specpilot.cli", "report", name, "-n", namespace, "-o", str(folder)]
     done = subprocess.run(argv, check=True, capture_output=True, text=True, env=cluster.env(), timeout=120)
     assert done.stdout.splitlines()[-1] == f"report written to {folder / 'report.md'}"
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}

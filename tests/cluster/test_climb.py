@@ -13,18 +13,17 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.climbs import decided, engines_crossover, flipped_back, live_load
+from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.operator_process import Operator, events, pilot, restart, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
-from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
+from tests.profiles import DRAFT_TOKENS, PROFILE
 
 pytestmark = pytest.mark.cluster
 
@@ -60,62 +59,6 @@ def climb_pilot() -> dict[str, Any]:
     return doc
 
 
-def live_load(cluster: Cluster, router: str, tmp: Path, seconds: int) -> subprocess.Popen[str]:
-    mix = tmp / "mix.json"
-    mix.write_text(json.dumps({"scopes": [{"name": "mid", "deadline_s": 60, **LENGTHS}]}))
-    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080", "--mix", str(mix)]
-    argv += ["--arrivals", "poisson", "--rate", str(RATE), "--seed", "3", "--duration", str(seconds)]
-    argv += ["--timeout", "60", "--no-progress"]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cluster.env())
-
-
-def engines_crossover(tmp: Path, low: float, high: float, *, seeds: int = 1) -> float:
-    """Where the engines' time per committed token crosses between `low` and `high` (requests per second
-    per replica): 9 loads, `seeds` runs of 1,500 model seconds each, in virtual time (about 20 s of one
-    core a seed)."""
-    out = tmp / "reference.json"
-    argv = [sys.executable, str(ROOT / "bench/crossover_reference.py"), "--profile", json.dumps(PROFILE)]
-    argv += ["--scope", "mid", "--draft-tokens", str(DRAFT_TOKENS), "--grid", f"{low:.3f}:{high:.3f}:9"]
-    argv += ["--seconds", "1500", "--seeds", str(seeds), "--climbs", "0"]
-    lengths = [f"{LENGTHS[key]['min']}:{LENGTHS[key]['max']}" for key in ("input_tokens", "output_tokens")]
-    argv += ["--input-tokens", lengths[0], "--output-tokens", lengths[1], "--json", str(out)]
-    done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=600)
-    found = json.loads(out.read_text())["crossover"]
-    assert found is not None, done.stdout
-    return float(found)
-
-
-def flipped_back(cluster: Cluster, operator: Operator, namespace: str) -> dict[str, Any]:
-    """mid's flip back, once recorded: the climb's second stage runs its arms past the crossover."""
-
-    def found() -> dict[str, Any] | None:
-        status = pilot(cluster, namespace).get("status", {})
-        return next(iter(status.get("fallbacks", [])), None)
-
-    try:
-        flip: dict[str, Any] = wait_until("mid flipped back at its second stage", found, timeout=300, every=2)
-    except AssertionError as error:
-        raise AssertionError(f"{error}: {pilot(cluster, namespace).get('status')}\n{operator.tail(60)}") from None
-    return flip
-
-
-def decided(cluster: Cluster, namespace: str) -> dict[str, Any]:
-    """The pilot's decision, asked for and unchanged for 20 s (the windows hold the last requests for a
-    window's length after the load stops)."""
-    cluster.kubectl("annotate", "-n", namespace, "speculationpilot/demo", "specpilot.io/decide=now", "--overwrite")
-    seen: list[Any] = []
-
-    def settled() -> dict[str, Any] | None:
-        status = pilot(cluster, namespace).get("status", {})
-        scopes: list[dict[str, Any]] = status.get("scopes", [])
-        mid = scopes[0].get("decision") if scopes else None
-        seen.append(mid)
-        return status if mid and len(seen) > 20 and all(item == mid for item in seen[-20:]) else None
-
-    status: dict[str, Any] = wait_until("mid's decision stated and unchanged for 20 s", settled, timeout=120, every=1)
-    return status
-
-
 def routes(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     table = json.loads(cluster.get_json("configmap", "demo-routes", "-n", namespace)["data"]["routes.json"])
     return list(table["scopes"])
@@ -126,7 +69,7 @@ def test_a_climb_past_the_crossover_is_adopted_below_its_win_with_the_engines_cr
 ) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(climb_pilot()))
     wait_ready(cluster, operator, namespace)
-    load = live_load(cluster, router_ip(cluster, namespace), tmp_path, seconds=240)
+    load = live_load(cluster, router_ip(cluster, namespace), tmp_path, rate=RATE, seconds=240)
     try:
         flip = flipped_back(cluster, operator, namespace)
     finally:
@@ -193,7 +136,7 @@ def test_a_rolled_back_climb_is_rehearsed_within_its_bracket_and_the_crossover_n
     doc["spec"]["rehearsal"] = REHEARSAL
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
-    load = live_load(cluster, router_ip(cluster, namespace), tmp_path, seconds=1500)
+    load = live_load(cluster, router_ip(cluster, namespace), tmp_path, rate=RATE, seconds=1500)
     live: list[list[dict[str, Any]]] = []  # the live routing table while the rehearsal runs
 
     def rehearsal(*phases: str) -> dict[str, Any] | None:

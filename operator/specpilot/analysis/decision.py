@@ -1046,19 +1046,33 @@ Rule = Callable[[Facts], ScopeDecision | None]
 # of its switch (`analysis.scheduled`): the phrases of `scheduled_config`, together.
 
 
-def _in_flight_at(f: Facts, load: float) -> float | None:
-    """Requests the speculative arm held in flight per replica in the load bin of `load`."""
+def _in_flight_up_to(f: Facts, load: float) -> tuple[float, float | None] | None:
+    """Requests the speculative arm held in flight per replica in the load bin of `load`, or, where that bin
+    holds none of its windows, in the highest bin below it that does, with that bin's load. A flip's own
+    window is never binned (the scope leaves the arm within the tick that records it), so the batch at a
+    flip is read from the windows at or below its load."""
     bins = f.evidence.scopes.get(f.name, ScopeEvidence()).bins.get(Arm.SPECULATIVE, {})
-    cell = bins.get(load_bin(load))
-    return cell.in_flight.mean if cell is not None else None
+    index = load_bin(load)
+    found = max((i for i, cell in bins.items() if i <= index and cell.in_flight.mean is not None), default=None)
+    if found is None:
+        return None
+    cell = bins[found]
+    in_flight = cell.in_flight.mean
+    assert in_flight is not None
+    return in_flight, None if found == index else cell.load.mean
 
 
 def _schedule_flipped(f: Facts, arm: ScheduledArm) -> ScopeDecision:
-    """Flipped back: the schedule failed at a load, named with the batch it ran at there."""
+    """Flipped back: the schedule failed at a load, named with the batch it ran at there (or at the highest
+    load below it where the arm was measured, named)."""
     assert f.flip is not None
-    batch = _in_flight_at(f, f.flip_load) if f.flip_load is not None else None
-    side = "" if batch is None else (" above" if batch > arm.switch else " at or below")
-    held = f", holding {batch:.1f} requests in flight per replica,{side} its switch" if batch is not None else ""
+    read = _in_flight_up_to(f, f.flip_load) if f.flip_load is not None else None
+    held = ""
+    if read is not None:
+        batch, below = read
+        at = f" at {_load(below)}" if below is not None else ""
+        side = "above" if batch > arm.switch else "at or below"
+        held = f", holding {batch:.1f} requests in flight per replica{at}, {side} its switch"
     return f.defer(
         DeferReason.NO_NET_GAIN,
         f"{f.name}: the scheduled config (drafting up to a batch of {arm.switch}, none above) was flipped back"

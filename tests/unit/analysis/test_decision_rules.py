@@ -193,6 +193,26 @@ def test_a_scheduled_config_flipped_back_names_the_batch_it_ran_at_there() -> No
     )
 
 
+def test_a_scheduled_config_flipped_above_every_bin_names_the_batch_at_the_highest_load_below() -> None:
+    # the flip's own window is never binned: where no other window shares its bin, the batch is read at the
+    # highest load measured below it, and that load is named
+    f = _scheduled(_facts(flip=_flip(MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 12.0)), switch=3)
+    decided = RULES[2](f)
+    assert decided is not None and decided.outcome is D
+    assert re.search(
+        r"flipped back, holding 10\.5 requests in flight per replica at 10\.50 requests per second per replica, "
+        r"above its switch: its windows flipped it back to ordinary decoding at 12\.00",
+        decided.reasons[0],
+    ), decided.reasons[0]
+
+
+def test_a_scheduled_config_flipped_below_every_bin_names_no_batch() -> None:
+    f = _scheduled(_facts(flip=_flip(MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 0.5)), switch=3)
+    decided = RULES[2](f)
+    assert decided is not None and "holding" not in decided.reasons[0], decided.reasons[0]
+    assert "was flipped back: its windows flipped it back to ordinary decoding at 0.50" in decided.reasons[0]
+
+
 def test_the_pilot_adopts_the_scheduled_config_within_its_scopes_envelope() -> None:
     evidence = pilot({"s": 0.95})
     arm = ScheduledArm(switch=3, schedule='"num_speculative_tokens_per_batch_size": [[1, 3, 3], [4, 4, 0]]')

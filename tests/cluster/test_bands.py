@@ -1,0 +1,239 @@
+"""Bands at the edge of the evidence: a pilot whose stages straddle its crossover reads, in every load band,
+the ratio the engines themselves give at that band's load.
+
+The "mid" scope climbs three stages whose loads per replica of each compared arm fall at about 0.8x, 1.0x
+and 1.15x of the engines' crossover (near 0.95 requests per second per replica), where the speculative
+arm's time per committed token rises steeply with load. The truth at each band's load is the same
+engines loaded directly with Poisson arrivals in virtual time (bench/crossover_reference.py's
+`long_run`, which tests/component/mockvllm/test_simulate.py holds to the served mock).
+
+Limits: tests/cluster/pilots.py's judged pilot (its latency-tail ratios at 10x, for the reason given
+there), the default time-per-committed-token limit of 1.0 and failure limit of 2, and minSamples 5: a
+15 s window at the first stage carries about 11 requests per arm, and a window with fewer than
+minSamples is left out of the bins, which would keep the first stage's quieter windows out of its bands.
+Up to the last stage the arms run at or below the crossover, where a flip for speed takes the sequential
+test's rare false alarm twice running; at the last one a flip may come, and its band is checked as far
+as it got. The last stage's minDuration outlasts the load, so the scope never moves past it.
+
+The router draws each request's compared arm at random (`router.core.choice.next_arm`), so each arm's
+share of the scope's Poisson arrivals is a Poisson stream too, and each arm is compared at its own load:
+its windows are binned at its own offered load, and the control arm's figure is read at the speculative
+band's load (`analysis.bands.matched`).
+
+Drawn at random, a band near the crossover holds a few dozen seconds of each arm's distinct requests,
+so each band is held to what its own evidence can tell: within Z = 3 of its own standard errors of the
+truth (a band off by more than that is a bias, not noise), never less than 0.05. Its standard
+error is the ratio's, from both arms' standard errors as the report states them (the speculative band's
+and the compared arm's band at its load), combined with the truth's (the spread of its virtual-time
+runs). And no bias shared by every band: the mean signed difference over the full bands lies within
+three standard errors of that mean, so a uniform bias (a split in turn, which feeds each arm every k-th
+request, read 0.13 to 0.29 low on every band) fails even where each band alone is noisy.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from bench.crossover_reference import Setup, long_run
+
+from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
+from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
+from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
+
+# Opt-in (-m long): a first-stage window can flip the scope on a random split's draw before any band is read
+# (one run flipped at 0.87 against 0.53 requests per second per replica, 13 requests against 8).
+pytestmark = [pytest.mark.cluster, pytest.mark.long]
+
+RATE = 4.0  # mid's requests per second: 0.76, 0.96 and 1.08 per replica of each compared arm at 19, 24, 27%
+STAGE_SECONDS = 75  # 12 judged windows of 15 s every 5 s after a stage's first: four bands' worth in all
+STAGES = [
+    {"weight": 19, "minRequests": 40, "minDuration": f"{STAGE_SECONDS}s"},
+    {"weight": 24, "minRequests": 40, "minDuration": f"{STAGE_SECONDS}s"},
+    {"weight": 27, "minRequests": 40, "minDuration": "10m"},  # the load ends first
+]
+# A band's tolerance is Z of its own standard errors, combined: the ratio's (the speculative band's and the
+# compared arm's relative standard errors as the report states them, added in quadrature) and the truth's
+# (its runs' spread over the root of their number). Off by more than three, a band reads a bias, not
+# noise; a thin band (the climb's last windows) states a wider spread of its own. TOLERANCE is a floor
+# where a band's own spread is smaller: the store floors a band's error at 1% of its mean, and a few
+# runs' spread is itself only an estimate.
+Z = 3.0
+TOLERANCE = 0.05
+TRUTH_SECONDS = 2000.0  # model seconds of Poisson arrivals per run, after the reference's warm-up
+TRUTH_SEEDS = 4  # runs per load: enough of a spread to state the truth's own standard error
+
+
+@pytest.fixture(scope="module")
+def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Operator]:
+    with running_operator(cluster, tmp_path_factory.mktemp("bands") / "operator.log") as running:
+        yield running
+
+
+def straddling_pilot() -> dict[str, Any]:
+    doc = copy.deepcopy(judged_pilot())
+    spec = doc["spec"]
+    use_profile(spec, PROFILE)
+    spec["speculative"]["draft"]["numSpeculativeTokens"] = DRAFT_TOKENS
+    spec["scopes"] = [{"name": "mid", "stages": STAGES}]
+    spec["analysis"]["minSamples"] = 5
+    assert (spec["analysis"]["window"], spec["analysis"]["interval"]) == ("15s", "5s"), "STAGE_SECONDS counts these"
+    return doc
+
+
+def live_load(cluster: Cluster, router: str, tmp: Path, seconds: int) -> subprocess.Popen[str]:
+    mix = tmp / "mix.json"
+    mix.write_text(json.dumps({"scopes": [{"name": "mid", "deadline_s": 60, **LENGTHS}]}))
+    argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router}:8080", "--mix", str(mix)]
+    argv += ["--arrivals", "poisson", "--rate", str(RATE), "--seed", "5", "--duration", str(seconds)]
+    argv += ["--timeout", "60", "--no-progress"]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=cluster.env())
+
+
+def climbed(cluster: Cluster, operator: Operator, namespace: str) -> dict[str, Any]:
+    """mid's status once its last stage has run a stage's length (or flipped there): read while the load
+    still runs, so that no window of the load's end (its arrivals stopping) reaches the bins."""
+
+    def done() -> dict[str, Any] | None:
+        status = pilot(cluster, namespace).get("status", {})
+        (mid,) = status.get("scopes") or [{}]
+        if status.get("fallbacks") and mid.get("stage") != len(STAGES) - 1:
+            raise AssertionError(f"mid flipped back before its last stage: {status}")
+        started = mid.get("stageStartedAt")
+        if mid.get("stage") != len(STAGES) - 1 or started is None:
+            return None
+        ran = datetime.now(UTC) - datetime.fromisoformat(started.replace("Z", "+00:00"))
+        return mid if status.get("fallbacks") or ran.total_seconds() >= STAGE_SECONDS else None
+
+    try:
+        found: dict[str, Any] = wait_until("mid through its last stage", done, timeout=360, every=2)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\n{operator.tail(60)}") from None
+    return found
+
+
+def engines_ratio(load: float) -> tuple[float, float]:
+    """The engines' own speculative / ordinary time per committed token at `load` requests per second per
+    replica, with its standard error: Poisson arrivals in virtual time, the mean of `TRUTH_SEEDS` runs."""
+    setup = Setup(
+        profile=PROFILE,
+        speculative={"method": "draft_model", "model": "draft", "num_speculative_tokens": DRAFT_TOKENS},
+        scope="mid",
+        prompt=(LENGTHS["input_tokens"]["min"], LENGTHS["input_tokens"]["max"]),
+        output=(LENGTHS["output_tokens"]["min"], LENGTHS["output_tokens"]["max"]),
+    )
+    runs = [
+        long_run(setup, "speculative", load, TRUTH_SECONDS, seed)
+        / long_run(setup, "ordinary", load, TRUTH_SECONDS, seed)
+        for seed in range(TRUTH_SEEDS)
+    ]
+    return statistics.fmean(runs), statistics.stdev(runs) / math.sqrt(len(runs))
+
+
+def relative_se(band: dict[str, Any]) -> float:
+    """A report band's standard error of its time per committed token, over that time."""
+    return float(band["timePerCommittedTokenStandardError"]) / float(band["timePerCommittedTokenSeconds"])
+
+
+def band_at(bands: list[dict[str, Any]], load: float) -> dict[str, Any]:
+    """The report's band of an arm that holds `load`, else the one whose mean load lies nearest it."""
+    holding = [band for band in bands if band["loadLow"] <= load <= band["loadHigh"]]
+    return min(holding or bands, key=lambda band: abs(band["load"] - load))
+
+
+@dataclass(frozen=True)
+class BandReading:
+    """One speculative band as the pilot read it, beside the engines' own ratio at its load, each with its
+    standard error."""
+
+    load: float
+    windows: int
+    powered: bool
+    ratio: float
+    ratio_se: float
+    truth: float
+    truth_se: float
+
+    @property
+    def difference(self) -> float:
+        return self.ratio - self.truth
+
+    @property
+    def tolerance(self) -> float:
+        """Z of the band's own standard errors (the ratio's and the truth's combined), TOLERANCE at least."""
+        return max(TOLERANCE, Z * math.hypot(self.ratio_se, self.truth_se))
+
+    @property
+    def line(self) -> str:
+        thin = "" if self.powered else ", thin"
+        return (
+            f"  load {self.load:.3f} ({self.windows} windows{thin}): ratio {self.ratio:.3f} +- {self.ratio_se:.3f}, "
+            f"the engines' {self.truth:.3f} +- {self.truth_se:.3f}, difference {self.difference:+.3f} "
+            f"(tolerance {self.tolerance:.3f})"
+        )
+
+
+def band_reading(comparison: dict[str, Any], band: dict[str, Any], compared: list[dict[str, Any]]) -> BandReading:
+    """A comparison of the report, with its speculative band and the compared arm's bands: the ratio's
+    standard error from the speculative band's and the compared arm's band at its load."""
+    assert comparison["measured"], comparison  # with a control arm every band is matched
+    assert comparison["load"] == band["load"], (comparison, band)
+    ratio = comparison["ratio"]
+    truth, truth_se = engines_ratio(comparison["load"])
+    return BandReading(
+        load=comparison["load"],
+        windows=band["windows"],
+        powered=comparison["powered"],
+        ratio=ratio,
+        ratio_se=ratio * math.hypot(relative_se(band), relative_se(band_at(compared, comparison["load"]))),
+        truth=truth,
+        truth_se=truth_se,
+    )
+
+
+def shared_bias(full: list[BandReading]) -> tuple[float, float]:
+    """The mean signed difference over `full` and its standard error: the bands' own errors independent
+    (each holds its own windows), the truth's shared (every load runs the same seeds)."""
+    measured = math.sqrt(sum(band.ratio_se**2 for band in full)) / len(full)
+    return statistics.fmean(band.difference for band in full), math.hypot(
+        measured, statistics.fmean(band.truth_se for band in full)
+    )
+
+
+def test_every_band_of_a_climb_across_the_crossover_reads_the_engines_ratio_at_its_load(
+    cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
+) -> None:
+    cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(straddling_pilot()))
+    wait_ready(cluster, operator, namespace)
+    load = live_load(cluster, router_ip(cluster, namespace), tmp_path, seconds=600)
+    try:
+        mid = climbed(cluster, operator, namespace)
+        body = json.loads(report(cluster, namespace, tmp_path / "report")["report.json"])
+    finally:
+        load.terminate()
+        load.wait()
+    (scope,) = body["scopes"]
+    speculative, compared = scope["bands"]["speculative"], scope["bands"][body["compared"]["arm"]]
+    pairs = zip(scope["comparisons"], speculative, strict=True)
+    bands = [band_reading(comparison, band, compared) for comparison, band in pairs]
+    table = "\n".join(band.line for band in bands)
+    print(f"mid at stage {mid['stage']} ({mid['state']}), {len(bands)} bands:\n{table}")
+    # the full bands straddle the crossover: the engines gain below it and lose above it
+    full = [band for band in bands if band.powered]
+    assert any(band.truth < 1 for band in full) and any(band.truth >= 1 for band in full), table
+    bias, bias_se = shared_bias(full)
+    table += f"\n  mean difference over the full bands {bias:+.3f} (tolerance {Z * bias_se:.3f})"
+    print(table.splitlines()[-1])
+    assert all(abs(band.difference) <= band.tolerance for band in bands), table
+    assert abs(bias) <= Z * bias_se, table
