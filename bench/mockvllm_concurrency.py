@@ -53,8 +53,8 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specpilot.loadgen.client import ClientOutcome, Status, Target, send
-from specpilot.loadgen.stats import quantile
+from specpilot.loadgen.sender import ClientOutcome, Status, Target, send
+from specpilot.loadgen.summary import quantile
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm.costmodel import CostParams, expected_tokens_per_round, step_time
 

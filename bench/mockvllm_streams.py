@@ -27,7 +27,7 @@ from typing import Any
 import aiohttp
 from prometheus_client.parser import text_string_to_metric_families
 
-from specpilot.loadgen.client import ClientOutcome, Status, Target, send
+from specpilot.loadgen.sender import ClientOutcome, Status, Target, send
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm.costmodel import CostParams, step_time
 

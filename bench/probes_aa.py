@@ -12,7 +12,7 @@ Both sides are the project's own code. The arms are the mock's natural variation
 divergence is drawn by `textgen.draw_divergence` (what the mock's handler calls for a temperature-0
 request), with the profile's `model.greedy_divergence` as the rate, the batch the request joins and
 the same horizon, and its text is the mock's: the controller's request body (`request_body`) parsed
-by the mock (`parse_generation`), planned (`answers.plan`) and committed token by token by the
+by the mock (`parse_generation`), planned (`answer_plan.plan`) and committed token by token by the
 engine's `Request` until it finishes, as the server's engine does. The verdict is the operator's: each
 round is judged by `probes.greedy_round`, added to the rounds before by `quality.accumulated` (which
 steps the sequential tests, `proportions.Sequential`) and checked by `quality.probe_checks` at the
@@ -108,7 +108,7 @@ from specpilot.analysis.stats import z_quantile
 from specpilot.api.spec import Analysis, ProbeCase, ProbeKind, Probes, Quality
 from specpilot.api.status import Verdict
 from specpilot.controller.quality import probe_case, request_body
-from specpilot.mockvllm.answers import Slips, plan
+from specpilot.mockvllm.answer_plan import Slips, plan
 from specpilot.mockvllm.config import ServeConfig, parse_args, resolve_limits
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile, parse_profile
 from specpilot.mockvllm.protocol import parse_generation

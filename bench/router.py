@@ -53,7 +53,7 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.loadgen import stats
+from specpilot.loadgen import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 SPECPILOT = str(Path(sys.executable).with_name("specpilot"))
@@ -202,7 +202,7 @@ class Run:
 
 def quantile(values: list[float], q: float) -> float:
     """The q-quantile of unsorted values; NaN (an empty table cell) when there are none."""
-    return stats.quantile(sorted(values), q) if values else float("nan")
+    return summary.quantile(sorted(values), q) if values else float("nan")
 
 
 async def stream_once(session: aiohttp.ClientSession, url: str, body: bytes, run: Run, record: bool) -> None:

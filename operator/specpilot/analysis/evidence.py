@@ -37,7 +37,8 @@ from specpilot.analysis.ratios import gap_quantiles
 from specpilot.analysis.stats import nearest_rank
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.common import ApiModel
-from specpilot.api.spec import ITL_QUANTILE, MIN_SAMPLES, ProbeKind
+from specpilot.api.spec import ProbeKind
+from specpilot.api.spec.analysis import ITL_QUANTILE, MIN_SAMPLES
 from specpilot.api.status import Verdict
 from specpilot.wire.buckets import coarse_key, fine_bucket, fine_bucket_bounds
 from specpilot.wire.names import Arm

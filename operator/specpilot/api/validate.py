@@ -20,68 +20,69 @@ from pydantic import ValidationError
 from specpilot.api.common import Rule
 from specpilot.api.pilot import NAME_LEAVES_REHEARSAL, NAME_MAX_LENGTH, NAME_PATTERN, NAME_RULE
 from specpilot.api.podsecurity import annotation_refusals, container_refusals, context_refusals, volume_refusals
-from specpilot.api.spec import (
+from specpilot.api.spec.analysis import ONE_FORECAST_PROFILE, WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE
+from specpilot.api.spec.arms import (
+    DRAFT_MODEL_FORBIDDEN,
+    DRAFT_MODEL_REQUIRED,
+    DRAFT_REVISION_NEEDS_MODEL,
+    METHODS_WITH_DRAFT_MODEL,
+    METHODS_WITHOUT_DRAFT_MODEL,
+    SCHEDULE_ASCENDS,
+    SCHEDULE_WITHIN_DRAFT,
+)
+from specpilot.api.spec.engine import (
+    ENV_VALUE_OR_SOURCE,
+    GPU_PER_RANK,
+    GPU_RESOURCE,
+    TOKEN_NEEDS_OPT_IN,
+    TOLERATION_EXISTS_WITHOUT_VALUE,
+    Engine,
+    PodTemplate,
+    TolerationOperator,
+)
+from specpilot.api.spec.fields import URL_WITHOUT_USERINFO
+from specpilot.api.spec.pilot import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
     ALTERNATIVE_NEEDS_CONTROL,
     ALTERNATIVE_SHARE_FITS,
-    ARM_LABELS_DIFFER,
     CONTROL_LABELS_GIVEN,
     CONTROL_SHARE_FITS,
     DEADLINE_WITHIN_TIMEOUT,
     DEFAULT_SCOPE_EXISTS,
-    DRAFT_MODEL_FORBIDDEN,
-    DRAFT_MODEL_REQUIRED,
-    DRAFT_REVISION_NEEDS_MODEL,
     DRAFT_TENSOR_PARALLEL,
-    ENV_VALUE_OR_SOURCE,
-    GPU_PER_RANK,
-    GPU_RESOURCE,
-    HEADER_NOT_RESERVED,
-    METHODS_WITH_DRAFT_MODEL,
-    METHODS_WITHOUT_DRAFT_MODEL,
-    MIN_TOKENS_WITHIN_MAX,
     ONE_ENGINE_SOURCE,
-    ONE_FORECAST_PROFILE,
-    ONE_PROMETHEUS,
-    ONE_SCORE_SOURCE,
-    PEAK_ONE_SOURCE,
     PROBES_GIVEN,
     REHEARSAL_FITS_CAP,
     REHEARSAL_NEEDS_CONTROL,
     REHEARSAL_STEP_SPANS_WINDOW,
-    RESERVED_HEADERS,
-    SAMPLED_CASE_HAS_SCORE,
-    SAMPLED_CASE_HAS_TEMPERATURE,
-    SCHEDULE_ASCENDS,
-    SCHEDULE_WITHIN_DRAFT,
     SCOPE_PROBES_NEED_PROBES,
-    SCORE_ONLY_SAMPLED,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
-    STRUCTURED_CASE_HAS_SCHEMA,
-    TEMPERATURE_ONLY_SAMPLED,
-    TOKEN_NEEDS_OPT_IN,
-    TOLERATION_EXISTS_WITHOUT_VALUE,
-    TOOL_CASE_HAS_TOOLS,
-    TOOL_CHOICE_KNOWN,
-    URL_WITHOUT_USERINFO,
-    WINDOW_COVERS_INTERVAL,
-    WINDOW_COVERS_KV_CACHE,
     WORKLOAD_KEEPS_ITS_SIZE,
     WORKLOAD_WITHOUT_ALTERNATIVE,
-    Engine,
-    HeaderMatchType,
-    PodTemplate,
+    SpeculationPilotSpec,
+)
+from specpilot.api.spec.probes import (
+    MIN_TOKENS_WITHIN_MAX,
+    ONE_SCORE_SOURCE,
+    SAMPLED_CASE_HAS_SCORE,
+    SAMPLED_CASE_HAS_TEMPERATURE,
+    SCORE_ONLY_SAMPLED,
+    STRUCTURED_CASE_HAS_SCHEMA,
+    TEMPERATURE_ONLY_SAMPLED,
+    TOOL_CASE_HAS_TOOLS,
+    TOOL_CHOICE_KNOWN,
     ProbeCase,
     ProbeKind,
-    ScopeMatch,
     ScoreWebhook,
-    SpeculationPilotSpec,
-    TolerationOperator,
-    Webhook,
 )
+from specpilot.api.spec.prometheus import ARM_LABELS_DIFFER, ONE_PROMETHEUS
+from specpilot.api.spec.quality import Webhook
+from specpilot.api.spec.rehearsal import PEAK_ONE_SOURCE
+from specpilot.api.spec.scopes import HeaderMatchType, ScopeMatch
+from specpilot.api.spec.secretref import HEADER_NOT_RESERVED, RESERVED_HEADERS
 from specpilot.wire import batchschedule
 from specpilot.wire.names import REHEARSAL_SUFFIX, owned_names, rehearsal_pilot, router_name
 

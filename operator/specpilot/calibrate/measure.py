@@ -310,55 +310,105 @@ def run(
     import torch  # noqa: PLC0415 - torch is the measuring pod's, not the project's, dependency
 
     started = time.monotonic()
-    on_gpu = device == "cuda"
-    names = {role: name for role, (name, _) in models.items()}
     rows: list[Json] = []
-    document: Json = {
+    document = _document(torch, models, device=device, rows=rows)
+    loaded: tuple[str, Decoder] | None = None
+    for sweep in sweeps:
+        name, shape = models[sweep.role]
+        if loaded is None or loaded[0] != sweep.role:
+            loaded = None  # the previous model's memory goes before the next one's
+            loaded = _load(torch, sweep, name, shape, device=device, rows=rows, progress=progress)
+            if loaded is None:
+                continue
+        _sweep(
+            torch,
+            loaded[1],
+            name,
+            sweep,
+            device=device,
+            reps=reps,
+            started=started,
+            budget_s=budget_s,
+            document=document,
+            progress=progress,
+        )
+        if "stopped" in document:
+            break
+    document["elapsed_s"] = round(time.monotonic() - started, 3)
+    return document
+
+
+def _document(torch: Any, models: Mapping[str, tuple[str, Shape]], *, device: str, rows: list[Json]) -> Json:
+    """The measurement document's header: the device, the models' shapes, and the rows to come."""
+    on_gpu = device == "cuda"
+    return {
         "gpu": torch.cuda.get_device_name() if on_gpu else "cpu",
         "torch": str(torch.__version__),
         "device": device,
         "dtype": "bfloat16" if on_gpu else "float32",
         "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # noqa: UP017 - Python 3.10 too
         "method": METHOD,
-        "roles": names,
+        "roles": {role: name for role, (name, _) in models.items()},
         "shapes": {name: asdict(shape) for name, shape in models.values()},
         "params": {name: shape.params for name, shape in models.values()},
         "rows": rows,
     }
-    loaded: tuple[str, Decoder] | None = None
-    for sweep in sweeps:
-        name, shape = models[sweep.role]
-        if loaded is None or loaded[0] != sweep.role:
-            loaded = None  # the previous model's memory goes before the next one's
-            if on_gpu:
-                torch.cuda.empty_cache()
-            try:
-                loaded = (sweep.role, Decoder(shape, torch, device, torch.bfloat16 if on_gpu else torch.float32))
-            except (RuntimeError, MemoryError) as error:
-                batch, q, ctx = next(steps(sweep))
-                rows.append({"model": name, "batch": batch, "q": q, "ctx": ctx, "error": f"loading: {error}"[:300]})
-                progress(f"{name}: {rows[-1]['error']}")
-                continue
-        failed: set[tuple[int, int]] = set()
-        for step in steps(sweep):
-            if time.monotonic() - started > budget_s:
-                document["stopped"] = "budget"
-                break
-            if (step[1], step[2]) in failed:
-                continue  # a larger batch than one that ran out of memory
-            try:
-                rows.append(measure_step(torch, loaded[1], name, step, reps))
-            except (RuntimeError, MemoryError) as error:
-                rows.append({"model": name, "batch": step[0], "q": step[1], "ctx": step[2], "error": str(error)[:300]})
-                failed.add((step[1], step[2]))
-            if on_gpu:
-                torch.cuda.empty_cache()  # the step's cache and graph go before the next step's
-            row = rows[-1]
-            progress(f"{name} batch {step[0]} q {step[1]} ctx {step[2]}: {row.get('ms', row.get('error'))}")
-        if "stopped" in document:
+
+
+def _load(
+    torch: Any,
+    sweep: Sweep,
+    name: str,
+    shape: Shape,
+    *,
+    device: str,
+    rows: list[Json],
+    progress: Callable[[str], None],
+) -> tuple[str, Decoder] | None:
+    """A sweep's model on the device; None, and a row with the error, where it does not load."""
+    on_gpu = device == "cuda"
+    if on_gpu:
+        torch.cuda.empty_cache()
+    try:
+        return (sweep.role, Decoder(shape, torch, device, torch.bfloat16 if on_gpu else torch.float32))
+    except (RuntimeError, MemoryError) as error:
+        batch, q, ctx = next(steps(sweep))
+        rows.append({"model": name, "batch": batch, "q": q, "ctx": ctx, "error": f"loading: {error}"[:300]})
+        progress(f"{name}: {rows[-1]['error']}")
+        return None
+
+
+def _sweep(
+    torch: Any,
+    model: Decoder,
+    name: str,
+    sweep: Sweep,
+    *,
+    device: str,
+    reps: int,
+    started: float,
+    budget_s: float,
+    document: Json,
+    progress: Callable[[str], None],
+) -> None:
+    """Measure a sweep's steps into the document's rows, until the budget is spent (then `stopped`)."""
+    rows: list[Json] = document["rows"]
+    failed: set[tuple[int, int]] = set()
+    for step in steps(sweep):
+        if time.monotonic() - started > budget_s:
+            document["stopped"] = "budget"
             break
-    document["elapsed_s"] = round(time.monotonic() - started, 3)
-    return document
+        if (step[1], step[2]) in failed:
+            continue  # a larger batch than one that ran out of memory
+        try:
+            rows.append(measure_step(torch, model, name, step, reps))
+        except (RuntimeError, MemoryError) as error:
+            rows.append({"model": name, "batch": step[0], "q": step[1], "ctx": step[2], "error": str(error)[:300]})
+            failed.add((step[1], step[2]))
+        if device == "cuda":
+            torch.cuda.empty_cache()  # the step's cache and graph go before the next step's
+        row = rows[-1]
+        progress(f"{name} batch {step[0]} q {step[1]} ctx {step[2]}: {row.get('ms', row.get('error'))}")
 
 
 def _arguments(argv: Sequence[str]) -> argparse.Namespace:

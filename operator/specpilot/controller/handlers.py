@@ -23,8 +23,9 @@ from specpilot.api.pilot import GROUP, PLURAL, VERSION
 from specpilot.controller.core.observe import ChildSummary, PodView, pod_view, summarize
 from specpilot.controller.core.progress import ACTED_ON
 from specpilot.controller.core.snapshot import Observation
+from specpilot.controller.gather import pilot_ref
 from specpilot.controller.kube import ApiError
-from specpilot.controller.reconcile import Controller, pilot_ref
+from specpilot.controller.reconcile import Controller
 from specpilot.controller.schedule import RETRY_SECONDS, first, repeat
 from specpilot.kubeaccess import Credentials
 from specpilot.wire.names import PILOT_LABEL

@@ -25,7 +25,7 @@ from specpilot.api.common import DNS_SUBDOMAIN_PATTERN
 from specpilot.api.hosts import API_SERVER, CLUSTER_DOMAIN, cluster_domain
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.policy import Policy
-from specpilot.controller.evidence import ConfigMapEvidence
+from specpilot.controller.evidence_store import ConfigMapEvidence
 from specpilot.controller.handlers import register, settings
 from specpilot.controller.kube import ApiError, Kube
 from specpilot.controller.metrics import OperatorMetrics

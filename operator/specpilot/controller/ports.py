@@ -14,7 +14,7 @@ from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.quality import ProbeResult, WebhookResult
 from specpilot.api.spec import Analysis, ProbeCase, Probes, Webhook
 from specpilot.controller.core.measurements import EngineReadings
-from specpilot.controller.core.render import PilotRef
+from specpilot.controller.core.objects import PilotRef
 from specpilot.fetch.scrape import ReadFailure
 from specpilot.wire.names import Arm
 from specpilot.wire.routes import RoutingTable

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 import aiohttp
 
-from specpilot.controller.core.render import PilotRef, render_routes_configmap
+from specpilot.controller.core.objects import PilotRef
+from specpilot.controller.core.router_objects import render_routes_configmap
 from specpilot.controller.ports import Json, KubeApi, Served
 from specpilot.fetch.bodies import read_body
 from specpilot.wire.names import ROUTER_ADMIN_PORT

@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 
 import aiohttp
 
-from specpilot.loadgen.client import Target
 from specpilot.loadgen.runner import RunLimits, run
+from specpilot.loadgen.sender import Target
 from specpilot.loadgen.workload import (
     DEFAULT_MIX,
     PlannedRequest,

@@ -19,8 +19,8 @@ from typing import Any, TextIO
 
 import aiohttp
 
-from specpilot.loadgen.client import ClientOutcome, Target, send
-from specpilot.loadgen.stats import by_scope, summarize
+from specpilot.loadgen.sender import ClientOutcome, Target, send
+from specpilot.loadgen.summary import by_scope, summarize
 from specpilot.loadgen.workload import PlannedRequest
 
 
@@ -73,43 +73,15 @@ async def run(
     scale = target.time_scale
     progress = _Progress()
     outcomes: list[ClientOutcome] = []
-    cancelled = 0
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def one(request: PlannedRequest, index: int, session: aiohttp.ClientSession) -> None:
-        outcome = await send(session, target, request, index)
-        outcomes.append(outcome)
-        progress.statuses[outcome.status] += 1
-
     started = time.monotonic()
     reporter = None
     if progress_to is not None:
         reporter = asyncio.create_task(_report(progress, progress_to, started, scale, progress_interval_s))
     connector = aiohttp.TCPConnector(limit=0, force_close=False)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=None)) as session:
-        for index, request in enumerate(planned):
-            if request.at >= limits.duration_s or (limits.max_requests is not None and index >= limits.max_requests):
-                break
-            delay = started + request.at * scale - time.monotonic()
-            if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), delay)
-            if stop.is_set():
-                break
-            if len(tasks) >= limits.max_in_flight:
-                progress.dropped += 1
-                continue
-            progress.sent += 1
-            task = asyncio.create_task(one(request, index, session))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-        if stop.is_set():
-            for task in tasks:
-                task.cancel()
-            ended = await asyncio.gather(*tasks, return_exceptions=True)
-            cancelled = sum(isinstance(end, asyncio.CancelledError) for end in ended)
-        elif tasks:
-            await asyncio.gather(*tasks)
+        cancelled = await _replay(
+            session, target, planned, limits, stop=stop, progress=progress, outcomes=outcomes, started=started
+        )
     elapsed = (time.monotonic() - started) / scale
     if reporter is not None and progress_to is not None:
         reporter.cancel()
@@ -125,3 +97,54 @@ async def run(
         "overall": summarize(outcomes, elapsed),
         "scopes": by_scope(outcomes, elapsed),
     }
+
+
+async def _replay(
+    session: aiohttp.ClientSession,
+    target: Target,
+    planned: Iterable[PlannedRequest],
+    limits: RunLimits,
+    *,
+    stop: asyncio.Event,
+    progress: _Progress,
+    outcomes: list[ClientOutcome],
+    started: float,
+) -> int:
+    """Send each planned request at its time (dropped past the in-flight limit), then settle those in
+    flight; return how many were cancelled in flight at a stop."""
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(request: PlannedRequest, index: int) -> None:
+        outcome = await send(session, target, request, index)
+        outcomes.append(outcome)
+        progress.statuses[outcome.status] += 1
+
+    for index, request in enumerate(planned):
+        if request.at >= limits.duration_s or (limits.max_requests is not None and index >= limits.max_requests):
+            break
+        delay = started + request.at * target.time_scale - time.monotonic()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), delay)
+        if stop.is_set():
+            break
+        if len(tasks) >= limits.max_in_flight:
+            progress.dropped += 1
+            continue
+        progress.sent += 1
+        task = asyncio.create_task(one(request, index))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+    return await _settle(tasks, stop)
+
+
+async def _settle(tasks: set[asyncio.Task[None]], stop: asyncio.Event) -> int:
+    """Await the requests in flight, or cancel them at a stop; how many a stop cancelled."""
+    if stop.is_set():
+        for task in tasks:
+            task.cancel()
+        ended = await asyncio.gather(*tasks, return_exceptions=True)
+        return sum(isinstance(end, asyncio.CancelledError) for end in ended)
+    if tasks:
+        await asyncio.gather(*tasks)
+    return 0

@@ -9,79 +9,20 @@ the mock's own: `--profile`, `--time-scale` and `--admin-port`.
 
 from __future__ import annotations
 
-import argparse
-import functools
 import itertools
-import json
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from typing import Any
 
+from specpilot.mockvllm.cmdline import ConfigError, build_parser, normalise
 from specpilot.mockvllm.costmodel import GIB, num_gpu_blocks
 from specpilot.mockvllm.profile import Profile
-from specpilot.wire.batchschedule import BatchRange, ScheduleError, VllmRelease, lookup, validate
+from specpilot.mockvllm.speculative import SpeculativeConfig, parse_speculative
+from specpilot.wire.batchschedule import ScheduleError, lookup
 
 VLLM_VERSION = "0.33.0"
-DEFAULT_MODEL = "Qwen/Qwen3-0.6B"
-PROG = "specpilot mock-vllm"
 
-SPEC_METHODS = frozenset(
-    {
-        "ngram",
-        "draft_model",
-        "suffix",
-        "custom_class",
-        "eagle",
-        "eagle3",
-        "extract_hidden_states",
-        "mtp",
-        "dflash",
-        "ngram_gpu",
-        "dspark",
-    }
-)  # plus any "<model type>_mtp"
-# Keys of vLLM's SpeculativeConfig that a user may set.
-SPEC_KEYS = frozenset(
-    {
-        "enforce_eager",
-        "num_speculative_tokens",
-        "model",
-        "method",
-        "draft_tensor_parallel_size",
-        "tensor_parallel_size",
-        "quantization",
-        "moe_backend",
-        "attention_backend",
-        "kv_cache_dtype",
-        "max_model_len",
-        "revision",
-        "code_revision",
-        "index_share_for_mtp_iteration",
-        "disable_padded_drafter_batch",
-        "disable_eagle_block_drop",
-        "use_local_argmax_reduction",
-        "use_heterogeneous_vocab",
-        "prompt_lookup_max",
-        "prompt_lookup_min",
-        "parallel_drafting",
-        "num_speculative_tokens_per_batch_size",
-        "suffix_decoding_max_tree_depth",
-        "suffix_decoding_max_cached_requests",
-        "suffix_decoding_max_spec_factor",
-        "suffix_decoding_min_token_prob",
-        "draft_load_config",
-        "rejection_sample_method",
-        "synthetic_acceptance_rates",
-        "synthetic_acceptance_length",
-        "enable_adaptive_verification",
-        "draft_sample_method",
-        "dspark_draft_topk",
-    }
-)
-# Methods that draft without a separate model (no draft weights or KV cache).
-MODEL_FREE_METHODS = frozenset({"ngram", "ngram_gpu", "suffix"})
 BUCKET_FAMILIES = frozenset(
     {
         "request_latency",
@@ -103,27 +44,6 @@ UNSUPPORTED_FLAGS = frozenset(
         "--watermark-config",
     }
 )
-
-
-class ConfigError(ValueError):
-    """A command line vLLM would refuse at start-up."""
-
-
-@dataclass(frozen=True)
-class SpeculativeConfig:
-    """The validated `--speculative-config`."""
-
-    method: str
-    num_speculative_tokens: int
-    model: str | None
-    draft_tensor_parallel_size: int | None
-    revision: str | None
-    settings: Mapping[str, Any]
-    schedule: tuple[BatchRange, ...] | None = None  # num_speculative_tokens_per_batch_size, as vLLM reads it
-
-    @property
-    def has_draft_model(self) -> bool:
-        return self.method not in MODEL_FREE_METHODS
 
 
 @dataclass(frozen=True)
@@ -172,223 +92,6 @@ class ServeConfig:
         return self.served_names[0]
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise ConfigError(message)
-
-
-def parse_model_len(text: str) -> int:
-    """`--max-model-len`: an integer, `1k` (1000), `1K` (1024), `25.6k`; -1 or `auto` give -1."""
-    text = text.strip()
-    if text.lower() == "auto" or text == "-1":
-        return -1
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kmgKMG]?)", text)
-    if not match:
-        raise argparse.ArgumentTypeError(f"invalid model length {text!r}")
-    number, suffix = match.groups()
-    power = "kmg".index(suffix.lower()) + 1 if suffix else 0
-    value = float(number) * (1024 if suffix.isupper() else 1000) ** power
-    if value < 1 or value != int(value):
-        raise argparse.ArgumentTypeError(f"invalid model length {text!r}")
-    return int(value)
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
-def _float(text: str, *, zero: bool) -> float:
-    """A finite number above 0 (or 0 and above, with `zero`), for argparse."""
-    what = "a number of 0 or more" if zero else "a positive number"
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-    if math.isinf(value) or not (value >= 0 if zero else value > 0):
-        raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
-    return value
-
-
-_positive_float = functools.partial(_float, zero=False)
-_non_negative_float = functools.partial(_float, zero=True)
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({exc.msg} at position {exc.pos}): {text}") from None
-    if not isinstance(value, dict):
-        raise argparse.ArgumentTypeError(f"expected a JSON object, got {text}")
-    return value
-
-
-def _build_parser() -> argparse.ArgumentParser:
-    p = _Parser(
-        prog=PROG, description="CPU mock of `vllm serve` (vLLM 0.33 OpenAI-compatible server).", allow_abbrev=False
-    )
-    add = p.add_argument
-    add("model_tag", nargs="?", help="model to serve (overrides --model)")
-    add("--model", default=DEFAULT_MODEL)
-    add("--host", default=None)
-    add("--port", type=int, default=8000)
-    add("--served-model-name", nargs="+", default=None)
-    add("--max-model-len", type=parse_model_len, default=None)
-    add("--tensor-parallel-size", "-tp", type=_positive_int, default=1)
-    add("--pipeline-parallel-size", "-pp", type=_positive_int, default=1)
-    add("--data-parallel-size", "-dp", type=_positive_int, default=1)
-    add("--gpu-memory-utilization", "--device-memory-utilization", type=float, default=0.92)
-    add("--max-num-seqs", type=_positive_int, default=None)
-    add("--max-num-batched-tokens", type=_positive_int, default=None)
-    add("--block-size", type=_positive_int, default=None)
-    add("--enable-chunked-prefill", action=argparse.BooleanOptionalAction, default=True)
-    add("--enable-prefix-caching", action=argparse.BooleanOptionalAction, default=True)
-    add("--performance-mode", choices=["balanced", "latency", "throughput"], default="balanced")
-    add("--speculative-config", "-sc", type=_json_object, default=None)
-    add("--spec-method", default=None)
-    add("--spec-model", default=None)
-    add("--spec-tokens", type=_positive_int, default=None)
-    add("--seed", type=int, default=0)
-    add("--disable-log-stats", action="store_true")
-    add("--custom-histogram-buckets", type=_json_object, default=None)
-    add("--kv-cache-metrics", action="store_true")
-    add("--kv-cache-metrics-sample", type=float, default=0.01)
-    add("--enable-mfu-metrics", action="store_true")
-    add("--api-server-count", "-asc", type=_positive_int, default=None)
-    add("--max-num-queued-reqs", type=_positive_int, default=None)
-    add("--max-num-queued-tokens", type=_positive_int, default=None)
-    add("--enable-force-include-usage", action="store_true")
-    add("--api-key", default=None)
-    add("--tool-call-parser", default=None)
-    add("--enable-auto-tool-choice", action="store_true")
-    # Accepted because deployments pass them; they change nothing the mock models.
-    for flag in (
-        "--revision",
-        "--tokenizer",
-        "--tokenizer-revision",
-        "--tokenizer-mode",
-        "--code-revision",
-        "--dtype",
-        "--quantization",
-        "--kv-cache-dtype",
-        "--download-dir",
-        "--load-format",
-        "--max-logprobs",
-        "--uvicorn-log-level",
-        "--generation-config",
-        "--chat-template",
-        "--show-hidden-metrics-for-version",
-        "--distributed-executor-backend",
-        "--sse-keep-alive-interval",
-        "--root-path",
-        "--hf-overrides",
-    ):
-        add(flag, default=None)
-    for flag in (
-        "--trust-remote-code",
-        "--enforce-eager",
-        "--disable-uvicorn-access-log",
-        "--enable-log-requests",
-        "--disable-log-requests",
-        "--enable-request-id-headers",
-    ):
-        add(flag, action="store_true")
-    mock = p.add_argument_group("mock only")
-    mock.add_argument(
-        "--profile",
-        default=None,
-        help="profile YAML, or a calibrated profile's name (else env SPECPILOT_MOCK_PROFILE)",
-    )
-    mock.add_argument(
-        "--time-scale",
-        type=_positive_float,
-        default=1.0,
-        help="wall seconds per model second: 0.1 runs ten times faster (default 1)",
-    )
-    mock.add_argument("--admin-port", type=int, default=None, help="fault-injection endpoint port (off by default)")
-    mock.add_argument(
-        "--model-load-seconds",
-        type=_non_negative_float,
-        default=0.0,
-        help="model seconds spent loading weights before the server listens, as a restart costs (default 0)",
-    )
-    return p
-
-
-def _normalise(argv: Sequence[str]) -> list[str]:
-    """Accept `--max_model_len` for `--max-model-len`, as vLLM's parser does."""
-    out = []
-    for arg in argv:
-        name, eq, value = arg.partition("=")
-        out.append(name.replace("_", "-") + eq + value if arg.startswith("--") else arg)
-    return out
-
-
-def _speculative(args: argparse.Namespace) -> SpeculativeConfig | None:
-    raw = {key.replace("-", "_"): value for key, value in (args.speculative_config or {}).items()}
-    unknown = set(raw) - SPEC_KEYS
-    if unknown:
-        raise ConfigError(f"argument --speculative-config/-sc: unknown key(s) {', '.join(sorted(unknown))}")
-    for flag, key in (("spec_method", "method"), ("spec_model", "model"), ("spec_tokens", "num_speculative_tokens")):
-        value = getattr(args, flag)
-        if value is not None:
-            if key in raw:
-                raise ConfigError(f"--{flag.replace('_', '-')} and speculative_config.{key} are mutually exclusive")
-            raw[key] = value
-    if not raw:
-        return None
-    model, method = raw.get("model"), raw.get("method")
-    if model is not None and not isinstance(model, str):
-        raise ConfigError(f"speculative_config.model must be a string, got {model!r}")
-    if method is None:
-        if model is None:
-            raise ConfigError("speculative_config needs `model` or `method`")
-        lowered = model.lower()
-        method = "eagle3" if "eagle3" in lowered else "eagle" if "eagle" in lowered else "draft_model"
-    if not isinstance(method, str) or not (method in SPEC_METHODS or method.endswith("_mtp")):
-        raise ConfigError(f"speculative_config.method {method!r} is not one of {', '.join(sorted(SPEC_METHODS))}")
-    if method == "draft_model" and model is None:
-        raise ConfigError("speculative_config.model is required for method 'draft_model'")
-    tokens = raw.get("num_speculative_tokens")
-    if tokens is None:
-        raise ConfigError("speculative_config.num_speculative_tokens is required")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
-        raise ConfigError(f"speculative_config.num_speculative_tokens must be an integer > 0, got {tokens!r}")
-    draft_tp = raw.get("draft_tensor_parallel_size")
-    if draft_tp is not None and draft_tp not in (1, args.tensor_parallel_size):
-        raise ConfigError(
-            f"speculative_config.draft_tensor_parallel_size={draft_tp} cannot be other value than 1 "
-            f"or target model tensor_parallel_size={args.tensor_parallel_size}"
-        )
-    revision = raw.get("revision")
-    return SpeculativeConfig(
-        method=method,
-        num_speculative_tokens=tokens,
-        model=model,
-        draft_tensor_parallel_size=draft_tp,
-        revision=None if revision is None else str(revision),
-        settings={**raw, "method": method},
-        schedule=_schedule(raw),
-    )
-
-
-def _schedule(raw: Mapping[str, Any]) -> tuple[BatchRange, ...] | None:
-    """`num_speculative_tokens_per_batch_size` as vLLM 0.33 validates it (None: every step drafts k)."""
-    key = VllmRelease.V0_33.schedule_key
-    if raw.get(key) is None:
-        return None
-    try:
-        return validate(raw[key], VllmRelease.V0_33)
-    except ScheduleError as exc:
-        raise ConfigError(str(exc)) from None
-
-
 def _buckets(raw: Mapping[str, Any] | None) -> dict[str, tuple[float, ...]]:
     out: dict[str, tuple[float, ...]] = {}
     for family, bounds in (raw or {}).items():
@@ -411,11 +114,11 @@ def _buckets(raw: Mapping[str, Any] | None) -> dict[str, tuple[float, ...]]:
 
 def parse_args(argv: Sequence[str]) -> ServeConfig:
     """Parse a `vllm serve` command line; raise ConfigError where vLLM would refuse to start."""
-    argv = _normalise(argv)
+    argv = normalise(argv)
     for arg in argv:
         if arg.partition("=")[0] in UNSUPPORTED_FLAGS:
             raise ConfigError(f"{arg.partition('=')[0]} is a vLLM flag the mock does not support")
-    args = _build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)
     if not 0 < args.gpu_memory_utilization <= 1:
         raise ConfigError(f"--gpu-memory-utilization must be in (0, 1], got {args.gpu_memory_utilization}")
     if args.data_parallel_size > 1 or (args.api_server_count or 1) > 1:
@@ -440,7 +143,7 @@ def parse_args(argv: Sequence[str]) -> ServeConfig:
         enable_chunked_prefill=args.enable_chunked_prefill,
         enable_prefix_caching=args.enable_prefix_caching,
         performance_mode=args.performance_mode,
-        speculative=_speculative(args),
+        speculative=parse_speculative(args),
         seed=args.seed,
         disable_log_stats=args.disable_log_stats,
         custom_histogram_buckets=_buckets(args.custom_histogram_buckets),

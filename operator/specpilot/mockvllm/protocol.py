@@ -313,48 +313,11 @@ def parse_generation(
         prompt, prompt_tokens = chat_prompt(messages, definitions)
         role, text = messages[-1]
         last_user_text = text if role == "user" else None
-    if (_integer(body, "n") or 1) != 1:
-        raise BadRequest("this server supports n=1 only", param="n")
-    temperature = _number(body, "temperature", 1.0)
-    if temperature is not None and temperature < 0:
-        raise BadRequest(f"temperature must be non-negative, got {temperature}.", param="temperature")
-    top_p = _number(body, "top_p", 1.0)
-    if top_p is not None and not 0 < top_p <= 1:
-        raise BadRequest(f"top_p must be in (0, 1], got {top_p}.", param="top_p")
-    requested = _integer(body, "max_completion_tokens") if kind == "chat" else None
-    if requested is None:
-        requested = _integer(body, "max_tokens")
-    if requested is None and kind == "completion":
-        requested = 16
-    if requested is not None and requested < 1:
-        raise BadRequest(f"max_tokens must be at least 1, got {requested}.", param="max_tokens")
-    length = limits.max_model_len
-    if prompt_tokens >= length:
-        raise BadRequest(
-            f"This model's maximum context length is {length} tokens. However, your request has "
-            f"{prompt_tokens} input tokens. Please reduce the length of the input messages."
-        )
-    if requested is not None and requested > length - prompt_tokens:
-        raise BadRequest(
-            f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's maximum "
-            f"context length is {length} tokens and your request has {prompt_tokens} input tokens "
-            f"({requested} > {length} - {prompt_tokens}).",
-            param="max_tokens",
-        )
-    max_tokens = requested if requested is not None else length - prompt_tokens
-    min_tokens = _integer(body, "min_tokens") or 0
-    if min_tokens < 0:
-        raise BadRequest(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", param="min_tokens")
-    if min_tokens > max_tokens:
-        raise BadRequest(
-            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.", param="min_tokens"
-        )
+    temperature = _sampling(body)
+    max_tokens = _max_tokens(kind, body, limits, prompt_tokens)
+    min_tokens = _min_tokens(body, max_tokens)
     stop, stop_token_ids = _stop(body)
-    stream = body.get("stream", False)
-    options = body.get("stream_options")
-    if options is not None and not stream:
-        raise BadRequest("Stream options can only be defined when `stream=True`.", param="stream_options")
-    options = options if isinstance(options, Mapping) else {}
+    stream, options = _stream_options(body)
     return Generation(
         kind=kind,
         prompt=prompt,
@@ -375,3 +338,61 @@ def parse_generation(
         last_user_text=last_user_text,
         structured=_structured(body, choice),
     )
+
+
+def _sampling(body: Mapping[str, Any]) -> float | None:
+    """Check `n`, `temperature` and `top_p`; the temperature asked for (None: the default)."""
+    if (_integer(body, "n") or 1) != 1:
+        raise BadRequest("this server supports n=1 only", param="n")
+    temperature = _number(body, "temperature", 1.0)
+    if temperature is not None and temperature < 0:
+        raise BadRequest(f"temperature must be non-negative, got {temperature}.", param="temperature")
+    top_p = _number(body, "top_p", 1.0)
+    if top_p is not None and not 0 < top_p <= 1:
+        raise BadRequest(f"top_p must be in (0, 1], got {top_p}.", param="top_p")
+    return temperature
+
+
+def _max_tokens(kind: str, body: Mapping[str, Any], limits: EngineLimits, prompt_tokens: int) -> int:
+    """The tokens a request may generate: as asked, within the context left after its prompt."""
+    requested = _integer(body, "max_completion_tokens") if kind == "chat" else None
+    if requested is None:
+        requested = _integer(body, "max_tokens")
+    if requested is None and kind == "completion":
+        requested = 16
+    if requested is not None and requested < 1:
+        raise BadRequest(f"max_tokens must be at least 1, got {requested}.", param="max_tokens")
+    length = limits.max_model_len
+    if prompt_tokens >= length:
+        raise BadRequest(
+            f"This model's maximum context length is {length} tokens. However, your request has "
+            f"{prompt_tokens} input tokens. Please reduce the length of the input messages."
+        )
+    if requested is not None and requested > length - prompt_tokens:
+        raise BadRequest(
+            f"'max_tokens' or 'max_completion_tokens' is too large: {requested}. This model's maximum "
+            f"context length is {length} tokens and your request has {prompt_tokens} input tokens "
+            f"({requested} > {length} - {prompt_tokens}).",
+            param="max_tokens",
+        )
+    return requested if requested is not None else length - prompt_tokens
+
+
+def _min_tokens(body: Mapping[str, Any], max_tokens: int) -> int:
+    min_tokens = _integer(body, "min_tokens") or 0
+    if min_tokens < 0:
+        raise BadRequest(f"min_tokens must be greater than or equal to 0, got {min_tokens}.", param="min_tokens")
+    if min_tokens > max_tokens:
+        raise BadRequest(
+            f"min_tokens must be less than or equal to max_tokens={max_tokens}, got {min_tokens}.", param="min_tokens"
+        )
+    return min_tokens
+
+
+def _stream_options(body: Mapping[str, Any]) -> tuple[Any, Mapping[str, Any]]:
+    """`stream` as sent, and its `stream_options` (only with `stream=True`)."""
+    stream = body.get("stream", False)
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise BadRequest("Stream options can only be defined when `stream=True`.", param="stream_options")
+    return stream, options if isinstance(options, Mapping) else {}

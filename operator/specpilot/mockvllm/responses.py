@@ -12,7 +12,7 @@ import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
-from specpilot.mockvllm.answers import Answer
+from specpilot.mockvllm.answer_plan import Answer
 from specpilot.mockvllm.config import ServeConfig
 from specpilot.mockvllm.protocol import Generation
 from specpilot.mockvllm.request import Request

@@ -18,19 +18,13 @@ from collections.abc import Callable
 from aiohttp import web
 from prometheus_client import CollectorRegistry
 
-from specpilot.mockvllm.api import ServerState, build_admin_app, build_app
-from specpilot.mockvllm.config import (
-    PROG,
-    VLLM_VERSION,
-    ConfigError,
-    EngineLimits,
-    ServeConfig,
-    parse_args,
-    resolve_limits,
-)
+from specpilot.mockvllm.apimetrics import HttpMetrics, ToolParserMetrics, new_registry
+from specpilot.mockvllm.cmdline import PROG, ConfigError
+from specpilot.mockvllm.config import VLLM_VERSION, EngineLimits, ServeConfig, parse_args, resolve_limits
 from specpilot.mockvllm.engine import Engine, ModelClock
 from specpilot.mockvllm.faults import FaultBoard
-from specpilot.mockvllm.metrics import EngineMetrics, HttpMetrics, ToolParserMetrics, new_registry
+from specpilot.mockvllm.http_api import ServerState, build_admin_app, build_app
+from specpilot.mockvllm.metrics import EngineMetrics
 from specpilot.mockvllm.profile import Profile, ProfileError, load_profile
 
 log = logging.getLogger("specpilot.mockvllm")

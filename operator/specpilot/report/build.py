@@ -21,114 +21,32 @@ from specpilot.analysis.bands import Band
 from specpilot.analysis.decision import (
     COMPARED_NAMES,
     ScopeFindings,
-    cost_view,
     decide_pilot,
     decide_scope,
     envelope_peak,
 )
 from specpilot.analysis.evidence import (
-    ArmTotals,
     Evidence,
-    Moments,
-    ProbeArm,
-    ProbeCounts,
-    ScopeEvidence,
     production_quantile,
 )
 from specpilot.analysis.replay import length_summary, replay_workload, rounded
 from specpilot.analysis.scheduled import scheduled_arm
 from specpilot.api.flags import flag_value
-from specpilot.api.reasons import FallbackReason
-from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
+from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import (
     AdoptionBound,
+    ArmsStatus,
     Decision,
     DecisionOutcome,
     DecisionTrigger,
-    FallbackRecord,
-    ScopeStatus,
     SpeculationPilotStatus,
     WorkloadStatus,
 )
+from specpilot.report.scope_json import scope_json
 from specpilot.wire.batchschedule import below_and_off
 from specpilot.wire.names import Arm
 
 Json = dict[str, Any]
-QUALITY_REASONS = frozenset({FallbackReason.QUALITY_REGRESSION, FallbackReason.CRITICAL_WEBHOOK_FAILED})
-
-
-def _source(band: Band, rehearsed: Mapping[int, int]) -> str:
-    """Where a band's windows came from: the live stages, the peak rehearsal, or both."""
-    marked = sum(rehearsed.get(index, 0) for index in range(band.first, band.last + 1))
-    if not marked:
-        return "live"
-    return "rehearsal" if marked >= band.windows else "live and rehearsal"
-
-
-def _band(band: Band, rehearsed: Mapping[int, int]) -> Json:
-    return {
-        "source": _source(band, rehearsed),
-        "loadLow": rounded(band.low, 3),
-        "loadHigh": rounded(band.high, 3),
-        "load": rounded(band.load, 3),
-        "inFlightPerReplica": rounded(band.in_flight, 3),
-        "windows": band.windows,
-        "timePerCommittedTokenSeconds": rounded(band.tpct),
-        "timePerCommittedTokenStandardError": rounded(band.tpct_se),
-        "ttftP99Seconds": rounded(band.ttft_p99),
-        "e2eMeanSeconds": rounded(band.e2e),
-        "routed": band.routed,
-        "onTime": band.on_time,
-    }
-
-
-def _progress(totals: ArmTotals | None) -> Json | None:
-    """An arm's running sums over the scope's windows; loads are offered, running and waiting diagnostics."""
-    if totals is None:
-        return None
-    return {
-        "routed": totals.routed,
-        "ok": totals.ok,
-        "onTime": totals.on_time,
-        "committedTokens": totals.committed_tokens,
-        "decodeSeconds": rounded(totals.decode_seconds, 3),
-        "offeredPerReplicaMean": rounded(totals.load.mean, 3),
-        "runningPerReplicaMean": rounded(totals.running.mean, 3),
-        "waitingPerReplicaMean": rounded(totals.waiting.mean, 3),
-    }
-
-
-def _probe_arm(kind: ProbeKind, arm: ProbeArm) -> Json:
-    """One arm's answers of a probe kind: passes for the kinds with a contract, scores for sampled."""
-    if kind is ProbeKind.SAMPLED:
-        return {
-            "answers": arm.checks,
-            "scored": arm.passed,
-            "meanScore": rounded(arm.scores.mean, 4),
-            "scoreSd": rounded(arm.scores.sd, 4),
-        }
-    return {
-        "checks": arm.checks,
-        "passed": arm.passed,
-        "passRate": rounded(arm.passed / arm.checks, 4) if arm.checks else None,
-    }
-
-
-def _probe_kind(kind: ProbeKind, counts: ProbeCounts) -> Json:
-    """A probe kind's rounds on a scope, each probed arm's answers, and the baseline's own variation:
-    for greedy, how often it diverged from its own repeat; for sampled, the spread of its scores."""
-    base = counts.baseline
-    variation: Json | None = None
-    if kind is ProbeKind.GREEDY:
-        variation = {"selfDivergences": base.checks - base.passed, "comparisons": base.checks}
-    elif kind is ProbeKind.SAMPLED:
-        variation = {"scoreSd": rounded(base.scores.sd, 4)}
-    return {
-        "rounds": counts.rounds,
-        "speculative": _probe_arm(kind, counts.speculative),
-        "baseline": _probe_arm(kind, base),
-        "baselineVariation": variation,
-    }
 
 
 def _seconds(duration: timedelta) -> float:
@@ -214,107 +132,6 @@ def provisional(
     return findings, decide_pilot(findings, trigger=DecisionTrigger.REQUESTED, now=at), False
 
 
-def _scope_json(
-    spec: SpeculationPilotSpec,
-    *,
-    evidence: Evidence,
-    findings: ScopeFindings,
-    status: ScopeStatus | None,
-    replicas: Mapping[Arm, int],
-    fallbacks: Sequence[FallbackRecord],
-) -> Json:
-    found = evidence.scopes.get(findings.scope, ScopeEvidence())
-    share = findings.share
-    cost = cost_view(evidence, findings.bands, replicas)
-    peak = findings.comparisons[-1] if findings.comparisons else None
-    scope_spec = next(s for s in spec.scopes if s.name == findings.scope)
-    cross = findings.crossover
-    arms = (findings.compared, Arm.SPECULATIVE, *((Arm.ALTERNATIVE,) if findings.bands.get(Arm.ALTERNATIVE) else ()))
-    return {
-        "name": findings.scope,
-        "state": status.state.value if status is not None else None,
-        "stage": status.stage if status is not None else None,
-        "weight": status.weight if status is not None else None,
-        "deadlineSeconds": _seconds(scope_spec.deadline or spec.router.request_timeout),
-        "windows": found.windows,
-        "verdicts": {verdict.value: count for verdict, count in sorted(found.verdicts.items())},
-        "decision": findings.decision.to_wire(),
-        "forecast": status.forecast.to_wire() if status is not None and status.forecast is not None else None,
-        "bands": {arm.value: [_band(b, found.rehearsed) for b in findings.bands.get(arm, ())] for arm in arms},
-        "comparisons": [
-            {
-                "load": rounded(c.band.load, 3),
-                "speculativeSeconds": rounded(c.band.tpct),
-                "comparedSeconds": rounded(c.compared.tpct) if c.compared is not None else None,
-                "ratio": rounded(c.ratio, 4),
-                "measured": c.measured,
-                "powered": c.powered,
-                "speculationWins": c.wins,
-            }
-            for c in findings.comparisons
-        ],
-        "crossover": None
-        if cross is None
-        else {
-            "load": rounded(cross.load, 3),
-            "low": rounded(cross.low, 3),
-            "high": rounded(cross.high, 3),
-            "confidence": cross.confidence,
-            "drawsCrossing": rounded(cross.draws_crossing, 4),
-            "nonMonotone": cross.non_monotone,
-        },
-        "timing": None
-        if share is None
-        else {
-            "ttftSeconds": rounded(share.ttft),
-            "decodeSeconds": rounded(share.decode),
-            "otherSeconds": rounded(max(0.0, share.e2e - share.ttft - share.decode)),
-            "e2eSeconds": rounded(share.e2e),
-            "decodeShare": rounded(share.share, 4),
-            "decodeRatio": rounded(share.decode_ratio, 4),
-            "decodeOnlyGain": rounded(share.decode_gain, 4),
-            "impliedEndToEndGain": rounded(share.implied_gain, 4),
-            "observedEndToEndGain": rounded(share.observed_gain, 4),
-        },
-        "progress": {arm.value: _progress(found.totals.get(arm)) for arm in arms},
-        "quality": {
-            "windowsWithFailingChecks": found.quality_failed,
-            "fallbacks": [f.to_wire() for f in fallbacks if f.scope == findings.scope and f.reason in QUALITY_REASONS],
-            "probes": {kind.value: _probe_kind(kind, counts) for kind, counts in found.probes.counts().items()},
-        },
-        "peak": None
-        if peak is None
-        else {
-            "load": rounded(peak.band.load, 3),
-            "ratio": rounded(peak.ratio, 4),
-            "speculativeTtftP99Seconds": rounded(peak.band.ttft_p99),
-            "speculativeOnTimeShare": rounded(peak.band.on_time / peak.band.routed, 4) if peak.band.routed else None,
-        },
-        "cost": {
-            "kvCost": rounded(cost.kv_cost, 4),
-            "arms": {
-                c.arm.value: {
-                    "gpus": c.gpus,
-                    "kvBlocksPerReplica": c.kv_blocks,
-                    "onTimeCompletionsPerGpuHour": rounded(c.on_time_per_gpu_hour, 1),
-                    "atLoad": rounded(c.at_load, 3),
-                }
-                for c in cost.arms
-            },
-        },
-        "chunkGaps": _chunk_gaps(spec, found, findings.compared),
-        "acceptance": {
-            "length": rounded(found.acceptance_length.mean, 4),
-            "perPosition": [rounded(m.mean, 4) for m in found.per_position],
-        },
-        "workload": {
-            "arrivalRatePerSecond": rounded(found.arrival_rate.mean, 4),
-            "promptTokens": length_summary(found.prompt_tokens),
-            "outputTokens": length_summary(found.output_tokens),
-        },
-    }
-
-
 def _role(arm: Arm, compared: Arm) -> str | None:
     """What an arm is to the comparison: production's baseline is compared only without a control."""
     if arm is Arm.BASELINE:
@@ -388,39 +205,18 @@ def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence, workload: Workl
     }
 
 
-def _chunk_gaps(spec: SpeculationPilotSpec, found: ScopeEvidence, compared: Arm) -> Json:
-    """Stream cadence: the mean over windows of each arm's chunk gap at the thresholds' quantile. A
-    speculative step streams several tokens at once, so its gaps are longer by nature; they are
-    judged only where the spec opts in (thresholds.interTokenLatency)."""
-    spec_gap, compared_gap = (found.chunk_gaps.get(arm, Moments()).mean for arm in (Arm.SPECULATIVE, compared))
-    thresholds = spec.analysis.thresholds
-    return {
-        "quantile": thresholds.itl_quantile,
-        "speculativeSeconds": rounded(spec_gap),
-        "comparedSeconds": rounded(compared_gap),
-        "ratio": rounded(spec_gap / compared_gap, 4) if spec_gap is not None and compared_gap else None,
-        "judged": thresholds.inter_token_latency is not None,
-    }
-
-
 def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
     """Every number of the package, from the pilot object as the API server holds it."""
     spec = SpeculationPilotSpec.from_wire(pilot["spec"])
     status = SpeculationPilotStatus.from_wire(pilot["status"]) if pilot.get("status") else None
     findings, decision, stated = provisional(spec, evidence, status)
     by_name = {scope.name: scope for scope in (status.scopes if status is not None else [])}
-    replicas = {
-        Arm.BASELINE: spec.baseline.replicas,
-        Arm.SPECULATIVE: spec.speculative.replicas,
-        **({Arm.CONTROL: spec.speculative.replicas} if spec.control.enabled else {}),
-        **({Arm.ALTERNATIVE: spec.alternative.replicas} if spec.alternative else {}),
-    }
-    replicas.update(evidence.replicas)
+    replicas = _replicas(spec, evidence)
     fallbacks = status.fallbacks if status is not None else []
     scopes = []
     for found in findings:
         scopes.append(
-            _scope_json(
+            scope_json(
                 spec,
                 evidence=evidence,
                 findings=found,
@@ -431,7 +227,6 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         )
     schedules = [s for s in (schedule(spec, f) for f in findings) if s is not None]
     mix, rate = replay_workload(spec, evidence)
-    arms_status = status.arms if status is not None else None
     last = max((s.last_end for s in evidence.scopes.values() if s.last_end is not None), default=None)
     meta = pilot.get("metadata", {})
     return {
@@ -444,28 +239,8 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         "comparisonCost": _comparison_cost(spec, evidence),
         "concurrency": _concurrency(spec, evidence, status.workload if status is not None else None),
         "scopes": scopes,
-        "arms": {
-            arm.value: {
-                "role": _role(arm, evidence.compared),
-                "replicas": replicas.get(arm),
-                "gpus": evidence.gpus.get(arm),
-                "kvBlocksPerReplica": evidence.kv_blocks.get(arm),
-                "configHash": getattr(arms_status, arm.value).config_hash
-                if arms_status is not None and getattr(arms_status, arm.value) is not None
-                else evidence.config_hashes.get(arm),
-                "kvUsageMax": rounded(max((p.usage for p in evidence.kv_usage.get(arm, [])), default=None), 4),
-            }
-            for arm in Arm
-            if arm in replicas
-        },
-        "configurations": {
-            **({"engine": spec.engine.to_wire()} if spec.engine is not None else {}),
-            **({"workloadRef": spec.workload_ref.to_wire()} if spec.workload_ref is not None else {}),
-            "baseline": spec.baseline.to_wire(),
-            "speculative": spec.speculative.to_wire(),
-            "control": spec.control.to_wire(),
-            **({"alternative": spec.alternative.to_wire()} if spec.alternative else {}),
-        },
+        "arms": _arms(evidence, replicas, status.arms if status is not None else None),
+        "configurations": _configurations(spec),
         "envelope": {
             "sampling": spec.sampling.to_wire(),
             "maxModelLen": spec.engine.max_model_len if spec.engine is not None else None,
@@ -480,6 +255,48 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         "schedules": schedules,
         "replay": {"mix": mix, "ratePerSecond": rounded(rate, 4)},
         "rehearsal": status.rehearsal.to_wire() if status is not None and status.rehearsal is not None else None,
+    }
+
+
+def _replicas(spec: SpeculationPilotSpec, evidence: Evidence) -> dict[Arm, int]:
+    """Each arm's replicas: as the spec sets them, or as the evidence saw them."""
+    replicas = {
+        Arm.BASELINE: spec.baseline.replicas,
+        Arm.SPECULATIVE: spec.speculative.replicas,
+        **({Arm.CONTROL: spec.speculative.replicas} if spec.control.enabled else {}),
+        **({Arm.ALTERNATIVE: spec.alternative.replicas} if spec.alternative else {}),
+    }
+    replicas.update(evidence.replicas)
+    return replicas
+
+
+def _arms(evidence: Evidence, replicas: Mapping[Arm, int], arms_status: ArmsStatus | None) -> Json:
+    """Each arm the pilot runs: its role in the comparison, size, config hash and peak KV usage."""
+    return {
+        arm.value: {
+            "role": _role(arm, evidence.compared),
+            "replicas": replicas.get(arm),
+            "gpus": evidence.gpus.get(arm),
+            "kvBlocksPerReplica": evidence.kv_blocks.get(arm),
+            "configHash": getattr(arms_status, arm.value).config_hash
+            if arms_status is not None and getattr(arms_status, arm.value) is not None
+            else evidence.config_hashes.get(arm),
+            "kvUsageMax": rounded(max((p.usage for p in evidence.kv_usage.get(arm, [])), default=None), 4),
+        }
+        for arm in Arm
+        if arm in replicas
+    }
+
+
+def _configurations(spec: SpeculationPilotSpec) -> Json:
+    """The engine and arm specs the pilot froze."""
+    return {
+        **({"engine": spec.engine.to_wire()} if spec.engine is not None else {}),
+        **({"workloadRef": spec.workload_ref.to_wire()} if spec.workload_ref is not None else {}),
+        "baseline": spec.baseline.to_wire(),
+        "speculative": spec.speculative.to_wire(),
+        "control": spec.control.to_wire(),
+        **({"alternative": spec.alternative.to_wire()} if spec.alternative else {}),
     }
 
 

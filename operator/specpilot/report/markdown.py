@@ -7,12 +7,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from specpilot.report.build import arm_label
+from specpilot.report.cells import fig
+from specpilot.report.rehearsal_section import rehearsal
 
 Json = dict[str, Any]
-
-
-def _f(value: Any, spec: str = ".2f", unit: str = "") -> str:
-    return "n/a" if value is None else f"{value:{spec}}{unit}"
 
 
 def _limit_failure(failed: Json) -> str:
@@ -54,7 +52,7 @@ def _production(report: Json) -> list[str]:
         load = production["offeredPerReplica"]
         lines.append(
             f"Production's baseline is {role}. Over {production['windows']} window(s) it ran at an offered load of "
-            f"p50 {_f(load['p50'])}, p95 {_f(load['p95'])}, max {_f(load['max'])} requests per second per replica "
+            f"p50 {fig(load['p50'])}, p95 {fig(load['p95'])}, max {fig(load['max'])} requests per second per replica "
             "(upper edges of its load bins)."
         )
     else:
@@ -63,7 +61,7 @@ def _production(report: Json) -> list[str]:
     for scope in report["scopes"]:
         d = scope["decision"]
         covered = production["productionCovered"].get(scope["name"])
-        lines.append(f"| {scope['name']} | {d['outcome']} | {_f(d.get('maxLoad'))} | {_f(covered, '.0%')} |")
+        lines.append(f"| {scope['name']} | {d['outcome']} | {fig(d.get('maxLoad'))} | {fig(covered, '.0%')} |")
     return [*lines, ""]
 
 
@@ -81,8 +79,8 @@ def _bands(report: Json, scope: Json) -> list[str]:
         band = _band_at(scope, c["load"])
         against = f"{c['comparedSeconds'] * 1000:.2f}" if c["measured"] else "unmeasured"
         lines.append(
-            f"| {c['load']:.2f} | {band['windows']} | {band['source']} | {_f(band['inFlightPerReplica'], '.1f')} | "
-            f"{c['speculativeSeconds'] * 1000:.2f} | {against} | {_f(c['ratio'])} | "
+            f"| {c['load']:.2f} | {band['windows']} | {band['source']} | {fig(band['inFlightPerReplica'], '.1f')} | "
+            f"{c['speculativeSeconds'] * 1000:.2f} | {against} | {fig(c['ratio'])} | "
             f"{'yes' if c['speculationWins'] else 'no' if c['powered'] else 'too few windows to decide on'} |"
         )
     peak = scope["peak"]
@@ -91,7 +89,7 @@ def _bands(report: Json, scope: Json) -> list[str]:
         lines += [
             "",
             f"Peak (offered load {peak['load']:.2f}): {ratio}, speculative TTFT p99 "
-            f"{_f(peak['speculativeTtftP99Seconds'], '.3f')} s, on time {_f(peak['speculativeOnTimeShare'], '.0%')}.",
+            f"{fig(peak['speculativeTtftP99Seconds'], '.3f')} s, on time {fig(peak['speculativeOnTimeShare'], '.0%')}.",
         ]
     return [*lines, *_forecast(scope.get("forecast")), ""]
 
@@ -106,7 +104,7 @@ def _forecast(forecast: Json | None) -> list[str]:
         high = forecast.get("crossoverHigh")
         upper = f"{high:.2f}" if high is not None else f"beyond batch {forecast['maxBatch']}"
         low = forecast.get("crossoverLow")
-        said = f"crossover at {forecast['crossoverLoad']:.2f} (interval {_f(low)} to {upper})"
+        said = f"crossover at {forecast['crossoverLoad']:.2f} (interval {fig(low)} to {upper})"
     finding = " **The measured bands lie outside it: the profile does not describe these pods.**"
     return [
         "",
@@ -132,8 +130,8 @@ def _alternative(report: Json) -> list[str]:
         "|---|---|---|---|---|",
     ]
     lines += [
-        f"| {name} | {a['verdict']} | {_f(a.get('ratio'), unit='x')} | {_f(a.get('speculativeRatio'), unit='x')} | "
-        f"{_f(a.get('observedGain'), unit='x')} |"
+        f"| {name} | {a['verdict']} | {fig(a.get('ratio'), unit='x')} | {fig(a.get('speculativeRatio'), unit='x')} | "
+        f"{fig(a.get('observedGain'), unit='x')} |"
         for name, a in found
     ]
     return [*lines, "", *(f"- {a['reason']}" for _, a in found), ""]
@@ -156,7 +154,7 @@ def _concurrency(report: Json) -> list[str]:
         else " The scheduler's own limit (--max-num-seqs) is the engine's default for its device."
     )
     return [
-        f"At the scopes' mean length ({_f(found['tokensPerRequest'], '.0f')} tokens of prompt and answer, "
+        f"At the scopes' mean length ({fig(found['tokensPerRequest'], '.0f')} tokens of prompt and answer, "
         f"{found['blocksPerRequest']} blocks of {size}), the KV cache of one replica holds at most this many "
         f"requests at once: {held}.{scheduler}",
         "",
@@ -170,12 +168,12 @@ def _cost(report: Json) -> list[str]:
     for scope in report["scopes"]:
         for arm, c in scope["cost"]["arms"].items():
             lines.append(
-                f"| {scope['name']} | {arm_label(report, arm)} | {_f(c['gpus'], 'd')} | "
-                f"{_f(c['kvBlocksPerReplica'], 'd')} | "
-                f"{_f(c['onTimeCompletionsPerGpuHour'], '.0f')} ({_f(c['atLoad'])}) |"
+                f"| {scope['name']} | {arm_label(report, arm)} | {fig(c['gpus'], 'd')} | "
+                f"{fig(c['kvBlocksPerReplica'], 'd')} | "
+                f"{fig(c['onTimeCompletionsPerGpuHour'], '.0f')} ({fig(c['atLoad'])}) |"
             )
     kv = next((s["cost"]["kvCost"] for s in report["scopes"] if s["cost"]["kvCost"] is not None), None)
-    lines += ["", f"The draft costs {_f(kv, '.0%')} of the baseline's KV-cache blocks (vllm:cache_config_info).", ""]
+    lines += ["", f"The draft costs {fig(kv, '.0%')} of the baseline's KV-cache blocks (vllm:cache_config_info).", ""]
     lines += _concurrency(report)
     price = report["comparisonCost"]
     if price is None:
@@ -185,109 +183,44 @@ def _cost(report: Json) -> list[str]:
         )
     else:
         lines.append(
-            f"The control arm holds {_f(price['gpus'], 'd')} GPU(s); over the {_f(price['hoursCovered'])} h the "
-            f"evidence covers that is {_f(price['gpuHours'])} GPU-hours: the price of comparing speculation with "
+            f"The control arm holds {fig(price['gpus'], 'd')} GPU(s); over the {fig(price['hoursCovered'])} h the "
+            f"evidence covers that is {fig(price['gpuHours'])} GPU-hours: the price of comparing speculation with "
             "ordinary decoding at matched load."
         )
     return [*lines, ""]
 
 
-REHEARSED_ARMS = ("speculative", "control")
-
-
-def _kind(step: Json) -> str:
-    if step.get("burst"):
-        return " (burst)"
-    if step.get("flip"):
-        return " (routing fallback: flipped halfway)"
-    return " (restart fallback: a replica restarted)" if step.get("restart") else ""
-
-
-def _fallbacks(found: Json) -> list[str]:
-    """Both fallbacks rehearsed at peak, with what they cost."""
-    lines = []
-    flip = found.get("routingFlip")
-    if flip is not None:
-        recovery = (
-            f"recovered in {_f(flip.get('recoverySeconds'))} s"
-            if flip.get("recovered")
-            else "not recovered by the step's end"
-        )
-        lines.append(
-            f"- Routing fallback (the speculative share flipped to the control arm at {flip['at']}): {recovery}; "
-            f"{flip.get('missed', 0)} of {flip.get('requests', 0)} requests on the control arm late meanwhile."
-        )
-    restart = found.get("restartFallback")
-    if restart is not None:
-        ready = (
-            f"Ready in {_f(restart['secondsToReady'])} s"
-            if restart.get("secondsToReady") is not None
-            else "not Ready by the step's end"
-        )
-        lines.append(
-            f"- Restart fallback (a speculative replica restarted as ordinary decoding at {restart['at']}): {ready}; "
-            f"meanwhile {restart.get('missed', 0)} of {restart.get('requests', 0)} requests on the speculative arm "
-            f"missed their deadline (on time {_f(restart.get('onTime'), '.1%')}), "
-            f"{restart.get('fellBack', 0)} went to the control arm as no speculative replica was ready."
-        )
-    return [*lines, ""] if lines else []
-
-
-def _step_row(label: str, load: float, arm: str, f: Json) -> str:
-    kept = {True: "yes", False: "no"}.get(bool(f["keptUp"]), "") if f.get("keptUp") is not None else ""
-    tpct = f.get("timePerCommittedToken")
-    return (
-        f"| {label} | {_f(load)} | {arm} | "
-        f"{_f(f.get('completedPerReplica'))} | {kept} | {_f(f.get('onTime'), '.1%')} | "
-        f"{_f(f.get('ttftP50'), '.3f')} / {_f(f.get('ttftP99'), '.3f')} | {_f(f.get('endToEndP95'), '.2f')} | "
-        f"{_f(tpct * 1000 if tpct is not None else None, '.1f')} | {_f(f.get('timeoutShare'), '.1%')} | "
-        f"{_f(f.get('rejectionShare'), '.1%')} | {_f(f.get('peakKvUsage'), '.0%')} | "
-        f"{_f(f.get('preemptions'), 'd')} |"
-    )
-
-
-def _rehearsal(report: Json) -> list[str]:
-    """The peak rehearsal: each arm's capacity, each step's figures per arm (and scope), and both
-    fallbacks rehearsed at peak."""
-    found = report.get("rehearsal")
-    if not found:
-        return []
-    lines = [
-        "## Peak and fallback rehearsal",
-        "",
-        f"{found['phase']}: {found['message']}",
-        "",
-        "The scopes' own mix, replayed through a rehearsal router that reaches only the speculative and control "
-        "arms, at a ladder of loads (requests per second per replica of each arm); a ladder step is read past its "
-        "first analysis window, any other step over its last. An arm's capacity is the highest load it completed on "
-        "a ladder step it kept up with (it finished what it was sent) while completing the on-time target.",
-        "",
-        f"- Speculative arm's capacity: {_f(found.get('speculativeCapacity'), unit=' requests/s per replica')}",
-        f"- Control arm's capacity: {_f(found.get('controlCapacity'), unit=' requests/s per replica')}",
-        "",
-        "| step | load | arm | completed / replica | kept up | on time | TTFT p50 / p99 s | e2e p95 s | ms/token "
-        "| timeouts | rejections | peak KV | preemptions |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    for index, step in enumerate(found.get("steps", []), start=1):
-        for arm in REHEARSED_ARMS:
-            if step.get(arm) is not None:
-                lines.append(_step_row(f"{index}{_kind(step)}", step["load"], arm, step[arm]))
-            for scope in step.get("scopes", []):
-                if scope.get(arm) is not None:
-                    lines.append(_step_row(f"{index}", step["load"], f"{arm}: {scope['name']}", scope[arm]))
-    return [*lines, "", *_fallbacks(found)]
-
-
 def markdown(report: Json, plots: Sequence[str]) -> str:
     """report.md: the summary and the decision first, then the evidence by scope and load."""
+    lines = [*_summary(report), *_decisions(report), "", *_loads(report), *_production(report)]
+    lines += _decode_share(report)
+    lines += _alternative(report)
+    lines += ["## By load band", ""]
+    for scope in report["scopes"]:
+        lines += _bands(report, scope)
+    lines += _cost(report)
+    lines += rehearsal(report)
+    lines += [*_quality(report), "", *_probes(report)]
+    lines += _fallback_records(report)
+    lines += ["", *_frozen(report)]
+    lines += _schedules(report)
+    lines += _replay(report, plots)
+    return "\n".join(lines) + "\n"
+
+
+def _summary(report: Json) -> list[str]:
+    """The pilot's outcome and its reasons, and how recent the evidence is."""
     pilot, decision = report["pilot"], report["decision"]
     lines = [f"# Speculation pilot {pilot['namespace']}/{pilot['name']}: {decision['outcome']}", ""]
     if not report["decisionStated"]:
         lines += ["*Provisional: the operator has not stated a decision yet (scopes still piloting).*", ""]
     lines += [f"- {reason}" for reason in decision.get("reasons", [])]
-    lines += ["", f"Evidence as of {report['evidenceAsOf'] or 'no window yet'}.", ""]
-    lines += [
+    return [*lines, "", f"Evidence as of {report['evidenceAsOf'] or 'no window yet'}.", ""]
+
+
+def _decisions(report: Json) -> list[str]:
+    """Each scope's state, outcome, crossover and envelope."""
+    lines = [
         "## Decisions by scope",
         "",
         "| scope | state | outcome | reason | crossover (interval) | envelope up to |",
@@ -306,11 +239,15 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
         )
         lines.append(
             f"| {scope['name']} | {scope['state'] or ''} | {d['outcome']} | {d.get('deferReason', '')} | {interval} | "
-            f"{_f(d.get('maxLoad'))} |"
+            f"{fig(d.get('maxLoad'))} |"
         )
-    lines += ["", *_loads(report), *_production(report)]
+    return lines
+
+
+def _decode_share(report: Json) -> list[str]:
+    """Each scope's decode share, and the end-to-end gain a decode ratio implies beside the one observed."""
     compared = report["compared"]["name"]
-    lines += [
+    lines = [
         "## Decode share and end-to-end gain",
         "",
         f"Each scope's requests on {compared}, and speculation's decode ratio against it over every conclusive "
@@ -326,50 +263,64 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     for scope in report["scopes"]:
         t = scope["timing"] or {}
         lines.append(
-            f"| {scope['name']} | {_f(t.get('ttftSeconds'), '.3f')} | {_f(t.get('decodeSeconds'), '.3f')} | "
-            f"{_f(t.get('e2eSeconds'), '.3f')} | {_f(t.get('decodeShare'), '.0%')} | "
-            f"{_f(t.get('decodeOnlyGain'), unit='x')} | "
-            f"{_f(t.get('impliedEndToEndGain'), unit='x')} | {_f(t.get('observedEndToEndGain'), unit='x')} | "
-            f"{_f(scope['decision'].get('observedGain'), unit='x')} | "
-            f"{_f(scope['decision'].get('ttftRatio'), unit='x')} |"
+            f"| {scope['name']} | {fig(t.get('ttftSeconds'), '.3f')} | {fig(t.get('decodeSeconds'), '.3f')} | "
+            f"{fig(t.get('e2eSeconds'), '.3f')} | {fig(t.get('decodeShare'), '.0%')} | "
+            f"{fig(t.get('decodeOnlyGain'), unit='x')} | "
+            f"{fig(t.get('impliedEndToEndGain'), unit='x')} | {fig(t.get('observedEndToEndGain'), unit='x')} | "
+            f"{fig(scope['decision'].get('observedGain'), unit='x')} | "
+            f"{fig(scope['decision'].get('ttftRatio'), unit='x')} |"
         )
-    lines += [
+    return [
+        *lines,
         "",
         "A decode-only gain is not an end-to-end gain: the implied gain is 1 / (1 - share x (1 - ratio)).",
         "",
         *_chunk_gaps(report),
     ]
-    lines += _alternative(report)
-    lines += ["## By load band", ""]
-    for scope in report["scopes"]:
-        lines += _bands(report, scope)
-    lines += _cost(report)
-    lines += _rehearsal(report)
-    lines += ["## Quality by scope", ""]
+
+
+def _quality(report: Json) -> list[str]:
+    """Each scope's windows with a failing quality check, and its quality fallbacks."""
+    lines = ["## Quality by scope", ""]
     for scope in report["scopes"]:
         q = scope["quality"]
         lines.append(
             f"- {scope['name']}: {q['windowsWithFailingChecks']} window(s) with a failing quality check, "
             f"{len(q['fallbacks'])} quality fallback(s)."
         )
-    lines += ["", *_probes(report)]
-    lines += ["## Fallback records", ""]
+    return lines
+
+
+def _fallback_records(report: Json) -> list[str]:
+    """Every fallback the pilot took, with the figure that crossed its threshold."""
+    lines = ["## Fallback records", ""]
     if report["fallbacks"]:
         lines += ["| scope | at | reason | metric | observed | threshold |", "|---|---|---|---|---|---|"]
         lines += [
-            f"| {f['scope']} | {f['at']} | {f['reason']} | {f['metric']} | {_f(f.get('observed'), '.4g')} | "
-            f"{_f(f.get('threshold'), '.4g')} |"
+            f"| {f['scope']} | {f['at']} | {f['reason']} | {f['metric']} | {fig(f.get('observed'), '.4g')} | "
+            f"{fig(f.get('threshold'), '.4g')} |"
             for f in report["fallbacks"]
         ]
     else:
         lines.append("None.")
-    lines += ["", "## Frozen configurations", ""]
+    return lines
+
+
+def _frozen(report: Json) -> list[str]:
+    """Each arm's replicas, GPUs and config hash, as frozen for the pilot."""
+    lines = ["## Frozen configurations", ""]
     for arm, values in report["arms"].items():
         lines.append(
             f"- {arm_label(report, arm)}: {values['replicas']} replica(s), {values['gpus']} GPU(s), "
             f"config hash `{values['configHash']}`"
         )
-    lines += ["", "The full engine and arm specs are in report.json (`configurations`) and replay/pilot.yaml.", ""]
+    specs = "The full engine and arm specs are in report.json (`configurations`) and replay/pilot.yaml."
+    return [*lines, "", specs, ""]
+
+
+def _schedules(report: Json) -> list[str]:
+    """The recommended dynamic speculation schedules, and why a scope has none."""
+    lines: list[str] = []
     recommended = [item for item in report["schedules"] if item["recommendation"]]
     if report["schedules"]:
         lines += ["## Recommended dynamic speculation schedule", ""]
@@ -394,21 +345,25 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     for item in report["schedules"]:
         if not item["recommendation"]:
             lines += [f"No schedule for {item['derivedFrom']}: {item['why']}.", ""]
-    lines += ["## Replay", ""]
+    return lines
+
+
+def _replay(report: Json, plots: Sequence[str]) -> list[str]:
+    """How to replay the observed workload, and the plots."""
+    lines = ["## Replay", ""]
     lines += [
         "`replay/pilot.yaml` is the pilot manifest; `replay/workload.yaml` is the observed workload as a loadgen mix "
-        f"(weights are arrival rates; {_f(report['replay']['ratePerSecond'], '.2f')} requests per second in all):",
+        f"(weights are arrival rates; {fig(report['replay']['ratePerSecond'], '.2f')} requests per second in all):",
         "",
         "```sh",
         "specpilot loadgen --url ROUTER_URL --mix replay/workload.yaml "
-        f"--rate {_f(report['replay']['ratePerSecond'], '.3f')} --arrivals poisson --duration 600",
+        f"--rate {fig(report['replay']['ratePerSecond'], '.3f')} --arrivals poisson --duration 600",
         "```",
         "",
         "## Plots",
         "",
     ]
-    lines += [f"![{name}](plots/{name})" for name in plots]
-    return "\n".join(lines) + "\n"
+    return [*lines, *(f"![{name}](plots/{name})" for name in plots)]
 
 
 def _share(passed: int, checks: int) -> str:
@@ -419,7 +374,7 @@ def _probe_cells(kind: str, arm: Json, *, greedy_side: str) -> str:
     """What one arm's answers of a kind came to, in words."""
     if kind == "sampled":
         return (
-            f"mean score {_f(arm['meanScore'], '.4g')} (sd {_f(arm['scoreSd'], '.3g')}) "
+            f"mean score {fig(arm['meanScore'], '.4g')} (sd {fig(arm['scoreSd'], '.3g')}) "
             f"over {arm['scored']} of {arm['answers']} answers"
         )
     if kind == "greedy":
@@ -432,7 +387,7 @@ def _variation(kind: str, variation: Json | None) -> str:
         return "n/a"
     if kind == "greedy":
         return f"{variation['selfDivergences']} self-divergence(s) in {variation['comparisons']}"
-    return f"score sd {_f(variation['scoreSd'], '.3g')}"
+    return f"score sd {fig(variation['scoreSd'], '.3g')}"
 
 
 def _probes(report: Json) -> list[str]:
@@ -493,8 +448,8 @@ def _chunk_gaps(report: Json) -> list[str]:
             continue
         judged = "judged (thresholds.interTokenLatency)" if gaps["judged"] else "not judged"
         lines.append(
-            f"- {scope['name']}: p{gaps['quantile'] * 100:g} {_f(gaps['speculativeSeconds'] * 1000, '.1f')} ms "
-            f"against {_f(gaps['comparedSeconds'] * 1000, '.1f')} ms, {_f(gaps['ratio'], unit='x')}; {judged}."
+            f"- {scope['name']}: p{gaps['quantile'] * 100:g} {fig(gaps['speculativeSeconds'] * 1000, '.1f')} ms "
+            f"against {fig(gaps['comparedSeconds'] * 1000, '.1f')} ms, {fig(gaps['ratio'], unit='x')}; {judged}."
         )
     if not lines:
         return []

@@ -18,7 +18,9 @@ from tests.unit.controller.specs import load
 
 from specpilot.calibrate import measure
 from specpilot.calibrate.job import Calibration, ConfigMapKey, render
-from specpilot.controller.core.render import render_arm, render_router, render_step_load
+from specpilot.controller.core.arm_objects import render_arm
+from specpilot.controller.core.rehearsal.manifests import render_step_load
+from specpilot.controller.core.router_objects import render_router
 from specpilot.wire.names import Arm
 
 pytestmark = pytest.mark.cluster

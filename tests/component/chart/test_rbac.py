@@ -16,7 +16,9 @@ from tests.helm import CHART, ROOT, by_kind, helm, template
 from specpilot.api.pilot import GROUP, PLURAL
 from specpilot.api.spec import Rehearsal, SpeculationPilotSpec
 from specpilot.controller import handlers, kube
-from specpilot.controller.core.render import PilotRef, Rendered, render, render_rehearsal, render_step_load
+from specpilot.controller.core.objects import PilotRef
+from specpilot.controller.core.rehearsal.manifests import render_rehearsal, render_step_load
+from specpilot.controller.core.render import Rendered, render
 from specpilot.controller.core.routing import routing_table
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)

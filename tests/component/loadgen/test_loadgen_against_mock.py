@@ -13,8 +13,8 @@ from typing import Any
 
 import aiohttp
 
-from specpilot.loadgen.client import Target
 from specpilot.loadgen.runner import RunLimits, run
+from specpilot.loadgen.sender import Target
 from specpilot.loadgen.workload import constant_arrivals, parse_mix, plan, poisson_arrivals
 
 SCALE = 0.02

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 from tests.profiles import DRAFT_TOKENS, PROFILE
 
-from specpilot.loadgen.client import Target
 from specpilot.loadgen.runner import RunLimits, run
+from specpilot.loadgen.sender import Target
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm import simulate
 

@@ -12,33 +12,31 @@ import yaml
 
 from specpilot.api import Problem, validate
 from specpilot.api.pilot import NAME_LEAVES_REHEARSAL, NAME_RULE
-from specpilot.api.spec import (
+from specpilot.api.spec.analysis import ONE_FORECAST_PROFILE, WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE
+from specpilot.api.spec.arms import DRAFT_MODEL_FORBIDDEN, DRAFT_MODEL_REQUIRED, DRAFT_REVISION_NEEDS_MODEL
+from specpilot.api.spec.engine import (
+    ENV_VALUE_OR_SOURCE,
+    GPU_PER_RANK,
+    TOKEN_NEEDS_OPT_IN,
+    TOLERATION_EXISTS_WITHOUT_VALUE,
+)
+from specpilot.api.spec.fields import URL_WITHOUT_USERINFO
+from specpilot.api.spec.pilot import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
     ALTERNATIVE_NEEDS_CONTROL,
     ALTERNATIVE_SHARE_FITS,
-    ARM_LABELS_DIFFER,
     CONTROL_LABELS_GIVEN,
     CONTROL_SHARE_FITS,
     DEADLINE_WITHIN_TIMEOUT,
     DEFAULT_SCOPE_EXISTS,
-    DRAFT_MODEL_FORBIDDEN,
-    DRAFT_MODEL_REQUIRED,
-    DRAFT_REVISION_NEEDS_MODEL,
     DRAFT_TENSOR_PARALLEL,
-    ENV_VALUE_OR_SOURCE,
-    GPU_PER_RANK,
-    HEADER_NOT_RESERVED,
-    ONE_FORECAST_PROFILE,
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
-    TOKEN_NEEDS_OPT_IN,
-    TOLERATION_EXISTS_WITHOUT_VALUE,
-    URL_WITHOUT_USERINFO,
-    WINDOW_COVERS_INTERVAL,
-    WINDOW_COVERS_KV_CACHE,
 )
+from specpilot.api.spec.prometheus import ARM_LABELS_DIFFER
+from specpilot.api.spec.secretref import HEADER_NOT_RESERVED
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from specpilot.api.spec import PROBES_GIVEN, Probes, SpeculationPilotSpec
+from specpilot.api.spec import Probes, SpeculationPilotSpec
+from specpilot.api.spec.pilot import PROBES_GIVEN
 from specpilot.api.validate import validate
 
 BASE: dict[str, Any] = {

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from specpilot.api import validate
-from specpilot.api.spec import METHODS_WITH_DRAFT_MODEL, SCHEDULE_ASCENDS, SCHEDULE_WITHIN_DRAFT, DraftMethod
+from specpilot.api.spec import DraftMethod
+from specpilot.api.spec.arms import METHODS_WITH_DRAFT_MODEL, SCHEDULE_ASCENDS, SCHEDULE_WITHIN_DRAFT
 from specpilot.wire.batchschedule import VllmRelease
 
 FIELD = "spec.speculative.draft.schedule"

@@ -28,10 +28,11 @@ from specpilot.api.pilot import API_VERSION, KIND
 from specpilot.api.spec import Analysis, ProbeCase, ProbeKind, Probes, Webhook
 from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import EngineReadings, Queried
+from specpilot.controller.core.objects import PilotRef
 from specpilot.controller.core.observe import ROUTER_COMPONENTS, ChildSummary, PodView, summarize
-from specpilot.controller.core.render import PilotRef, render_routes_configmap
+from specpilot.controller.core.router_objects import render_routes_configmap
 from specpilot.controller.core.snapshot import Observation
-from specpilot.controller.evidence import ConfigMapEvidence
+from specpilot.controller.evidence_store import ConfigMapEvidence
 from specpilot.controller.kube import ApiError
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.controller.ports import Pods, Served

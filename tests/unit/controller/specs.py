@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from specpilot.api.spec import SpeculationPilotSpec
-from specpilot.controller.core.render import PilotRef
-from specpilot.controller.core.workload import Workload, read_workload
+from specpilot.controller.core.objects import PilotRef
+from specpilot.controller.core.workload_ref import Workload, read_workload
 
 ROOT = Path(__file__).resolve().parents[3]
 

@@ -6,9 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from specpilot.api.reasons import FallbackReason, MetricName
-from specpilot.api.status import FALLBACK_LIMIT, FallbackRecord, RoutesStatus, SpeculationPilotStatus, Window
-from specpilot.controller.core.render import arms_of, render_arm
-from specpilot.controller.core.status import Observed, carry_scopes, reconciled_status
+from specpilot.api.status import FallbackRecord, RoutesStatus, SpeculationPilotStatus, Window
+from specpilot.api.status.pilot import FALLBACK_LIMIT
+from specpilot.controller.core.arm_objects import arms_of, render_arm
+from specpilot.controller.core.health import Observed
+from specpilot.controller.core.next_status import carry_scopes, reconciled_status
 from tests.unit.controller.specs import ROOT, load
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

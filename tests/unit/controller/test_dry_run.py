@@ -11,8 +11,9 @@ import yaml
 
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.controller.core.changes import _binds_absent_role
+from specpilot.controller.core.objects import PilotRef
 from specpilot.controller.core.observe import ChildSummary
-from specpilot.controller.core.render import PilotRef, render
+from specpilot.controller.core.render import render
 from specpilot.controller.core.routing import routing_table
 from specpilot.controller.core.snapshot import Observation
 from tests.unit.controller.specs import ROOT

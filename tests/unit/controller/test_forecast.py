@@ -13,7 +13,7 @@ from specpilot.analysis.forecast.inputs import MIN_WINDOWS, profile_costs, scope
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import Forecast as ForecastSpec
 from specpilot.api.status import DecisionOutcome, ScopeDecision, ScopeStatus, SpeculationPilotStatus
-from specpilot.controller.core.forecast import disagrees, forecast_scopes
+from specpilot.controller.core.scope_forecasts import disagrees, forecast_scopes
 from specpilot.wire.names import STEPCOST_KEY
 from specpilot.wire.profiles import calibrated_text
 from tests.unit.analysis.scope_evidence import scope

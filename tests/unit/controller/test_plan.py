@@ -9,17 +9,10 @@ from specpilot.analysis.rollout import EventType
 from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.status import Verdict
-from specpilot.controller.core.plan import (
-    INVALID_SPEC_TICK,
-    Confirm,
-    Plan,
-    flip_served,
-    plan,
-    refused,
-    teardown,
-    windows_due,
-)
+from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, flip_served, plan, refused
 from specpilot.controller.core.snapshot import Snapshot, Written, read_pilot
+from specpilot.controller.core.teardown import teardown
+from specpilot.controller.core.windows import windows_due
 from specpilot.wire.names import Arm
 from tests.unit.controller.fakes import Harness, pilot_doc
 

@@ -28,19 +28,14 @@ from specpilot.api.status import (
     ScopeStatus,
     Window,
 )
+from specpilot.controller.core.arm_objects import render_arm
 from specpilot.controller.core.measurements import horizon
-from specpilot.controller.core.rehearsal.steps import (
-    advance,
-    arm_figures,
-    bracket,
-    capacity_of,
-    ladder,
-    next_move,
-    read_span,
-    step_duration,
-)
+from specpilot.controller.core.objects import PilotRef
+from specpilot.controller.core.rehearsal.figures import arm_figures, capacity_of
+from specpilot.controller.core.rehearsal.ladder import bracket, ladder, step_duration
+from specpilot.controller.core.rehearsal.manifests import render_restart
+from specpilot.controller.core.rehearsal.steps import advance, next_move, read_span
 from specpilot.controller.core.rehearsal.tick import load_changed_at
-from specpilot.controller.core.render import PilotRef, render_arm, render_restart
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.analysis.crossover import pilot as crossover_pilot

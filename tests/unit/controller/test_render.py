@@ -13,21 +13,13 @@ import pytest
 import yaml
 
 from specpilot.api.podsecurity import HOME_VOLUME, hardened_engine_pod
-from specpilot.api.spec import GPU_RESOURCE, Control, Rehearsal, SpeculationPilotSpec
-from specpilot.controller.core.render import (
-    ArmPlan,
-    PilotRef,
-    Rendered,
-    content_hash,
-    engine_pod,
-    max_table_age_seconds,
-    render,
-    render_arm,
-    render_restart,
-    render_router,
-    render_step_load,
-    router_rbac,
-)
+from specpilot.api.spec import Control, Rehearsal, SpeculationPilotSpec
+from specpilot.api.spec.engine import GPU_RESOURCE
+from specpilot.controller.core.arm_objects import ArmPlan, engine_pod, render_arm
+from specpilot.controller.core.objects import PilotRef, content_hash
+from specpilot.controller.core.rehearsal.manifests import render_restart, render_step_load
+from specpilot.controller.core.render import Rendered, render
+from specpilot.controller.core.router_objects import max_table_age_seconds, render_router, router_rbac
 from specpilot.controller.core.routing import routing_table
 from specpilot.wire.names import ARM_LABEL, PILOT_LABEL, Arm, routes_name
 from specpilot.wire.routerconfig import RouterConfig

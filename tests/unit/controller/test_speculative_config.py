@@ -11,8 +11,9 @@ import pytest
 
 from specpilot.api.spec import Draft
 from specpilot.api.status import RoutesStatus
-from specpilot.controller.core.render import arms_of, render_arm, speculative_config
-from specpilot.controller.core.status import Observed, carry_scopes, reconciled_status
+from specpilot.controller.core.arm_objects import arms_of, render_arm, speculative_config
+from specpilot.controller.core.health import Observed
+from specpilot.controller.core.next_status import carry_scopes, reconciled_status
 from specpilot.wire.batchschedule import VllmRelease, validate
 from specpilot.wire.names import Arm
 from tests.unit.controller.specs import ROOT, load, with_spec, workload_of

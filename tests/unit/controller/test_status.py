@@ -10,18 +10,11 @@ import pytest
 from specpilot.api.reasons import Reason
 from specpilot.api.status import ConditionStatus, ConditionType, Phase, RoutesStatus, ScopeState, SpeculationPilotStatus
 from specpilot.api.validate import Problem
-from specpilot.controller.core.render import arms_of, render_arm
-from specpilot.controller.core.status import (
-    DeploymentState,
-    Observed,
-    PodTrouble,
-    StatusPlan,
-    carry_scopes,
-    condition,
-    invalid_status,
-    reconciled_status,
-    set_condition,
-)
+from specpilot.controller.core.arm_objects import arms_of, render_arm
+from specpilot.controller.core.conditions import condition, set_condition
+from specpilot.controller.core.health import Observed
+from specpilot.controller.core.next_status import StatusPlan, carry_scopes, invalid_status, reconciled_status
+from specpilot.controller.core.observe import DeploymentState, PodTrouble
 from tests.unit.controller.specs import ROOT, load, with_spec
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -6,13 +6,8 @@ import json
 
 import pytest
 
-from specpilot.mockvllm.config import (
-    DEFAULT_MODEL,
-    ConfigError,
-    parse_args,
-    parse_model_len,
-    resolve_limits,
-)
+from specpilot.mockvllm.cmdline import DEFAULT_MODEL, ConfigError, parse_model_len
+from specpilot.mockvllm.config import parse_args, resolve_limits
 from specpilot.mockvllm.costmodel import MemoryParams
 from specpilot.mockvllm.profile import ModelParams, Profile
 

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from specpilot.mockvllm import simulate
-from specpilot.mockvllm.config import ConfigError, parse_args, resolve_limits
+from specpilot.mockvllm.cmdline import ConfigError
+from specpilot.mockvllm.config import parse_args, resolve_limits
 from specpilot.mockvllm.profile import parse_profile
 from specpilot.mockvllm.server import MockServer, main
 from specpilot.mockvllm.textgen import TokenSource

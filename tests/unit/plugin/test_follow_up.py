@@ -15,7 +15,7 @@ from specpilot.analysis.evidence import Evidence
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import DecisionOutcome, ScopeState, ScopeStatus, SpeculationPilotStatus
 from specpilot.api.validate import validate
-from specpilot.controller.core.evidence import decide
+from specpilot.controller.core.decide import decide
 from specpilot.plugin.followup import FOLLOWS_ANNOTATION, FOLLOWS_DECISION_ANNOTATION, Overrides, follow_up
 from specpilot.plugin.kubectl import completions, main
 from specpilot.report.build import build

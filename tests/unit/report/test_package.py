@@ -23,7 +23,7 @@ from specpilot.api.status import (
     SpeculationPilotStatus,
     Window,
 )
-from specpilot.controller.core.evidence import decide
+from specpilot.controller.core.decide import decide
 from specpilot.loadgen.workload import load_mix
 from specpilot.report.build import build
 from specpilot.report.markdown import markdown

@@ -10,8 +10,9 @@ from typing import Any
 
 from specpilot.analysis.rollout import Event, EventType
 from specpilot.api.reasons import Reason
+from specpilot.controller.core.objects import content_hash
 from specpilot.controller.core.observe import MANAGED_FIELDS, drifted
-from specpilot.controller.core.render import Rendered, content_hash
+from specpilot.controller.core.render import Rendered
 from specpilot.controller.core.snapshot import Key, Observation, Written
 from specpilot.wire.routes import RoutingTable
 

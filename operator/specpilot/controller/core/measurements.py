@@ -20,7 +20,7 @@ from specpilot.metrics.engine import Scrape, engine_window
 from specpilot.metrics.ledger import LedgerView
 from specpilot.metrics.load import cache_config, kv_blocks, window_load
 from specpilot.metrics.samples import arm_requests, kv_load
-from specpilot.metrics.window import scope_window
+from specpilot.metrics.scope_window import scope_window
 from specpilot.wire.names import MEASURED_ARMS, Arm
 
 

@@ -1,4 +1,4 @@
-"""One pilot tick as a pure function: `plan(snapshot) -> Plan`, and the ordered teardown's steps.
+"""One pilot tick as a pure function: `plan(snapshot) -> Plan` (the ordered teardown's steps are `teardown`'s).
 
 Every decision the controller makes is here: what to render and apply, the routing table, which
 windows are judged and where each scope moves, manual actions, the evidence and the decisions, the
@@ -12,11 +12,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from specpilot.analysis.checks import Check
 from specpilot.analysis.evidence import Evidence, WindowLoad
-from specpilot.analysis.quality import probe_checks, scope_cases, webhook_check
 from specpilot.analysis.rollout import Action, Event, EventType
-from specpilot.analysis.window import ScopeWindow
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
@@ -31,57 +28,36 @@ from specpilot.api.status import (
     WorkloadStatus,
 )
 from specpilot.api.validate import Problem
+from specpilot.controller.core.arm_objects import ArmPlan, arm_plans
 from specpilot.controller.core.changes import Apply, changes
-from specpilot.controller.core.evidence import Decided, decide, fresh_for, record
-from specpilot.controller.core.forecast import forecast_scopes
+from specpilot.controller.core.decide import Decided, decide, fresh_for, record
 from specpilot.controller.core.guard import Reading, guard_production, saturation_message
-from specpilot.controller.core.measurements import alternative_judged, compared_arm
+from specpilot.controller.core.health import Observed
+from specpilot.controller.core.measurements import compared_arm
+from specpilot.controller.core.next_status import StatusPlan, carry_scopes, invalid_status, reconciled_status
+from specpilot.controller.core.objects import content_hash
 from specpilot.controller.core.progress import (
     ACTED_ON,
     Measured,
     Progress,
     advance_scopes,
-    due,
     manual_actions,
     production_saturation,
     warm,
 )
 from specpilot.controller.core.rehearsal.steps import next_move, rehearsing, rehearsing_rolled_back
-from specpilot.controller.core.rehearsal.tick import (
-    RehearsalTick,
-    leftovers,
-    load_changed_at,
-    rehearsal_children,
-    rehearsal_tick,
-)
-from specpilot.controller.core.render import (
-    ArmPlan,
-    PilotRef,
-    Rendered,
-    arms_of,
-    content_hash,
-    render,
-    render_arm,
-    render_routes_configmap,
-)
-from specpilot.controller.core.routing import ordinary, routing_table, table_hash
+from specpilot.controller.core.rehearsal.tick import RehearsalTick, leftovers, load_changed_at, rehearsal_tick
+from specpilot.controller.core.render import Rendered, render
+from specpilot.controller.core.router_objects import render_routes_configmap
+from specpilot.controller.core.routing import routing_table, table_hash
+from specpilot.controller.core.scope_forecasts import forecast_scopes
 from specpilot.controller.core.snapshot import Child, Observation, Snapshot
-from specpilot.controller.core.status import Observed, StatusPlan, carry_scopes, invalid_status, reconciled_status
 from specpilot.controller.core.takeover import ServicePatch, TakeoverTick, restoring, takeover_tick
-from specpilot.controller.core.workload import Workload, workload_status
-from specpilot.wire.names import (
-    REHEARSAL_LOAD_COMPONENT,
-    REHEARSAL_ROUTER_COMPONENT,
-    ROUTER_COMPONENT,
-    Arm,
-    arm_name,
-    router_name,
-    routes_name,
-)
-from specpilot.wire.routes import RoutingTable, TableError, parse_routes
-
-REHEARSAL_COMPONENTS = (REHEARSAL_ROUTER_COMPONENT, REHEARSAL_LOAD_COMPONENT)
-API_VERSIONS = {"Deployment": "apps/v1", "Service": "v1", "ConfigMap": "v1", "Job": "batch/v1"}
+from specpilot.controller.core.teardown import observed_table
+from specpilot.controller.core.windows import measured_windows, scope_windows
+from specpilot.controller.core.workload_ref import workload_status
+from specpilot.wire.names import ROUTER_COMPONENT, Arm, router_name
+from specpilot.wire.routes import RoutingTable
 
 # While the spec is invalid, the table that runs is kept fresh this often (nothing else is done).
 INVALID_SPEC_TICK = timedelta(seconds=10)
@@ -134,16 +110,6 @@ class Plan:
     judged: tuple[tuple[str, Verdict], ...] = ()  # (scope, verdict) of each window judged
     flipped: tuple[str, ...] = ()  # scopes sent back to ordinary decoding
     delay: timedelta  # until the next tick, unless something wakes it
-
-
-def windows_due(snapshot: Snapshot) -> dict[str, ScopeWindow]:
-    """The windows this tick judges; the shell asks the webhooks about each before `plan`."""
-    spec = snapshot.pilot.spec
-    if spec is None or snapshot.pilot.deleting:
-        return {}
-    arms = _arms(snapshot.pilot.ref, spec, snapshot.workload)
-    scopes, _ = carry_scopes(snapshot.pilot.status, spec, arms, now=snapshot.now)
-    return _windows(snapshot, spec, scopes)
 
 
 def plan(snapshot: Snapshot) -> Plan:
@@ -277,10 +243,10 @@ def _move(snapshot: Snapshot, spec: SpeculationPilotSpec, *, paused: bool) -> _M
     """The scopes carried onto this spec, their due windows measured and judged, manual actions applied
     (`paused`: production is saturated, so no scope is promoted)."""
     seen, now, previous = snapshot.seen, snapshot.now, snapshot.pilot.status
-    arms = _arms(snapshot.pilot.ref, spec, snapshot.workload)
+    arms = arm_plans(snapshot.pilot.ref, spec, snapshot.workload)
     workload = workload_status(snapshot.workload) if snapshot.workload is not None else None
     scopes, carried = carry_scopes(previous, spec, arms, now=now, workload=workload)
-    measured = _measured(snapshot, spec, scopes, _windows(snapshot, spec, scopes))
+    measured = measured_windows(snapshot, spec, scopes, scope_windows(snapshot, spec, scopes))
     names = [scope.name for scope in scopes]
     manual = manual_actions(seen.annotations, names)
     rehearsal = previous.rehearsal if previous is not None else None
@@ -413,10 +379,6 @@ def _takeover(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[S
     )
 
 
-def _arms(ref: PilotRef, spec: SpeculationPilotSpec, workload: Workload | None) -> tuple[ArmPlan, ...]:
-    return tuple(render_arm(ref, spec, arm, workload) for arm in arms_of(spec))
-
-
 def _production(
     snapshot: Snapshot, spec: SpeculationPilotSpec
 ) -> tuple[ProductionGuard | None, str | None, str | None]:
@@ -450,70 +412,6 @@ def _end(snapshot: Snapshot) -> datetime:
     end = snapshot.measurements.collected_at
     assert end is not None  # there are windows only once something was collected
     return end
-
-
-def _windows(snapshot: Snapshot, spec: SpeculationPilotSpec, scopes: Sequence[ScopeStatus]) -> dict[str, ScopeWindow]:
-    """The window of every scope due (a rolled-back one while the rehearsal runs it), ending at the last
-    collection, once both arms are warm. A scope judged before this process began measuring (the
-    operator restarted) waits until the engines' figures reach back over a whole window: it keeps its
-    state rather than being held for want of them."""
-    status = snapshot.pilot.status
-    end = snapshot.measurements.collected_at
-    if end is None or spec.suspend or not warm(status, spec.analysis, snapshot.now):
-        return {}
-    since = snapshot.measurements.measured_since
-    refilling = since is not None and end - spec.analysis.window < since
-    last = status.rehearsal if status is not None else None
-    rehearsed = rehearsing_rolled_back(last, window=spec.analysis.window, now=snapshot.now)
-    return {
-        scope.name: snapshot.measurements.window(
-            scope.name,
-            analysis=spec.analysis,
-            end=end,
-            compared=compared_arm(spec),
-            alternative=alternative_judged(spec),
-        )
-        for scope in scopes
-        if due(scope, spec.analysis, end, rehearsed=rehearsed) and not (refilling and scope.last_window is not None)
-    }
-
-
-def _measured(
-    snapshot: Snapshot,
-    spec: SpeculationPilotSpec,
-    scopes: Sequence[ScopeStatus],
-    windows: Mapping[str, ScopeWindow],
-) -> dict[str, Measured]:
-    """Each due window, with the speculative requests new since the scope's last window and the
-    quality gates' checks."""
-    last_windows = {scope.name: scope.last_window for scope in scopes}
-    out = {}
-    for name, window in windows.items():
-        last = last_windows.get(name)
-        since = max(last.end if last is not None else window.start, window.start)
-        new = snapshot.measurements.new_requests(name, since=since, end=window.end)
-        out[name] = Measured(window, new, _quality(snapshot, spec, name))
-    return out
-
-
-def _quality(snapshot: Snapshot, spec: SpeculationPilotSpec, scope: str) -> tuple[Check, ...]:
-    """The quality gates' checks for a scope's window: one per probe kind of its cases, and each webhook's
-    answer (a webhook with no answer fails)."""
-    checks: list[Check] = []
-    if spec.quality.probes is not None:
-        cases = scope_cases(spec).get(scope, ())
-        found = snapshot.evidence.scopes.get(scope) if snapshot.evidence is not None else None
-        # what the operator's earlier runs saw: the probe tests go on from there
-        earlier = found.probes.before(snapshot.probe.since if snapshot.probe else None) if found else None
-        checks += probe_checks(
-            snapshot.probe, cases, quality=spec.quality, confidence=spec.analysis.confidence, earlier=earlier
-        )
-    answers = {result.name: result for result in snapshot.webhooks.get(scope, ())}
-    for hook in spec.quality.webhooks:
-        answer = answers.get(hook.name)
-        ok, detail = (answer.ok, answer.detail) if answer is not None else (False, "not asked")
-        checks.append(webhook_check(hook.name, ok, critical=hook.critical, detail=detail))
-    return tuple(checks)
 
 
 def _evidence(snapshot: Snapshot, spec: SpeculationPilotSpec, moved: _Moved) -> Evidence:
@@ -568,59 +466,3 @@ def _routes(
     if routes is None or routes.hash != digest:
         routes = RoutesStatus(generation=(routes.generation if routes is not None else 0) + 1, hash=digest)
     return routes, table.model_copy(update={"generation": routes.generation})
-
-
-def observed_table(ref: PilotRef, seen: Observation) -> RoutingTable | None:
-    """The routing table that runs, as the routes ConfigMap holds it."""
-    child = seen.children.get(("ConfigMap", routes_name(ref.name)))
-    try:
-        return parse_routes(child.managed.get("data") if child else None, pilot=ref.name)
-    except TableError:
-        return None
-
-
-@dataclass(frozen=True, kw_only=True)
-class Teardown:
-    """One pass of the ordered teardown: write `flip` (every scope to ordinary decoding), wait for
-    the routers to serve `generation`, delete `first`; unless the router's pods still drain
-    (`draining`), delete `last` and the pilot is gone."""
-
-    flip: RoutingTable | None
-    events: tuple[Event, ...]
-    generation: int | None  # None: there is no table to wait for
-    routers: tuple[str, ...]
-    first: tuple[Child, ...]
-    draining: bool
-    last: tuple[Child, ...]
-
-
-def teardown(ref: PilotRef, seen: Observation, now: datetime) -> Teardown:
-    """Scopes go to ordinary decoding first and the routers are given time to take it; then the
-    speculative and alternative arms go, then the router (draining in-flight requests), and the
-    baseline, which serves until the router is gone, goes last."""
-    table = observed_table(ref, seen)
-    flip = None
-    if table is not None and any(route.weights.baseline != 100 for route in table.scopes):
-        flip = ordinary(table, generation=table.generation + 1, now=now)
-    deployments = "apps/v1", "Deployment"
-    return Teardown(
-        flip=flip,
-        events=(Event(EventType.NORMAL, Reason.TEARDOWN, "every scope flipped to ordinary decoding"),) if flip else (),
-        generation=(flip or table).generation if table is not None else None,
-        routers=tuple(ip for _, ip in seen.ready(ROUTER_COMPONENT)),
-        first=(
-            *rehearsal_children(seen),
-            *(Child(*deployments, arm_name(ref.name, arm)) for arm in (Arm.SPECULATIVE, Arm.CONTROL, Arm.ALTERNATIVE)),
-            Child(*deployments, router_name(ref.name)),
-        ),
-        draining=seen.count(ROUTER_COMPONENT) > 0,
-        last=(
-            Child(*deployments, arm_name(ref.name, Arm.BASELINE)),
-            *(Child("v1", "Service", arm_name(ref.name, arm)) for arm in Arm),
-            Child("v1", "Service", router_name(ref.name)),
-            Child("v1", "ConfigMap", routes_name(ref.name)),
-            Child("rbac.authorization.k8s.io/v1", "RoleBinding", router_name(ref.name)),
-            Child("rbac.authorization.k8s.io/v1", "Role", router_name(ref.name)),
-            Child("v1", "ServiceAccount", router_name(ref.name)),
-        ),
-    )

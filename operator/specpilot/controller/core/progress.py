@@ -33,7 +33,6 @@ from specpilot.api.pilot import (
 from specpilot.api.reasons import FallbackReason
 from specpilot.api.spec import Analysis, Probes, SpeculationPilotSpec
 from specpilot.api.status import (
-    FALLBACK_LIMIT,
     ConditionStatus,
     ConditionType,
     FallbackRecord,
@@ -41,8 +40,9 @@ from specpilot.api.status import (
     ScopeStatus,
     SpeculationPilotStatus,
 )
+from specpilot.api.status.pilot import FALLBACK_LIMIT
+from specpilot.controller.core.conditions import condition
 from specpilot.controller.core.rehearsal.steps import rehearsing_rolled_back
-from specpilot.controller.core.status import condition
 from specpilot.wire.names import Arm
 
 JUDGED = frozenset({ScopeState.PILOTING, ScopeState.SPECULATIVE, ScopeState.HELD})

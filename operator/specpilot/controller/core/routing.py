@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from specpilot.api.spec import Scope, SpeculationPilotSpec
 from specpilot.controller.core.measurements import alternative_judged
-from specpilot.controller.core.render import content_hash
+from specpilot.controller.core.objects import content_hash
 from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, PathMatch, RoutingTable, ScopeMatch, ScopeRoute
 
 

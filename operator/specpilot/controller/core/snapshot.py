@@ -18,10 +18,10 @@ from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
 from specpilot.controller.core.measurements import Measurements
+from specpilot.controller.core.objects import PilotRef
 from specpilot.controller.core.observe import ChildSummary, PodTrouble, PodView
 from specpilot.controller.core.policy import DEFAULT, Policy
-from specpilot.controller.core.render import PilotRef
-from specpilot.controller.core.workload import Workload
+from specpilot.controller.core.workload_ref import Workload
 
 Key = tuple[str, str]  # (kind, name) of a child
 

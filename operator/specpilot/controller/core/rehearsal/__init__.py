@@ -1,2 +1,2 @@
-"""The peak rehearsal: `steps`, its ladder and what each step measured, as pure functions; `tick`, its
-part of a pilot tick."""
+"""The peak rehearsal: `steps`, where it stands each tick; `ladder`, its planned steps; `figures`, what
+each step measured; `manifests`, its objects; `tick`, its part of a pilot tick. All pure."""

@@ -1,5 +1,5 @@
-"""The peak rehearsal as pure functions: its ladder, where it stands each tick, what it renders, and what
-each step measured.
+"""The peak rehearsal's lifecycle as pure functions: where it stands each tick and the Events of its moves
+(its ladder is `ladder`'s, what it renders `manifests`', what each step measured `figures`').
 
 After the live stages (the pilot's decision stated), the rehearsal replays the scopes' own mix through a
 router of its own at a ladder of loads, then a burst, then both fallbacks at the ladder's top: routing
@@ -19,25 +19,17 @@ began or the time cap stop it at once; its objects go when it is not running.
 
 from __future__ import annotations
 
-import json
-import math
-from collections import Counter
-from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
-from specpilot.analysis.evidence import Evidence, production_quantile, rehearsal_peak
-from specpilot.analysis.replay import replay_workload
+from specpilot.analysis.evidence import Evidence
 from specpilot.analysis.rollout import Event, EventType
-from specpilot.analysis.stats import nearest_rank
-from specpilot.analysis.window import ArmEngine, ArmRequests
+from specpilot.analysis.window import ArmEngine
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import Rehearsal, SpeculationPilotSpec
 from specpilot.api.status import (
-    ArmStepFigures,
     CrossoverBracket,
     Decision,
-    DecisionOutcome,
     RehearsalPhase,
     RehearsalStatus,
     RehearsalStep,
@@ -48,49 +40,18 @@ from specpilot.api.status import (
     ScopeStepFigures,
 )
 from specpilot.controller.core.measurements import Measurements
-from specpilot.controller.core.routing import reweighted, scope_route
-from specpilot.metrics.samples import arm_requests, finished_at
-from specpilot.wire.names import Arm, rehearsal_pilot
-from specpilot.wire.routes import ArmWeights, RoutingTable
-from specpilot.wire.samples import Fallback, RequestOutcome, RequestSample
+from specpilot.controller.core.rehearsal.figures import StepFigures, arm_figures, capacity_of, figures_of, kept_on_time
+from specpilot.controller.core.rehearsal.ladder import bracket, crossover_step, ladder, step_duration
+from specpilot.metrics.samples import arm_requests
+from specpilot.wire.names import Arm
 
 REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)
-FLIPPED = ArmWeights(control=100)  # the routing fallback rehearsed: the speculative share on the control arm
 MOVE_MARGIN = timedelta(milliseconds=100)  # a tick due at a move lands just past it, not just before
 
 
 def running(status: RehearsalStatus | None) -> bool:
     """The rehearsal holds the rehearsed scopes' live shares on production and its objects exist."""
     return status is not None and status.phase in (RehearsalPhase.STARTING, RehearsalPhase.RUNNING)
-
-
-def ladder(
-    rehearsal: Rehearsal,
-    production: Mapping[int, int],
-    *,
-    brackets: Sequence[CrossoverBracket] = (),
-    climb: bool = True,
-) -> tuple[RehearsalStep, ...] | str:
-    """The planned steps: evenly spaced over the loads the rehearsed scopes need, then the burst and the
-    fallbacks at the top; or why there is no ladder (a peak relative to a production never measured).
-    Scopes on speculative decoding (`climb`) need production's median load per replica to the peak; a
-    rolled-back scope its crossover interval (`brackets`), from end to end."""
-    spans = [(bracket.low, bracket.high) for bracket in brackets]
-    if climb or not spans:
-        median = production_quantile(production, 0.5)
-        peak = rehearsal_peak(rehearsal.peak.per_replica, rehearsal.peak.production_factor, production)
-        if peak is None:
-            return "production's load was never measured during the live stages, so the peak cannot be derived"
-        spans.append((min(median, peak) if median is not None else peak / rehearsal.steps, peak))
-    low, peak = min(low for low, _ in spans), max(high for _, high in spans)
-    count = rehearsal.steps
-    steps = [RehearsalStep(load=round(low + (peak - low) * i / (count - 1), 4)) for i in range(count)]
-    if rehearsal.burst is not None:
-        steps.append(RehearsalStep(load=round(peak * rehearsal.burst.factor, 4), burst=True))
-    steps.append(RehearsalStep(load=steps[count - 1].load, flip=True))
-    if rehearsal.restart:
-        steps.append(RehearsalStep(load=steps[count - 1].load, restart=True))
-    return tuple(steps)
 
 
 def flipped_at(rehearsal: Rehearsal, status: RehearsalStatus) -> datetime | None:
@@ -127,18 +88,6 @@ def restarting(status: RehearsalStatus | None) -> datetime | None:
         return None
     step = status.steps[status.step]
     return step.started_at if step.restart else None
-
-
-def step_duration(rehearsal: Rehearsal, step: RehearsalStep) -> timedelta:
-    if step.burst and rehearsal.burst is not None:
-        return rehearsal.burst.duration
-    return rehearsal.crossover_step_duration if step.crossover is not None else rehearsal.step_duration
-
-
-def step_rate(spec: SpeculationPilotSpec, step: RehearsalStep) -> float:
-    """The load generator's arrival rate for a step: its load per replica over both rehearsed arms (the
-    rehearsal router splits every scope evenly between them, which are the same size)."""
-    return step.load * 2 * spec.speculative.replicas
 
 
 def advance(
@@ -219,28 +168,6 @@ def _due(
     return due, brackets
 
 
-def bracket(scope: ScopeStatus) -> CrossoverBracket | None:
-    """The loads a rolled-back scope's decision leaves to rehearse: adopted in low-load windows, the
-    crossover between its highest win and the load it flipped back at for speed (or within an interval
-    below that load), or where the limit that flipped it fails (`limitFailure`); deferred short of settled
-    evidence below its flip (a thin win, or no win), the span it states (`rehearse`). The rehearsal's own
-    router runs such a scope against the control arm while production keeps it on ordinary decoding. None
-    for any other scope."""
-    decision = scope.decision
-    if scope.state is not ScopeState.ROLLED_BACK or decision is None:
-        return None
-    low, high = decision.crossover_low, decision.crossover_high
-    if decision.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS and decision.limit_failure is not None:
-        low, high = decision.limit_failure.low, decision.limit_failure.high
-    elif decision.outcome is DecisionOutcome.DEFER and decision.rehearse is not None:
-        low, high = decision.rehearse.low, decision.rehearse.high
-    elif decision.outcome is not DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS:
-        return None
-    if low is None or high is None:
-        return None
-    return CrossoverBracket(scope=scope.name, low=low, high=high) if 0 < low < high else None
-
-
 def rehearsing(status: RehearsalStatus | None, *, window: timedelta, now: datetime) -> tuple[str, ...]:
     """The scopes whose windows now hold rehearsal traffic: while their shares are on production, and
     for a window after the rehearsal ended."""
@@ -304,7 +231,7 @@ def _run(
         previous = previous.model_copy(update={"routing_flip": flip})
     if current.restart:
         previous = previous.model_copy(update={"restart_fallback": restart})
-    refine = _crossover_step(rehearsal, previous, steps, crossover, now=now) if crossover is not None else None
+    refine = crossover_step(rehearsal, previous, steps, crossover, now=now) if crossover is not None else None
     if refine is not None:
         steps.insert(index + 1, refine)
     if index + 1 == len(steps):
@@ -314,43 +241,6 @@ def _run(
     return previous.model_copy(
         update={"step": index + 1, "steps": steps, "message": _running(steps[index + 1], index + 1, steps)}
     )
-
-
-def _crossover_step(
-    rehearsal: Rehearsal,
-    status: RehearsalStatus,
-    steps: Sequence[RehearsalStep],
-    crossover: Callable[[str], float | None],
-    *,
-    now: datetime,
-) -> RehearsalStep | None:
-    """The crossover step to run next, as the current step ends the ladder or a crossover step: at the
-    crossover of the rehearsed scope with the fewest such steps so far (the lowest crossover first),
-    kept within a rolled-back scope's bracket, while one fits within maxDuration with the steps still
-    to run; None otherwise."""
-    index = status.step
-    if not steps[index].held or (index + 1 < len(steps) and steps[index + 1].on_ladder):
-        return None
-    taken = Counter(step.crossover for step in steps if step.crossover is not None)
-    wanted = [scope for scope in status.scopes if taken[scope] < rehearsal.crossover_steps]
-    brackets = {found.scope: found for found in status.brackets}
-    due = sorted(
-        (taken[scope], _within(load, brackets.get(scope)), scope)
-        for scope in wanted
-        if (load := crossover(scope)) is not None
-    )
-    if not due:
-        return None
-    _, load, scope = due[0]
-    step = RehearsalStep(load=round(load, 4), crossover=scope)
-    rest = sum((step_duration(rehearsal, later) for later in steps[index + 1 :]), timedelta())
-    if now + step_duration(rehearsal, step) + rest > (status.started_at or now) + rehearsal.max_duration:
-        return None
-    return step
-
-
-def _within(load: float, found: CrossoverBracket | None) -> float:
-    return min(max(load, found.low), found.high) if found is not None else load
 
 
 def _running(step: RehearsalStep, index: int, steps: Sequence[RehearsalStep]) -> str:
@@ -412,7 +302,7 @@ def _finish(
     )
     message = f"{why}; capacity (requests/s per replica on time at {rehearsal.on_time_target:g}): {found}"
     if burst is not None and (burst.speculative is not None or burst.control is not None):
-        held = [arm.value for arm in REHEARSED_ARMS if _met(_figures(burst, arm), rehearsal.on_time_target)]
+        held = [arm.value for arm in REHEARSED_ARMS if kept_on_time(figures_of(burst, arm), rehearsal.on_time_target)]
         message += f"; the burst at {burst.load:g} was held by {' and '.join(held) if held else 'neither arm'}"
     flip = status.routing_flip
     if flip is not None:
@@ -455,165 +345,8 @@ def _restart_sentence(restart: RestartFallback) -> str:
     return f"a replica restarted as ordinary decoding was Ready in {restart.seconds_to_ready:g} s ({meanwhile})"
 
 
-def restart_fallback(
-    measurements: Measurements, status: RehearsalStatus, *, at: datetime, ready_at: datetime | None
-) -> RestartFallback | None:
-    """What the restart fallback measured since `at`: when its replacement replica became Ready, and
-    the rehearsed requests in flight at `at` or sent until then (or until the last collection), among
-    those finished by the last collection."""
-    end = measurements.collected_at
-    if end is None or end <= at:
-        return None
-    ready = ready_at if ready_at is not None and ready_at >= at else None
-    until = (min(ready, end) if ready is not None else end).timestamp()
-    meanwhile = [
-        sample
-        for sample in measurements.samples.samples(at, end)
-        if sample.scope in status.scopes and sample.at < until
-    ]
-    served = [sample for sample in meanwhile if sample.arm is Arm.SPECULATIVE]
-    late = sum(1 for sample in served if _late(sample) or sample.outcome is not RequestOutcome.OK)
-    return RestartFallback(
-        at=at,
-        ready_at=ready,
-        seconds_to_ready=round((ready - at).total_seconds(), 3) if ready is not None else None,
-        requests=len(served),
-        missed=late,
-        on_time=round((len(served) - late) / len(served), 4) if served else None,
-        fell_back=sum(1 for sample in meanwhile if sample.fallback == Fallback.SPECULATIVE_UNAVAILABLE),
-    )
-
-
-def routing_flip(
-    measurements: Measurements,
-    spec: SpeculationPilotSpec,
-    status: RehearsalStatus,
-    *,
-    at: datetime,
-    control: ArmStepFigures | None,
-) -> RoutingFlip | None:
-    """What the control arm did after the flip at `at`: its requests that finished since, the ones
-    late, when the last late one finished, and whether it kept up on time over the last window."""
-    end = measurements.collected_at
-    if end is None or end <= at:
-        return None
-    samples = [
-        sample
-        for sample in measurements.samples.samples(at, end)
-        if sample.arm is Arm.CONTROL and sample.scope in status.scopes
-    ]
-    late = [sample for sample in samples if _late(sample)]
-    target = spec.rehearsal.on_time_target if spec.rehearsal is not None else 1.0
-    recovered = _met(control, target)
-    last = max((finished_at(sample) for sample in late), default=None)
-    return RoutingFlip(
-        at=at,
-        recovered=recovered,
-        recovery_seconds=(round(last - at.timestamp(), 3) if last is not None else 0.0) if recovered else None,
-        missed=len(late),
-        requests=len(samples),
-    )
-
-
-def _late(sample: RequestSample) -> bool:
-    return sample.outcome is RequestOutcome.TIMEOUT or (
-        sample.outcome is RequestOutcome.OK and sample.deadline_met is False
-    )
-
-
 def _status(phase: RehearsalPhase, message: str, *, now: datetime, scopes: Sequence[str]) -> RehearsalStatus:
     return RehearsalStatus(phase=phase, message=message, started_at=now, scopes=list(scopes))
-
-
-def capacity_of(steps: Sequence[RehearsalStep], arm: Arm, target: float) -> float | None:
-    """The highest load the arm was measured to complete (per replica) on a step where it kept up with
-    its arrivals and met the on-time target: an arm falling behind finishes only part of what it is
-    sent, and the requests still queued would miss their deadlines unseen. Measured, not planned: the
-    arrivals of a step scatter about its planned load, and capacity claims only a load the arm served.
-    A step with no figure for it never counts as met."""
-    figures = (_figures(step, arm) for step in steps)
-    met = [f.completed_per_replica for f in figures if f is not None and _met(f, target) and f.completed_per_replica]
-    return round(max(met), 4) if met else None
-
-
-def _figures(step: RehearsalStep, arm: Arm) -> ArmStepFigures | None:
-    return step.speculative if arm is Arm.SPECULATIVE else step.control
-
-
-def _met(figures: ArmStepFigures | None, target: float) -> bool:
-    """The arm kept up with its arrivals and met the on-time target."""
-    return figures is not None and bool(figures.kept_up) and figures.on_time is not None and figures.on_time >= target
-
-
-def arm_figures(
-    requests: Sequence[ArmRequests], engine: ArmEngine | None, *, seconds: float, replicas: int, load: float
-) -> ArmStepFigures:
-    """One arm's figures over a step's read span from its requests of every rehearsed scope, the step
-    sending it `load` requests per second per replica (0: unknown, so nothing on keeping up); the
-    engine's figures are the arm's, none for part of its requests."""
-    routed = sum(r.routed for r in requests)
-    ok = sum(r.count(RequestOutcome.OK) for r in requests)
-    late = sum(r.late for r in requests)
-    timeouts = sum(r.count(RequestOutcome.TIMEOUT) for r in requests)
-    rejected = sum(r.count(RequestOutcome.REJECTED, RequestOutcome.NO_ENDPOINT) for r in requests)
-    ttft = sorted(v for r in requests for v in r.ttft_seconds)
-    e2e = sorted(v for r in requests for v in r.e2e_seconds)
-    tokens = sum(t for r in requests for t in r.committed_tokens)
-    decode = sum(d for r in requests for d in r.decode_seconds)
-    expected = load * replicas * seconds
-    return ArmStepFigures(
-        requests=routed,
-        completed_per_replica=round(routed / seconds / replicas, 4) if seconds > 0 and replicas > 0 else None,
-        kept_up=routed >= expected - 3 * math.sqrt(expected) if expected > 0 else None,
-        ttft_p50=_rank(ttft, 0.5),
-        ttft_p99=_rank(ttft, 0.99),
-        end_to_end_p95=_rank(e2e, 0.95),
-        time_per_committed_token=round(decode / tokens, 6) if tokens else None,
-        timeout_share=round((timeouts + late) / routed, 4) if routed else None,
-        rejection_share=round(rejected / routed, 4) if routed else None,
-        on_time=round(max(0, ok - late) / routed, 4) if routed else None,
-        peak_kv_usage=max((usage for _, usage in engine.kv_usage), default=None) if engine is not None else None,
-        preemptions=engine.preemptions if engine is not None else None,
-    )
-
-
-def _rank(values: Sequence[float], q: float) -> float | None:
-    return round(nearest_rank(values, q), 4) if values else None
-
-
-def table(
-    pilot: str, spec: SpeculationPilotSpec, scopes: Collection[str], *, flipped: bool, now: datetime
-) -> RoutingTable:
-    """The rehearsal router's table: each rehearsed scope split evenly between the speculative and the
-    control arm, or all on the control arm once `flipped` (the routing fallback rehearsed); any other
-    request runs ordinary decoding, which for that router is the control arm."""
-    split = [
-        scope_route(scope, weight=50, request_timeout=spec.router.request_timeout, control=True)
-        for scope in spec.scopes
-        if scope.name in scopes
-    ]
-    return RoutingTable(
-        pilot=rehearsal_pilot(pilot),
-        generation=2 if flipped else 1,
-        updated_at=now,
-        default_scope=spec.router.default_scope if spec.router.default_scope in scopes else None,
-        scopes=tuple(reweighted(route, FLIPPED) for route in split) if flipped else tuple(split),
-    )
-
-
-def mix(spec: SpeculationPilotSpec, evidence: Evidence, scopes: Sequence[str]) -> str:
-    """The rehearsed scopes' own mix, as the load generator reads it (JSON)."""
-    workload, _ = replay_workload(spec, evidence, only=scopes)
-    return json.dumps(workload, separators=(",", ":"), sort_keys=True)
-
-
-@dataclass(frozen=True)
-class StepFigures:
-    """What a step measured over its read span: per arm, and per scope and arm when more
-    than one scope is rehearsed."""
-
-    arms: Mapping[Arm, ArmStepFigures]
-    scopes: tuple[ScopeStepFigures, ...] = ()
 
 
 def step_figures(

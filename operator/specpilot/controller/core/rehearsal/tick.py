@@ -14,22 +14,11 @@ from specpilot.api.pilot import REHEARSE_ANNOTATION
 from specpilot.api.reasons import Reason
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.api.status import Decision, RehearsalPhase, RehearsalStatus, RestartFallback, RoutingFlip, ScopeStatus
-from specpilot.controller.core.rehearsal.steps import (
-    StepFigures,
-    advance,
-    events,
-    flipped_at,
-    mix,
-    restart_fallback,
-    restarting,
-    routing_flip,
-    running,
-    step_duration,
-    step_figures,
-    step_rate,
-    table,
-)
-from specpilot.controller.core.render import Json, render_rehearsal, render_step_load
+from specpilot.controller.core.objects import Json
+from specpilot.controller.core.rehearsal.figures import StepFigures, restart_fallback, routing_flip
+from specpilot.controller.core.rehearsal.ladder import step_duration, step_rate
+from specpilot.controller.core.rehearsal.manifests import mix, render_rehearsal, render_step_load, table
+from specpilot.controller.core.rehearsal.steps import advance, events, flipped_at, restarting, running, step_figures
 from specpilot.controller.core.snapshot import Child, Observation, Snapshot
 from specpilot.wire.names import (
     COMPONENT_LABEL,

@@ -15,9 +15,10 @@ from specpilot.api.reasons import Reason
 from specpilot.api.spec import WorkloadRef
 from specpilot.api.status import ScopeState, SpeculationPilotStatus
 from specpilot.api.validate import Problem, validate
-from specpilot.controller.core.render import content_hash, render_arm, speculative_config
-from specpilot.controller.core.status import carry_scopes
-from specpilot.controller.core.workload import (
+from specpilot.controller.core.arm_objects import render_arm, speculative_config
+from specpilot.controller.core.next_status import carry_scopes
+from specpilot.controller.core.objects import content_hash
+from specpilot.controller.core.workload_ref import (
     Workload,
     copied_metadata,
     copied_pod,

@@ -9,7 +9,8 @@ from __future__ import annotations
 import logging
 
 from specpilot.analysis import evidence
-from specpilot.controller.core.render import PilotRef, render_evidence_configmap
+from specpilot.controller.core.objects import PilotRef
+from specpilot.controller.core.render import render_evidence_configmap
 from specpilot.controller.ports import KubeApi
 from specpilot.wire.names import EVIDENCE_KEY, evidence_name
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 import jsonschema
 import pytest
 
-from specpilot.mockvllm.answers import OFF_CHOICE, Slips, document, plan
+from specpilot.mockvllm.answer_plan import OFF_CHOICE, Slips, document, plan
 from specpilot.mockvllm.protocol import Generation, StructuredOutput
 from specpilot.mockvllm.textgen import ScriptedTokens, TokenSource
 from specpilot.mockvllm.tools import Tool, ToolChoice, ToolMode

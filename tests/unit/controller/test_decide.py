@@ -23,7 +23,7 @@ from specpilot.api.status import (
     Verdict,
     WindowSummary,
 )
-from specpilot.controller.core.evidence import DECIDED_KEPT, _findings, decide, fresh_for, record
+from specpilot.controller.core.decide import DECIDED_KEPT, _findings, decide, fresh_for, record
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
 from tests.unit.analysis.conftest import END, arm, engine

@@ -1,14 +1,14 @@
 """The pilot's next status, and the Events its transitions call for, from what was observed.
 
 Pure: it takes the previous status, the rendered arms, what the cluster shows and `now`, and
-returns a new status plus Events. Conditions move `lastTransitionTime` only when their status
-changes; Events come from transitions alone, so a restarted operator that reads its status back
-emits none twice.
+returns a new status plus Events: the scopes carried onto the spec, the arms', the router's and the
+conditions' state. Setting a condition and its transitions' Events are `conditions`'; the arms' and the
+router's health `health`'s.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -19,8 +19,6 @@ from specpilot.api.spec import Scope, SpeculationPilotSpec
 from specpilot.api.status import (
     ArmsStatus,
     ArmStatus,
-    Condition,
-    ConditionStatus,
     ConditionType,
     Decision,
     FallbackRecord,
@@ -36,80 +34,20 @@ from specpilot.api.status import (
     WorkloadStatus,
 )
 from specpilot.api.validate import Problem
+from specpilot.controller.core.arm_objects import ArmPlan
+from specpilot.controller.core.conditions import set_all, transition_events, whole_second
 from specpilot.controller.core.guard import headroom_message, saturation_message
-from specpilot.controller.core.observe import DeploymentState, PodTrouble
-from specpilot.controller.core.render import ArmPlan, content_hash
-from specpilot.controller.core.workload import what_changed
-from specpilot.wire.names import ROUTER_COMPONENT, Arm
-
-_IMAGE_REASONS = frozenset({"ImageNotRunnable", "ErrImagePull", "ImagePullBackOff", "InvalidImageName"})
-
-
-@dataclass(frozen=True, kw_only=True)
-class Observed:
-    """The pilot's children as the cluster shows them."""
-
-    deployments: Mapping[str, DeploymentState]
-    troubles: Sequence[PodTrouble] = ()
+from specpilot.controller.core.health import Observed, PilotHealth, health_of
+from specpilot.controller.core.objects import content_hash
+from specpilot.controller.core.observe import DeploymentState
+from specpilot.controller.core.workload_ref import what_changed
+from specpilot.wire.names import Arm
 
 
 @dataclass(frozen=True)
 class StatusPlan:
     status: SpeculationPilotStatus
     events: tuple[Event, ...]
-
-
-def _second(now: datetime) -> datetime:
-    return now.replace(microsecond=0)  # metav1.Time has second precision
-
-
-def set_condition(
-    conditions: Sequence[Condition],
-    *,
-    type: ConditionType,
-    status: ConditionStatus,
-    reason: Reason,
-    message: str,
-    generation: int,
-    now: datetime,
-) -> list[Condition]:
-    """`conditions` with `type` set; its lastTransitionTime moves only when its status changes."""
-    old = next((c for c in conditions if c.type == type), None)
-    moved = old is None or old.status != status
-    new = Condition(
-        type=type,
-        status=status,
-        observed_generation=generation,
-        last_transition_time=_second(now) if moved or old is None else old.last_transition_time,
-        reason=reason,
-        message=message[:32768],
-    )
-    return (
-        [*(c for c in conditions if c.type != type), new]
-        if old is None
-        else [new if c.type == type else c for c in conditions]
-    )
-
-
-def _set_all(
-    conditions: Sequence[Condition],
-    updates: Sequence[tuple[ConditionType, bool, Reason, str]],
-    *,
-    generation: int,
-    now: datetime,
-) -> list[Condition]:
-    """`conditions` with each (type, holds, reason, message) of `updates` set."""
-    out = list(conditions)
-    for type_, holds, reason, message in updates:
-        status = ConditionStatus.TRUE if holds else ConditionStatus.FALSE
-        out = set_condition(
-            out, type=type_, status=status, reason=reason, message=message, generation=generation, now=now
-        )
-    return out
-
-
-def condition(status: SpeculationPilotStatus | None, type: ConditionType) -> Condition | None:
-    return next((c for c in status.conditions if c.type == type), None) if status is not None else None
 
 
 def scope_hash(scope: Scope) -> str:
@@ -166,7 +104,7 @@ def carry_scopes(
                 config_hash=digest,
                 state=ScopeState.ORDINARY,
                 weight=0,
-                last_transition_time=_second(now) if fresh or old is None else old.last_transition_time,
+                last_transition_time=whole_second(now) if fresh or old is None else old.last_transition_time,
             )
         )
     return scopes, events
@@ -191,70 +129,6 @@ def _arm_status(plan: ArmPlan, state: DeploymentState | None) -> ArmStatus:
     )
 
 
-@dataclass(frozen=True)
-class _Health:
-    ready: bool
-    fatal: bool
-    reason: Reason
-    message: str
-
-
-def _component_health(
-    label: str, state: DeploymentState | None, replicas: int, troubles: Sequence[PodTrouble], *, router: bool
-) -> _Health:
-    progressing = Reason.ROUTER_PROGRESSING if router else Reason.ARMS_PROGRESSING
-    unavailable = Reason.ROUTER_UNAVAILABLE if router else Reason.ARM_UNAVAILABLE
-    fatal = [t for t in troubles if t.fatal]
-    if fatal:
-        hint = _hint(fatal[0], router=router)
-        return _Health(False, True, unavailable, f"{label}: {fatal[0].describe()}{hint}")
-    if state is None:
-        return _Health(False, False, progressing, f"{label}: Deployment not observed yet")
-    if state.deadline_exceeded:
-        return _Health(False, True, unavailable, f"{label}: rollout missed its progress deadline")
-    if state.rolled_out:
-        return _Health(True, False, Reason.ARMS_AVAILABLE, f"{label} {state.ready}/{replicas} ready")
-    waiting = "; ".join(t.describe() for t in troubles[:2])
-    detail = f" ({waiting})" if waiting else ""
-    return _Health(
-        False, False, progressing, f"{label} {state.ready}/{replicas} ready, {state.updated} updated{detail}"
-    )
-
-
-def _hint(trouble: PodTrouble, *, router: bool) -> str:
-    if router:
-        return "; check the operator's --router-image"
-    if trouble.reason in _IMAGE_REASONS:
-        return "; fix spec.engine.image (the nodes cannot run it)"
-    return "; check spec.engine.command, spec.engine.extraArgs and the container's log"
-
-
-def _health(
-    arms: Sequence[ArmPlan], router_replicas: int, router_deployment: str, observed: Observed
-) -> tuple[list[_Health], _Health]:
-    def troubles(component: str) -> list[PodTrouble]:
-        return [t for t in observed.troubles if t.component == component]
-
-    arm_health = [
-        _component_health(
-            f"arm {plan.arm.value}",
-            observed.deployments.get(plan.name),
-            plan.replicas,
-            troubles(plan.arm.value),
-            router=False,
-        )
-        for plan in arms
-    ]
-    router = _component_health(
-        "router",
-        observed.deployments.get(router_deployment),
-        router_replicas,
-        troubles(ROUTER_COMPONENT),
-        router=True,
-    )
-    return arm_health, router
-
-
 def reconciled_status(
     previous: SpeculationPilotStatus | None,
     *,
@@ -275,10 +149,10 @@ def reconciled_status(
     now: datetime,
 ) -> StatusPlan:
     """Status after applying a valid spec (`production`: the production guard), and its Events."""
-    arm_health, router = _health(arms, spec.router.replicas, router_deployment, observed)
+    arm_health, router = health_of(arms, spec.router.replicas, router_deployment, observed)
     restart = next((e for e in scope_events if e.reason in (Reason.ENGINE_CHANGED, Reason.DRAFT_CHANGED)), None)
-    health = _Pilot(arm_health, router, settled=all(scope.state in SETTLED for scope in scopes))
-    conditions = _set_all(
+    health = PilotHealth(arm_health, router, settled=all(scope.state in SETTLED for scope in scopes))
+    conditions = set_all(
         previous.conditions if previous is not None else [],
         _updates(health, spec=spec, scopes=scopes, restart=restart, production=production),
         generation=generation,
@@ -334,42 +208,8 @@ def _listed(previous: SpeculationPilotStatus | None, fallbacks: Sequence[Fallbac
     return {"fallbacks": listed, "fallbacks_dropped": (previous.fallbacks_dropped if previous else 0) + dropped}
 
 
-@dataclass(frozen=True)
-class _Pilot:
-    """The health of the arms and the router, and whether every scope has settled."""
-
-    arms: Sequence[_Health]
-    router: _Health
-    settled: bool
-
-    @property
-    def arms_ready(self) -> bool:
-        return all(h.ready for h in self.arms)
-
-    @property
-    def ready(self) -> bool:
-        return self.arms_ready and self.router.ready
-
-    @property
-    def fatal(self) -> list[_Health]:
-        return [h for h in [*self.arms, self.router] if h.fatal]
-
-    @property
-    def blocking(self) -> list[_Health]:
-        """What keeps the pilot from Ready, the worst first."""
-        not_ready = [h for h in self.arms if not h.ready]
-        return self.fatal or not_ready or ([] if self.router.ready else [self.router])
-
-    def phase(self, *, suspended: bool) -> Phase:
-        if self.fatal:
-            return Phase.DEGRADED
-        if suspended:
-            return Phase.SUSPENDED
-        return Phase.HEALTHY if self.ready and self.settled else Phase.PROGRESSING
-
-
 def _updates(
-    health: _Pilot,
+    health: PilotHealth,
     *,
     spec: SpeculationPilotSpec,
     scopes: Sequence[ScopeStatus],
@@ -471,35 +311,9 @@ def invalid_status(
         (ConditionType.DEGRADED, True, Reason.SPEC_INVALID, message),
         (ConditionType.READY, False, Reason.SPEC_INVALID, message),
     ]
-    conditions = _set_all(previous.conditions if previous is not None else [], updates, generation=generation, now=now)
+    conditions = set_all(previous.conditions if previous is not None else [], updates, generation=generation, now=now)
     base = previous if previous is not None else SpeculationPilotStatus()
     status = base.model_copy(
         update={"observed_generation": generation, "phase": Phase.DEGRADED, "conditions": conditions}
     )
     return StatusPlan(status, tuple(transition_events(previous, status)))
-
-
-# Condition transitions worth an Event, and the Event's type when the condition turns True / False.
-_WATCHED: tuple[tuple[ConditionType, EventType | None, EventType | None], ...] = (
-    (ConditionType.INVALID_SPEC, EventType.WARNING, EventType.NORMAL),
-    (ConditionType.DEGRADED, EventType.WARNING, None),
-    (ConditionType.READY, EventType.NORMAL, EventType.NORMAL),  # unready for a bad reason: Degraded warns
-    (ConditionType.SUSPENDED, EventType.NORMAL, EventType.NORMAL),
-    (ConditionType.PRODUCTION_SATURATED, EventType.WARNING, EventType.NORMAL),
-    (ConditionType.SPEED_ONLY, EventType.WARNING, EventType.NORMAL),
-)
-
-
-def transition_events(previous: SpeculationPilotStatus | None, status: SpeculationPilotStatus) -> list[Event]:
-    """One Event per watched condition whose status changed (a first False is no transition)."""
-    events = []
-    for type_, on_true, on_false in _WATCHED:
-        old, new = condition(previous, type_), condition(status, type_)
-        if new is None or (old is not None and old.status == new.status):
-            continue
-        if type_ is not ConditionType.INVALID_SPEC and new.reason == Reason.SPEC_INVALID:
-            continue  # the InvalidSpec Event says it
-        kind = on_true if new.status is ConditionStatus.TRUE else (on_false if old is not None else None)
-        if kind is not None:
-            events.append(Event(kind, Reason(new.reason), new.message))
-    return events

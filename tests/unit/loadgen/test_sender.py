@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from specpilot.loadgen.client import Target, make_prompt, request_body
+from specpilot.loadgen.sender import Target, make_prompt, request_body
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm.textgen import count_tokens, scope_tag
 

@@ -3,7 +3,7 @@
 Shapes follow vLLM 0.33 (see the reference): every response field present (nulls included),
 SSE chunks ending with `data: [DONE]`, a usage chunk with `stream_options.include_usage`, errors
 as `{"error": {message, type, param, code}}`, tool calls as `message.tool_calls` or streamed
-`delta.tool_calls`. Requests are validated in `protocol`, answers planned in `answers`, bodies
+`delta.tool_calls`. Requests are validated in `protocol`, answers planned in `answer_plan`, bodies
 written in `responses`; the handlers here only wire those to the engine and the faults. The admin app (fault injection,
 engine stats) listens on its own port so that traffic to the API never reaches it.
 """
@@ -25,11 +25,11 @@ from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from specpilot.mockvllm.answers import Answer, Slips, plan
+from specpilot.mockvllm.answer_plan import Answer, Slips, plan
+from specpilot.mockvllm.apimetrics import HttpMetrics, ToolParserMetrics
 from specpilot.mockvllm.config import VLLM_VERSION, EngineLimits, ServeConfig
 from specpilot.mockvllm.engine import Engine, EngineDead, QueueFull
 from specpilot.mockvllm.faults import FaultBoard, FaultError, FaultKind, parse_fault
-from specpilot.mockvllm.metrics import HttpMetrics, ToolParserMetrics
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile
 from specpilot.mockvllm.protocol import BadRequest, Generation, parse_generation
 from specpilot.mockvllm.request import Request

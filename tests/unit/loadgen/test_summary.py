@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.loadgen.client import ClientOutcome, Status
-from specpilot.loadgen.stats import by_scope, describe, quantile, summarize
+from specpilot.loadgen.sender import ClientOutcome, Status
+from specpilot.loadgen.summary import by_scope, describe, quantile, summarize
 
 
 @pytest.mark.parametrize(("q", "value"), [(0.0, 1.0), (0.5, 2.5), (0.9, 3.7), (1.0, 4.0)])

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from specpilot.loadgen.client import ClientOutcome, Status
+from specpilot.loadgen.sender import ClientOutcome, Status
 
 QUANTILES = (0.5, 0.9, 0.95, 0.99)
 

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 from specpilot.analysis.window import ArmEngine
 from specpilot.metrics.ledger import SampleLedger
-from specpilot.metrics.window import scope_window
+from specpilot.metrics.scope_window import scope_window
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample, SamplesPage
 
