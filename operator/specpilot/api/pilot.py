@@ -50,6 +50,8 @@ DECIDE_ANNOTATION = f"{GROUP}/decide"
 REHEARSE_ANNOTATION = f"{GROUP}/rehearse"
 # Every annotation an SRE sets for the operator: GitOps tools leave them to the operator.
 ACTION_ANNOTATIONS = (PROMOTE_ANNOTATION, ABORT_ANNOTATION, RESUME_ANNOTATION, DECIDE_ANNOTATION, REHEARSE_ANNOTATION)
+# Set by `kubectl specpilot follow-up` on the pilot it writes: the name of the pilot this one follows.
+FOLLOWS_ANNOTATION = f"{GROUP}/follows"
 
 
 class SpeculationPilot(ApiModel):

@@ -16,16 +16,16 @@ from typing import Any
 
 import yaml
 
-from specpilot.api.pilot import GROUP
+from specpilot.api.pilot import FOLLOWS_ANNOTATION, GROUP
 from specpilot.api.spec import BatchScheduleRange, SpeculationPilotSpec
 from specpilot.api.validate import validate
+from specpilot.report.followed import first_sentence
 from specpilot.report.package import replay_workload_text
 from specpilot.wire.batchschedule import ScheduleError
 from specpilot.wire.batchschedule import validate as vllm_reads
 
 Json = dict[str, Any]
 
-FOLLOWS_ANNOTATION = f"{GROUP}/follows"  # value: the name of the pilot this one follows
 FOLLOWS_DECISION_ANNOTATION = f"{GROUP}/follows-decision"  # value: its decision's outcome and first sentence
 WORKLOAD_KEY = "workload.yaml"
 
@@ -73,16 +73,11 @@ class FollowUp:
         return "".join(f"# {line}\n" for line in self.header) + body
 
 
-def _first_sentence(text: str) -> str:
-    head, dot, _ = " ".join(text.split()).partition(". ")
-    return head + "." if dot else head
-
-
 def quoted_decision(report: Mapping[str, Any]) -> str:
     """The decision the follow-up acts on: its outcome and first sentence, and whether it was stated."""
     decision = report["decision"]
     reasons = decision.get("reasons") or []
-    quote = f"{decision['outcome']}: {_first_sentence(reasons[0])}" if reasons else str(decision["outcome"])
+    quote = f"{decision['outcome']}: {first_sentence(reasons[0])}" if reasons else str(decision["outcome"])
     return quote if report["decisionStated"] else f"{quote} (provisional)"
 
 

@@ -45,6 +45,7 @@ from specpilot.plugin.client import Client, PluginError, connect
 from specpilot.plugin.followup import FollowUpError, Overrides, follow_up
 from specpilot.plugin.table import render, render_list
 from specpilot.report.build import build
+from specpilot.report.followed import FollowedPilot, follows
 from specpilot.report.package import write_package
 
 Json = dict[str, Any]
@@ -128,6 +129,18 @@ def _follow_up(args: argparse.Namespace, client: Client, out: Callable[[str], No
         print(note, file=sys.stderr)
     out(made.render().rstrip("\n"))
     return 0
+
+
+def _followed(client: Client, pilot: Json) -> FollowedPilot | None:
+    """The pilot `pilot` follows (its annotation's) and its evidence, where that one is still in the
+    namespace; listed, so that only its absence, not a refusal, reads as gone."""
+    name = follows(pilot)
+    if name is None:
+        return None
+    found = next((p for p in client.pilots() if p["metadata"]["name"] == name), None)
+    if found is None:
+        return None
+    return FollowedPilot(found, client.evidence(name) or Evidence())
 
 
 def _vocabulary() -> list[str]:
@@ -229,7 +242,7 @@ def run(args: argparse.Namespace, client: Client, out: Callable[[str], None]) ->
         pilot = client.pilot(args.pilot)
         evidence = client.evidence(args.pilot) or Evidence()
         folder = Path(args.output or f"{args.pilot}-report")
-        write_package(pilot, evidence, folder)
+        write_package(pilot, evidence, folder, followed=_followed(client, pilot))
         decision = (pilot.get("status") or {}).get("decision")
         stated = decision["outcome"] if decision else "no decision stated yet (provisional in the report)"
         out(f"{args.pilot}: {stated}")

@@ -42,6 +42,7 @@ from specpilot.api.status import (
     SpeculationPilotStatus,
     WorkloadStatus,
 )
+from specpilot.report.followed import FollowedPilot, followed_json, follows, switch_json
 from specpilot.report.scope_json import scope_json
 from specpilot.wire.batchschedule import below_and_off
 from specpilot.wire.names import Arm
@@ -205,8 +206,9 @@ def _concurrency(spec: SpeculationPilotSpec, evidence: Evidence, workload: Workl
     }
 
 
-def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
-    """Every number of the package, from the pilot object as the API server holds it."""
+def build(pilot: Mapping[str, Any], evidence: Evidence, *, followed: FollowedPilot | None = None) -> Json:
+    """Every number of the package, from the pilot object as the API server holds it; `followed`: the pilot
+    it follows (its annotation's), where that one is still there."""
     spec = SpeculationPilotSpec.from_wire(pilot["spec"])
     status = SpeculationPilotStatus.from_wire(pilot["status"]) if pilot.get("status") else None
     findings, decision, stated = provisional(spec, evidence, status)
@@ -253,6 +255,10 @@ def build(pilot: Mapping[str, Any], evidence: Evidence) -> Json:
         },
         "kvUsageLimit": spec.analysis.thresholds.kv_cache_usage.max,
         "schedules": schedules,
+        "switch": switch_json(scheduled_arm(spec), findings),
+        "followed": followed_json(
+            follows(pilot), build(followed.pilot, followed.evidence) if followed is not None else None
+        ),
         "replay": {"mix": mix, "ratePerSecond": rounded(rate, 4)},
         "rehearsal": status.rehearsal.to_wire() if status is not None and status.rehearsal is not None else None,
     }

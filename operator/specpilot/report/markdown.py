@@ -9,6 +9,7 @@ from typing import Any
 from specpilot.report.build import arm_label
 from specpilot.report.cells import fig
 from specpilot.report.rehearsal_section import rehearsal
+from specpilot.report.schedule_section import SCHEDULE_PLOT_PREFIX, piloted_schedule
 
 Json = dict[str, Any]
 
@@ -204,7 +205,8 @@ def markdown(report: Json, plots: Sequence[str]) -> str:
     lines += _fallback_records(report)
     lines += ["", *_frozen(report)]
     lines += _schedules(report)
-    lines += _replay(report, plots)
+    lines += piloted_schedule(report, plots)
+    lines += _replay(report, [p for p in plots if not p.startswith(SCHEDULE_PLOT_PREFIX)])
     return "\n".join(lines) + "\n"
 
 

@@ -11,13 +11,17 @@ import yaml
 
 from specpilot.analysis.evidence import Evidence
 from specpilot.report.build import build, pilot_manifest
+from specpilot.report.followed import FollowedPilot
 from specpilot.report.markdown import markdown
 from specpilot.report.plots import draw
 
 
-def write_package(pilot: Mapping[str, Any], evidence: Evidence, folder: Path) -> Path:
-    """The package for `pilot` and its evidence, in `folder` (created; files there are replaced)."""
-    report = build(pilot, evidence)
+def write_package(
+    pilot: Mapping[str, Any], evidence: Evidence, folder: Path, *, followed: FollowedPilot | None = None
+) -> Path:
+    """The package for `pilot` and its evidence, in `folder` (created; files there are replaced); `followed`:
+    the pilot it follows, where that one is still there (its plain speculation is set beside the schedule)."""
+    report = build(pilot, evidence, followed=followed)
     folder.mkdir(parents=True, exist_ok=True)
     plots = draw(report, folder / "plots")
     (folder / "report.json").write_text(json.dumps(report, indent=2, sort_keys=True) + "\n")

@@ -23,6 +23,7 @@ except ImportError:  # pragma: no cover - depends on the installation
 
 Json = dict[str, Any]
 COLORS = {"baseline": "#8172b3", "speculative": "#dd8452", "control": "#4c72b0", "alternative": "#55a868"}
+PLAIN_COLOR = "#c44e52"  # the followed pilot's plain speculation, set beside a schedule
 PRODUCTION_LINES = (("p50", ":"), ("p95", "-."), ("max", "-"))
 LOAD_AXIS = "offered load: requests per second per replica"
 
@@ -257,6 +258,60 @@ DRAWERS: dict[str, Callable[[Json, Any], Any]] = {
 }
 
 
+def _tpct_line(ax: Any, bands: list[Json], *, color: str, label: str, style: str = "-") -> None:
+    """Time per committed token against offered load, with each band's standard error."""
+    if bands:
+        loads = [b["load"] for b in bands]
+        tpct = [b["timePerCommittedTokenSeconds"] * 1000 for b in bands]
+        err = [b["timePerCommittedTokenStandardError"] * 1000 for b in bands]
+        ax.errorbar(loads, tpct, yerr=err, marker="o", capsize=3, color=color, linestyle=style, label=label)
+
+
+SWITCH_NOTES = {
+    "interpolated": "switch: batch {batch} in flight at {load:.2f}",
+    "belowLowest": "switch: batch {batch} exceeded at the lowest band ({load:.2f})",
+    "notReached": "switch not reached: batch {batch} (highest band {load:.2f})",
+}
+
+
+def schedule_plot(report: Json, scope: Json, plt: Any) -> Any:
+    """One scope of a scheduled pilot: the compared arm, the scheduled speculative arm and the followed
+    pilot's plain speculation (from its own windows) against offered load, the schedule's switch marked."""
+    compared = report["compared"]["arm"]
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    _tpct_line(ax, scope["bands"].get(compared, []), color=COLORS[compared], label=arm_label(report, compared))
+    _tpct_line(ax, scope["bands"]["speculative"], color=COLORS["speculative"], label="speculative, scheduled")
+    followed = report["followed"] or {}
+    plain = followed.get("bands", {}).get(scope["name"], [])
+    _tpct_line(ax, plain, color=PLAIN_COLOR, label=f"plain speculation ({followed.get('name')})", style="--")
+    switch = report["switch"]
+    found = switch["scopes"].get(scope["name"])
+    if found is not None:
+        note = SWITCH_NOTES[found["where"]].format(batch=switch["batch"], load=found["load"])
+        ax.axvline(found["load"], color="black", linestyle=":", linewidth=1, label=note)
+    ax.set_xlabel(LOAD_AXIS)
+    ax.set_ylabel("ms per committed token")
+    ax.set_xlim(left=0)
+    ax.set_ylim(bottom=0)
+    ax.set_title(f"{scope['name']}: {scope['decision']['outcome']}\ntime per committed token, scheduled and plain")
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1), fontsize=7)
+    return fig
+
+
+def _schedule_plots(report: Json, plt: Any, folder: Path) -> list[str]:
+    """`schedule-<scope>.png` per scope of a pilot whose draft carries a schedule; none otherwise."""
+    if report.get("switch") is None:
+        return []
+    drawn = []
+    for scope in report["scopes"]:
+        name = f"schedule-{scope['name']}.png"
+        fig = schedule_plot(report, scope, plt)
+        _save(fig, folder / name)
+        plt.close(fig)
+        drawn.append(name)
+    return drawn
+
+
 def draw(report: Json, folder: Path) -> list[str]:
     """Every plot with something to show into `folder`; returns their file names."""
     plt = _pyplot()
@@ -269,4 +324,4 @@ def draw(report: Json, folder: Path) -> list[str]:
         _save(fig, folder / name)
         plt.close(fig)
         drawn.append(name)
-    return drawn
+    return drawn + _schedule_plots(report, plt, folder)
