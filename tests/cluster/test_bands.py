@@ -15,10 +15,9 @@ Up to the last stage the arms run at or below the crossover, where a flip for sp
 test's rare false alarm twice running; at the last one a flip may come, and its band is checked as far
 as it got. The last stage's minDuration outlasts the load, so the scope never moves past it.
 
-The router draws each request's compared arm at random (`router.core.choice.next_arm`), so each arm's
-share of the scope's Poisson arrivals is a Poisson stream too, and each arm is compared at its own load:
-its windows are binned at its own offered load, and the control arm's figure is read at the speculative
-band's load (`analysis.bands.matched`).
+The router draws each request's compared arm at random (`router.core.choice.choose_arm`), so each arm's
+share of the scope's Poisson arrivals is a Poisson stream too; both arms' windows are binned at the pair's
+mean load (`analysis.evidence.matched_load`).
 
 Drawn at random, a band near the crossover holds a few dozen seconds of each arm's distinct requests,
 so each band is held to what its own evidence can tell: within Z = 3 of its own standard errors of the

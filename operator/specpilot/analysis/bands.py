@@ -8,12 +8,10 @@ alone, shown but too thin to decide on or to read a crossover against (`Comparis
 to the band below, the few windows of a climb's next stage before its flip would dilute that band's win
 into a mixed figure.
 
-Each speculative band is compared with the compared arm's windows in the same bins, and nowhere else.
-Each arm is binned at its own load (`evidence.matched_load`), so where the compared arm drew more or
-less load than the speculative arm, its figure is read at the speculative band's own load: moved along
-the line between its neighbouring bins' points, never beyond the loads it was measured at (`at_load`).
-A band whose bins the compared arm never ran in is unmeasured (without a control arm, the baseline's
-loads may lie elsewhere), and an unmeasured band never wins. The crossover is the load at which the
+Each speculative band is compared with the compared arm's windows in the same bins, and nowhere else:
+no value is read between or beyond the loads the compared arm was measured at. With a control arm the
+pair is binned at one load, so every band is matched; without one, a band whose bins the baseline
+never ran in is unmeasured, and an unmeasured band never wins. The crossover is the load at which the
 difference between the arms turns from speculation's favour, read between adjacent matched bands.
 Its interval is a parametric bootstrap: each band mean is redrawn from a normal with its standard
 error (the spread of its windows; overlapping windows count once per window/interval), the crossing
@@ -26,7 +24,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from itertools import pairwise
 from statistics import NormalDist
 
@@ -145,65 +143,15 @@ def bands(
 
 
 def matched(band: Band, bins: Mapping[int, BinArm], *, overlap: float = 1.0) -> Band | None:
-    """The compared arm's windows in the band's own bins, as one band read at the band's own load
-    (`at_load`, over the compared arm's bins in and beside the band's); None where it has none near it.
-    Each arm is binned at its own load, so where the compared arm's windows there are fewer than the
-    band's (its load fell across a bin edge in some windows), those in the bins beside the band's count
-    as well: read at the band's load all the same, they keep the comparison as powered as the band."""
-    inside = _within(bins, band.first, band.last)
-    if sum(cell.tpct.n for cell in inside.values()) < band.windows:
-        inside = _within(bins, band.first - 1, band.last + 1)
+    """The compared arm's windows in the band's own bins, as one band; None where it has none."""
+    inside = {index: cell for index, cell in bins.items() if band.first <= index <= band.last}
     found = bands(inside, overlap=overlap, min_windows=math.inf, ttft_width=band.ttft_width)  # one band of them all
-    if not found:
-        return None
-    near = {index: cell for index, cell in bins.items() if band.first - 1 <= index <= band.last + 1}
-    return at_load(found[0], band.load, bands(near, overlap=overlap, min_windows=0))  # one band a bin
-
-
-def _within(bins: Mapping[int, BinArm], first: int, last: int) -> dict[int, BinArm]:
-    return {index: cell for index, cell in bins.items() if first <= index <= last}
-
-
-def at_load(compared: Band, load: float, points: Sequence[Band]) -> Band:
-    """`compared` read at `load`: its time per committed token and its standard error moved from its own
-    mean load by linear interpolation between `points` (the compared arm's bins, one band each), each
-    figure scaled by the line's value at `load` over its value at the band's own load (a band of one bin
-    reads the interpolated point itself). Never extrapolated: where `load` lies below the lowest point or
-    above the highest (the edges of the loads the compared arm was measured at), there is no shift, and
-    the figure stays at its own load. Its counts (windows, requests, on-time completions, TTFTs) are those
-    of its own windows, left as they are."""
-    if load == compared.load:
-        return compared
-    tpct = [(point.load, point.tpct) for point in points]
-    spread = [(point.load, point.tpct_se) for point in points]
-    there, here = _interpolated(tpct, load), _interpolated(tpct, compared.load)
-    se_there, se_here = _interpolated(spread, load), _interpolated(spread, compared.load)
-    if there is None or se_there is None or not here or not se_here:
-        return compared
-    return replace(
-        compared,
-        load=load,
-        tpct=compared.tpct * there / here,
-        tpct_se=compared.tpct_se * se_there / se_here,
-    )
-
-
-def _interpolated(points: Sequence[tuple[float, float]], x: float) -> float | None:
-    """The value at `x` on the line between the points either side of it; None outside them."""
-    ordered = sorted(points)
-    if not ordered or not ordered[0][0] <= x <= ordered[-1][0]:
-        return None
-    for (x0, y0), (x1, y1) in pairwise(ordered):
-        if x0 <= x <= x1:
-            return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y0
-    return ordered[0][1]  # a single point, at `x`
+    return found[0] if found else None
 
 
 @dataclass(frozen=True, kw_only=True)
 class Comparison:
-    """The speculative arm at one of its bands against the compared arm in the same bins, read at the
-    band's own load (`at_load`): `compared` is the compared arm's band over those bins with its load, time
-    per committed token and standard error moved there, and its counts as its own windows left them."""
+    """The speculative arm at one of its bands against the compared arm in the same bins."""
 
     band: Band
     compared: Band | None  # None: the compared arm was never measured at these loads
@@ -250,9 +198,9 @@ class Comparison:
 def compare(
     speculative: Sequence[Band], compared: Mapping[int, BinArm], *, overlap: float = 1.0, confidence: float = 0.95
 ) -> list[Comparison]:
-    """Each speculative band against the compared arm's windows in the same bins, read at the band's own
-    load (`matched`); every band's win is tested at `confidence` shared among the bands (Bonferroni), so
-    that a pilot of many bands is no more likely to find a win by chance than one of a single band."""
+    """Each speculative band against the compared arm's windows in the same bins; every band's win is
+    tested at `confidence` shared among the bands (Bonferroni), so that a pilot of many bands is no more
+    likely to find a win by chance than one of a single band."""
     each = 1 - (1 - confidence) / max(1, len(speculative))
     return [
         Comparison(band=band, compared=matched(band, compared, overlap=overlap), confidence=each)

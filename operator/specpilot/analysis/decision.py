@@ -1,14 +1,13 @@
 """A decision per scope and one for the pilot, from the evidence store, with sentences of reasons.
 
 The speculative arm is compared with the control arm (the baseline's engine at its size and share),
-or, for a pilot without one, with production's baseline; only at the same offered load (each arm
-binned at its own, the compared arm read at the speculative band's), never beyond the loads the
-compared arm ran at (`bands.compare`). A scope is decided by the first of an ordered list of small
-rules (`RULES`) over its facts (`Facts`), each alone; the order, and why, is stated once, above
-`RULES` (docs/reference/decision-rules.md is generated from it). An adoption in low-load windows
-states what bounds it (`Bound`: speed, the TTFT limit, end-to-end time, a latency or error limit, or a
-load not measured) with its figure; a flip for a latency or error limit above the wins brackets where
-that limit fails (`limitFailure`), and only a flip for speed brackets the crossover.
+or, for a pilot without one, with production's baseline; only at the same offered load, never
+beyond the loads the compared arm ran at (`bands.compare`). A scope is decided by the first of an
+ordered list of small rules (`RULES`) over its facts (`Facts`), each alone; the order, and why, is
+stated once, above `RULES` (docs/reference/decision-rules.md is generated from it). An adoption in
+low-load windows states what bounds it (`Bound`: speed, the TTFT limit, end-to-end time, a latency or
+error limit, or a load not measured) with its figure; a flip for a latency or error limit above the wins
+brackets where that limit fails (`limitFailure`), and only a flip for speed brackets the crossover.
 
 A band is a win only when speculation is faster by `bands.MIN_GAIN` or more, beyond the spread of
 both arms' windows at analysis.confidence: two identical arms are never adopted on noise. A thin band
@@ -21,9 +20,8 @@ Every adoption states the share of production's windows whose load lies within i
 
 Where the pilot runs an alternative arm (the speculative arm's GPU budget spent without speculation,
 at the same share), each scope's decision also says whether those GPUs do better without speculation:
-the alternative against the speculative arm in the same load bins, each read at the other's band's
-load, tested both ways as a band's win is (`judge_alternative`). It is stated beside the outcome and
-does not change it.
+the alternative against the speculative arm in the same load bins, tested both ways as a band's win
+is (`judge_alternative`). It is stated beside the outcome and does not change it.
 
 The pilot adopts in low-load windows if any scope does (at the lowest limit: the engine's
 speculation cannot differ per scope), adopts within the envelope of its adopting scopes if those
@@ -180,7 +178,7 @@ def cost_view(evidence: Evidence, arm_bands: Mapping[Arm, Sequence[Band]], repli
         gpus = evidence.gpus.get(arm)
         if gpus is None and arm in (Arm.CONTROL, Arm.ALTERNATIVE):
             continue
-        # The alternative's bins hold its load per speculative replica (the same share, its own replicas).
+        # The alternative's bins hold the pair's load per speculative replica (the same share, its own replicas).
         count = replicas.get(Arm.SPECULATIVE if arm is Arm.ALTERNATIVE else arm)
         per_replica = gpus / count if gpus and count else 1.0
         best: tuple[float, float] | None = None
@@ -443,11 +441,10 @@ def judge_alternative(
     name: str, scope: ScopeEvidence, arm_bands: Mapping[Arm, Sequence[Band]], *, overlap: float, confidence: float
 ) -> AlternativeDecision:
     """The alternative arm of a scope (the same share on the same GPU budget, without speculation, binned
-    at its own load per speculative replica) against the control arm and the speculative arm in the same
-    bins, the other arm read at each band's own load (`bands.compare`): which way of spending the GPUs
-    is faster per committed token. Each band is tested as a band's win is, both ways, each way at half of
-    1 - confidence, so identical arms get a verdict other than NoDifference no more often than that; one way
-    of spending them is better where it wins at some band and loses at none."""
+    at the compared pair's load) against the control arm and the speculative arm in the same bins: which
+    way of spending the GPUs is faster per committed token. Each band is tested as a band's win is, both
+    ways, each way at half of 1 - confidence, so identical arms get a verdict other than NoDifference no
+    more often than that; one way of spending them is better where it wins at some band and loses at none."""
     each_way = 1 - (1 - confidence) / 2
 
     def against(arm: Arm, other: Arm) -> list[Comparison]:
@@ -550,7 +547,7 @@ class Facts:
     share: DecodeShare | None  # the timing breakdown; its decode ratio and observed gain over `measured`
     flipped_for: frozenset[FallbackReason]  # every flip's reason
     flip: FallbackRecord | None  # the latest flip, when for speed or latency and the scope stays rolled back
-    flip_load: float | None  # the speculative arm's own load in its window: where speculation lost (None: not recorded)
+    flip_load: float | None  # the load its window is binned at: where speculation lost (None: not recorded)
     quality_failed: int  # windows with a failing quality check
     coverage: str | None  # the caveat for bands the compared arm never ran at
     ttft: QuantileRatio
@@ -1188,7 +1185,7 @@ def facts(
         share=share.at(measured) if share is not None and measured else share,
         flipped_for=frozenset(record.reason for record in fallbacks if record.scope == name),
         flip=flip,
-        flip_load=matched_load(flip.loads).get(Arm.SPECULATIVE) if flip is not None else None,
+        flip_load=matched_load(flip.loads, evidence.compared).get(Arm.SPECULATIVE) if flip is not None else None,
         quality_failed=scope.quality_failed,
         coverage=_coverage_sentence(comparisons, evidence.compared),
         ttft=ttft,

@@ -2,16 +2,16 @@
 
 Each window that carried traffic adds its figures to the scope's aggregates: per arm, into the bin
 of its offered load (requests per second per replica, over every scope the arm served), and into
-running totals (timing breakdown, on-time completions, request lengths, acceptance). Each arm is
-binned at its own load, never at its partner's: the router gives the compared arms the same number of
-a scope's requests, yet a replica down within a window, retries or sticky keys can still load one arm
-more than the other, and near the crossover a lighter arm reads faster than it would run at its
-partner's load. A comparison reads the compared arm at the speculative band's own load instead
-(`bands.matched`). A window within which the scope's weight changed is kept out of the bins, since
-its requests ran at two loads. Bins are fixed and fine (a quarter of an octave of load each), so the
-store stays bounded however long the pilot runs; the load bands a decision reads are learned from
-them (`decision.bands`). Production's baseline is watched: the windows' loads it ran at are kept as a
-histogram over the same bins. The store lives in a ConfigMap beside the pilot, never in status.
+running totals (timing breakdown, on-time completions, request lengths, acceptance). The compared
+pair (the speculative arm and the control arm, which takes the same share at the same size) is
+binned at one load, the pair's mean, so that each window adds to both arms at the same load; the
+alternative arm (the same share on the same GPUs, without speculation) is binned there too. Without
+a control arm each arm is binned at its own. A window within which the scope's weight changed is
+kept out of the bins, since its requests ran at two loads. Bins are fixed and fine (a quarter of an
+octave of load each), so the store stays bounded however long the pilot runs; the load bands a
+decision reads are learned from them (`decision.bands`). Production's baseline is watched: the
+windows' loads it ran at are kept as a histogram over the same bins. The store lives in a ConfigMap
+beside the pilot, never in status.
 
 The probe rounds' counts by scope, kind and arm are kept here too, with the state of each kind's
 sequential tests, so that the report's quality by scope and the probe checks survive an operator restart
@@ -22,13 +22,12 @@ Pure: the shell passes the window, its load and its verdict, and writes back wha
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Annotated, Final, Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
@@ -48,7 +47,6 @@ BINS_PER_OCTAVE = 4
 BIN_RANGE = (-40, 48)  # offered loads from 1/1024 to 4096 requests per second per replica
 KV_POINTS = 720  # KV-cache usage points kept per arm (newest), for the report's plot
 MAX_POSITIONS = 16
-STORE_VERSION: Final = 2  # `Evidence.version`
 
 
 class Moments(ApiModel):
@@ -253,7 +251,7 @@ class ScopeEvidence(ApiModel):
     prompt_tokens: Lengths = Lengths()
     output_tokens: Lengths = Lengths()
     rehearsed: dict[int, Annotated[int, Field(ge=0)]] = {}
-    """Windows per load bin of the speculative arm that the peak rehearsal's traffic made (its source)."""
+    """Windows per load bin of the compared pair that the peak rehearsal's traffic made (its source)."""
     probes: ProbeRecord = ProbeRecord()
     """The probe rounds' counts by kind and arm, for the report's quality by scope."""
 
@@ -268,8 +266,7 @@ class KvPoint(ApiModel):
 class Evidence(ApiModel):
     """One pilot's evidence store."""
 
-    version: Literal[2] = STORE_VERSION
-    """2: each arm binned at its own load; 1: the compared pair at their mean (`load` upgrades it)."""
+    version: Literal[1] = 1
     compared: Arm = Arm.BASELINE
     """The arm the speculative arm is compared with: control, or production's baseline without one."""
     production: dict[int, Annotated[int, Field(ge=0)]] = {}
@@ -308,7 +305,6 @@ class ArmLoad:
     running_per_replica: float | None = None  # the engines' num_requests_running, mean
     waiting_per_replica: float | None = None  # the engines' num_requests_waiting, mean
     batch_seen: float | None = None  # the engines' batch as their tokens saw it (`ArmEngine.batch_seen`)
-    replicas: int | None = None  # the ready replicas the window's load is divided by
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -324,11 +320,6 @@ class WindowLoad:
     def offered(self) -> dict[Arm, float | None]:
         """Each arm's offered load per replica."""
         return {arm: arm_load.offered_per_replica for arm, arm_load in self.arms.items()}
-
-    @property
-    def replicas(self) -> dict[Arm, int]:
-        """Each arm's ready replicas over the window, where known."""
-        return {arm: arm_load.replicas for arm, arm_load in self.arms.items() if arm_load.replicas}
 
 
 def load_bin(load: float) -> int:
@@ -372,20 +363,17 @@ def _add_totals(totals: ArmTotals, requests: ArmRequests, load: ArmLoad) -> ArmT
     )
 
 
-def matched_load(
-    offered: Mapping[Arm, float | None], replicas: Mapping[Arm, int] | None = None
-) -> dict[Arm, float | None]:
-    """The load each arm's window is binned at: its own offered load per replica, never its partner's, so
-    that an arm that drew less load than its partner is not read at the partner's (a comparison moves the
-    compared arm's figure to the speculative band's own load instead: `bands.matched`). The alternative
-    arm takes the speculative arm's share in replicas of its own, so its load is put on the speculative
-    arm's axis: its requests per speculative replica (from `replicas`, the window's ready ones), whatever
-    its own replica count; its own per replica where either count is unknown."""
+def matched_load(offered: Mapping[Arm, float | None], compared: Arm) -> dict[Arm, float | None]:
+    """The load each arm's window is binned at, from each arm's offered load per replica: the compared
+    pair at their mean when the comparison is with the control arm (the same share at the same size),
+    every arm at its own else. The alternative arm takes the same share on the same GPU budget in other
+    replicas, so it is binned at the pair's load too: its bins hold the same traffic as theirs, whatever
+    its own replica count."""
     own = dict(offered)
-    counts = replicas or {}
-    value, alternative, speculative = own.get(Arm.ALTERNATIVE), counts.get(Arm.ALTERNATIVE), counts.get(Arm.SPECULATIVE)
-    if value is not None and alternative and speculative:
-        own[Arm.ALTERNATIVE] = value * alternative / speculative
+    pair = [own.get(arm) for arm in (Arm.SPECULATIVE, compared)]
+    if compared is Arm.CONTROL and all(value is not None for value in pair):
+        mean = sum(value for value in pair if value is not None) / 2
+        own.update({Arm.SPECULATIVE: mean, Arm.CONTROL: mean, Arm.ALTERNATIVE: mean})
     return own
 
 
@@ -441,6 +429,7 @@ def record_window(
         scope,
         arms,
         load,
+        compared=compared,
         counted=verdict is not Verdict.INCONCLUSIVE,
         settled=settled,
         rehearsed=rehearsed,
@@ -484,17 +473,18 @@ def _add_arms(
     arms: Mapping[Arm, ArmRequests],
     load: WindowLoad,
     *,
+    compared: Arm,
     counted: bool,
     settled: bool,
     rehearsed: bool,
     ttft_width: int,
 ) -> tuple[dict[Arm, dict[int, BinArm]], dict[Arm, ArmTotals], dict[int, int]]:
     """The scope's bins, totals and rehearsed bins with each arm's requests of a `counted` window added:
-    to its totals (a `rehearsed` window's are not), and, when `settled` at a known load, to the bin of
-    its own load (`matched_load`), which a rehearsed window marks on the speculative arm's."""
+    to its totals (a `rehearsed` window's are not), and, when `settled` at a known load, to that load's
+    bin, which a rehearsed window marks on the compared arm."""
     bins = {arm: dict(scope.bins.get(arm, {})) for arm in Arm if arm in scope.bins or arm in arms}
     totals = dict(scope.totals)
-    loads = matched_load(load.offered, load.replicas)
+    loads = matched_load(load.offered, compared)
     marked = dict(scope.rehearsed)
     for arm, requests in arms.items() if counted else ():
         arm_load = load.arms.get(arm, ArmLoad(offered_per_replica=None))
@@ -505,7 +495,7 @@ def _add_arms(
             index = load_bin(value)
             cell = bins[arm].get(index, BinArm())
             bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica, ttft_width)
-            if rehearsed and arm is Arm.SPECULATIVE:
+            if rehearsed and arm is compared:
                 marked[index] = marked.get(index, 0) + 1
     return bins, totals, marked
 
@@ -668,22 +658,5 @@ def dump(evidence: Evidence) -> str:
 
 
 def load(text: str) -> Evidence:
-    """The store from its ConfigMap text, a version-1 store upgraded (`_upgraded`); raises `ValueError`
-    naming what is wrong."""
-    raw = json.loads(text)
-    if isinstance(raw, dict) and raw.get("version") == 1:
-        return _upgraded(Evidence.model_validate_json(json.dumps({**raw, "version": STORE_VERSION})))
+    """The store from its ConfigMap text; raises `ValueError` naming what is wrong."""
     return Evidence.model_validate_json(text)
-
-
-def _upgraded(old: Evidence) -> Evidence:
-    """A version-1 store as the current version. Compared with the control arm, version 1 binned the
-    speculative, control and alternative arms at the pair's mean load, so what each arm ran at is lost
-    from those bins: they are dropped (with the rehearsal's marks on them) and fill again at each arm's
-    own load, while every count, total, probe round and production's loads are kept (each arm's totals
-    were at its own load). Compared with production's baseline, version 1 binned each arm at its own
-    load already, and nothing is dropped."""
-    if old.compared is not Arm.CONTROL:
-        return old
-    scopes = {name: scope.model_copy(update={"bins": {}, "rehearsed": {}}) for name, scope in old.scopes.items()}
-    return old.model_copy(update={"scopes": scopes})

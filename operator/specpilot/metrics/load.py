@@ -69,7 +69,6 @@ def window_load(
             running_per_replica=_per_replica(engine.running, count),
             waiting_per_replica=_per_replica(engine.waiting, count),
             batch_seen=engine.batch_seen,
-            replicas=count,
         )
     return WindowLoad(
         arms=arms,

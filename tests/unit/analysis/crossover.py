@@ -57,8 +57,8 @@ def pilot(
     """Windows at each load in turn, every scope on both compared arms at the same load; production's
     baseline at `production` requests per second per replica throughout (unwatched when None). With
     `identical`, the speculative arm decodes exactly as the control does (an A/A pilot). With
-    `alternative` (its time per token at a load), an alternative arm takes the same share in one replica to
-    the pair's two (twice the offered load per replica of its own). Windows at `rehearsed_from` and above, or at a
+    `alternative` (its time per token at a load), an alternative arm takes the same share in half as many
+    replicas (twice the offered load per replica of its own). Windows at `rehearsed_from` and above, or at a
     load in `rehearsed_at`, are the peak rehearsal's. `ttft_factor` scales the speculative arm's time to first
     token at a load."""
     gpus = {Arm.BASELINE: 1, Arm.SPECULATIVE: 1, Arm.CONTROL: 1, **({Arm.ALTERNATIVE: 1} if alternative else {})}
@@ -89,14 +89,12 @@ def pilot(
                 else None,
             )
             loads_ = {
-                a: ArmLoad(
-                    offered_per_replica=value, in_flight_per_replica=value, running_per_replica=value, replicas=2
-                )
+                a: ArmLoad(offered_per_replica=value, in_flight_per_replica=value, running_per_replica=value)
                 for a in (Arm.SPECULATIVE, Arm.CONTROL)
             }
             loads_[Arm.BASELINE] = ArmLoad(offered_per_replica=production)
             if alternative:
-                loads_[Arm.ALTERNATIVE] = ArmLoad(offered_per_replica=2 * value, replicas=1)
+                loads_[Arm.ALTERNATIVE] = ArmLoad(offered_per_replica=2 * value)
             window_load = WindowLoad(arms=loads_, arrival_rate=value, prompt_tokens=(100, 200), output_tokens=(50, 150))
             evidence = record_window(
                 evidence,

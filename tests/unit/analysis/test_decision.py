@@ -406,7 +406,7 @@ def test_the_store_round_trips_and_stays_bounded() -> None:
     bins = evidence.scopes["a"].bins[Arm.SPECULATIVE]
     assert len(bins) == 2
     with pytest.raises(ValueError):
-        load('{"version": 3}')
+        load('{"version": 2}')
 
 
 def test_times_to_first_token_are_counted_per_bucket_and_a_band_reads_its_p99_from_them() -> None:
@@ -641,7 +641,7 @@ def test_two_identical_arms_are_never_adopted() -> None:
     assert {d.defer_reason for d in outcomes} == {DeferReason.NO_NET_GAIN}
 
 
-def test_an_alternative_arm_is_binned_at_its_load_per_speculative_replica_not_per_its_own() -> None:
+def test_an_alternative_arm_is_binned_at_the_compared_pairs_load_not_its_own() -> None:
     evidence = pilot({"chat": 0.8}, loads=(2, 4), alternative=ordinary)
     scope = evidence.scopes["chat"]
     # Its own offered load per replica was twice the pair's (half the replicas), yet it shares their bins.

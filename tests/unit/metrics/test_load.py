@@ -41,7 +41,6 @@ def test_offered_load_counts_what_finished_and_in_flight_the_time_held_over_the_
     assert spec.batch_seen == 2.5 and base.batch_seen is None  # the engines' batch, where reported
     # offered load: every outcome finished in the window, per second and replica (4 on 2, 2 on 1, in 10 s)
     assert spec.offered_per_replica == pytest.approx(0.2) and base.offered_per_replica == pytest.approx(0.2)
-    assert load.replicas == {Arm.SPECULATIVE: 2, Arm.BASELINE: 1}  # what each arm's load is divided by
     assert load.arrival_rate == pytest.approx(0.5)  # five code requests finished in 10 s
     assert load.prompt_tokens == (100, 101, 102, 103)
     assert load.output_tokens == (11,) * 5
