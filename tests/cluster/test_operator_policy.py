@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 import yaml
 
 from tests.cluster.conftest import ROOT, Cluster, wait_until
+from tests.cluster.listener import recording
 from tests.cluster.operator_process import Operator, children, condition, pilot, running_operator, wait_ready
 
 pytestmark = pytest.mark.cluster
@@ -33,30 +31,8 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 @pytest.fixture
 def listener() -> Iterator[tuple[str, list[str]]]:
     """An HTTP server on loopback that records every request it gets (none should come)."""
-    seen: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self._answer()
-
-        def do_POST(self) -> None:
-            self._answer()
-
-        def _answer(self) -> None:
-            seen.append(f"{self.command} {self.path}")
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
+    with recording() as (port, seen):
+        yield f"http://127.0.0.1:{port}", seen
 
 
 def invalid_message(cluster: Cluster, namespace: str) -> str:

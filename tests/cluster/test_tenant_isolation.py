@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import copy
 import json
-import threading
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
@@ -27,6 +25,7 @@ import yaml
 
 from specpilot.api.podsecurity import PROBE_HOST
 from tests.cluster.conftest import ROOT, Cluster, fresh_namespace
+from tests.cluster.listener import recording
 from tests.cluster.operator_process import apply_crd, condition
 from tests.cluster.releases import NO_CRD, Release, helm_env
 from tests.helm import CHART, helm, set_args
@@ -89,30 +88,8 @@ def tenant(cluster: Cluster) -> Iterator[Tenant]:
 @pytest.fixture(scope="module")
 def listener() -> Iterator[tuple[int, list[str]]]:
     """An HTTP server on loopback, where the local cluster's pods run, recording every request it gets."""
-    seen: list[str] = []
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self._answer()
-
-        def do_POST(self) -> None:
-            self._answer()
-
-        def _answer(self) -> None:
-            seen.append(f"{self.command} {self.path}")
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield server.server_address[1], seen
-    finally:
-        server.shutdown()
+    with recording() as found:
+        yield found
 
 
 def as_tenant(cluster: Cluster, tenant: Tenant, *args: str, input: str | None = None) -> tuple[int, str]:
