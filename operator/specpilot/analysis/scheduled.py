@@ -18,9 +18,10 @@ sides) counts above, the stricter side. Pure.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 
 from specpilot.analysis.bands import Comparison
@@ -49,8 +50,8 @@ def scheduled_arm(spec: SpeculationPilotSpec) -> ScheduledArm | None:
     switch = switched_off_above(ranges)
     if switch is None:
         return None
-    value = ", ".join(f"[{r.start}, {r.end}, {min(r.k, draft.num_speculative_tokens)}]" for r in sorted(ranges))
-    return ScheduledArm(switch=switch, schedule=f'"{spec.vllm_release.schedule_key}": [{value}]')
+    value = json.dumps([replace(r, k=min(r.k, draft.num_speculative_tokens)).render() for r in sorted(ranges)])
+    return ScheduledArm(switch=switch, schedule=f'"{spec.vllm_release.schedule_key}": {value}')
 
 
 def noninferior_level(confidence: float, look: int) -> float:

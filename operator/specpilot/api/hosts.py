@@ -86,12 +86,27 @@ def is_address(host: str) -> bool:
     return True
 
 
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def parsed_ip(address: str) -> IpAddress | None:
+    """`address` as the IP address a connection reaches (an IPv6 zone is no part of it, and an IPv4-mapped
+    IPv6 address is its IPv4 one); None where it is no IP address."""
+    try:
+        found = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(found, ipaddress.IPv6Address) and found.ipv4_mapped is not None:
+        return found.ipv4_mapped
+    return found
+
+
+def never_ip(found: IpAddress) -> bool:
+    """Whether the operator never calls `found` (link-local or a cloud's metadata address)."""
+    return any(found in net for net in NEVER_NETWORKS)
+
+
 def never_called(address: str) -> bool:
     """Whether an IP address is one the operator never calls (link-local or a cloud's metadata address)."""
-    try:
-        found = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is no part of the address
-    except ValueError:
-        return False
-    if isinstance(found, ipaddress.IPv6Address) and found.ipv4_mapped is not None:
-        found = found.ipv4_mapped
-    return any(found in net for net in NEVER_NETWORKS)
+    found = parsed_ip(address)
+    return found is not None and never_ip(found)

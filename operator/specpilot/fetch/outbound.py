@@ -30,7 +30,7 @@ from aiohttp.abc import AbstractResolver, ResolveResult
 from aiohttp.client import DEFAULT_TIMEOUT
 from yarl import URL
 
-from specpilot.api.hosts import never_called
+from specpilot.api.hosts import never_ip, parsed_ip
 
 LOCATION_SHOWN = 200  # characters of a refused redirect's target kept in its message
 REDACTED = "<secret>"
@@ -78,13 +78,10 @@ class Addresses:
     def refusal(self, address: str) -> str | None:
         """Which kind of address the operator never calls `address` is (None: it may call it, or it is
         no IP address)."""
-        try:
-            found = ipaddress.ip_address(address.split("%", 1)[0])  # an IPv6 zone is no part of the address
-        except ValueError:
+        found = parsed_ip(address)
+        if found is None:
             return None
-        if isinstance(found, ipaddress.IPv6Address) and found.ipv4_mapped is not None:
-            found = found.ipv4_mapped
-        if never_called(str(found)):
+        if never_ip(found):
             return NEVER
         if any(found in net for net in self.allowed):
             return None
