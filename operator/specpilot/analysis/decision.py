@@ -58,7 +58,6 @@ from specpilot.analysis.evidence import (
     add_counts,
     bin_bounds,
     load_bin,
-    matched_load,
     production_quantile,
     rehearsal_peak,
     ttft_bucket_bounds,
@@ -290,6 +289,16 @@ def _speed_flip(name: str, fallbacks: Sequence[FallbackRecord]) -> FallbackRecor
     """The scope's latest flip, when it was for speed or latency."""
     latest = next((record for record in reversed(fallbacks) if record.scope == name), None)
     return latest if latest is not None and latest.reason in _SPEED_FLIPS else None
+
+
+def flip_load(record: FallbackRecord) -> float | None:
+    """Where a flip says speculation lost: the speculative arm's own load in the flipping window, never the
+    pair's mean. The router splits a scope's requests at random, so the compared arms' loads differ by
+    chance within a window, and time per committed token rises with load on either arm. Speculation
+    slower while it carried no more load than the control arm lost at its own load (the control arm
+    would be no faster there); while it carried more, its own load is the highest the loss may be put at,
+    and the mean would claim the loss at a load neither arm ran."""
+    return record.loads.get(Arm.SPECULATIVE)
 
 
 def _observed(record: FallbackRecord) -> str:
@@ -547,7 +556,7 @@ class Facts:
     share: DecodeShare | None  # the timing breakdown; its decode ratio and observed gain over `measured`
     flipped_for: frozenset[FallbackReason]  # every flip's reason
     flip: FallbackRecord | None  # the latest flip, when for speed or latency and the scope stays rolled back
-    flip_load: float | None  # the load its window is binned at: where speculation lost (None: not recorded)
+    flip_load: float | None  # the speculative arm's own load in its window (`flip_load`; None: not recorded)
     quality_failed: int  # windows with a failing quality check
     coverage: str | None  # the caveat for bands the compared arm never ran at
     ttft: QuantileRatio
@@ -1185,7 +1194,7 @@ def facts(
         share=share.at(measured) if share is not None and measured else share,
         flipped_for=frozenset(record.reason for record in fallbacks if record.scope == name),
         flip=flip,
-        flip_load=matched_load(flip.loads, evidence.compared).get(Arm.SPECULATIVE) if flip is not None else None,
+        flip_load=flip_load(flip) if flip is not None else None,
         quality_failed=scope.quality_failed,
         coverage=_coverage_sentence(comparisons, evidence.compared),
         ttft=ttft,

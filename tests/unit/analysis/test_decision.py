@@ -158,6 +158,21 @@ def _rolled_back(evidence: Evidence, flip: FallbackRecord) -> ScopeDecision:
     return decide_scope(flip.scope, evidence, fallbacks=[flip], confidence=0.9, state=ScopeState.ROLLED_BACK).decision
 
 
+@pytest.mark.parametrize(("speculative", "control"), [(10.0, 14.0), (12.0, 9.0)])
+def test_a_flip_is_placed_at_the_speculative_arms_own_load_whichever_arm_drew_more(
+    speculative: float, control: float
+) -> None:
+    evidence = pilot({"s": 0.95}, loads=(5.6, 7.4), per_load=9)
+    flip = _flip("s", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, None)
+    flip = flip.model_copy(update={"loads": {Arm.SPECULATIVE: speculative, Arm.CONTROL: control}})
+    found = _rolled_back(evidence, flip)
+    assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, found.reasons
+    # slower on less load than the control arm: a loss at its own load; on more: its own load is the
+    # highest the loss may be put at. The pair's mean is neither.
+    assert found.crossover_high == pytest.approx(speculative), found
+    assert f"flipped it back to ordinary decoding at {speculative:.2f} requests per second" in found.reasons[0]
+
+
 def test_a_flip_above_every_win_brackets_the_crossover_and_adopts_below_the_highest_win() -> None:
     evidence = pilot({"s": 0.95}, loads=(5.6, 7.4), per_load=9)
     found = _rolled_back(evidence, _flip("s", MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, 12.0))
