@@ -84,7 +84,7 @@ crd: venv
 	cp crds/specpilot.io_speculationpilots.yaml charts/specpilot/files/crds/
 	@$(MAKE) --no-print-directory docs-reference
 
-# docs/reference/: the decision rules from analysis/decision.py's RULES, the API from the CRD (a test holds them equal).
+# docs/reference/: the decision rules from analysis/decision/rules.py's RULES, the API from the CRD (a test holds them equal).
 docs-reference: venv
 	$(PY) tools/docs_reference.py
 

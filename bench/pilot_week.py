@@ -26,9 +26,10 @@ import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "operator")]
+sys.path.insert(0, str(ROOT / "operator"))
 
-from tests.unit.controller.fakes import Harness, Json, pilot_doc  # noqa: E402
+from specpilot.testing.fakes import Json  # noqa: E402
+from specpilot.testing.harness import Harness, pilot_doc  # noqa: E402
 
 OBJECT_LIMIT = 900 * 1024
 RSS_GROWTH_LIMIT = 0.10

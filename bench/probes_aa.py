@@ -19,7 +19,7 @@ steps the sequential tests, `proportions.Sequential`) and checked by `quality.pr
 default analysis.confidence (0.95: the probes' 1% of false flips, a quarter to the mixture test and the
 rest to the change detector, `quality.CHANGE_SHARE`), as the controller does once a round lands. A
 round asks the case `--per-round` times (probes.perRound's default), one ask after the other as
-`controller.quality.run_probes` does, into one tally. The greedy check is a hard limit: one
+`controller.quality_gates.run_probes` does, into one tally. The greedy check is a hard limit: one
 failing check flips the scope, so a run flips at its first failing round.
 
 Why in-process is faithful: the server decides a greedy answer's divergence from nothing but the knob,
@@ -107,7 +107,7 @@ from specpilot.analysis.quality import (
 from specpilot.analysis.stats import z_quantile
 from specpilot.api.spec import Analysis, ProbeCase, ProbeKind, Probes, Quality
 from specpilot.api.status import Verdict
-from specpilot.controller.quality import probe_case, request_body
+from specpilot.controller.quality_gates import probe_case, request_body
 from specpilot.mockvllm.answer_plan import Slips, plan
 from specpilot.mockvllm.config import ServeConfig, parse_args, resolve_limits
 from specpilot.mockvllm.profile import DEFAULT_SCOPE, Profile, parse_profile

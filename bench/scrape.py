@@ -38,7 +38,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import ScrapeTarget, scrape_all, scrape_session
-from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape
+from specpilot.metrics.engine_window import ENGINE_FAMILIES, EngineScrape
 from specpilot.metrics.exposition import parse_exposition
 from specpilot.mockvllm.config import parse_args
 from specpilot.mockvllm.profile import Profile

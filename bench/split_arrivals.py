@@ -5,11 +5,17 @@ A scope's requests arrive as a Poisson stream. Drawn at random, each arm's share
 stream too (a thinning), which is what each arm would see serving all of the scope's traffic. Split in
 turn so that the arms' counts stay within one of each other (every k-th request to an arm), each arm's
 arrivals are far more regular than that, and a speculative engine, whose steps cost what their batch
-costs, reads better on regular arrivals than on the bursts the scope really sends. Side by side at each
-load: each arm on Poisson arrivals at that load (the truth), on a random draw from a scope stream at
-the share that puts it there, and on the same stream split in turn.
+costs, reads better on regular arrivals than on the bursts the scope really sends. Nor does a looser
+bound help: a pair whose counts may part by at most b (the compared pair drawn at random, each of its
+requests to either arm at even odds until one leads by b, then to the other) holds each arm's count
+within b of half the pair's over any span, so over long spans each arm's arrivals vary half as much as
+a Poisson stream's, whatever b is. Side by side at each load: each arm on Poisson arrivals at that load
+(the truth; also what a mirrored control arm, sent a copy of each speculative request, would see), on a
+random draw from a scope stream at the share that puts it there, on the same stream split in turn, and
+held within each `--bounds` value.
 
     .venv/bin/python bench/split_arrivals.py [--loads 0.76,0.96,1.08] [--share 0.25] [--seconds 2000] [--seeds 2]
+        [--bounds 1,2,4]
 """
 
 from __future__ import annotations
@@ -21,12 +27,12 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from crossover_reference import WARM_UP, Setup, tpct  # noqa: E402
-from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE  # noqa: E402
+from crossover_reference import WARM_UP, Setup, tpct
 
-from specpilot.mockvllm import simulate  # noqa: E402
+from specpilot.mockvllm import simulate
+from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
 
 SPEC = {"method": "draft_model", "model": "draft", "num_speculative_tokens": DRAFT_TOKENS}
 
@@ -65,6 +71,25 @@ def in_turn(
     return taken["speculative"], taken["control"]
 
 
+def within(bound: int) -> Split:
+    """The compared pair drawn at random, its requests to either arm at even odds until one leads by `bound`."""
+
+    def split(
+        arrivals: list[simulate.Arrival], share: float, rng: random.Random
+    ) -> tuple[list[simulate.Arrival], list[simulate.Arrival]]:
+        spec: list[simulate.Arrival] = []
+        control: list[simulate.Arrival] = []
+        for arrival in arrivals:
+            if rng.random() >= 2 * share:
+                continue
+            lead = len(spec) - len(control)
+            to_spec = lead <= -bound or (lead < bound and rng.random() < 0.5)
+            (spec if to_spec else control).append(arrival)
+        return spec, control
+
+    return split
+
+
 def ratio(
     setup: Setup, spec: Sequence[simulate.Arrival], control: Sequence[simulate.Arrival], *, seconds: float, seed: int
 ) -> float:
@@ -87,6 +112,7 @@ def main(args: argparse.Namespace) -> None:
         output=(int(str(output["min"])), int(str(output["max"]))),
     )
     splits: dict[str, Split] = {"random draw": at_random, "in turn": in_turn}
+    splits.update({f"within {bound}": within(bound) for bound in args.bounds})
     print(f"share {args.share:.0%} per compared arm; {args.seconds:g} model seconds x {args.seeds} seeds per cell")
     print(f"{'load':>6} {'Poisson (truth)':>16} " + " ".join(f"{name:>12}" for name in splits))
     for load in args.loads:
@@ -112,6 +138,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument("--share", type=float, default=0.25)
     parser.add_argument("--seconds", type=float, default=2000.0)
     parser.add_argument("--seeds", type=int, default=2)
+    parser.add_argument("--bounds", type=lambda s: [int(x) for x in s.split(",") if x], default=[1, 2, 4])
     return parser
 
 

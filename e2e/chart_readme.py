@@ -2,12 +2,7 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.helm import VALUES_README, chart_readme
+from specpilot.testing.helm import VALUES_README, chart_readme
 
 if __name__ == "__main__":
     VALUES_README.write_text(chart_readme())

@@ -8,14 +8,11 @@ tests/component/chart/test_kustomize.py fails when the two drift apart.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from tests.helm import CHART, ROOT, template
+from specpilot.testing.helm import CHART, ROOT, template
 
 BASE = ROOT / "manifests" / "base"
 HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")

@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from tests.waiting import answers, wait_until
+from specpilot.testing.waiting import answers, wait_until
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 SCRAPE_INTERVAL = "1s"

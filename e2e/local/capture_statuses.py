@@ -22,9 +22,7 @@ from typing import Any
 
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from tests.helm import CHART, ROOT, helm, set_args
+from specpilot.testing.helm import CHART, ROOT, helm, set_args
 
 DEMO = ROOT / "manifests" / "demo"
 

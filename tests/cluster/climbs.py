@@ -1,6 +1,6 @@
-"""Climbs past the crossover of tests/profiles.py's "mid" scope: its live load through a pilot's router,
-the engines' own crossover in virtual time (the reference a climb's decision is held to), and waiting
-for a climb's flip and its decision."""
+"""Climbs past the crossover of the "mid" scope of specpilot.testing.decision_profile: its live load through
+a pilot's router, the engines' own crossover in virtual time (the reference a climb's decision is held
+to), and waiting for a climb's flip and its decision."""
 
 from __future__ import annotations
 
@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from specpilot.mockvllm import simulate
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import Operator, pilot
-from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 
 def live_load(cluster: Cluster, router: str, tmp: Path, *, rate: float, seconds: int) -> subprocess.Popen[str]:

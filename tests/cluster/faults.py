@@ -8,7 +8,8 @@ import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
-from tests.cluster.conftest import Cluster, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, pilot
 from tests.cluster.pilots import TIME_SCALE, judged_pilot
 

@@ -13,8 +13,8 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.conftest import ROOT, Cluster
-from tests.waiting import wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 
 ROUTER_IMAGE = "specpilot/specpilot:dev"
 CRDS = ROOT / "crds"

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.conftest import ROOT, Cluster
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import pilot
 
 # The step costs measured on an H200 for Llama-3.1-8B with a 1B draft model, run 4x slower than the GPU

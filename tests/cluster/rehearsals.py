@@ -9,9 +9,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.cluster.conftest import Cluster
+from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
+from tests.cluster.local import Cluster
 from tests.cluster.pilots import judged_pilot, use_profile
-from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 PEAK = 4.0  # requests per second per replica: well past the crossover
 LIVE_RATE = 2.0  # the live traffic: 0.5 per second per replica on each compared arm at a quarter share

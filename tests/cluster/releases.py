@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.local import Cluster
 
 OPERATOR_SELECTOR = "app.kubernetes.io/name=specpilot,app.kubernetes.io/component=operator"
 

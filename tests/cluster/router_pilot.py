@@ -11,9 +11,10 @@ from typing import Any
 
 import yaml
 
+from specpilot.testing.waiting import wait_until
 from specpilot.wire.names import routes_name
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.local import Cluster
 
 PILOT = "p1"
 IMAGE = "specpilot/specpilot:dev"

@@ -17,7 +17,7 @@ as it got. The last stage's minDuration outlasts the load, so the scope never mo
 
 The router draws each request's compared arm at random (`router.core.choice.choose_arm`), so each arm's
 share of the scope's Poisson arrivals is a Poisson stream too; both arms' windows are binned at the pair's
-mean load (`analysis.evidence.matched_load`).
+mean load (`analysis.evidence.recording.matched_load`).
 
 Drawn at random, a band near the crossover holds a few dozen seconds of each arm's distinct requests,
 so each band is held to what its own evidence can tell: within Z = 3 of its own standard errors of the
@@ -46,10 +46,11 @@ from typing import Any
 import pytest
 from bench.crossover_reference import Setup, long_run
 
-from tests.cluster.conftest import Cluster, wait_until
+from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
-from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 # Opt-in (-m long): a first-stage window can flip the scope on a random split's draw before any band is read
 # (one run flipped at 0.87 against 0.53 requests per second per replica, 13 requests against 8).

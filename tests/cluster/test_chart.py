@@ -22,11 +22,12 @@ import yaml
 
 from specpilot.api.pilot import GROUP
 from specpilot.controller.handlers import FINALIZER
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.helm import CHART, helm, kustomize, set_args, template_text
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import apply_crd, events, pilot
 from tests.cluster.pilots import router_ip
 from tests.cluster.releases import NO_CRD, Release, can_i, helm_env
-from tests.helm import CHART, helm, kustomize, set_args, template_text
 from tests.operator_annotations import KOPF_ANNOTATIONS
 
 pytestmark = pytest.mark.cluster

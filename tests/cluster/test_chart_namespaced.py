@@ -7,10 +7,11 @@ import uuid
 
 import pytest
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.helm import CHART, helm, set_args
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import apply_crd
 from tests.cluster.releases import NO_CRD, Release, can_i, helm_env
-from tests.helm import CHART, helm, set_args
 
 pytestmark = pytest.mark.cluster
 

@@ -19,11 +19,12 @@ from typing import Any
 
 import pytest
 
+from specpilot.testing.decision_profile import DRAFT_TOKENS, PROFILE
+from specpilot.testing.waiting import wait_until
 from tests.cluster.climbs import decided, engines_crossover, flipped_back, live_load
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, events, pilot, restart, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
-from tests.profiles import DRAFT_TOKENS, PROFILE
 
 pytestmark = pytest.mark.cluster
 

@@ -33,10 +33,11 @@ from typing import Any
 
 import pytest
 
+from specpilot.testing.waiting import wait_until
 from specpilot.wire.names import ROUTER_ADMIN_PORT
 from specpilot.wire.samples import Fallback, RequestSample, SamplesPage
-from tests.cluster.conftest import CLUSTER_SH, ROOT, Cluster, wait_until
 from tests.cluster.faults import wait_for_a_pass
+from tests.cluster.local import CLUSTER_SH, ROOT, Cluster
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip, scopes
 

@@ -28,10 +28,11 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import Operator, pilot, restart, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
-from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 pytestmark = pytest.mark.cluster
 

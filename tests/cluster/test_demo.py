@@ -18,7 +18,7 @@ import yaml
 
 from specpilot.api.podsecurity import HOME_VOLUME
 from specpilot.wire.names import MANAGER
-from tests.cluster.conftest import ROOT, Cluster, in_background
+from tests.cluster.local import ROOT, Cluster, in_background
 
 TEAM = next(
     d for d in yaml.safe_load_all((ROOT / "manifests/demo/team-vllm.yaml").read_text()) if d["kind"] == "Deployment"

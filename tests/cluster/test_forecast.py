@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import ROOT, Cluster
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip, scopes
-from tests.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,8 @@ from typing import Any
 
 import yaml
 
-from tests.cluster.conftest import CLUSTER_SH, Cluster, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import CLUSTER_SH, Cluster
 
 CRD = """
 apiVersion: apiextensions.k8s.io/v1

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import (
     Operator,
     children,

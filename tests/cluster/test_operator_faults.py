@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.waiting import wait_until
 from tests.cluster.faults import (
     CASES,
     SLOW_STAGES,
@@ -32,6 +32,7 @@ from tests.cluster.faults import (
     scope_status,
     wait_for_a_pass,
 )
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
 from tests.cluster.pilots import PROFILE, TIME_SCALE, report, router_ip, use_profile
 

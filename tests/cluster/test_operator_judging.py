@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, start_load, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip, scopes
 

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import pilot, running_operator, wait_ready
 
 pytestmark = pytest.mark.cluster

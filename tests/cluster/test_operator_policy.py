@@ -10,8 +10,9 @@ from collections.abc import Iterator
 import pytest
 import yaml
 
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.waiting import wait_until
 from tests.cluster.listener import recording
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import Operator, children, condition, pilot, running_operator, wait_ready
 
 pytestmark = pytest.mark.cluster

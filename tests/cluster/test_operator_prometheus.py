@@ -27,6 +27,7 @@ from specpilot.controller.collect import Collector
 from specpilot.controller.core.measurements import Measurements
 from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import scrape_session
+from specpilot.testing.waiting import wait_until
 from specpilot.wire.names import (
     ARM_LABEL,
     COMPONENT_LABEL,
@@ -36,8 +37,8 @@ from specpilot.wire.names import (
     ROUTER_COMPONENT,
     Arm,
 )
-from tests.cluster.conftest import Cluster, fresh_namespace, wait_until
 from tests.cluster.faults import CASES, chat, fault_pilot, inject, wait_for_a_pass
+from tests.cluster.local import Cluster, fresh_namespace
 from tests.cluster.operator_process import Operator, pilot, running_operator, start_load, wait_ready
 from tests.cluster.pilots import judged_pilot, router_ip, scopes
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason

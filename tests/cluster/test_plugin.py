@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot
 

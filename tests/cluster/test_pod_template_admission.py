@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from specpilot.api.podsecurity import HOST_PATH, PRIVILEGED, ROOT_USER
-from tests.cluster.conftest import ROOT, Cluster
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import apply_crd
 
 pytestmark = pytest.mark.cluster

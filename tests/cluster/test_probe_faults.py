@@ -28,9 +28,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from specpilot.api.reasons import FallbackReason, MetricName
+from specpilot.testing.waiting import wait_until
 from specpilot.wire.names import ENGINE_PORT
-from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.faults import SLOW_STAGES, fault_pilot, inject, speculative_ip
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import PROFILE, TIME_SCALE, router_ip, scopes, use_profile
 

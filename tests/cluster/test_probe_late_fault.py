@@ -23,9 +23,10 @@ from specpilot.analysis.proportions import BLOCK, Sequential
 from specpilot.analysis.quality import CHANGE_SHARE, probe_alpha
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import Analysis, ProbeKind, Probes
+from specpilot.testing.waiting import wait_until
 from specpilot.wire.names import EVIDENCE_KEY
-from tests.cluster.conftest import Cluster, wait_until
 from tests.cluster.faults import SLOW_STAGES, fault_pilot, inject, scope_status
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long]

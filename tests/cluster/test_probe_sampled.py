@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, wait_until
+from specpilot.testing.waiting import wait_until
 from tests.cluster.faults import chat, fault_pilot, inject
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, pilot, running_operator, start_load, wait_ready
 from tests.cluster.pilots import PROFILE, TIME_SCALE, router_ip, use_profile
 

@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
-from tests.cluster.conftest import Cluster, wait_until
+from specpilot.testing.waiting import wait_until
 from tests.cluster.faults import ADMIN_PORT, inject
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
 from tests.cluster.pilots import router_ip
 from tests.cluster.rehearsals import MODEL_LOAD_SECONDS, PEAK, live_load, rehearsed_pilot

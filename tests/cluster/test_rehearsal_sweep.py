@@ -29,11 +29,12 @@ from typing import Any
 import pytest
 
 from specpilot.analysis.evidence import Evidence, bin_bounds
-from tests.cluster.conftest import ROOT, Cluster, wait_until
+from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import router_ip
 from tests.cluster.rehearsals import LIVE_RATE, live_load, rehearsed_pilot
-from tests.profiles import DRAFT_TOKENS, LENGTHS, PROFILE
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long]
 

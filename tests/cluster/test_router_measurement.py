@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.cluster.conftest import Cluster
+from tests.cluster.local import Cluster
 from tests.cluster.router_pilot import TIME_SCALE, deploy, scope
 
 pytestmark = pytest.mark.cluster

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from tests.cluster.conftest import Cluster
-from tests.cluster.router_pilot import Pilot, deploy, routes_configmap, scope, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import Cluster
+from tests.cluster.router_pilot import Pilot, deploy, routes_configmap, scope
 
 pytestmark = pytest.mark.cluster
 

@@ -33,12 +33,13 @@ import pytest
 import yaml
 
 from specpilot.analysis.scheduled import MARGIN
+from specpilot.testing.decision_profile import DRAFT_TOKENS, PROFILE
+from specpilot.testing.waiting import wait_until
 from specpilot.wire.batchschedule import BatchRange, VllmRelease, below_and_off, switched_off_above
 from tests.cluster.climbs import decided, engines_crossover, engines_in_flight, flipped_back, live_load
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 from tests.cluster.pilots import judged_pilot, report, router_ip, use_profile
-from tests.profiles import DRAFT_TOKENS, PROFILE
 
 pytestmark = pytest.mark.cluster
 

@@ -22,7 +22,8 @@ import pytest
 import yaml
 from e2e.local.demo import team_service
 
-from tests.cluster.conftest import ROOT, Cluster, in_background, wait_until
+from specpilot.testing.waiting import wait_until
+from tests.cluster.local import ROOT, Cluster, in_background
 from tests.cluster.operator_process import Operator, pilot, running_operator, wait_ready
 
 pytestmark = pytest.mark.cluster

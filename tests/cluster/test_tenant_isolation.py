@@ -24,12 +24,12 @@ import pytest
 import yaml
 
 from specpilot.api.podsecurity import PROBE_HOST
-from tests.cluster.conftest import ROOT, Cluster, fresh_namespace
+from specpilot.testing.helm import CHART, helm, set_args
+from specpilot.testing.waiting import wait_until
 from tests.cluster.listener import recording
+from tests.cluster.local import ROOT, Cluster, fresh_namespace
 from tests.cluster.operator_process import apply_crd, condition
 from tests.cluster.releases import NO_CRD, Release, helm_env
-from tests.helm import CHART, helm, set_args
-from tests.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -10,31 +10,18 @@ from __future__ import annotations
 
 import socket
 import ssl
-from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
 from typing import Any
 
 import aiohttp
 import pytest
 from aiohttp import web
 from prometheus_client.parser import text_string_to_metric_families
+from tests.component.loopback import RunningMock, Scrape, Serve, Served, StartMock
 
 from specpilot.mockvllm.config import parse_args
 from specpilot.mockvllm.profile import parse_profile
 from specpilot.mockvllm.server import MockServer
-
-
-@dataclass
-class RunningMock:
-    """A started mock and where to reach it."""
-
-    server: MockServer
-    url: str
-    admin_url: str
-    crashes: list[int]
-
-
-StartMock = Callable[..., Awaitable[RunningMock]]
 
 
 @pytest.fixture
@@ -57,9 +44,6 @@ async def mock_vllm() -> AsyncIterator[StartMock]:
         await mock.server.stop()
 
 
-Scrape = Callable[[str], Awaitable[dict[str, float]]]
-
-
 @pytest.fixture
 def scrape() -> Scrape:
     """Read /metrics; return each sample name (plus its non-`engine`/`model_name` labels) summed."""
@@ -79,28 +63,6 @@ def scrape() -> Scrape:
         return out
 
     return read
-
-
-@dataclass(frozen=True)
-class Served:
-    """An app served on loopback: a base URL per port, and a way to stop it before the test ends."""
-
-    urls: tuple[str, ...]
-    runner: web.AppRunner
-
-    @property
-    def url(self) -> str:
-        return self.urls[0]
-
-    @property
-    def port(self) -> int:
-        return int(self.url.rsplit(":", 1)[1])
-
-    async def stop(self) -> None:
-        await self.runner.cleanup()
-
-
-Serve = Callable[..., Awaitable[Served]]
 
 
 @pytest.fixture

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from aiohttp import web
 from tests.certs import Authority
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot import kubeaccess
 from specpilot.controller.kube import Kube

@@ -63,7 +63,7 @@ def lint_copy(tmp_path: Path, module: str | None = None, line: str = "") -> tupl
 
 
 def test_the_contracts_are_the_ones_these_cases_name() -> None:
-    assert set(CONTRACTS) == {"layers", "programs", "operator", "controller", "pure", "standalone"}
+    assert set(CONTRACTS) == {"layers", "programs", "operator", "controller", "pure", "standalone", "testing"}
 
 
 def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
@@ -81,10 +81,13 @@ def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
         pytest.param("wire/routes.py", "from specpilot.api import spec", "layers", id="wire-imports-api"),
         pytest.param("wire/names.py", "import specpilot.router.core.choice", "operator", id="wire-imports-the-router"),
         pytest.param(
-            "api/status/pilot.py", "from specpilot.mockvllm import costmodel", "operator", id="api-imports-mockvllm"
+            "api/status/pilot_status.py",
+            "from specpilot.mockvllm import costmodel",
+            "operator",
+            id="api-imports-mockvllm",
         ),
         pytest.param("wire/names.py", "import socket", "pure", id="wire-imports-socket"),
-        pytest.param("api/spec/pilot.py", "import aiohttp", "pure", id="api-imports-aiohttp"),
+        pytest.param("api/spec/pilot_spec.py", "import aiohttp", "pure", id="api-imports-aiohttp"),
         pytest.param("router/core/state.py", "import subprocess", "pure", id="router-core-imports-subprocess"),
         pytest.param("controller/core/plan.py", "import aiohttp", "pure", id="controller-core-imports-aiohttp"),
         pytest.param(
@@ -97,7 +100,10 @@ def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
             id="controller-core-imports-the-shell",
         ),
         pytest.param(
-            "controller/ports.py", "from specpilot.controller import routes", "controller", id="ports-import-an-adapter"
+            "controller/ports.py",
+            "from specpilot.controller import route_owner",
+            "controller",
+            id="ports-import-an-adapter",
         ),
         pytest.param(
             "calibrate/measure.py", "import specpilot.wire.names", "standalone", id="measuring-code-imports-specpilot"
@@ -106,6 +112,13 @@ def test_the_package_as_it_is_keeps_every_contract(tmp_path: Path) -> None:
         # A package that does not exist yet is held to its contract as soon as it does.
         pytest.param("analysis/__init__.py", "import kubernetes", "pure", id="new-analysis-imports-kubernetes"),
         pytest.param("report/__init__.py", "import specpilot.router", "operator", id="new-report-imports-the-router"),
+        pytest.param("cli.py", "import specpilot.testing.waiting", "testing", id="cli-imports-the-test-support"),
+        pytest.param(
+            "controller/core/plan.py",
+            "from specpilot.testing import decision_profile",
+            "testing",
+            id="controller-core-imports-the-test-support",
+        ),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(tmp_path: Path, module: str, line: str, broken: str) -> None:

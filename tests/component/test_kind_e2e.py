@@ -5,8 +5,8 @@ and its workflow drives the kind cluster its config describes."""
 from __future__ import annotations
 
 import yaml
-from tests.helm import ROOT, kustomize
 
+from specpilot.testing.helm import ROOT, kustomize
 from specpilot.wire.names import ROUTER_PORT, router_name
 
 KIND = ROOT / "e2e" / "kind"

@@ -9,7 +9,7 @@ from email.utils import format_datetime
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot.controller.kube import THROTTLED_RETRIES, ApiError, Kube
 from specpilot.kubeaccess import Fixed, KubeAccess, retry_after

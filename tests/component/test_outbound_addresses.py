@@ -11,13 +11,13 @@ import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.abc import ResolveResult
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot.api.spec import Webhook
-from specpilot.controller.quality import call_webhooks
+from specpilot.controller.quality_gates import call_webhooks
 from specpilot.fetch.outbound import LOOPBACK, allowing_loopback, outbound_session
 from specpilot.fetch.scrape import ScrapeTarget, scrape
-from specpilot.metrics.engine import ScrapeFailure
+from specpilot.metrics.engine_window import ScrapeFailure
 
 # What the fake DNS answers, by name.
 ZONE = {

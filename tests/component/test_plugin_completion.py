@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from tests.helm import kubectl
+
+from specpilot.testing.helm import kubectl
 
 SCRIPTS = Path(sys.executable).parent
 

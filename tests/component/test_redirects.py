@@ -8,14 +8,14 @@ from datetime import UTC, datetime
 
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot.api.spec import Probes, Webhook
-from specpilot.controller.quality import call_webhooks, run_probes
+from specpilot.controller.quality_gates import call_webhooks, run_probes
 from specpilot.fetch.outbound import allowing_loopback, outbound_session
 from specpilot.fetch.prometheus import query
 from specpilot.fetch.scrape import ReadFailure, ScrapeTarget, read_samples, scrape
-from specpilot.metrics.engine import ScrapeFailure
+from specpilot.metrics.engine_window import ScrapeFailure
 from specpilot.metrics.promql import QueryFailure
 
 

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.helm import CHART, by_kind, template
+
+from specpilot.testing.helm import CHART, by_kind, template
 
 ROOT = Path(__file__).resolve().parents[2]
 WORKFLOW = ROOT / ".github" / "workflows" / "release.yaml"

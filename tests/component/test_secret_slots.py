@@ -12,18 +12,18 @@ from typing import Any
 
 import pytest
 from aiohttp import ClientSession, web
-from tests.component.conftest import Serve
-from tests.unit.controller.fakes import Harness, pilot_doc
+from tests.component.loopback import Serve
 
 from specpilot.api.spec import ProbeCase, Probes
 from specpilot.controller.collect import Collector, PrometheusEngines
 from specpilot.controller.core.policy import Policy
 from specpilot.controller.metrics import OperatorMetrics
-from specpilot.controller.quality import HttpQuality, ProbeResult, run_probes
+from specpilot.controller.quality_gates import HttpQuality, ProbeResult, run_probes
 from specpilot.controller.reconcile import Controller
 from specpilot.controller.secrets import KubeSecretValues
 from specpilot.fetch.endpoints import PrometheusCredentials, parse_endpoints
 from specpilot.fetch.outbound import allowing_loopback, outbound_session
+from specpilot.testing.harness import Harness, pilot_doc
 
 PLANTED = "planted-7e21-SECRET"
 HEADER = f"Bearer {PLANTED}"  # the Secret's value: the whole header value

@@ -9,14 +9,14 @@ import logging
 
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
-from tests.unit.controller.fakes import FakeKube
+from tests.component.loopback import Serve
 
 from specpilot.api.spec import ProbeCase, Probes, Webhook
 from specpilot.controller.kube import ApiError
-from specpilot.controller.quality import call_webhooks, run_probes
+from specpilot.controller.quality_gates import call_webhooks, run_probes
 from specpilot.controller.secrets import KubeSecretValues
 from specpilot.fetch.outbound import allowing_loopback, outbound_session
+from specpilot.testing.fakes import FakeKube
 
 SECRET = "Bearer planted-4f9c-SECRET"
 NAMESPACE = "team-a"

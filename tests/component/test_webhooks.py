@@ -7,10 +7,10 @@ import asyncio
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot.api.spec import Webhook
-from specpilot.controller.quality import call_webhooks
+from specpilot.controller.quality_gates import call_webhooks
 
 SECRET = "internal-dashboard-token=hunter2 " * 200  # what an internal page the URL reaches might say
 

@@ -1,7 +1,6 @@
 """Module names under operator/specpilot say what a module holds: two modules (or packages) share a name
 only where it means the same part of separate programs (SHARED), so a reader looking for a name finds
-the one module it means. PENDING lists the names still shared today, each with the packages whose
-owners rename them: it may shrink, not grow, and a name no longer shared must leave it."""
+the one module it means."""
 
 from __future__ import annotations
 
@@ -18,25 +17,7 @@ SHARED = {
     "server": "each separate program's HTTP server process (mock vLLM, router)",
     "calibrate": "the kubectl plugin's command of that name (plugin/calibrate.py) beside the package it runs",
     "report": "the kubectl plugin's command of that name (plugin/report.py) beside the package it writes with",
-}
-
-# Shared today: the name, and the packages it is shared by, whose owners rename one.
-PENDING = {
-    "analysis": "analysis, api/spec",
-    "arms": "api/spec, api/status",
-    "decision": "analysis, api/status",
-    "engine": "api/spec, metrics, mockvllm",
-    "fields": "api/spec, api/status",
-    "kube": "controller, router",
-    "measure": "calibrate, router/core",
-    "pilot": "api, api/spec, api/status",
-    "probes": "analysis, api/spec",
-    "prometheus": "api/spec, fetch",
-    "quality": "analysis, api/spec, controller",
-    "rehearsal": "api/spec, api/status, controller/core",
-    "routes": "controller, wire",
-    "samples": "metrics, router/core, wire",
-    "scopes": "api/spec, api/status",
+    "kube": "each program's Kubernetes client on specpilot.kubeaccess (the operator's writes, the router's watches)",
 }
 
 
@@ -67,11 +48,11 @@ def test_a_name_two_modules_share_is_found(tmp_path: Path) -> None:
 
 
 def test_no_two_modules_share_a_name_unless_it_is_listed() -> None:
-    unlisted = {name: paths for name, paths in shared_names(PACKAGE).items() if name not in {*SHARED, *PENDING}}
+    unlisted = {name: paths for name, paths in shared_names(PACKAGE).items() if name not in SHARED}
     assert not unlisted, f"modules sharing a name under operator/specpilot, rename one of each: {unlisted}"
 
 
 def test_every_listed_name_is_still_shared() -> None:
     shared = shared_names(PACKAGE)
-    stale = sorted(name for name in {*SHARED, *PENDING} if name not in shared)
+    stale = sorted(name for name in SHARED if name not in shared)
     assert not stale, f"no longer shared, remove from tests/unit/test_layout.py: {stale}"

@@ -4,8 +4,8 @@ Pure code: nothing here talks to Kubernetes or the network.
 """
 
 from specpilot.api.pilot import API_VERSION, GROUP, KIND, PLURAL, VERSION, SpeculationPilot
-from specpilot.api.spec.pilot import SpeculationPilotSpec
-from specpilot.api.status.pilot import FALLBACK_LIMIT, SpeculationPilotStatus
+from specpilot.api.spec.pilot_spec import SpeculationPilotSpec
+from specpilot.api.status.pilot_status import FALLBACK_LIMIT, SpeculationPilotStatus
 from specpilot.api.validate import Problem, check_spec, validate
 
 __all__ = [

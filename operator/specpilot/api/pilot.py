@@ -7,8 +7,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from specpilot.api.common import ApiModel, Rule
-from specpilot.api.spec.pilot import SpeculationPilotSpec
-from specpilot.api.status.pilot import SpeculationPilotStatus
+from specpilot.api.spec.pilot_spec import SpeculationPilotSpec
+from specpilot.api.status.pilot_status import SpeculationPilotStatus
 from specpilot.wire.names import REHEARSAL_SUFFIX
 
 GROUP = "specpilot.io"

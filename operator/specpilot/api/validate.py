@@ -20,8 +20,8 @@ from pydantic import ValidationError
 from specpilot.api.common import Rule
 from specpilot.api.pilot import NAME_LEAVES_REHEARSAL, NAME_MAX_LENGTH, NAME_PATTERN, NAME_RULE
 from specpilot.api.podsecurity import annotation_refusals, container_refusals, context_refusals, volume_refusals
-from specpilot.api.spec.analysis import ONE_FORECAST_PROFILE, WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE
-from specpilot.api.spec.arms import (
+from specpilot.api.spec.analysis_spec import ONE_FORECAST_PROFILE, WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE
+from specpilot.api.spec.arms_spec import (
     DRAFT_MODEL_FORBIDDEN,
     DRAFT_MODEL_REQUIRED,
     DRAFT_REVISION_NEEDS_MODEL,
@@ -30,7 +30,7 @@ from specpilot.api.spec.arms import (
     SCHEDULE_ASCENDS,
     SCHEDULE_WITHIN_DRAFT,
 )
-from specpilot.api.spec.engine import (
+from specpilot.api.spec.engine_spec import (
     ENV_VALUE_OR_SOURCE,
     GPU_PER_RANK,
     GPU_RESOURCE,
@@ -40,8 +40,7 @@ from specpilot.api.spec.engine import (
     PodTemplate,
     TolerationOperator,
 )
-from specpilot.api.spec.fields import URL_WITHOUT_USERINFO
-from specpilot.api.spec.pilot import (
+from specpilot.api.spec.pilot_spec import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
@@ -64,7 +63,7 @@ from specpilot.api.spec.pilot import (
     WORKLOAD_WITHOUT_ALTERNATIVE,
     SpeculationPilotSpec,
 )
-from specpilot.api.spec.probes import (
+from specpilot.api.spec.probes_spec import (
     MIN_TOKENS_WITHIN_MAX,
     ONE_SCORE_SOURCE,
     SAMPLED_CASE_HAS_SCORE,
@@ -78,11 +77,12 @@ from specpilot.api.spec.probes import (
     ProbeKind,
     ScoreWebhook,
 )
-from specpilot.api.spec.prometheus import ARM_LABELS_DIFFER, ONE_PROMETHEUS
-from specpilot.api.spec.quality import Webhook
-from specpilot.api.spec.rehearsal import PEAK_ONE_SOURCE
-from specpilot.api.spec.scopes import HeaderMatchType, ScopeMatch
+from specpilot.api.spec.prometheus_spec import ARM_LABELS_DIFFER, ONE_PROMETHEUS
+from specpilot.api.spec.quality_spec import Webhook
+from specpilot.api.spec.rehearsal_spec import PEAK_ONE_SOURCE
+from specpilot.api.spec.scopes_spec import HeaderMatchType, ScopeMatch
 from specpilot.api.spec.secretref import HEADER_NOT_RESERVED, RESERVED_HEADERS
+from specpilot.api.spec.spec_fields import URL_WITHOUT_USERINFO
 from specpilot.wire import batchschedule
 from specpilot.wire.names import REHEARSAL_SUFFIX, owned_names, rehearsal_pilot, router_name
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from specpilot.api.podsecurity import hardened_engine_pod
-from specpilot.api.spec.engine import GPU_RESOURCE
+from specpilot.api.spec.engine_spec import GPU_RESOURCE
 from specpilot.wire.names import CALIBRATION_COMPONENT, COMPONENT_LABEL, PART_OF_LABEL
 
 Json = dict[str, Any]

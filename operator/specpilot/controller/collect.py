@@ -31,7 +31,7 @@ from specpilot.controller.ports import EngineSource, Pods, SampleReader
 from specpilot.fetch.endpoints import PrometheusCredentials
 from specpilot.fetch.prometheus import arm_engines
 from specpilot.fetch.scrape import ReadFailure, ScrapeTarget, read_samples, scrape_all
-from specpilot.metrics.engine import ENGINE_FAMILIES, Scrape
+from specpilot.metrics.engine_window import ENGINE_FAMILIES, Scrape
 from specpilot.metrics.ledger import SampleLedger
 from specpilot.wire.names import ENGINE_PORT, MEASURED_ARMS, ROUTER_ADMIN_PORT, Arm
 from specpilot.wire.samples import SamplesPage

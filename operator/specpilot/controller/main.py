@@ -29,9 +29,9 @@ from specpilot.controller.evidence_store import ConfigMapEvidence
 from specpilot.controller.handlers import register, settings
 from specpilot.controller.kube import ApiError, Kube
 from specpilot.controller.metrics import OperatorMetrics
-from specpilot.controller.quality import HttpQuality
+from specpilot.controller.quality_gates import HttpQuality
 from specpilot.controller.reconcile import Controller
-from specpilot.controller.routes import ConfigMapRoutes
+from specpilot.controller.route_owner import ConfigMapRoutes
 from specpilot.fetch.endpoints import PrometheusCredentials, PrometheusEndpoint, load_endpoints
 from specpilot.fetch.outbound import Addresses, outbound_session
 from specpilot.kubeaccess import Credentials, KubeAccess, NoCredential, load_access

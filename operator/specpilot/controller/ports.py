@@ -53,7 +53,7 @@ class Served:
 
 
 class RouteOwner(Protocol):
-    """The routing table's owner (`routes.ConfigMapRoutes`): it writes the table and hears from every
+    """The routing table's owner (`route_owner.ConfigMapRoutes`): it writes the table and hears from every
     router which generation it serves."""
 
     async def write(self, ref: PilotRef, table: RoutingTable) -> Json:
@@ -78,7 +78,7 @@ class EvidenceStore(Protocol):
 
 
 class QualityGates(Protocol):
-    """Probe rounds against both arms and business webhooks (`quality.HttpQuality`)."""
+    """Probe rounds against both arms and business webhooks (`quality_gates.HttpQuality`)."""
 
     async def probe(
         self,

@@ -25,7 +25,7 @@ import aiohttp
 
 from specpilot.fetch.bodies import MAX_BODY_BYTES, TooLarge, read_body
 from specpilot.fetch.outbound import REFUSING, Addresses, outbound_session
-from specpilot.metrics.engine import EngineScrape, Scrape, ScrapeFailure
+from specpilot.metrics.engine_window import EngineScrape, Scrape, ScrapeFailure
 from specpilot.metrics.exposition import parse_exposition
 from specpilot.wire.samples import SamplesPage
 

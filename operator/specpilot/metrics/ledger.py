@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from specpilot.metrics.samples import finished_at
+from specpilot.metrics.arm_requests import finished_at
 from specpilot.wire.samples import RequestSample, SamplesPage
 
 _BEGINNING = datetime.min.replace(tzinfo=UTC)

@@ -17,9 +17,9 @@ from datetime import datetime
 
 from specpilot.analysis.evidence import ArmLoad, WindowLoad
 from specpilot.analysis.window import ArmEngine
-from specpilot.metrics.engine import EngineScrape, Scrape
+from specpilot.metrics.arm_requests import finished_at
+from specpilot.metrics.engine_window import EngineScrape, Scrape
 from specpilot.metrics.exposition import label
-from specpilot.metrics.samples import finished_at
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
 

@@ -1,6 +1,6 @@
 """One arm's engines over a window as PromQL, for a Prometheus that already scrapes them: `ArmEngine`.
 
-The same figures as `engine.engine_window` computes from direct scrapes, written the way an SRE
+The same figures as `engine_window.engine_window` computes from direct scrapes, written the way an SRE
 writes them in Grafana, each an instant query evaluated at the window's end:
 
 - counters as ``sum(increase(c{arm}[window]))``, differenced per series across resets before the
@@ -37,7 +37,7 @@ from typing import Any
 
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.spec import PrometheusSource
-from specpilot.metrics import engine
+from specpilot.metrics import engine_window
 from specpilot.metrics.quantile import bucket_quantile
 from specpilot.wire.names import Arm, arm_name
 
@@ -98,34 +98,34 @@ class Figure(StrEnum):
 
 
 _INCREASES = {
-    Figure.GENERATED: engine.GENERATION_TOKENS,
-    Figure.DECODE: engine.DECODE_SUM,
-    Figure.FINISHED: engine.DECODE_COUNT,
-    Figure.PREEMPTIONS: engine.PREEMPTIONS,
-    Figure.DRAFTS: engine.DRAFTS,
-    Figure.DRAFT_TOKENS: engine.DRAFT_TOKENS,
-    Figure.ACCEPTED: engine.ACCEPTED,
+    Figure.GENERATED: engine_window.GENERATION_TOKENS,
+    Figure.DECODE: engine_window.DECODE_SUM,
+    Figure.FINISHED: engine_window.DECODE_COUNT,
+    Figure.PREEMPTIONS: engine_window.PREEMPTIONS,
+    Figure.DRAFTS: engine_window.DRAFTS,
+    Figure.DRAFT_TOKENS: engine_window.DRAFT_TOKENS,
+    Figure.ACCEPTED: engine_window.ACCEPTED,
 }
 _SPECULATIVE = (Figure.DRAFTS, Figure.DRAFT_TOKENS, Figure.ACCEPTED, Figure.ACCEPTED_PER_POSITION)
 _RESET_COUNTERS = (
-    engine.GENERATION_TOKENS,
-    engine.DECODE_SUM,
-    engine.DECODE_COUNT,
-    engine.PREEMPTIONS,
-    engine.ITL_BUCKETS,
-    engine.DRAFTS,
-    engine.DRAFT_TOKENS,
-    engine.ACCEPTED,
-    engine.ACCEPTED_PER_POS,
+    engine_window.GENERATION_TOKENS,
+    engine_window.DECODE_SUM,
+    engine_window.DECODE_COUNT,
+    engine_window.PREEMPTIONS,
+    engine_window.ITL_BUCKETS,
+    engine_window.DRAFTS,
+    engine_window.DRAFT_TOKENS,
+    engine_window.ACCEPTED,
+    engine_window.ACCEPTED_PER_POS,
 )
 # The series each figure reads, for a reason that names what is missing.
 _SOURCE = {
     **_INCREASES,
-    Figure.INTER_TOKEN_LATENCY: engine.ITL_BUCKETS,
-    Figure.ACCEPTED_PER_POSITION: engine.ACCEPTED_PER_POS,
-    Figure.KV_USAGE: engine.KV_USAGE,
-    Figure.RUNNING: engine.RUNNING,
-    Figure.WAITING: engine.WAITING,
+    Figure.INTER_TOKEN_LATENCY: engine_window.ITL_BUCKETS,
+    Figure.ACCEPTED_PER_POSITION: engine_window.ACCEPTED_PER_POS,
+    Figure.KV_USAGE: engine_window.KV_USAGE,
+    Figure.RUNNING: engine_window.RUNNING,
+    Figure.WAITING: engine_window.WAITING,
 }
 
 
@@ -142,18 +142,18 @@ def engine_queries(
     queries = {figure: f"sum(increase({of(name)}[{w}]))" for figure, name in _INCREASES.items()}
     return {
         **queries,
-        Figure.INTER_TOKEN_LATENCY: f"sum by (le) (increase({of(engine.ITL_BUCKETS)}[{w}]))",
-        Figure.ACCEPTED_PER_POSITION: f"sum by (position) (increase({of(engine.ACCEPTED_PER_POS)}[{w}]))",
-        Figure.KV_USAGE: f"max({of(engine.KV_USAGE)})[{w}:{st}]",
-        Figure.RUNNING: f"sum(avg_over_time({of(engine.RUNNING)}[{w}]))",
-        Figure.WAITING: f"sum(avg_over_time({of(engine.WAITING)}[{w}]))",
+        Figure.INTER_TOKEN_LATENCY: f"sum by (le) (increase({of(engine_window.ITL_BUCKETS)}[{w}]))",
+        Figure.ACCEPTED_PER_POSITION: f"sum by (position) (increase({of(engine_window.ACCEPTED_PER_POS)}[{w}]))",
+        Figure.KV_USAGE: f"max({of(engine_window.KV_USAGE)})[{w}:{st}]",
+        Figure.RUNNING: f"sum(avg_over_time({of(engine_window.RUNNING)}[{w}]))",
+        Figure.WAITING: f"sum(avg_over_time({of(engine_window.WAITING)}[{w}]))",
         Figure.SCRAPED: f"max {pods} (max_over_time({of('up')}[{w}]))",
         Figure.UP: f"min {pods} ({of('up')})",
         Figure.UP_AT_START: f"min {pods} ({of('up')} offset {w})",
-        Figure.STARTED: f"max {pods} ({of(engine.PROCESS_START)})",
+        Figure.STARTED: f"max {pods} ({of(engine_window.PROCESS_START)})",
         # resets() drops the metric name, so families are counted apart and joined: only pods with a reset remain.
         Figure.RESETS: " or ".join(f"(sum {pods} (resets({of(name)}[{w}])) > 0)" for name in _RESET_COUNTERS),
-        Figure.RESTARTS: f"max {pods} (changes({of(engine.PROCESS_START)}[{w}]))",
+        Figure.RESTARTS: f"max {pods} (changes({of(engine_window.PROCESS_START)}[{w}]))",
     }
 
 
@@ -265,7 +265,7 @@ def arm_engine(
         preemptions=round(amount(Figure.PREEMPTIONS)),
         running=running if running is not None and not math.isnan(running) else None,
         waiting=waiting if waiting is not None and not math.isnan(waiting) else None,
-        inconclusive=engine.summarize_reasons(reasons),
+        inconclusive=engine_window.summarize_reasons(reasons),
     )
 
 

@@ -1,7 +1,7 @@
 """One closed window of one scope, put together for the judge: `ScopeWindow`.
 
 The requests come from the sample ledger (per scope and arm), the engine figures from
-`engine.engine_window` per arm (engines cannot tell scopes apart, so every scope of an arm shares
+`engine_window.engine_window` per arm (engines cannot tell scopes apart, so every scope of an arm shares
 them), and the ledger says where the router's samples may be incomplete. Close a window at or
 before the routers' last good read, or it is incomplete by construction.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from specpilot.analysis.window import ArmEngine, ScopeWindow
+from specpilot.metrics.arm_requests import arm_requests
 from specpilot.metrics.ledger import LedgerView, SampleLedger
-from specpilot.metrics.samples import arm_requests
 from specpilot.wire.names import Arm
 
 

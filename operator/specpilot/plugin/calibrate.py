@@ -25,7 +25,7 @@ import yaml
 
 from specpilot.api.common import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN
 from specpilot.api.spec import Toleration
-from specpilot.api.spec.engine import GPU_RESOURCE
+from specpilot.api.spec.engine_spec import GPU_RESOURCE
 from specpilot.calibrate import measure
 from specpilot.calibrate.job import PULL_SECONDS, Calibration, ConfigMapKey, ModelConfig, render
 from specpilot.plugin.client import Client, PluginError

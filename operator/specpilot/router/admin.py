@@ -9,7 +9,7 @@ from __future__ import annotations
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from specpilot.router.core.samples import SampleLog
+from specpilot.router.core.sample_log import SampleLog
 from specpilot.router.core.state import RouterState
 from specpilot.router.metrics import RouterMetrics
 

@@ -21,7 +21,7 @@ from aiohttp import web
 
 from specpilot.kubeaccess import load_access
 from specpilot.router.admin import admin_app
-from specpilot.router.core.samples import SampleLog
+from specpilot.router.core.sample_log import SampleLog
 from specpilot.router.core.state import RouterState, RouteSource
 from specpilot.router.kube import ClusterSource
 from specpilot.router.metrics import RouterMetrics

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from specpilot.router.core.choice import Endpoint
-from specpilot.router.core.measure import StreamMeter, usage_tokens
 from specpilot.router.core.outcome import Facts, Failure, StreamEnd, request_outcome
+from specpilot.router.core.stream_meter import StreamMeter, usage_tokens
 from specpilot.router.rewrite import relayed
 from specpilot.router.server import ERROR_TYPES, ClientConnection
 from specpilot.router.upstream import UpstreamConnection

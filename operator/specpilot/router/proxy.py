@@ -20,7 +20,7 @@ import orjson
 
 from specpilot.router.core.choice import affinity_draw, choose_arm, classify_scope
 from specpilot.router.core.outcome import other_status_label
-from specpilot.router.core.samples import SampleLog
+from specpilot.router.core.sample_log import SampleLog
 from specpilot.router.core.state import RouterState
 from specpilot.router.exchange import Exchange, request_sample
 from specpilot.router.metrics import RouterMetrics

@@ -7,9 +7,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.local import Cluster
 
 from specpilot.api import GROUP, PLURAL
+from specpilot.testing.waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 

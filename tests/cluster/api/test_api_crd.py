@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.local import Cluster
 
 from specpilot.api import SpeculationPilot, SpeculationPilotStatus
 from specpilot.api.reasons import FallbackReason, MetricName
@@ -22,6 +22,7 @@ from specpilot.api.status import (
     Phase,
     Window,
 )
+from specpilot.testing.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.cluster.conftest import Cluster
+from tests.cluster.local import Cluster
 
 from specpilot.api import SpeculationPilot, SpeculationPilotSpec, validate
 

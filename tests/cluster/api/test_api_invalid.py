@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 import pytest
-from tests.cluster.conftest import Cluster
+from tests.cluster.local import Cluster
 
 pytestmark = pytest.mark.cluster
 

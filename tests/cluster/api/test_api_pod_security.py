@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.cluster.conftest import Cluster
+from tests.cluster.local import Cluster
 from tests.unit.controller.specs import load
 
 from specpilot.calibrate import measure

@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.cluster.conftest import Cluster, wait_until
+from tests.cluster.local import Cluster
 
 from specpilot.api import validate
+from specpilot.testing.waiting import wait_until
 
 pytestmark = pytest.mark.cluster
 

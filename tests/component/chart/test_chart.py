@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.helm import CHART, ROOT, VALUES_README, by_kind, chart_readme, helm, template
 from tests.unit.controller.specs import load
 
 from specpilot.controller.core.render import render
 from specpilot.controller.core.routing import routing_table
 from specpilot.controller.metrics import OperatorMetrics
 from specpilot.router.metrics import RouterMetrics
+from specpilot.testing.helm import CHART, ROOT, VALUES_README, by_kind, chart_readme, helm, template
 
 SUFFIXES = {"counter": ("_total",), "histogram": ("_bucket", "_sum", "_count"), "gauge": ("",)}
 

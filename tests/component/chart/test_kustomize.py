@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.helm import ROOT, kustomize, template
-
 from specpilot.controller.main import OPERATOR_CONTAINER
+from specpilot.testing.helm import ROOT, kustomize, template
 
 HELM_LABELS = ("helm.sh/chart", "app.kubernetes.io/managed-by")
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tests.helm import CHART, by_kind, helm, template
+from specpilot.testing.helm import CHART, by_kind, helm, template
 
 ON = {"networkPolicy.operatorEgress.enabled": "true", "networkPolicy.operatorEgress.apiServerCIDRs": "{10.0.0.1/32}"}
 

@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from tests.helm import CHART, NAMESPACE, RELEASE, by_kind, helm
 
 from specpilot.fetch.endpoints import parse_endpoints
+from specpilot.testing.helm import CHART, NAMESPACE, RELEASE, by_kind, helm
 
 ENDPOINTS = [
     {

@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.helm import CHART, ROOT, by_kind, helm, template
 
 from specpilot.api.pilot import GROUP, PLURAL
 from specpilot.api.spec import Rehearsal, SpeculationPilotSpec
@@ -20,6 +19,7 @@ from specpilot.controller.core.objects import PilotRef
 from specpilot.controller.core.rehearsal.manifests import render_rehearsal, render_step_load
 from specpilot.controller.core.render import Rendered, render
 from specpilot.controller.core.routing import routing_table
+from specpilot.testing.helm import CHART, ROOT, by_kind, helm, template
 
 Permission = tuple[str, str, str, str | None]  # (apiGroup, resource, verb, resourceName)
 NAMESPACED = {"watchNamespaces": "{team-a,team-b}"}

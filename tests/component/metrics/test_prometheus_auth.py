@@ -11,7 +11,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot.fetch.endpoints import PrometheusEndpoint
 from specpilot.fetch.prometheus import query

@@ -27,15 +27,15 @@ import aiohttp
 import pytest
 from aiohttp import web
 from tests.certs import Authority, Issued
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason, static_job
-from tests.waiting import wait_http, wait_until
 
 from specpilot.api.spec import Analysis
 from specpilot.controller.collect import PrometheusEngines
 from specpilot.controller.core.measurements import Queried
 from specpilot.fetch.endpoints import PrometheusCredentials, PrometheusEndpoint, parse_endpoints
 from specpilot.fetch.outbound import allowing_loopback, outbound_session
+from specpilot.testing.waiting import wait_http, wait_until
 from specpilot.wire.names import ENGINE_PORT, Arm
 
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=skip_reason() or "")

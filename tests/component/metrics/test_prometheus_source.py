@@ -30,7 +30,6 @@ from typing import Any
 
 import pytest
 from tests.prometheus_server import Prometheus, running_prometheus, skip_reason, static_job
-from tests.waiting import eventually, wait_http
 
 from specpilot.analysis.checks import Verdict
 from specpilot.analysis.judge import judge_window
@@ -41,6 +40,7 @@ from specpilot.controller.core.measurements import cadence
 from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import scrape_session
 from specpilot.mockvllm.metrics import BUCKETS
+from specpilot.testing.waiting import eventually, wait_http
 from specpilot.wire.names import ENGINE_PORT, ROUTER_ADMIN_PORT, ROUTER_PORT, Arm
 from specpilot.wire.routes import ROUTES_KEY, ArmWeights, RoutingTable, ScopeMatch, ScopeRoute, render_routes
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from aiohttp import web
-from tests.component.conftest import Serve
-from tests.component.router.conftest import Harness, HarnessFactory
+from tests.component.loopback import Serve
+from tests.component.router.harness import Harness, HarnessFactory
 
 from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import ReadFailure, read_samples, scrape_session
+from specpilot.metrics.arm_requests import arm_requests
 from specpilot.metrics.ledger import SampleLedger
-from specpilot.metrics.samples import arm_requests
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, SamplesPage
 

@@ -11,12 +11,12 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot.fetch import scrape as scraping
 from specpilot.fetch.outbound import allowing_loopback
 from specpilot.fetch.scrape import MAX_BODY_BYTES, ScrapeTarget, scrape_all, scrape_session
-from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape, Scrape, ScrapeFailure, engine_window
+from specpilot.metrics.engine_window import ENGINE_FAMILIES, EngineScrape, Scrape, ScrapeFailure, engine_window
 from specpilot.metrics.exposition import parse_exposition
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -8,7 +8,8 @@ from typing import Any
 import aiohttp
 import pytest
 from prometheus_client import CONTENT_TYPE_LATEST
-from tests.waiting import eventually
+
+from specpilot.testing.waiting import eventually
 
 FAST = ("--time-scale", "0.01")
 SPEC = ("--speculative-config", '{"method": "draft_model", "model": "org/draft", "num_speculative_tokens": 4}')

@@ -8,7 +8,8 @@ from typing import Any
 
 import aiohttp
 import pytest
-from tests.waiting import eventually
+
+from specpilot.testing.waiting import eventually
 
 FAST = ("--time-scale", "0.01")
 SPEC = ("--speculative-config", '{"model": "org/draft", "num_speculative_tokens": 4}')

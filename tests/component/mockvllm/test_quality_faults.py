@@ -19,7 +19,8 @@ from tests.component.mockvllm.client import (
     post,
     streamed_text,
 )
-from tests.waiting import eventually
+
+from specpilot.testing.waiting import eventually
 
 SCOPE = "X-Specpilot-Scope"
 CHAT = "/v1/chat/completions"

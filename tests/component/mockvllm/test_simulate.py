@@ -13,12 +13,12 @@ import random
 from typing import Any
 
 import pytest
-from tests.profiles import DRAFT_TOKENS, PROFILE
 
 from specpilot.loadgen.runner import RunLimits, run
 from specpilot.loadgen.sender import Target
 from specpilot.loadgen.workload import PlannedRequest
 from specpilot.mockvllm import simulate
+from specpilot.testing.decision_profile import DRAFT_TOKENS, PROFILE
 
 SPECULATIVE = {"method": "draft_model", "model": "draft-1b", "num_speculative_tokens": DRAFT_TOKENS}
 TIME_SCALE = 0.2

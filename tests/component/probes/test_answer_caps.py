@@ -8,10 +8,10 @@ import tracemalloc
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 
 from specpilot.api.spec import ProbeCase, Probes
-from specpilot.controller.quality import run_probes
+from specpilot.controller.quality_gates import run_probes
 from specpilot.fetch.bodies import PROBE_ANSWER_BYTES, TooLarge, read_body
 
 ANSWER_BYTES = 48 * 1024 * 1024

@@ -10,7 +10,7 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
+from tests.component.loopback import Serve
 from tests.component.mockvllm.client import FAST, TOOL_FLAGS, WEATHER_PARAMETERS, inject, post
 
 from specpilot.analysis.answers import SCORE_REPLY_LIMIT
@@ -19,7 +19,7 @@ from specpilot.analysis.quality import ProbeResult, accumulated, case_key, kind_
 from specpilot.api.reasons import MetricName
 from specpilot.api.spec import ProbeCase, Probes, Quality
 from specpilot.api.status import Verdict
-from specpilot.controller.quality import request_body, run_probes
+from specpilot.controller.quality_gates import request_body, run_probes
 
 MODEL = "test-model"
 SECRET = "internal-dashboard-token=hunter2 " * 200  # what an internal page the URL reaches might say

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tests.component.router.conftest import Harness, HarnessFactory
+from tests.component.router.harness import Harness, HarnessFactory
 
 from specpilot.wire.routes import RoutingTable
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 import pytest
-from tests.component.router.conftest import Harness, HarnessFactory
+from tests.component.router.harness import Harness, HarnessFactory
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import aiohttp
 import pytest
-from tests.component.router.conftest import Harness, HarnessFactory, _established
+from tests.component.router.harness import Harness, HarnessFactory, _established
 
 from specpilot.router.core.choice import Endpoint
 from specpilot.wire.names import Arm

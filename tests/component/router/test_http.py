@@ -13,11 +13,11 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 import pytest
-from tests.component.router.conftest import TEAM_HEADER, Harness, HarnessFactory, _established
-from tests.waiting import eventually
+from tests.component.router.harness import TEAM_HEADER, Harness, HarnessFactory, _established
 
 from specpilot.router.core.choice import Endpoint
 from specpilot.router.server import WRITE_HIGH_WATER, Limits, Server
+from specpilot.testing.waiting import eventually
 from specpilot.wire.names import Arm
 
 CHAT = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}], "stream": False}).encode()

@@ -13,8 +13,8 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp import web
-from tests.component.conftest import Serve
-from tests.component.router.conftest import Harness
+from tests.component.loopback import Serve
+from tests.component.router.harness import Harness
 
 from specpilot.kubeaccess import Fixed, KubeAccess
 from specpilot.router.core.choice import Endpoint

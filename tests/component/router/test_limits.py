@@ -6,7 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 
 import pytest
-from tests.component.router.conftest import HarnessFactory
+from tests.component.router.harness import HarnessFactory
 from yarl import URL
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import openai
 import pytest
-from tests.component.router.conftest import TEAM_HEADER, HarnessFactory
+from tests.component.router.harness import TEAM_HEADER, HarnessFactory
 
 
 def _client(url: str) -> openai.AsyncOpenAI:

@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections import Counter
 
-from tests.component.router.conftest import Harness, HarnessFactory
+from tests.component.router.harness import Harness, HarnessFactory
 
 from specpilot.wire.samples import RequestSample
 

@@ -12,7 +12,7 @@ from specpilot.analysis.evidence import ArmLoad, Evidence, WindowLoad, record_wi
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.status import Verdict
 from specpilot.wire.names import Arm
-from tests.unit.analysis.conftest import END, arm, engine
+from tests.unit.analysis.windows import END, arm, engine
 
 T, K, C = 0.02, 3, 0.1
 ROOF = 16  # ordinary decoding reaches the compute roof at 16 sequences

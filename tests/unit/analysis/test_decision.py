@@ -54,8 +54,8 @@ from specpilot.api.status import (
 )
 from specpilot.wire.buckets import FINE_PER_OCTAVE
 from specpilot.wire.names import Arm
-from tests.unit.analysis.conftest import END, arm, engine
 from tests.unit.analysis.crossover import LOADS, analytic_crossover, ordinary, pilot, speculative
+from tests.unit.analysis.windows import END, arm, engine
 
 
 def decide(evidence: Evidence, scope: str, fallbacks: tuple[FallbackRecord, ...] = ()):  # type: ignore[no-untyped-def]

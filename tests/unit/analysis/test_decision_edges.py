@@ -23,8 +23,8 @@ from specpilot.api.status import (
     Window,
 )
 from specpilot.wire.names import Arm
-from tests.unit.analysis.conftest import END
 from tests.unit.analysis.crossover import pilot
+from tests.unit.analysis.windows import END
 
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 TPCT, ITL = MetricName.TIME_PER_COMMITTED_TOKEN_RATIO, MetricName.INTER_TOKEN_LATENCY_RATIO

@@ -14,18 +14,18 @@ from specpilot.analysis.decision import (
     RULES,
     Facts,
     Rule,
-    _compared,
     decide_pilot,
     decide_scope,
     facts,
     too_little_evidence,
 )
+from specpilot.analysis.decision.scope_facts import _compared
 from specpilot.analysis.scheduled import ScheduledArm
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import DecisionOutcome, DecisionTrigger, DeferReason, FallbackRecord, ScopeState, Window
 from specpilot.wire.names import Arm
-from tests.unit.analysis.conftest import END
 from tests.unit.analysis.crossover import pilot
+from tests.unit.analysis.windows import END
 
 A = DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS
 W = DecisionOutcome.ADOPT_WITHIN_ENVELOPE

@@ -25,8 +25,8 @@ from specpilot.analysis.evidence import (
 from specpilot.analysis.window import ScopeWindow
 from specpilot.api.status import Verdict
 from specpilot.wire.names import Arm
-from tests.unit.analysis.conftest import END, arm, engine
 from tests.unit.analysis.crossover import ordinary, speculative
+from tests.unit.analysis.windows import END, arm, engine
 
 OBJECT_LIMIT = 900 * 1024  # bytes: under the API server's 1 MiB for an object, with room for metadata
 DAYS, INTERVAL = 7, timedelta(minutes=30)

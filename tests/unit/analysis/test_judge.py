@@ -20,7 +20,7 @@ from specpilot.api.spec import Analysis, ProbeKind, Probes, Quality, Thresholds,
 from specpilot.api.status import Verdict
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
-from tests.unit.analysis.conftest import END, arm, engine, window
+from tests.unit.analysis.windows import END, arm, engine, window
 
 ANALYSIS = Analysis()
 QUALITY = Quality()

@@ -13,7 +13,7 @@ from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.spec import Analysis, Quality
 from specpilot.api.status import Verdict
 from specpilot.wire.samples import RequestOutcome
-from tests.unit.analysis.conftest import START, arm, engine, window
+from tests.unit.analysis.windows import START, arm, engine, window
 
 PRESSURE = engine(0.97)
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from specpilot.api import SpeculationPilotSpec, crd
-from specpilot.api.spec.pilot import SPEC_RULES
+from specpilot.api.spec.pilot_spec import SPEC_RULES
 
 ROOT = Path(__file__).resolve().parents[3]
 CHECKED_IN = ROOT / "crds" / crd.FILE_NAME

@@ -12,16 +12,15 @@ import yaml
 
 from specpilot.api import Problem, validate
 from specpilot.api.pilot import NAME_LEAVES_REHEARSAL, NAME_RULE
-from specpilot.api.spec.analysis import ONE_FORECAST_PROFILE, WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE
-from specpilot.api.spec.arms import DRAFT_MODEL_FORBIDDEN, DRAFT_MODEL_REQUIRED, DRAFT_REVISION_NEEDS_MODEL
-from specpilot.api.spec.engine import (
+from specpilot.api.spec.analysis_spec import ONE_FORECAST_PROFILE, WINDOW_COVERS_INTERVAL, WINDOW_COVERS_KV_CACHE
+from specpilot.api.spec.arms_spec import DRAFT_MODEL_FORBIDDEN, DRAFT_MODEL_REQUIRED, DRAFT_REVISION_NEEDS_MODEL
+from specpilot.api.spec.engine_spec import (
     ENV_VALUE_OR_SOURCE,
     GPU_PER_RANK,
     TOKEN_NEEDS_OPT_IN,
     TOLERATION_EXISTS_WITHOUT_VALUE,
 )
-from specpilot.api.spec.fields import URL_WITHOUT_USERINFO
-from specpilot.api.spec.pilot import (
+from specpilot.api.spec.pilot_spec import (
     ACCEPTANCE_LENGTH_REACHABLE,
     ALTERNATIVE_DIFFERS,
     ALTERNATIVE_GPU_BUDGET,
@@ -35,8 +34,9 @@ from specpilot.api.spec.pilot import (
     STAGE_SPANS_INTERVAL,
     STAGE_SPANS_SAMPLES,
 )
-from specpilot.api.spec.prometheus import ARM_LABELS_DIFFER
+from specpilot.api.spec.prometheus_spec import ARM_LABELS_DIFFER
 from specpilot.api.spec.secretref import HEADER_NOT_RESERVED
+from specpilot.api.spec.spec_fields import URL_WITHOUT_USERINFO
 
 ROOT = Path(__file__).resolve().parents[3]
 EXAMPLES = sorted((ROOT / "manifests" / "examples").glob("*.yaml"))

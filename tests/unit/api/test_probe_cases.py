@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from specpilot.api.spec import Probes, SpeculationPilotSpec
-from specpilot.api.spec.pilot import PROBES_GIVEN
+from specpilot.api.spec.pilot_spec import PROBES_GIVEN
 from specpilot.api.validate import validate
 
 BASE: dict[str, Any] = {

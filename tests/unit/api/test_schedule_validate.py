@@ -10,7 +10,7 @@ import pytest
 
 from specpilot.api import validate
 from specpilot.api.spec import DraftMethod
-from specpilot.api.spec.arms import METHODS_WITH_DRAFT_MODEL, SCHEDULE_ASCENDS, SCHEDULE_WITHIN_DRAFT
+from specpilot.api.spec.arms_spec import METHODS_WITH_DRAFT_MODEL, SCHEDULE_ASCENDS, SCHEDULE_WITHIN_DRAFT
 from specpilot.wire.batchschedule import VllmRelease
 
 FIELD = "spec.speculative.draft.schedule"

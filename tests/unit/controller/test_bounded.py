@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 from specpilot.api.reasons import FallbackReason, MetricName
 from specpilot.api.status import FallbackRecord, RoutesStatus, SpeculationPilotStatus, Window
-from specpilot.api.status.pilot import FALLBACK_LIMIT
+from specpilot.api.status.pilot_status import FALLBACK_LIMIT
 from specpilot.controller.core.arm_objects import arms_of, render_arm
 from specpilot.controller.core.health import Observed
 from specpilot.controller.core.next_status import carry_scopes, reconciled_status

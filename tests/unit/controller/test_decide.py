@@ -26,8 +26,8 @@ from specpilot.api.status import (
 from specpilot.controller.core.decide import DECIDED_KEPT, _findings, decide, fresh_for, record
 from specpilot.controller.core.progress import Measured
 from specpilot.wire.names import Arm
-from tests.unit.analysis.conftest import END, arm, engine
 from tests.unit.analysis.crossover import pilot
+from tests.unit.analysis.windows import END, arm, engine
 from tests.unit.controller.specs import ROOT, load
 
 _, SPEC = load(ROOT / "manifests/examples/local-demo.yaml")

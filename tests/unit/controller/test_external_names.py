@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.controller.fakes import Harness, Json, pilot_doc
+from specpilot.testing.fakes import Json
+from specpilot.testing.harness import Harness, pilot_doc
 
 
 def external(target: str) -> Json:

@@ -13,8 +13,8 @@ from specpilot.controller.core.plan import INVALID_SPEC_TICK, Confirm, Plan, fli
 from specpilot.controller.core.snapshot import Snapshot, Written, read_pilot
 from specpilot.controller.core.teardown import teardown
 from specpilot.controller.core.windows import windows_due
+from specpilot.testing.harness import Harness, pilot_doc
 from specpilot.wire.names import Arm
-from tests.unit.controller.fakes import Harness, pilot_doc
 
 INTERVAL = timedelta(seconds=10)
 

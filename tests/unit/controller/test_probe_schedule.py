@@ -1,5 +1,5 @@
 """Probe rounds run on their own schedule, beside the collection loop, in virtual time (looptime):
-the operator's loops as its daemon runs them, on the fakes of `tests.unit.controller.fakes`."""
+the operator's loops as its daemon runs them, on the fakes of `specpilot.testing.fakes`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from specpilot.api.spec import SpeculationPilotSpec
 from specpilot.controller.core.measurements import cadence
 from specpilot.controller.schedule import repeat
-from tests.unit.controller.fakes import Harness, pilot_doc
+from specpilot.testing.harness import Harness, pilot_doc
 
 TIMEOUT = 60.0  # a score webhook's timeout: the round waits that long for an answer that never comes
 

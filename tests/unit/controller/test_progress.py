@@ -36,8 +36,8 @@ from specpilot.controller.core.progress import (
     window_summary,
 )
 from specpilot.wire.samples import RequestOutcome
-from tests.unit.analysis.conftest import engine as analysis_engine
-from tests.unit.analysis.conftest import window as analysis_window
+from tests.unit.analysis.windows import engine as analysis_engine
+from tests.unit.analysis.windows import window as analysis_window
 from tests.unit.controller.specs import ROOT, load
 
 T0 = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)

@@ -36,10 +36,11 @@ from specpilot.controller.core.rehearsal.ladder import bracket, ladder, step_dur
 from specpilot.controller.core.rehearsal.manifests import render_restart
 from specpilot.controller.core.rehearsal.steps import advance, next_move, read_span
 from specpilot.controller.core.rehearsal.tick import load_changed_at
+from specpilot.testing.fakes import ITL, Json
+from specpilot.testing.harness import Harness, climbing, pilot_doc, staged_climb_doc
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.analysis.crossover import pilot as crossover_pilot
-from tests.unit.controller.fakes import ITL, Harness, Json, climbing, pilot_doc, staged_climb_doc
 
 STEP = 30  # seconds: the local demo's analysis window
 

@@ -14,7 +14,7 @@ import yaml
 
 from specpilot.api.podsecurity import HOME_VOLUME, hardened_engine_pod
 from specpilot.api.spec import Control, Rehearsal, SpeculationPilotSpec
-from specpilot.api.spec.engine import GPU_RESOURCE
+from specpilot.api.spec.engine_spec import GPU_RESOURCE
 from specpilot.controller.core.arm_objects import ArmPlan, engine_pod, render_arm
 from specpilot.controller.core.objects import PilotRef, content_hash
 from specpilot.controller.core.rehearsal.manifests import render_restart, render_step_load

@@ -1,7 +1,7 @@
 """The controller's shell on fake ports and a moved clock: a pilot from creation to teardown.
 
 Each scenario drives the real `Controller` (gather, plan, apply, land) against the fakes in
-`tests.unit.controller.fakes`; nothing sleeps and nothing listens on a socket.
+`specpilot.testing.fakes`; nothing sleeps and nothing listens on a socket.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from specpilot.analysis.quality import scope_cases
 from specpilot.api.pilot import ABORT_ANNOTATION, KIND, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.api.spec import ProbeKind, SpeculationPilotSpec
 from specpilot.controller.kube import ApiError
+from specpilot.testing.fakes import Json
+from specpilot.testing.harness import Harness, climbing, pilot_doc, staged_climb_doc
 from specpilot.wire.names import STEPCOST_KEY, Arm
 from specpilot.wire.routes import ArmWeights
-from tests.unit.controller.fakes import Harness, Json, climbing, pilot_doc, staged_climb_doc
 
 INTERVAL = 10.0  # the local demo's analysis interval
 MEASURED = Path(__file__).resolve().parents[3] / "operator/specpilot/mockvllm/profiles/h200-stepcost.json"

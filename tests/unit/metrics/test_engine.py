@@ -10,7 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specpilot.analysis.window import ArmEngine
-from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape, Scrape, ScrapeFailure, engine_window
+from specpilot.metrics.engine_window import ENGINE_FAMILIES, EngineScrape, Scrape, ScrapeFailure, engine_window
 from specpilot.metrics.exposition import parse_exposition
 from specpilot.metrics.quantile import bucket_quantile
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specpilot.analysis.window import ArmEngine
-from specpilot.metrics.engine import ENGINE_FAMILIES, EngineScrape, ScrapeFailure
+from specpilot.metrics.engine_window import ENGINE_FAMILIES, EngineScrape, ScrapeFailure
 from specpilot.metrics.exposition import parse_exposition
 from specpilot.metrics.load import cache_config, kv_blocks, window_load
 from specpilot.wire.names import Arm

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specpilot.analysis.window import ArmRequests
-from specpilot.metrics.samples import arm_requests, kv_load
+from specpilot.metrics.arm_requests import arm_requests, kv_load
 from specpilot.wire.buckets import FineCounts
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
-from tests.waiting import eventually
 
 from specpilot.mockvllm.config import parse_args
 from specpilot.mockvllm.engine import QueueFull
@@ -16,6 +15,7 @@ from specpilot.mockvllm.profile import parse_profile
 from specpilot.mockvllm.request import FinishReason, Request
 from specpilot.mockvllm.server import MockServer
 from specpilot.mockvllm.textgen import TokenSource, text_seed
+from specpilot.testing.waiting import eventually
 
 LABELS = {"model_name": "m", "engine": "0"}
 Start = Callable[..., Awaitable[MockServer]]

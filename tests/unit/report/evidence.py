@@ -18,8 +18,8 @@ from specpilot.analysis.evidence import (
 from specpilot.analysis.window import ArmRequests, ScopeWindow
 from specpilot.api.status import Verdict
 from specpilot.wire.names import Arm
-from tests.unit.analysis.conftest import END, arm, engine
 from tests.unit.analysis.crossover import ordinary, speculative
+from tests.unit.analysis.windows import END, arm, engine
 
 LOADS = (0.5, 0.75, 1, 1.5, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11)
 INTERVAL = timedelta(seconds=5)  # the demo pilot's analysis.interval

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from specpilot.router.core.measure import StreamMeter, usage_tokens
+from specpilot.router.core.stream_meter import StreamMeter, usage_tokens
 from specpilot.wire.buckets import FineCounts, fine_bucket
 from specpilot.wire.samples import CHUNK_GAP_KEYS
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specpilot.router.core.samples import SampleLog
+from specpilot.router.core.sample_log import SampleLog
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome, RequestSample
 

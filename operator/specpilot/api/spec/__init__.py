@@ -10,8 +10,8 @@ Field docstrings become the CRD's descriptions, so they are written for `kubectl
 
 from __future__ import annotations
 
-from specpilot.api.spec.analysis import Analysis, Forecast, KvCacheUsage, QuantileRatio, Thresholds
-from specpilot.api.spec.arms import (
+from specpilot.api.spec.analysis_spec import Analysis, Forecast, KvCacheUsage, QuantileRatio, Thresholds
+from specpilot.api.spec.arms_spec import (
     Alternative,
     Baseline,
     BatchScheduleRange,
@@ -21,7 +21,7 @@ from specpilot.api.spec.arms import (
     Saturation,
     Speculative,
 )
-from specpilot.api.spec.engine import (
+from specpilot.api.spec.engine_spec import (
     Engine,
     EngineContainerTemplate,
     EnvVar,
@@ -36,8 +36,8 @@ from specpilot.api.spec.engine import (
     WorkloadKind,
     WorkloadRef,
 )
-from specpilot.api.spec.pilot import SpeculationPilotSpec
-from specpilot.api.spec.probes import (
+from specpilot.api.spec.pilot_spec import SpeculationPilotSpec
+from specpilot.api.spec.probes_spec import (
     Better,
     BuiltinScore,
     ProbeCase,
@@ -48,11 +48,11 @@ from specpilot.api.spec.probes import (
     ScopeProbes,
     ScoreWebhook,
 )
-from specpilot.api.spec.prometheus import MetricsSource, PrometheusArms, PrometheusSource
-from specpilot.api.spec.quality import Quality, Webhook
-from specpilot.api.spec.rehearsal import Burst, Peak, Rehearsal
-from specpilot.api.spec.rollback import Reentry, Rollback
-from specpilot.api.spec.scopes import (
+from specpilot.api.spec.prometheus_spec import MetricsSource, PrometheusArms, PrometheusSource
+from specpilot.api.spec.quality_spec import Quality, Webhook
+from specpilot.api.spec.rehearsal_spec import Burst, Peak, Rehearsal
+from specpilot.api.spec.rollback_spec import Reentry, Rollback
+from specpilot.api.spec.scopes_spec import (
     HeaderMatch,
     HeaderMatchType,
     PathMatch,

@@ -6,7 +6,7 @@ per part; the models are named here too, since `status` is the API's one name fo
 
 from __future__ import annotations
 
-from specpilot.api.status.arms import (
+from specpilot.api.status.arms_status import (
     ArmsStatus,
     ArmStatus,
     ProductionGuard,
@@ -16,7 +16,7 @@ from specpilot.api.status.arms import (
     TakeoverStatus,
     WorkloadStatus,
 )
-from specpilot.api.status.decision import (
+from specpilot.api.status.decision_status import (
     AdoptionBound,
     AlternativeDecision,
     AlternativeVerdict,
@@ -30,8 +30,8 @@ from specpilot.api.status.decision import (
     LoadSpan,
     ScopeDecision,
 )
-from specpilot.api.status.pilot import Condition, ConditionStatus, ConditionType, Phase, SpeculationPilotStatus
-from specpilot.api.status.rehearsal import (
+from specpilot.api.status.pilot_status import Condition, ConditionStatus, ConditionType, Phase, SpeculationPilotStatus
+from specpilot.api.status.rehearsal_status import (
     ArmStepFigures,
     CrossoverBracket,
     RehearsalPhase,
@@ -41,7 +41,7 @@ from specpilot.api.status.rehearsal import (
     RoutingFlip,
     ScopeStepFigures,
 )
-from specpilot.api.status.scopes import (
+from specpilot.api.status.scopes_status import (
     FallbackRecord,
     ScopeForecast,
     ScopeState,

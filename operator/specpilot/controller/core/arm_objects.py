@@ -12,7 +12,7 @@ from typing import Any
 
 from specpilot.api.podsecurity import hardened_engine_pod
 from specpilot.api.spec import Draft, Engine, PodTemplate, SpeculationPilotSpec
-from specpilot.api.spec.engine import GPU_RESOURCE
+from specpilot.api.spec.engine_spec import GPU_RESOURCE
 from specpilot.controller.core.objects import Json, PilotRef, content_hash, owned_metadata, placement, service_object
 from specpilot.controller.core.workload_ref import Workload, copied_metadata, copied_pod, tensor_parallel_size
 from specpilot.wire.batchschedule import VllmRelease

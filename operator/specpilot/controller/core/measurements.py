@@ -16,10 +16,10 @@ from typing import Protocol
 from specpilot.analysis.evidence import WindowLoad
 from specpilot.analysis.window import ArmEngine, ScopeWindow
 from specpilot.api.spec import Analysis, Rehearsal, SpeculationPilotSpec
-from specpilot.metrics.engine import Scrape, engine_window
+from specpilot.metrics.arm_requests import arm_requests, kv_load
+from specpilot.metrics.engine_window import Scrape, engine_window
 from specpilot.metrics.ledger import LedgerView
 from specpilot.metrics.load import cache_config, kv_blocks, window_load
-from specpilot.metrics.samples import arm_requests, kv_load
 from specpilot.metrics.scope_window import scope_window
 from specpilot.wire.names import MEASURED_ARMS, Arm
 

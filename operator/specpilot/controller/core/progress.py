@@ -40,7 +40,7 @@ from specpilot.api.status import (
     ScopeStatus,
     SpeculationPilotStatus,
 )
-from specpilot.api.status.pilot import FALLBACK_LIMIT
+from specpilot.api.status.pilot_status import FALLBACK_LIMIT
 from specpilot.controller.core.conditions import condition
 from specpilot.controller.core.rehearsal.steps import rehearsing_rolled_back
 from specpilot.wire.names import Arm

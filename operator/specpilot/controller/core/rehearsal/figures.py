@@ -20,7 +20,7 @@ from specpilot.api.status import (
     ScopeStepFigures,
 )
 from specpilot.controller.core.measurements import Measurements
-from specpilot.metrics.samples import finished_at
+from specpilot.metrics.arm_requests import finished_at
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import Fallback, RequestOutcome, RequestSample
 

@@ -42,7 +42,7 @@ from specpilot.api.status import (
 from specpilot.controller.core.measurements import Measurements
 from specpilot.controller.core.rehearsal.figures import StepFigures, arm_figures, capacity_of, figures_of, kept_on_time
 from specpilot.controller.core.rehearsal.ladder import bracket, crossover_step, ladder, step_duration
-from specpilot.metrics.samples import arm_requests
+from specpilot.metrics.arm_requests import arm_requests
 from specpilot.wire.names import Arm
 
 REHEARSED_ARMS = (Arm.SPECULATIVE, Arm.CONTROL)

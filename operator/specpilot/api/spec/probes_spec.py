@@ -8,8 +8,8 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, StringConstraints
 
 from specpilot.api.common import ApiModel, Duration, KubeObject, Rule, cel, duration_within
-from specpilot.api.spec.fields import URL_WITHOUT_USERINFO, WebhookMetadata, WebhookTimeout, WebhookUrl
 from specpilot.api.spec.secretref import SecretHeader
+from specpilot.api.spec.spec_fields import URL_WITHOUT_USERINFO, WebhookMetadata, WebhookTimeout, WebhookUrl
 
 
 class ProbeKind(StrEnum):

@@ -9,7 +9,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel
-from specpilot.api.status.arms import (
+from specpilot.api.status.arms_status import (
     ArmsStatus,
     ProductionGuard,
     RouterStatus,
@@ -17,10 +17,10 @@ from specpilot.api.status.arms import (
     TakeoverStatus,
     WorkloadStatus,
 )
-from specpilot.api.status.decision import Decision
-from specpilot.api.status.fields import Count, Sentence
-from specpilot.api.status.rehearsal import RehearsalStatus
-from specpilot.api.status.scopes import FallbackRecord, ScopeStatus
+from specpilot.api.status.decision_status import Decision
+from specpilot.api.status.rehearsal_status import RehearsalStatus
+from specpilot.api.status.scopes_status import FallbackRecord, ScopeStatus
+from specpilot.api.status.status_fields import Count, Sentence
 
 FALLBACK_LIMIT = 20
 

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel
-from specpilot.api.status.fields import Count, ScopeName
+from specpilot.api.status.status_fields import Count, ScopeName
 
 
 class RehearsalPhase(StrEnum):

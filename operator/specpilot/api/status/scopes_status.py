@@ -10,8 +10,8 @@ from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel
 from specpilot.api.reasons import FallbackReason, MetricName
-from specpilot.api.status.decision import ScopeDecision
-from specpilot.api.status.fields import Count, ScopeName, Sentence
+from specpilot.api.status.decision_status import ScopeDecision
+from specpilot.api.status.status_fields import Count, ScopeName, Sentence
 from specpilot.wire.names import Arm
 
 

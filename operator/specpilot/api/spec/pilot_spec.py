@@ -7,13 +7,13 @@ from typing import Annotated
 from pydantic import ConfigDict, Field
 
 from specpilot.api.common import ApiModel, Rule, cel
-from specpilot.api.spec.analysis import Analysis
-from specpilot.api.spec.arms import Alternative, Baseline, Control, Speculative
-from specpilot.api.spec.engine import Engine, Sampling, WorkloadRef
-from specpilot.api.spec.quality import Quality
-from specpilot.api.spec.rehearsal import Rehearsal
-from specpilot.api.spec.rollback import Rollback
-from specpilot.api.spec.scopes import Router, Scope
+from specpilot.api.spec.analysis_spec import Analysis
+from specpilot.api.spec.arms_spec import Alternative, Baseline, Control, Speculative
+from specpilot.api.spec.engine_spec import Engine, Sampling, WorkloadRef
+from specpilot.api.spec.quality_spec import Quality
+from specpilot.api.spec.rehearsal_spec import Rehearsal
+from specpilot.api.spec.rollback_spec import Rollback
+from specpilot.api.spec.scopes_spec import Router, Scope
 from specpilot.wire.batchschedule import VllmRelease
 
 ALTERNATIVE_GPU_BUDGET = Rule(

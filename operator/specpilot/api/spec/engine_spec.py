@@ -10,8 +10,8 @@ from pydantic import ConfigDict, Field, StringConstraints
 
 from specpilot.api.common import ApiModel, KubeObject, Quantity, Rule, cel
 from specpilot.api.podschema import Probe, SecurityContext, Volume
-from specpilot.api.spec.fields import DeploymentName, ExtraArgs, ModelRef, Name, Revision, TensorParallelSize
 from specpilot.api.spec.secretref import SecretKeySelector
+from specpilot.api.spec.spec_fields import DeploymentName, ExtraArgs, ModelRef, Name, Revision, TensorParallelSize
 from specpilot.wire.batchschedule import VllmRelease
 
 GPU_RESOURCE = "nvidia.com/gpu"

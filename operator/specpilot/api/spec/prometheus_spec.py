@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field, StringConstraints
 
 from specpilot.api.common import ApiModel, Check, Duration, Rule, cel, duration_within
-from specpilot.api.spec.fields import URL_WITHOUT_USERINFO, Name
+from specpilot.api.spec.spec_fields import URL_WITHOUT_USERINFO, Name
 
 LABEL_NAME_PATTERN = "^[a-zA-Z_][a-zA-Z0-9_]*$"  # plain text: it also sits in a CEL string
 LabelName = Annotated[str, StringConstraints(pattern=LABEL_NAME_PATTERN, max_length=128)]

@@ -9,9 +9,9 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel, Check, Duration, Rule, duration_within
-from specpilot.api.spec.engine import Resources, Toleration
-from specpilot.api.spec.fields import HeaderName, Name
-from specpilot.api.spec.probes import ScopeProbes
+from specpilot.api.spec.engine_spec import Resources, Toleration
+from specpilot.api.spec.probes_spec import ScopeProbes
+from specpilot.api.spec.spec_fields import HeaderName, Name
 from specpilot.wire.names import SCOPE_HEADER
 
 

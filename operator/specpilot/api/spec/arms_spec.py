@@ -8,7 +8,7 @@ from typing import Annotated
 from pydantic import ConfigDict, Field
 
 from specpilot.api.common import ApiModel, Rule, cel
-from specpilot.api.spec.fields import ExtraArgs, ModelRef, Replicas, Revision, TensorParallelSize
+from specpilot.api.spec.spec_fields import ExtraArgs, ModelRef, Replicas, Revision, TensorParallelSize
 from specpilot.wire.batchschedule import BatchRange
 
 

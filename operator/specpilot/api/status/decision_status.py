@@ -11,7 +11,7 @@ from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel
 from specpilot.api.reasons import MetricName
-from specpilot.api.status.fields import ScopeName, Sentence
+from specpilot.api.status.status_fields import ScopeName, Sentence
 
 
 class DecisionOutcome(StrEnum):

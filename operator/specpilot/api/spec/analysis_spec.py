@@ -7,8 +7,8 @@ from typing import Annotated
 from pydantic import ConfigDict, Field
 
 from specpilot.api.common import ApiModel, Duration, Rule, cel, duration_within
-from specpilot.api.spec.fields import DeploymentName, Fraction, Quantile, Ratio
-from specpilot.api.spec.prometheus import MetricsSource
+from specpilot.api.spec.prometheus_spec import MetricsSource
+from specpilot.api.spec.spec_fields import DeploymentName, Fraction, Quantile, Ratio
 from specpilot.wire.profiles import CalibratedProfile
 
 

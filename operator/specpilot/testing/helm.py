@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]  # the repository: the chart and e2e/ are read from a checkout
 CHART = ROOT / "charts" / "specpilot"
 TOOLS = ROOT / "e2e" / "tools.sh"
 RELEASE = "specpilot"

@@ -10,7 +10,7 @@ from typing import Annotated
 from pydantic import Field, StringConstraints
 
 from specpilot.api.common import ApiModel, KubeObject
-from specpilot.api.status.fields import Count, Sentence
+from specpilot.api.status.status_fields import Count, Sentence
 
 
 class ArmStatus(ApiModel):

@@ -7,9 +7,16 @@ from typing import Annotated
 from pydantic import ConfigDict, Field
 
 from specpilot.api.common import ApiModel, Duration, cel
-from specpilot.api.spec.fields import URL_WITHOUT_USERINFO, Fraction, Name, WebhookMetadata, WebhookTimeout, WebhookUrl
-from specpilot.api.spec.probes import Probes
+from specpilot.api.spec.probes_spec import Probes
 from specpilot.api.spec.secretref import SecretHeader
+from specpilot.api.spec.spec_fields import (
+    URL_WITHOUT_USERINFO,
+    Fraction,
+    Name,
+    WebhookMetadata,
+    WebhookTimeout,
+    WebhookUrl,
+)
 
 
 class Webhook(ApiModel):
