@@ -47,7 +47,6 @@ from specpilot.api.spec.pilot_spec import (
     ALTERNATIVE_NEEDS_CONTROL,
     ALTERNATIVE_SHARE_FITS,
     CONTROL_LABELS_GIVEN,
-    CONTROL_SHARE_FITS,
     DEADLINE_WITHIN_TIMEOUT,
     DEFAULT_SCOPE_EXISTS,
     DRAFT_TENSOR_PARALLEL,
@@ -336,9 +335,7 @@ def _scope_problems(spec: SpeculationPilotSpec) -> Iterator[Problem]:
     if any(scope.deadline is not None and scope.deadline > timeout for scope in scopes):
         yield _problem("spec.scopes", DEADLINE_WITHIN_TIMEOUT)
     stages = [stage for scope in scopes for stage in scope.stages]
-    if spec.control.enabled and any(stage.weight > 50 for stage in stages):
-        yield _problem("spec.scopes", CONTROL_SHARE_FITS)
-    if spec.alternative is not None and any(stage.weight > 33 for stage in stages):
+    if spec.alternative is not None and any(stage.weight > 50 for stage in stages):
         yield _problem("spec.scopes", ALTERNATIVE_SHARE_FITS)
     if any(stage.min_duration < interval for stage in stages):
         yield _problem("spec.scopes", STAGE_SPANS_INTERVAL)

@@ -77,13 +77,16 @@ class Router:
         self.addresses: list[tuple[str, int]] = []
         self._pool = UpstreamPool(connect_timeout=config.connect_timeout)
         self.traffic: Server | None = None
+        self.proxy: Proxy | None = None
         self._listener: asyncio.Server | None = None
         self._admin: web.AppRunner | None = None
         self._tasks: list[asyncio.Task[None]] = []
 
     async def start(self) -> None:
         config = self.config
-        proxy = Proxy(state=self.state, metrics=self.metrics, samples=self.samples, config=config, pool=self._pool)
+        self.proxy = proxy = Proxy(
+            state=self.state, metrics=self.metrics, samples=self.samples, config=config, pool=self._pool
+        )
         limits = Limits(
             max_body_bytes=config.max_body_bytes,
             max_header_bytes=config.max_header_bytes,
@@ -115,7 +118,8 @@ class Router:
         await self._tasks[0]
 
     async def stop(self) -> None:
-        """Stop taking requests, let in-flight ones finish (up to the grace period), then close."""
+        """Stop taking requests, let in-flight ones finish (up to the grace period), then close; mirrored
+        copies still under way are cancelled."""
         for task in self._tasks:
             task.cancel()
         if self._listener is not None and self.traffic is not None:
@@ -128,6 +132,8 @@ class Router:
                 await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
             traffic.abort_all()
             await asyncio.sleep(0)  # let the aborted connections' callbacks run
+        if self.proxy is not None:
+            await self.proxy.mirror.stop()
         if self._admin is not None:
             await self._admin.cleanup()
         for task in self._tasks:

@@ -12,8 +12,9 @@ import orjson
 from specpilot.router.core.choice import Endpoint
 from specpilot.router.core.outcome import Facts, Failure, StreamEnd, request_outcome
 from specpilot.router.core.stream_meter import StreamMeter, usage_tokens
+from specpilot.router.recipient import Recipient
 from specpilot.router.rewrite import relayed
-from specpilot.router.server import ERROR_TYPES, ClientConnection
+from specpilot.router.server import ERROR_TYPES
 from specpilot.router.upstream import UpstreamConnection
 from specpilot.wire.buckets import FineCounts
 from specpilot.wire.names import Arm
@@ -32,9 +33,12 @@ class Failed(Exception):
 
 @dataclass(slots=True, eq=False, kw_only=True)
 class Exchange:
-    """One proxied request as it goes: the upstream response's `Sink`, and the facts of its outcome."""
+    """One proxied request as it goes: the upstream response's `Sink`, and the facts of its outcome.
 
-    client: ClientConnection
+    `client` gets the answer: the client's connection, or nobody for a mirrored copy.
+    """
+
+    client: Recipient
     measured: bool
     started: float  # monotonic
     scope: str

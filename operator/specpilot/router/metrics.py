@@ -181,6 +181,12 @@ class RouterMetrics:
             ["scope", "reason"],
             registry=r,
         )
+        self.mirrored_requests = Counter(
+            f"{PREFIX}_mirrored_requests",
+            "Copies of speculative requests for the mirror arm: sent, or not (no endpoint, over the bound).",
+            ["scope", "result"],
+            registry=r,
+        )
         self.retries = Counter(
             f"{PREFIX}_retries", "Requests moved to another endpoint after a failed connect.", ["arm"], registry=r
         )

@@ -7,24 +7,28 @@ relayed piece by piece as the engine sends them, from the upstream connection's 
 straight to the client's transport (`specpilot.router.upstream`), with backpressure: while the
 client's write buffer is full the upstream connection stops reading. `specpilot.router.relay` sends
 each request to its arm's endpoints, `specpilot.router.exchange` relays the answer and notes how it
-ended, and `specpilot.router.rewrite` holds what is changed on the way.
+ended, and `specpilot.router.rewrite` holds what is changed on the way. A scope whose route names a
+mirror arm has each request the speculative arm takes copied there (`specpilot.router.mirror`).
 """
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from typing import Any
 
 import orjson
 
-from specpilot.router.core.choice import affinity_draw, choose_arm, classify_scope
-from specpilot.router.core.outcome import other_status_label
+from specpilot.router.core.choice import affinity_draw, choose_arm, classify_scope, mirror_arm
+from specpilot.router.core.outcome import Failure, other_status_label
 from specpilot.router.core.sample_log import SampleLog
 from specpilot.router.core.state import RouterState
 from specpilot.router.exchange import Exchange, request_sample
 from specpilot.router.metrics import RouterMetrics
+from specpilot.router.mirror import Mirror
 from specpilot.router.reader import Request
+from specpilot.router.recipient import NOBODY
 from specpilot.router.relay import Relay
 from specpilot.router.rewrite import ask_for_usage, forwarded
 from specpilot.router.server import ClientConnection
@@ -65,6 +69,7 @@ class Proxy:
         self._samples = samples
         self._config = config
         self._relay = Relay(state=state, metrics=metrics, pool=pool, timeout=config.request_timeout)
+        self.mirror = Mirror(state=state, counter=metrics.mirrored_requests, bound=config.max_mirrored)
 
     async def handle(self, request: Request, client: ClientConnection) -> None:
         try:
@@ -125,13 +130,33 @@ class Proxy:
             fallback=fallback,
         )
         head = forwarded(request, {SCOPE_HEADER: scope, "Accept-Encoding": "identity"}, len(body))
-        tally, counted = self._metrics.tally, (scope, arm.value)
+        mirror = mirror_arm(route, arm)
+        if mirror is not None:
+            copy = Exchange(
+                client=NOBODY,
+                measured=True,
+                started=started,
+                scope=scope,
+                arm=mirror,
+                model=model,
+                stream=stream,
+                deadline=route.deadline_seconds,
+                strip_usage=strip_usage,
+            )
+            send = functools.partial(self._relayed, copy, request, head, body, divert=False)
+            self.mirror.copy(scope=scope, arm=mirror, send=send)
+        await self._relayed(ex, request, head, body, divert=True)
+
+    async def _relayed(self, ex: Exchange, request: Request, head: bytes, body: bytes, *, divert: bool) -> None:
+        """Relay a measured exchange and record its sample (`divert`: see `Relay.run`)."""
+        tally, counted = self._metrics.tally, (ex.scope, ex.arm.value)
         tally.enter(counted)
         try:
-            await self._relay.run(ex, request, head, body, retry=True)
+            await self._relay.run(ex, request, head, body, retry=True, divert=divert)
         finally:
             tally.leave(counted)
-            self._record(ex)
+            if divert or ex.failure is not Failure.NO_ENDPOINT:  # a copy that found no endpoint was not sent
+                self._record(ex)
 
     def _record(self, ex: Exchange) -> None:
         e2e = time.monotonic() - ex.started

@@ -29,11 +29,17 @@ class Relay:
         self._pool = pool
         self._timeout = timeout
 
-    async def run(self, ex: Exchange, request: Request, head: bytes, body: bytes, *, retry: bool) -> None:
-        """Send to the arm's endpoints, answer the client, note the facts; the client leaving cancels it."""
+    async def run(
+        self, ex: Exchange, request: Request, head: bytes, body: bytes, *, retry: bool, divert: bool = True
+    ) -> None:
+        """Send to the arm's endpoints, answer the client, note the facts; the client leaving cancels it.
+
+        `divert`: an arm with no endpoint passes the request to the ordinary arm; else it is not sent
+        (a mirrored copy, which only its own arm may take).
+        """
         try:
             async with asyncio.timeout(self._timeout):
-                await self._attempts(ex, request, head, body, retry=retry)
+                await self._attempts(ex, request, head, body, retry=retry, divert=divert)
         except TimeoutError:
             if not ex.delivered:
                 ex.timed_out = True
@@ -50,7 +56,9 @@ class Relay:
             if ex.endpoint is not None:
                 self._state.release(ex.endpoint)
 
-    async def _attempts(self, ex: Exchange, request: Request, head: bytes, body: bytes, *, retry: bool) -> None:
+    async def _attempts(
+        self, ex: Exchange, request: Request, head: bytes, body: bytes, *, retry: bool, divert: bool
+    ) -> None:
         """Try the chosen arm; when that fails before any response, another endpoint, then the ordinary arm.
 
         A refused connect never reached the engine; a connection closed before any response byte
@@ -62,7 +70,7 @@ class Relay:
         tried: frozenset[Endpoint] = frozenset()
         for _ in range(_MAX_ATTEMPTS if retry else 1):
             endpoint = self._state.pick(ex.arm, tried)
-            if endpoint is None and ex.arm is not self._state.ordinary:
+            if endpoint is None and divert and ex.arm is not self._state.ordinary:
                 ex.fallback = UNAVAILABLE[ex.arm]
                 ex.arm = self._state.ordinary
                 endpoint = self._state.pick(ex.arm, tried)

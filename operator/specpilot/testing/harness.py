@@ -269,44 +269,52 @@ def requests(
     seq: Iterator[int],
 ) -> list[RequestSample]:
     """`seconds` of requests per scope at `rate`, ending at `end`, split between the arms as `table` says and
-    spread evenly in time; each arm as fast as `traffic` says at its load per replica."""
+    spread evenly in time, the mirrored arm sent a copy of each speculative one; each arm as fast as
+    `traffic` says at its load per replica."""
     routes = table.scopes if table is not None else ()
     out: list[RequestSample] = []
     per_replica = {arm: 0.0 for arm in Arm}
     for route in routes:
         for arm in Arm:
             per_replica[arm] += rate * route.weights.of(arm) / 100  # one replica per arm here
+        if route.mirror is not None:
+            per_replica[route.mirror] += rate * route.weights.of(Arm.SPECULATIVE) / 100
     for route in routes:
         count = round(rate * seconds)
         for index in range(count):
             arm = pick_arm(route.weights, (index * GOLDEN) % 1)  # the router's split, spread evenly in time
-            curve = traffic.curves.get(arm)
-            per_token = curve(per_replica[arm]) if curve else traffic.seconds_per_token[arm]
-            decode = per_token * (traffic.tokens - 1)
-            e2e = 0.05 + decode
             finished = end - seconds + (index + 1) * seconds / count
-            out.append(
-                RequestSample(
-                    seq=next(seq),
-                    at=finished - e2e,
-                    scope=route.name,
-                    arm=arm,
-                    endpoint="198.18.0.9:8000",
-                    model="demo",
-                    stream=True,
-                    status=502 if arm in traffic.failing else 200,
-                    outcome=RequestOutcome.UPSTREAM_ERROR if arm in traffic.failing else RequestOutcome.OK,
-                    e2e=e2e,
-                    ttft=0.05,
-                    output_tokens=traffic.tokens,
-                    prompt_tokens=20,
-                    tokens_from_usage=True,
-                    decode=decode,
-                    deadline_met=per_replica[arm] <= traffic.capacity.get(arm, float("inf")),
-                    fallback=None,
-                )
-            )
+            copies = (route.mirror,) if arm is Arm.SPECULATIVE and route.mirror is not None else ()
+            for served in (arm, *copies):
+                out.append(_sample(traffic, served, per_replica[served], scope=route.name, seq=next(seq), at=finished))
     return out
+
+
+def _sample(traffic: Traffic, arm: Arm, load: float, *, scope: str, seq: int, at: float) -> RequestSample:
+    """One request of `scope` that `arm` finished at `at`, at its offered `load` per replica."""
+    curve = traffic.curves.get(arm)
+    per_token = curve(load) if curve else traffic.seconds_per_token[arm]
+    decode = per_token * (traffic.tokens - 1)
+    e2e = 0.05 + decode
+    return RequestSample(
+        seq=seq,
+        at=at - e2e,
+        scope=scope,
+        arm=arm,
+        endpoint="198.18.0.9:8000",
+        model="demo",
+        stream=True,
+        status=502 if arm in traffic.failing else 200,
+        outcome=RequestOutcome.UPSTREAM_ERROR if arm in traffic.failing else RequestOutcome.OK,
+        e2e=e2e,
+        ttft=0.05,
+        output_tokens=traffic.tokens,
+        prompt_tokens=20,
+        tokens_from_usage=True,
+        decode=decode,
+        deadline_met=load <= traffic.capacity.get(arm, float("inf")),
+        fallback=None,
+    )
 
 
 def pilot_doc(*, probes: bool = False, webhooks: Sequence[str] = ()) -> Json:

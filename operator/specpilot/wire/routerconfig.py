@@ -57,6 +57,7 @@ class RouterConfig:
     max_header_bytes: int = 8190
     max_headers: int = 100
     max_samples: int = 100_000
+    max_mirrored: int = 512  # mirrored copies in flight at once; past it a copy is not sent
     static_routes: str | None = None  # routing table JSON file, read once
     static_endpoints: tuple[tuple[Arm, tuple[str, ...]], ...] = ()  # HOST:PORT per arm
     drain_seconds: float = 5.0
@@ -92,6 +93,7 @@ class RouterConfig:
             ("--max-header-bytes", self.max_header_bytes),
             ("--max-headers", self.max_headers),
             ("--max-samples", self.max_samples),
+            ("--max-mirrored", self.max_mirrored),
         ):
             _check(count > 0, f"{flag}: must be positive, got {count}")
         _check(self.static_routes is None or bool(self.static_routes), "--static-routes: must not be empty")
@@ -230,6 +232,7 @@ def _parser(environ: Mapping[str, str]) -> _Parser:
     add("max-header-bytes", "longest request line or header field", type=int)
     add("max-headers", "most request header fields", type=int)
     add("max-samples", "raw samples kept for /samples", type=int)
+    add("max-mirrored", "mirrored copies (a scope's `mirror`) in flight at once; past it a copy is not sent", type=int)
     add("static-routes", "routing table JSON file; with --static-endpoints, runs without Kubernetes")
     p.add_argument(
         "--static-endpoints",

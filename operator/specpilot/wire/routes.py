@@ -6,7 +6,7 @@ namespace whose data key ``routes.json`` holds a `RoutingTable` as JSON (render 
 
     {"pilot": "p1", "generation": 3, "updatedAt": "2026-11-29T12:00:00Z", "defaultScope": "chat",
      "scopes": [
-       {"name": "code", "weights": {"baseline": 90, "speculative": 10, "alternative": 0},
+       {"name": "code", "weights": {"baseline": 90, "speculative": 10, "alternative": 0}, "mirror": "control",
         "deadlineSeconds": 20, "match": {"headers": [{"name": "x-team", "type": "Exact", "value": "code"}]}},
        {"name": "chat", "weights": {"baseline": 100},
         "match": {"headers": [{"name": "x-team", "type": "Exact", "value": "support"}],
@@ -23,6 +23,11 @@ Rules both sides rely on:
   that is not listed runs ordinary decoding (baseline 100). There is no match on the model: every
   arm of a pilot serves the same model name, so it cannot tell scopes apart.
 - ``deadlineSeconds`` is the scope's latency budget; each request is measured against it.
+- ``mirror`` (``"control"``, with no control weight): every request the speculative arm takes is also
+  sent to the control arm at the same moment, its answer measured (a request sample of the control
+  arm) and dropped. The client gets the speculative arm's answer only. A copy is never diverted to
+  another arm: with no ready control endpoint, or past the router's bound on copies in flight, it is
+  not sent (and counted as such).
 - Staleness: the operator rewrites the table (at least ``updatedAt``) every analysis interval.
   A router treats a table whose ``updatedAt`` is older than its ``--max-table-age`` as stale and
   sends every scope to the baseline arm until a fresh table arrives; so does a missing or
@@ -148,6 +153,17 @@ class ScopeRoute(_Model):
     weights: ArmWeights = ORDINARY
     deadline_seconds: float | None = Field(default=None, gt=0)
     match: ScopeMatch = ScopeMatch()
+    mirror: Arm | None = None
+    """The arm sent a copy of every request the speculative arm takes, at the same moment, its answer
+    measured and dropped: the control arm, so that both compared arms serve the same requests."""
+
+    @model_validator(mode="after")
+    def _mirrored_to_control(self) -> Self:
+        if self.mirror not in (None, Arm.CONTROL):
+            raise ValueError(f"scope {self.name!r}: mirror may name only the control arm, not {self.mirror}")
+        if self.mirror is not None and self.weights.control:
+            raise ValueError(f"scope {self.name!r}: a mirrored control arm takes no share of its own")
+        return self
 
 
 class RoutingTable(_Model):

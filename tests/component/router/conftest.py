@@ -26,13 +26,15 @@ def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> d
 
 @pytest.fixture
 async def make_router(tmp_path: Path, serve: Serve) -> AsyncIterator[HarnessFactory]:
-    """Start a router on loopback with fake baseline and speculative arms."""
+    """Start a router on loopback with fake baseline and speculative arms, and a control arm with `control`."""
     started: list[Harness] = []
 
-    async def make(*extra_args: str, routes: RoutingTable | None = None, spec_endpoints: str | None = None) -> Harness:
-        baseline, speculative = FakeVllm("baseline"), FakeVllm("speculative")
-        await baseline.start(serve)
-        await speculative.start(serve)
+    async def make(
+        *extra_args: str, routes: RoutingTable | None = None, spec_endpoints: str | None = None, control: bool = False
+    ) -> Harness:
+        baseline, speculative, control_arm = FakeVllm("baseline"), FakeVllm("speculative"), FakeVllm("control")
+        for fake in (baseline, speculative, control_arm):
+            await fake.start(serve)
         routes_file = tmp_path / f"routes-{len(started)}.json"
         routes_file.write_text(render_routes(routes or Harness.table(Harness.scope("code", spec=100)))[ROUTES_KEY])
         spec = spec_endpoints if spec_endpoints is not None else speculative.address
@@ -50,13 +52,14 @@ async def make_router(tmp_path: Path, serve: Serve) -> AsyncIterator[HarnessFact
                 f"baseline={baseline.address}",
                 "--static-endpoints",
                 f"speculative={spec}",
+                *(["--static-endpoints", f"control={control_arm.address}"] if control else []),
                 *extra_args,
             ],
             {},
         )
         router = Router(config)
         await router.start()
-        harness = Harness(router, baseline, speculative, aiohttp.ClientSession())
+        harness = Harness(router, baseline, speculative, control_arm, aiohttp.ClientSession())
         started.append(harness)
         await Harness.wait_for(lambda: router.state.ready)
         return harness

@@ -24,6 +24,7 @@ from tests.component.loopback import Serve, Served
 
 from specpilot.router.app import Router
 from specpilot.testing.waiting import eventually
+from specpilot.wire.names import Arm
 from specpilot.wire.routes import (
     ArmWeights,
     HeaderMatch,
@@ -121,7 +122,7 @@ class FakeVllm:
                 if chat
                 else {"index": 0, "text": text, "finish_reason": "length"}
             )
-            out = {"id": "x", "object": "chat.completion", "model": doc.get("model"), "choices": [choice]}
+            out = {"id": self.name, "object": "chat.completion", "model": doc.get("model"), "choices": [choice]}
             if fake.get("x-fake-usage") != "never":
                 out["usage"] = usage
             return web.json_response(out, headers=headers)
@@ -132,10 +133,10 @@ class FakeVllm:
         def event(delta: dict[str, Any] | None, finish: str | None = None) -> bytes:
             if chat:
                 choice = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
-                chunk = {"id": "x", "object": "chat.completion.chunk", "choices": [choice]}
+                chunk = {"id": self.name, "object": "chat.completion.chunk", "choices": [choice]}
             else:
                 text = (delta or {}).get("content", "")
-                chunk = {"id": "x", "object": "text_completion", "choices": [{"index": 0, "text": text}]}
+                chunk = {"id": self.name, "object": "text_completion", "choices": [{"index": 0, "text": text}]}
             return b"data: " + json.dumps(chunk).encode() + b"\n\n"
 
         if chat:
@@ -157,7 +158,9 @@ class FakeVllm:
         await resp.write(event({}, "length"))
         options = doc.get("stream_options") or {}
         if options.get("include_usage") and fake.get("x-fake-usage") != "never":
-            await resp.write(b"data: " + json.dumps({"id": "x", "choices": [], "usage": usage}).encode() + b"\n\n")
+            await resp.write(
+                b"data: " + json.dumps({"id": self.name, "choices": [], "usage": usage}).encode() + b"\n\n"
+            )
         if fake.get("x-fake-no-done") is None:
             await resp.write(b"data: [DONE]\n\n")
         if "x-fake-linger" in fake:
@@ -187,11 +190,13 @@ class Metrics:
 
 @dataclass
 class Harness:
-    """A running router with its fake arms and a client session."""
+    """A running router with its fake arms and a client session (the control arm's fake has endpoints
+    only where the test asks for them)."""
 
     router: Router
     baseline: FakeVllm
     speculative: FakeVllm
+    control: FakeVllm
     client: aiohttp.ClientSession
 
     @property
@@ -243,13 +248,17 @@ class Harness:
         )
 
     @staticmethod
-    def scope(name: str, *, spec: int = 0, alt: int = 0, deadline: float | None = None) -> ScopeRoute:
-        """A scope taking the requests whose `TEAM_HEADER` is its name (and those naming it)."""
+    def scope(
+        name: str, *, spec: int = 0, alt: int = 0, control: int = 0, mirror: bool = False, deadline: float | None = None
+    ) -> ScopeRoute:
+        """A scope taking the requests whose `TEAM_HEADER` is its name (and those naming it); `mirror`: the
+        speculative arm's requests are copied to the control arm."""
         return ScopeRoute(
             name=name,
-            weights=ArmWeights(baseline=100 - spec - alt, speculative=spec, alternative=alt),
+            weights=ArmWeights(baseline=100 - spec - alt - control, speculative=spec, alternative=alt, control=control),
             deadline_seconds=deadline,
             match=ScopeMatch(headers=(HeaderMatch(name=TEAM_HEADER, value=name),)),
+            mirror=Arm.CONTROL if mirror else None,
         )
 
     @staticmethod

@@ -27,7 +27,6 @@ from specpilot.api.spec.pilot_spec import (
     ALTERNATIVE_NEEDS_CONTROL,
     ALTERNATIVE_SHARE_FITS,
     CONTROL_LABELS_GIVEN,
-    CONTROL_SHARE_FITS,
     DEADLINE_WITHIN_TIMEOUT,
     DEFAULT_SCOPE_EXISTS,
     DRAFT_TENSOR_PARALLEL,
@@ -263,12 +262,6 @@ RULES = [
         CONTROL_LABELS_GIVEN.message,
     ),
     (
-        "control-share-over-half",
-        _pilot(scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 60}]}]),
-        "spec.scopes",
-        CONTROL_SHARE_FITS.message,
-    ),
-    (
         "alternative-without-control",
         _pilot(control={"enabled": False}, alternative={"extraArgs": ["--max-num-seqs=64"]}),
         "spec.alternative",
@@ -278,7 +271,7 @@ RULES = [
         "alternative-share-over-a-third",
         _pilot(
             alternative={"extraArgs": ["--max-num-seqs=64"]},
-            scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 34}]}],
+            scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 51}]}],
         ),
         "spec.scopes",
         ALTERNATIVE_SHARE_FITS.message,
@@ -402,8 +395,9 @@ def test_prometheus_source_is_deployable(url: str) -> None:
     assert validate(without) == []
 
 
-def test_without_a_control_arm_a_stage_may_take_every_request() -> None:
-    body = _pilot(scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 100}]}], control={"enabled": False})
+@pytest.mark.parametrize("control", [True, False])
+def test_a_stage_may_take_every_request_the_control_arm_serving_copies(control: bool) -> None:
+    body = _pilot(scopes=[{"name": "a", "stages": [{"weight": 10}, {"weight": 100}]}], control={"enabled": control})
     assert validate(body) == []
 
 

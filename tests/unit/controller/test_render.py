@@ -209,11 +209,12 @@ def test_routes_configmap_carries_the_table() -> None:
     assert table.default_scope == "chat"
     code = table.scopes[0]
     assert (code.weights.baseline, code.weights.speculative, code.weights.control, code.weights.alternative) == (
+        50,
         25,
-        25,
-        25,
+        0,
         25,
     )
+    assert code.mirror is Arm.CONTROL
     assert code.deadline_seconds == 120.0
     assert code.match.headers[0].type == "RegularExpression"
     assert all(scope.weights.speculative == 0 for scope in table.scopes[1:])
@@ -227,7 +228,7 @@ def test_engine_pods_select_their_arm_only() -> None:
         assert plan.service["spec"]["selector"] == selectors[plan.arm]
 
 
-def test_the_control_and_alternative_arms_take_the_speculative_arms_share() -> None:
+def test_the_control_arm_mirrors_the_speculative_arm_and_the_alternative_takes_its_share() -> None:
     ref, spec = load(ROOT / "manifests/examples/three-arm.yaml")
     arms = {plan.arm: plan for plan in rendered(ref, spec).arms}
     control, baseline, speculative = arms[Arm.CONTROL], arms[Arm.BASELINE], arms[Arm.SPECULATIVE]
@@ -235,14 +236,18 @@ def test_the_control_and_alternative_arms_take_the_speculative_arms_share() -> N
     assert (control.replicas, control.gpus) == (speculative.replicas, speculative.gpus)
     table = routing_table(ref.name, spec, {"code": 20}, generation=1, now=NOW)
     code = table.scope("code")
-    assert code is not None and code.weights == ArmWeights(baseline=40, speculative=20, control=20, alternative=20)
+    assert code is not None and code.weights == ArmWeights(baseline=60, speculative=20, alternative=20)
+    assert code.mirror is Arm.CONTROL
     two_arms = spec.model_copy(update={"alternative": None})
     code = routing_table(ref.name, two_arms, {"code": 20}, generation=1, now=NOW).scope("code")
-    assert code is not None and code.weights == ArmWeights(baseline=60, speculative=20, control=20)
+    assert code is not None and code.weights == ArmWeights(baseline=80, speculative=20) and code.mirror is Arm.CONTROL
+    # a scope on ordinary decoding sends nothing to mirror
+    idle = routing_table(ref.name, two_arms, {}, generation=1, now=NOW).scope("code")
+    assert idle is not None and idle.weights == ArmWeights(baseline=100) and idle.mirror is None
     without = two_arms.model_copy(update={"control": Control(enabled=False)})
     assert Arm.CONTROL not in {plan.arm for plan in rendered(ref, without).arms}
     code = routing_table(ref.name, without, {"code": 20}, generation=1, now=NOW).scope("code")
-    assert code is not None and code.weights == ArmWeights(baseline=80, speculative=20)
+    assert code is not None and code.weights == ArmWeights(baseline=80, speculative=20) and code.mirror is None
 
 
 @pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.stem)

@@ -107,7 +107,8 @@ async def test_the_alternative_arm_takes_the_same_share_and_its_windows_are_kept
     table = h.table()
     assert table is not None
     chat = table.scope("chat")
-    assert chat is not None and chat.weights == ArmWeights(baseline=25, speculative=25, control=25, alternative=25)
+    assert chat is not None and chat.weights == ArmWeights(baseline=50, speculative=25, alternative=25)
+    assert chat.mirror is Arm.CONTROL  # the control arm serves a copy of each speculative request
     for _ in range(4):
         await h.step(INTERVAL)
     assert h.stored_evidence is not None

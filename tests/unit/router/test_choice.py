@@ -16,6 +16,7 @@ from specpilot.router.core.choice import (
     affinity_draw,
     choose_arm,
     classify_scope,
+    mirror_arm,
     pick_arm,
     pick_endpoint,
     resolve_routes,
@@ -216,6 +217,48 @@ def test_choose_arm_diverts_only_the_unavailable_share(
     diverted: dict[Arm, Fallback], draw: float, expected: tuple[Arm, Fallback | None]
 ) -> None:
     assert choose_arm(EffectiveRoute("code", SPLIT, None, diverted), draw) == expected
+
+
+MIRRORED = RoutingTable(
+    pilot="p1",
+    generation=1,
+    updated_at=T0,
+    scopes=(
+        ScopeRoute(name="code", weights=ArmWeights(baseline=80, speculative=20), mirror=Arm.CONTROL),
+        ScopeRoute(name="chat", weights=ArmWeights(baseline=80, speculative=10, control=10)),
+    ),
+)
+
+
+@pytest.mark.parametrize(
+    ("scope", "ready", "now", "draw", "expected"),
+    [
+        pytest.param("code", ALL, T0, 0.1, (SPEC, Arm.CONTROL), id="speculative-copied"),
+        pytest.param("code", ALL, T0, 0.5, (Arm.BASELINE, None), id="baseline-not-copied"),
+        pytest.param(
+            "code", frozenset({Arm.BASELINE, Arm.CONTROL}), T0, 0.1, (Arm.BASELINE, None), id="fallback-not-copied"
+        ),
+        pytest.param("code", ALL, T0 + timedelta(minutes=6), 0.1, (Arm.BASELINE, None), id="stale-not-copied"),
+        # whether the control arm can take the copy is the router's to find out when it sends it
+        pytest.param("code", frozenset({Arm.BASELINE, SPEC}), T0, 0.1, (SPEC, Arm.CONTROL), id="no-control-endpoint"),
+        pytest.param("chat", ALL, T0, 0.05, (SPEC, None), id="unmirrored-split"),
+        pytest.param("chat", ALL, T0, 0.15, (Arm.CONTROL, None), id="unmirrored-control-share"),
+        pytest.param("unlisted", ALL, T0, 0.1, (Arm.BASELINE, None), id="unlisted-scope"),
+    ],
+)
+def test_a_copy_goes_to_the_mirror_arm_only_for_requests_the_speculative_arm_takes(
+    scope: str, ready: frozenset[Arm], now: datetime, draw: float, expected: tuple[Arm, Arm | None]
+) -> None:
+    route = resolve_routes(
+        table=MIRRORED,
+        table_fallback=None,
+        ready_arms=ready,
+        now=now,
+        max_age=timedelta(minutes=5),
+        default_scope="default",
+    ).route(scope)
+    arm, _ = choose_arm(route, draw)
+    assert (arm, mirror_arm(route, arm)) == expected
 
 
 def test_affinity_draw_is_stable_and_spread() -> None:

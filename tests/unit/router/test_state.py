@@ -155,6 +155,7 @@ def test_describe_shows_the_effective_table(state: RouterState) -> None:
             "configured": {"baseline": 50, "speculative": 50, "control": 0, "alternative": 0},
             "deadlineSeconds": None,
             "fallbacks": ["speculative_unavailable"],
+            "mirror": None,
         }
     }
     assert shown["endpoints"] == {"baseline": ["10.0.0.1:8000"], "speculative": [], "control": [], "alternative": []}

@@ -75,14 +75,6 @@ ALTERNATIVE_DIFFERS = Rule(
     field_path=".alternative",
 )
 
-CONTROL_SHARE_FITS = Rule(
-    cel="(has(self.control) && !self.control.enabled) || self.scopes.all(s, s.stages.all(st, st.weight <= 50))",
-    message=(
-        "the control arm takes the speculative arm's share again, so a stage's weight must be at most 50 "
-        "(or set control.enabled: false)"
-    ),
-    field_path=".scopes",
-)
 ALTERNATIVE_NEEDS_CONTROL = Rule(
     cel="!has(self.alternative) || !has(self.control) || self.control.enabled",
     message=(
@@ -92,10 +84,10 @@ ALTERNATIVE_NEEDS_CONTROL = Rule(
     field_path=".alternative",
 )
 ALTERNATIVE_SHARE_FITS = Rule(
-    cel="!has(self.alternative) || self.scopes.all(s, s.stages.all(st, st.weight <= 33))",
+    cel="!has(self.alternative) || self.scopes.all(s, s.stages.all(st, st.weight <= 50))",
     message=(
-        "the control and alternative arms each take the speculative arm's share again, so with an alternative "
-        "arm a stage's weight must be at most 33"
+        "the alternative arm takes the speculative arm's share again, so with an alternative arm a stage's "
+        "weight must be at most 50"
     ),
     field_path=".scopes",
 )
@@ -166,7 +158,6 @@ SPEC_RULES = (
     ONE_ENGINE_SOURCE,
     WORKLOAD_KEEPS_ITS_SIZE,
     WORKLOAD_WITHOUT_ALTERNATIVE,
-    CONTROL_SHARE_FITS,
     CONTROL_LABELS_GIVEN,
     REHEARSAL_NEEDS_CONTROL,
     REHEARSAL_STEP_SPANS_WINDOW,

@@ -63,8 +63,8 @@ class Stage(ApiModel):
     """One step of a scope's rollout."""
 
     weight: Annotated[int, Field(strict=True, gt=0, le=100)]
-    """Percent of the scope's requests routed to the speculative arm, in (0, 100]. The control arm takes
-    the same share again, so with it at most 50."""
+    """Percent of the scope's requests routed to the speculative arm, in (0, 100]. The control arm serves a
+    copy of each; an alternative arm takes the same share again, so with one at most 50."""
     min_requests: Annotated[int, Field(strict=True, ge=1, le=10_000_000)] = 200
     """Requests the scope must complete at this weight before promotion; at least analysis.minSamples."""
     min_duration: Annotated[Duration, duration_within("5s", "168h")] = Duration("10m")

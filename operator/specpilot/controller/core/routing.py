@@ -12,21 +12,31 @@ from datetime import datetime, timedelta
 from specpilot.api.spec import Scope, SpeculationPilotSpec
 from specpilot.controller.core.measurements import alternative_judged
 from specpilot.controller.core.objects import content_hash
+from specpilot.wire.names import Arm
 from specpilot.wire.routes import ORDINARY, ArmWeights, HeaderMatch, PathMatch, RoutingTable, ScopeMatch, ScopeRoute
 
 
 def scope_route(
-    scope: Scope, *, weight: int, request_timeout: timedelta, control: bool, alternative: bool = False
+    scope: Scope,
+    *,
+    weight: int,
+    request_timeout: timedelta,
+    control: bool,
+    alternative: bool = False,
+    mirrored: bool = False,
 ) -> ScopeRoute:
-    """One scope's entry: its match as the API states it, its deadline, its speculative weight and the
-    same weight again for the control arm and for the alternative arm, each where the pilot runs it (so
-    every compared arm sees the same share, and a flip back moves them all to the baseline)."""
+    """One scope's entry: its match as the API states it, its deadline, its speculative weight, and the
+    control arm's and the alternative arm's part, each where the pilot runs it (a flip back moves them
+    all to the baseline). The alternative arm takes the same weight again. The control arm is sent a
+    copy of each speculative request where `mirrored` (the live pilot: both compared arms serve the same
+    requests at the same moments), else the same weight again (the rehearsal's router, whose own
+    traffic it is)."""
     match = ScopeMatch(
         headers=tuple(HeaderMatch(name=h.name, type=h.type.value, value=h.value) for h in scope.match.headers),
         paths=tuple(PathMatch(type=p.type.value, value=p.value) for p in scope.match.paths),
     )
     deadline = (scope.deadline or request_timeout).total_seconds()
-    control_weight = weight if control else 0
+    control_weight = weight if control and not mirrored else 0
     alternative_weight = weight if alternative else 0
     return ScopeRoute(
         name=scope.name,
@@ -38,6 +48,7 @@ def scope_route(
         ),
         deadline_seconds=deadline,
         match=match,
+        mirror=Arm.CONTROL if control and mirrored and weight else None,
     )
 
 
@@ -57,6 +68,7 @@ def routing_table(
                 request_timeout=spec.router.request_timeout,
                 control=spec.control.enabled,
                 alternative=alternative_judged(spec),
+                mirrored=True,
             )
             for scope in spec.scopes
         ),

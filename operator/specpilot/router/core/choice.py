@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from specpilot.wire.names import Arm
-from specpilot.wire.routes import ORDINARY, ArmWeights, RoutingTable
+from specpilot.wire.routes import ORDINARY, ArmWeights, RoutingTable, ScopeRoute
 from specpilot.wire.samples import Fallback
 
 # Arms in the order their shares are laid out on [0, 1): growing the speculative weight only
@@ -53,7 +53,8 @@ class EffectiveRoute:
 
     `diverted` names the arms whose share goes to the ordinary arm instead, and why; every other
     request lands where the configured weights put it, so a fallback moves nobody else. The ordinary
-    arm is production's baseline, except in a rehearsal router (the control arm).
+    arm is production's baseline, except in a rehearsal router (the control arm). `mirror` is the arm
+    sent a copy of each request the speculative arm takes (`mirror_arm`).
     """
 
     scope: str
@@ -61,6 +62,7 @@ class EffectiveRoute:
     deadline_seconds: float | None = None
     diverted: Mapping[Arm, Fallback] = field(default_factory=dict)
     ordinary: Arm = Arm.BASELINE
+    mirror: Arm | None = None
 
     @property
     def weights(self) -> ArmWeights:
@@ -113,29 +115,22 @@ def resolve_routes(
     if table_fallback is None and valid_until is not None and now >= valid_until:
         table_fallback = Fallback.TABLE_STALE
     scopes = {
-        scope.name: _effective(
-            scope.name, scope.weights, scope.deadline_seconds, table_fallback, ready_arms=ready_arms, ordinary=ordinary
-        )
+        scope.name: _effective(scope, table_fallback, ready_arms=ready_arms, ordinary=ordinary)
         for scope in table.scopes
     }
     return Routes(table.default_scope or default_scope, table, scopes, table_fallback, valid_until, ordinary)
 
 
 def _effective(
-    scope: str,
-    weights: ArmWeights,
-    deadline: float | None,
-    table_fallback: Fallback | None,
-    *,
-    ready_arms: frozenset[Arm],
-    ordinary: Arm,
+    scope: ScopeRoute, table_fallback: Fallback | None, *, ready_arms: frozenset[Arm], ordinary: Arm
 ) -> EffectiveRoute:
+    weights = scope.weights
     diverted = {
         arm: table_fallback or reason
         for arm, reason in UNAVAILABLE.items()
         if arm is not ordinary and weights.of(arm) and (table_fallback is not None or arm not in ready_arms)
     }
-    return EffectiveRoute(scope, weights, deadline, diverted, ordinary)
+    return EffectiveRoute(scope.name, weights, scope.deadline_seconds, diverted, ordinary, scope.mirror)
 
 
 def classify_scope(routes: Routes, *, named: str | None, path: str, headers: Mapping[str, str]) -> str:
@@ -171,6 +166,12 @@ def choose_arm(route: EffectiveRoute, draw: float) -> tuple[Arm, Fallback | None
     intended = pick_arm(route.configured, draw)
     reason = route.diverted.get(intended)
     return (route.ordinary, reason) if reason is not None else (intended, None)
+
+
+def mirror_arm(route: EffectiveRoute, arm: Arm) -> Arm | None:
+    """The arm a request sent to `arm` is copied to, if any: the route's mirror, for requests the
+    speculative arm takes (not those a fallback moved to ordinary decoding)."""
+    return route.mirror if arm is Arm.SPECULATIVE else None
 
 
 def pick_endpoint(endpoints: Sequence[Endpoint], outstanding: Mapping[Endpoint, int], *, start: int) -> Endpoint | None:

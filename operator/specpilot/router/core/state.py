@@ -208,6 +208,7 @@ def describe_routes(
                 "configured": route.configured.model_dump(),
                 "deadlineSeconds": route.deadline_seconds,
                 "fallbacks": list(route.fallbacks),
+                "mirror": route.mirror,
             }
             for name, route in routes.scopes.items()
         },
