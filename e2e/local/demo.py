@@ -144,7 +144,7 @@ def summary(name: str = PILOT) -> None:
         )
 
 
-EVIDENCE_SECONDS = 150
+EVIDENCE_SECONDS = float(os.environ.get("SPECPILOT_DEMO_EVIDENCE_SECONDS", "150"))
 SETTLED_SECONDS = 30
 
 

@@ -210,6 +210,9 @@ def test_a_schedule_stalling_at_its_switch_is_flipped_back_naming_the_batch_it_r
 ) -> None:
     switch, schedule = derived_schedule()
     doc = scheduled_pilot(schedule, faults=[STALL])
+    # straight to the climb's second stage, above the switch, where the stall shows: the first stage, at
+    # its load, holds about one request in flight and seldom crosses the switch
+    doc["spec"]["scopes"][0]["stages"] = STAGES[1:]
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(doc))
     wait_ready(cluster, operator, namespace)
     load = live_load(cluster, router_ip(cluster, namespace), tmp_path, rate=RATE, seconds=LOAD_SECONDS)

@@ -24,8 +24,8 @@ def _loads(report: Json) -> list[str]:
     compared = report["compared"]
     if compared["arm"] == "control":
         against = (
-            "the control arm: the baseline's engine at the speculative arm's size, taking exactly its share of "
-            "every scope, so the two run at the same offered load"
+            "the control arm: the baseline's engine at the speculative arm's size, sent a copy of every request "
+            "the speculative arm takes, so the two serve the same requests at the same offered load"
         )
     else:
         against = (

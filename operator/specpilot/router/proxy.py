@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import random
 import time
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -132,17 +133,7 @@ class Proxy:
         head = forwarded(request, {SCOPE_HEADER: scope, "Accept-Encoding": "identity"}, len(body))
         mirror = mirror_arm(route, arm)
         if mirror is not None:
-            copy = Exchange(
-                client=NOBODY,
-                measured=True,
-                started=started,
-                scope=scope,
-                arm=mirror,
-                model=model,
-                stream=stream,
-                deadline=route.deadline_seconds,
-                strip_usage=strip_usage,
-            )
+            copy = replace(ex, client=NOBODY, arm=mirror)  # not started yet: the same request, to nobody
             send = functools.partial(self._relayed, copy, request, head, body, divert=False)
             self.mirror.copy(scope=scope, arm=mirror, send=send)
         await self._relayed(ex, request, head, body, divert=True)

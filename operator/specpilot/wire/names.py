@@ -42,7 +42,8 @@ class Arm(StrEnum):
 
     The baseline is production's own deployment: it serves whatever the pilot does not take, and is
     watched, not compared. The control arm runs exactly the baseline's engine at the speculative arm's
-    size and takes exactly its share of every scope, so the two are compared at the same load.
+    size and is sent a copy of every request the speculative arm takes, so the two are compared on the
+    same requests at the same load.
     """
 
     BASELINE = "baseline"
