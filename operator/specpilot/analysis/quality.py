@@ -233,7 +233,7 @@ def rate_check(tally: CaseTally, test: Sequential, *, alpha: float) -> Check:
     """greedy or cancel: fails only when the speculative arm's failure rate is shown above the compared
     arm's (greedy: text that parts from the baseline's, against the baseline's parting from its own
     repeat; cancel: a dropped stream's slot not back within the bound, against the same on the
-    baseline, whose pod carries the same share of the same traffic and so the same chance that load
+    baseline, whose pod carries the same traffic (a copy of it) and so the same chance that load
     hides the gauge's return), by the kind's sequential tests (`_tested`): a single difference is
     natural variation, not a failure."""
     metric, words = PROBE_METRIC[tally.kind], _RATE_WORDS[tally.kind]

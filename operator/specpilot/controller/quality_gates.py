@@ -1,7 +1,7 @@
 """Quality gates' I/O: application-behaviour probes sent to both arms directly, and business webhooks.
 
 Probes go to one pod of the speculative arm and one of the arm it is compared with (the control arm,
-which takes the same share of the same traffic, or production's baseline in a pilot without one;
+which serves a copy of the speculative arm's traffic, or production's baseline in a pilot without one;
 "baseline" below), not through the router, so they never count as the pilot's traffic. Each case is sent
 whole and streamed (greedy text to both pods at once, then again to the baseline, so that its own
 variation is measured under the batching its first answer saw); sampled cases are asked `repeats` times

@@ -49,7 +49,7 @@ async def probe_round(
     probes, now = spec.quality.probes, clock()
     assert probes is not None  # only a spec with probes is probed
     arms = {arm: seen.ready(arm.value) for arm in MEASURED_ARMS}
-    # probes compare like with like: the control arm takes the same share of the same traffic
+    # probes compare like with like: the control arm serves a copy of the same traffic
     compared = compared_arm(spec)
     probed_at = memory.probe[1] if memory.probe else None
     if not probe_due(probes, arms, probed_at, now, compared=compared):

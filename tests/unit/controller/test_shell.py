@@ -220,7 +220,7 @@ async def test_a_probe_round_runs_once_the_arms_are_ready_and_a_disagreeing_one_
     h = Harness(pilot_doc(probes=True))
     await warm(h)
     assert h.quality.probed == 1, "a round starts once both arms have a ready pod"
-    # like with like: the speculative pod against the control arm's, which takes the same share
+    # like with like: the speculative pod against the control arm's, which serves a copy of its requests
     ips = {pod.rsplit("-", 1)[0]: ip for pod, ip in h.pod_ips.items()}
     assert h.quality.probed_pods == (ips["demo-control"], ips["demo-speculative"])
     await h.step(INTERVAL)

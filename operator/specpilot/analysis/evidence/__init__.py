@@ -3,7 +3,7 @@
 Each window that carried traffic adds its figures to the scope's aggregates: per arm, into the bin
 of its offered load (requests per second per replica, over every scope the arm served), and into
 running totals (timing breakdown, on-time completions, request lengths, acceptance). The compared
-pair (the speculative arm and the control arm, which takes the same share at the same size) is
+pair (the speculative arm and the control arm, its size, sent a copy of each of its requests) is
 binned at one load, the pair's mean, so that each window adds to both arms at the same load; the
 alternative arm (the same share on the same GPUs, without speculation) is binned there too. Without
 a control arm each arm is binned at its own. A window within which the scope's weight changed is

@@ -292,7 +292,7 @@ def _speed_only(spec: SpeculationPilotSpec) -> tuple[ConditionType, bool, Reason
 
 def _controlled(spec: SpeculationPilotSpec) -> tuple[ConditionType, bool, Reason, str]:
     if spec.control.enabled:
-        message = "the speculative arm is compared with the control arm, which takes the same share at the same size"
+        message = "the speculative arm is compared with the control arm, its size, sent a copy of each of its requests"
         return ConditionType.CONTROLLED, True, Reason.CONTROL_ARM, message
     message = (
         "spec.control.enabled is false: the pilot runs without a control arm, and the speculative arm is compared "
