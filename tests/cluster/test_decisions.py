@@ -5,8 +5,8 @@ a direct sweep of the two arms (bench/mockvllm_concurrency.py); the report survi
 The engines' cost model reaches its compute roof at 8 sequences, so verifying k + 1 = 4 tokens per
 sequence costs speculation its lead from about 2 to 4 sequences in the batch, depending on acceptance:
 fast (0.95) still wins at every load the pilot reaches, mid (0.5) crosses over near 1.6 requests per
-second per replica of offered load, slow (0.1) never wins. The speculative and control arms take the
-same share at the same size, so they are compared at the same offered load. Load rises in phases;
+second per replica of offered load, slow (0.1) never wins. The control arm, at the speculative arm's
+size, serves a copy of each of its requests, so they are compared at the same offered load. Load rises in phases;
 slow only sees the first, low one.
 
 Beside it: a prefill-dominated scope's decode share; a large win streamed in long chunks, adopted
