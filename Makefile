@@ -32,8 +32,8 @@ tools:
 	@e2e/tools.sh actionlint >/dev/null
 
 # The cluster tier in one pytest and the unit and component tiers in another beside it: most of the
-# cluster tier's time is its pilots' clocks, not the CPU. The cluster tier's quiet tests run first
-# (tests/conftest.py); the other tiers' output follows the cluster tier's. JUNIT=PREFIX writes
+# cluster tier's time is its pilots' clocks, not the CPU. The other tiers' output follows the cluster
+# tier's. JUNIT=PREFIX writes
 # PREFIX-cluster.xml and PREFIX-rest.xml. One tier with no test selected (say, -m long) is no failure;
 # both is (.ci/run also counts the tests both ran).
 test: venv binaries tools
