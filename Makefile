@@ -8,7 +8,7 @@ PYTEST_ARGS ?=
 
 help:
 	@echo "make demo         run a pilot on the local cluster with mock vLLM pods (REHEARSAL=1: and its peak rehearsal; WORKLOAD=1: on a Deployment the team runs)"
-	@echo "                  (SCENARIO=schedule: then the pilot that follows its decision, kubectl specpilot follow-up, under the same load)"
+	@echo "                  (SCENARIO=schedule: a climb adopted below a load, then the pilot that follows it with a schedule)"
 	@echo "make test         lint-free unit, component and cluster tests (sets everything up)"
 	@echo "make lint         ruff, mypy, import layering, size limits; helm lint, shellcheck, actionlint"
 	@echo "make docs         the documentation site into site/ (mkdocs build --strict)"

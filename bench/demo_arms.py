@@ -33,12 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 WARMUP_S = 20.0  # model seconds left out at the start of each run
 
 
-def demo_pilot() -> tuple[dict[str, Any], dict[str, Any], Sequence[ScopeMix]]:
-    """The demo pilot's spec, its engine's mock profile, and its traffic mix."""
-    pilot: dict[str, Any] = yaml.safe_load((ROOT / "manifests/demo/pilot.yaml").read_text())["spec"]
+DEMO_PILOT, DEMO_MIX = ROOT / "manifests/demo/pilot.yaml", ROOT / "manifests/demo/mix.yaml"
+
+
+def demo_pilot(
+    pilot_path: Path = DEMO_PILOT, mix_path: Path = DEMO_MIX
+) -> tuple[dict[str, Any], dict[str, Any], Sequence[ScopeMix]]:
+    """A demo pilot's spec (`make demo`'s by default), its engine's mock profile, and its traffic mix."""
+    pilot: dict[str, Any] = yaml.safe_load(pilot_path.read_text())["spec"]
     env = pilot["engine"]["env"]
     profile: dict[str, Any] = json.loads(next(e["value"] for e in env if e["name"] == "SPECPILOT_MOCK_PROFILE_JSON"))
-    return pilot, profile, load_mix(str(ROOT / "manifests/demo/mix.yaml"))
+    return pilot, profile, load_mix(str(mix_path))
 
 
 def arrivals_at(mix: Sequence[ScopeMix], rate: float, seconds: float) -> list[simulate.Arrival]:

@@ -9,9 +9,10 @@ Llama-3.1-8B): chat and longform (drafts accepted often) are adopted through bot
 token. It ends with each scope's path, the fallback records and the decisions the operator states,
 writes the handover package with `specpilot report` (into demo-report/), then deletes the pilot (ordered
 teardown) and stops the operator and the load; its last lines say where the package is. With `make demo
-SCENARIO=schedule`, the pilot that follows the decision (`kubectl specpilot follow-up`, with the schedule the
-report recommends) then runs under the same load in the demo pilot's place, and its decisions are shown
-beside the demo pilot's; where the decision recommends no schedule, the scenario says why and stops there.
+SCENARIO=schedule`, a climb in its place (`manifests/demo/schedule.yaml`: one scope that wins at its first
+stage's load and fails at its second's), then the pilot that follows its decision (`kubectl specpilot
+follow-up`, with the schedule its report recommends) under the same load in its place, and the two pilots'
+decisions side by side; where the decision recommends no schedule, the scenario says why and stops there.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +36,47 @@ from specpilot.wire.names import router_selector
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMESPACE = os.environ.get("SPECPILOT_DEMO_NAMESPACE", "specpilot-demo")
-PILOT = "demo"
-RATE = os.environ.get("SPECPILOT_DEMO_RATE", "10")
-TIMEOUT = float(os.environ.get("SPECPILOT_DEMO_TIMEOUT", "300"))
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A pilot the demo runs, the traffic it drives through its router, and where its scopes end."""
+
+    pilot: str
+    manifest: Path
+    mix: Path
+    rate: str  # requests per second, all scopes
+    outcomes: dict[str, str]  # each scope's state at the end, which its profile and traffic lead to
+    timeout: float  # seconds the scopes have to get there
+
+
+# `make demo`: chat and longform adopted through both stages, code flipped back.
+DEMO = Scenario(
+    pilot="demo",
+    manifest=ROOT / "manifests/demo/pilot.yaml",
+    mix=ROOT / "manifests/demo/mix.yaml",
+    rate="10",
+    outcomes={"chat": "Speculative", "code": "RolledBack", "longform": "Speculative"},
+    timeout=300,
+)
+# `make demo SCENARIO=schedule`: mid wins at its first stage's load and its TTFT tail fails at its second's
+# (manifests/demo/schedule.yaml says why), so it is flipped back and adopted only below a load; then the
+# pilot that follows its decision (`kubectl specpilot follow-up`, applied as it prints it) pilots the
+# schedule its report recommends, under the same load; its package in FOLLOW_UP_DIR.
+CLIMB = Scenario(
+    pilot="climb",
+    manifest=ROOT / "manifests/demo/schedule.yaml",
+    mix=ROOT / "manifests/demo/schedule-mix.yaml",
+    rate="2.4",  # 0.38 requests/s per replica of each compared arm at 16%, 1.2 at 50%
+    outcomes={"mid": "RolledBack"},
+    timeout=420,  # two stages of two minutes, and windows held inconclusive on the first's few requests
+)
+SCENARIO = os.environ.get("SPECPILOT_DEMO_SCENARIO", "")
+SCENARIOS = {"": DEMO, "schedule": CLIMB}
+SCENE = SCENARIOS.get(SCENARIO, DEMO)
+PILOT = SCENE.pilot
+RATE = os.environ.get("SPECPILOT_DEMO_RATE", SCENE.rate)
+TIMEOUT = float(os.environ.get("SPECPILOT_DEMO_TIMEOUT", SCENE.timeout))
 CLUSTER_DIR = Path(os.environ.get("SPECPILOT_CLUSTER_DIR", ROOT / ".cluster"))
 REPORT_DIR = Path(os.environ.get("SPECPILOT_DEMO_REPORT", ROOT / "demo-report"))
 REHEARSE = os.environ.get("SPECPILOT_DEMO_REHEARSAL", "") not in ("", "0")
@@ -55,10 +95,6 @@ REHEARSAL = {
     "maxDuration": "5m",
 }
 REHEARSAL_SECONDS = 330  # its cap and half a minute: it is due a little before it is watched
-# `make demo SCENARIO=schedule`: the demo pilot, then the pilot that follows its decision
-# (`kubectl specpilot follow-up`, applied as it prints it), under the same load; its package in FOLLOW_UP_DIR.
-SCENARIO = os.environ.get("SPECPILOT_DEMO_SCENARIO", "")
-SCENARIOS = ("", "schedule")
 FOLLOW_UP = f"{PILOT}-follow-up"
 FOLLOW_UP_DIR = REPORT_DIR / "follow-up"
 BASELINE_REPLICAS = 3
@@ -89,12 +125,8 @@ def scope_line(scope: dict[str, Any]) -> str:
     return f"  {scope['name']:<9} {scope['state']:<12} stage {stage:<2} {scope['weight']:>3}%  ratio {ratio}  {verdict}"
 
 
-# Where each scope of the demo pilot ends: its profile and traffic lead there.
-OUTCOMES = {"chat": "Speculative", "code": "RolledBack", "longform": "Speculative"}
-
-
 def settled(scopes: dict[str, dict[str, Any]]) -> bool:
-    return all(scopes.get(name, {}).get("state") == state for name, state in OUTCOMES.items())
+    return all(scopes.get(name, {}).get("state") == state for name, state in SCENE.outcomes.items())
 
 
 def start_operator() -> subprocess.Popen[bytes]:
@@ -117,9 +149,10 @@ def start_operator() -> subprocess.Popen[bytes]:
 def start_load(router_ip: str) -> subprocess.Popen[bytes]:
     seconds = int(TIMEOUT) + (REHEARSAL_SECONDS if REHEARSE else 0)
     argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip}:8080"]
-    argv += ["--mix", str(ROOT / "manifests/demo/mix.yaml"), "--arrivals", "poisson", "--rate", RATE]
+    argv += ["--mix", str(SCENE.mix), "--arrivals", "poisson", "--rate", RATE]
     argv += ["--duration", str(seconds), "--timeout", "60", "--no-progress"]
-    print(f"  specpilot loadgen --rate {RATE}/s (chat, code and longform, Poisson arrivals) -> router {router_ip}:8080")
+    scopes = ", ".join(mix["name"] for mix in yaml.safe_load(SCENE.mix.read_text())["scopes"])
+    print(f"  specpilot loadgen --rate {RATE}/s ({scopes}; Poisson arrivals) -> router {router_ip}:8080")
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
@@ -248,8 +281,8 @@ def team_service(namespace: str) -> str:
 
 
 def pilot_manifest() -> str:
-    """The demo pilot, with the peak rehearsal when asked for, on the team's Deployment with WORKLOAD=1."""
-    text = (ROOT / "manifests/demo/pilot.yaml").read_text()
+    """The scenario's pilot, with the peak rehearsal when asked for, on the team's Deployment with WORKLOAD=1."""
+    text = SCENE.manifest.read_text()
     if not REHEARSE and not WORKLOAD:
         return text
     doc = yaml.safe_load(text)
@@ -282,7 +315,7 @@ def plugin(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def take_follow_up() -> str | None:
-    """The pilot that follows the demo pilot's decision, as `kubectl specpilot follow-up` prints it (its
+    """The pilot that follows the first pilot's decision, as `kubectl specpilot follow-up` prints it (its
     header shown); None, saying why, where the decision recommends no schedule."""
     say(f"The follow-up: kubectl specpilot follow-up {PILOT} | kubectl apply -f -")
     made = plugin("follow-up", PILOT)
@@ -296,7 +329,7 @@ def take_follow_up() -> str | None:
     body = json.loads((REPORT_DIR / "report.json").read_text())
     if any(item["recommendation"] for item in body["schedules"]):
         sys.exit(f"kubectl specpilot follow-up {PILOT} failed although the report recommends a schedule")
-    print(f"  the demo pilot's decision recommends no schedule ({REPORT_DIR / 'report.md'}): no follow-up to run")
+    print(f"  the {PILOT} pilot's decision recommends no schedule ({REPORT_DIR / 'report.md'}): no follow-up to run")
     for item in body["schedules"]:
         print(f"    No schedule for {item['derivedFrom']}: {item['why']}.")
     return None
@@ -334,12 +367,12 @@ def _bands(scope: dict[str, Any], switch: int) -> list[str]:
 
 
 def side_by_side(first: dict[str, Any], second: dict[str, Any], report: Path | None) -> None:
-    """The follow-up's decisions beside the demo pilot's: outcomes and first sentences, the switch, and the
+    """The follow-up's decisions beside the first pilot's: outcomes and first sentences, the switch, and the
     scheduled arm's bands (load, requests in flight, time per committed token against the control arm)."""
     draft = json.loads(kubectl("get", "speculationpilot", FOLLOW_UP, "-o", "json"))["spec"]["speculative"]["draft"]
     ranges = [BatchRange(r["start"], r["end"], r["numSpeculativeTokens"]) for r in draft.get("schedule") or []]
     switch = switched_off_above(ranges) if ranges else None  # the last batch that drafts, as the operator reads it
-    say(f"The demo pilot and its follow-up side by side (the follow-up drafts up to a batch of {switch}, none above)")
+    say(f"{PILOT} and its follow-up side by side (the follow-up drafts up to a batch of {switch}, none above)")
     print(f"  {PILOT:<15} {_first_sentence(first.get('decision') or {})}")
     print(f"  {FOLLOW_UP:<15} {_first_sentence(second.get('decision') or {})}")
     body = json.loads((report.parent / "report.json").read_text()) if report is not None else {"scopes": []}
@@ -400,6 +433,8 @@ def main() -> int:
         sys.exit("REHEARSAL=1 runs on the inline engine: the team's Deployment keeps the size and flags it has")
     if SCENARIO not in SCENARIOS:
         sys.exit(f"SCENARIO={SCENARIO!r} is no demo scenario: leave it out for the demo pilot, or SCENARIO=schedule")
+    if SCENARIO and (REHEARSE or WORKLOAD):
+        sys.exit(f"SCENARIO={SCENARIO} runs its own pilot: leave REHEARSAL and WORKLOAD out")
     say(f"The SpeculationPilot API and the operator, in namespace {NAMESPACE}")
     subprocess.run(["kubectl", "apply", "--server-side", "-f", str(ROOT / "crds")], check=True, capture_output=True)
     subprocess.run(["kubectl", "create", "namespace", NAMESPACE], capture_output=True, check=False)
@@ -409,7 +444,7 @@ def main() -> int:
     followed: Path | None = None
     live = PILOT
     try:
-        say("The demo pilot: kubectl apply -f manifests/demo/pilot.yaml")
+        say(f"The {PILOT} pilot: kubectl apply -f {SCENE.manifest.relative_to(ROOT)}")
         # a pilot an interrupted run left behind would carry its status over: it goes first
         kubectl("delete", "speculationpilot", PILOT, "--ignore-not-found", "--timeout=120s", check=False)
         if SCENARIO:
@@ -425,14 +460,14 @@ def main() -> int:
         summary()
         report = decisions()
         if not settled(scopes):
-            expected = ", ".join(f"{name} {state}" for name, state in OUTCOMES.items())
+            expected = ", ".join(f"{name} {state}" for name, state in SCENE.outcomes.items())
             sys.exit(f"the scopes did not reach {expected} within {TIMEOUT:.0f} s")
         manifest = take_follow_up() if SCENARIO and report is not None else None
         if manifest is not None:
             first = status()
             stop_load(load)
             load = None
-            say(f"The demo pilot makes way: kubectl delete speculationpilot {PILOT} (flip to baseline, then the arms)")
+            say(f"{PILOT} makes way: kubectl delete speculationpilot {PILOT} (flip to baseline, then the arms)")
             kubectl("delete", "speculationpilot", PILOT, "--timeout=120s", check=False)
             live = FOLLOW_UP
             say(f"The follow-up pilot {FOLLOW_UP}, under the same load")

@@ -55,8 +55,8 @@ def _seconds(duration: timedelta) -> float:
 
 
 _NO_SCHEDULE_FOR_TTFT = (
-    "its TTFT tail fails the limit at every load it decodes faster at, and a schedule cannot rescue that: "
-    "drafting stops only above its switch, while below it the drafting rounds still delay first tokens"
+    "its TTFT tail fails the limit at every load it decodes faster at, so no load adopted gives a batch to draft "
+    "up to; whether drafting only at smaller batches holds the tail is for a pilot of its own"
 )
 
 
@@ -71,7 +71,7 @@ def schedule(spec: SpeculationPilotSpec, findings: ScopeFindings) -> Json | None
     form) where speculation is adopted only below a load: the draft's k up to the batch the speculative
     arm ran at, at the highest load adopted (its requests in flight per replica there, the router's: at
     least the engines' batch), 0 above it. Where speculation decodes faster but its TTFT tail fails the
-    limit at every load it wins at, the reason no schedule can help. None where neither applies, or no
+    limit at every load it wins at, the reason none is recommended. None where neither applies, or no
     band lies that low."""
     decision = findings.decision
     bound = decision.bound.kind if decision.bound is not None else None
