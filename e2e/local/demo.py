@@ -59,7 +59,7 @@ DEMO = Scenario(
     outcomes={"chat": "Speculative", "code": "RolledBack", "longform": "Speculative"},
     timeout=300,
 )
-# `make demo SCENARIO=schedule`: mid wins at its first stage's load and its TTFT tail fails at its second's
+# `make demo SCENARIO=schedule`: mid wins at its first stage's load and loses at its second's
 # (manifests/demo/schedule.yaml says why), so it is flipped back and adopted only below a load; then the
 # pilot that follows its decision (`kubectl specpilot follow-up`, applied as it prints it) pilots the
 # schedule its report recommends, under the same load; its package in FOLLOW_UP_DIR.
@@ -67,7 +67,7 @@ CLIMB = Scenario(
     pilot="climb",
     manifest=ROOT / "manifests/demo/schedule.yaml",
     mix=ROOT / "manifests/demo/schedule-mix.yaml",
-    rate="2.4",  # 0.38 requests/s per replica of each compared arm at 16%, 1.2 at 50%
+    rate="5",  # 0.4 requests/s per replica of each compared arm at 8%, 2.5 at 50%
     outcomes={"mid": "RolledBack"},
     timeout=420,  # two stages of two minutes, and windows held inconclusive on the first's few requests
 )

@@ -11,6 +11,11 @@ is told why instead of being judged on a partial count:
   goes back to 0 and the page, read with the old epoch's cursor, is read again from the start);
 - the router pod went away (`forget`) with samples possibly unread.
 
+Each page also lists the requests still in flight when it was made; the ledger keeps the newest page's
+list per pod, so that the requests that arrived in a window are every sample read that started in it
+and every request of the newest lists that did (`LedgerView.arrivals`): the two never overlap, since a
+request leaves the router's list when its sample is made.
+
 A failed read loses nothing by itself (the next read resumes at the cursor), but until a read
 succeeds again the pod counts as read only up to its last good read, with the failure as reason.
 Pure: the caller does the reading and passes ``at`` (when the page was read).
@@ -18,13 +23,14 @@ Pure: the caller does the reading and passes ``at`` (when the page was read).
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Iterator
+from collections import Counter, deque
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from specpilot.metrics.arm_requests import finished_at
-from specpilot.wire.samples import RequestSample, SamplesPage
+from specpilot.wire.names import Arm
+from specpilot.wire.samples import OpenRequest, RequestSample, SamplesPage
 
 _BEGINNING = datetime.min.replace(tzinfo=UTC)
 
@@ -45,6 +51,7 @@ class _Router:
     seen_until: datetime | None = None  # every sample that finished before this has been read
     failure: tuple[datetime, str] | None = None  # the last failed read since the last good one
     samples: deque[RequestSample] = field(default_factory=deque)
+    open: tuple[OpenRequest, ...] = ()  # in flight at the newest read
 
 
 class SampleLedger:
@@ -81,6 +88,7 @@ class SampleLedger:
                 )
             )
             router.epoch, router.cursor, router.seen_until = page.epoch, 0, max(watermark, at)
+            router.open = page.open
             self._prune(at)
             return 0
         router.epoch = page.epoch
@@ -90,6 +98,7 @@ class SampleLedger:
             reason = f"router {pod}: {page.dropped} samples {span} were pushed out of its buffer unread"
             self._gaps.append(_Gap(watermark, oldest, reason))
         router.samples.extend(page.samples)
+        router.open = page.open
         router.cursor = page.next_cursor
         full = bool(page.samples) and len(page.samples) >= limit
         covered = _utc(finished_at(page.samples[-1])) if full else at
@@ -127,6 +136,7 @@ class SampleLedger:
         """What the ledger holds now, frozen: later reads and pruning leave it as it is."""
         return LedgerView(
             samples_read=tuple(self._all()),
+            open=tuple(request for router in self._routers.values() for request in router.open),
             routers=tuple(
                 _Seen(pod, router.seen_until, router.failure) for pod, router in sorted(self._routers.items())
             ),
@@ -167,10 +177,21 @@ class LedgerView:
     routers: tuple[_Seen, ...]
     lost: tuple[_Gap, ...]
     kept_from: datetime  # samples that finished earlier have been let go
+    open: tuple[OpenRequest, ...] = ()  # in flight at each pod's newest read
 
     @classmethod
     def empty(cls) -> LedgerView:
         return cls(samples_read=(), routers=(), lost=(), kept_from=_BEGINNING)
+
+    def arrivals(self, start: datetime, end: datetime, *, scopes: Collection[str] | None = None) -> Counter[Arm]:
+        """Requests per arm, of `scopes` (else every scope), that started within [start, end): finished or
+        still in flight."""
+        since, until = start.timestamp(), end.timestamp()
+        started = (
+            *((s.arm, s.scope) for s in self.samples_read if since <= s.at < until),
+            *((r.arm, r.scope) for r in self.open if since <= r.at < until),
+        )
+        return Counter(arm for arm, scope in started if scopes is None or scope in scopes)
 
     def samples(self, start: datetime, end: datetime) -> tuple[RequestSample, ...]:
         """Every sample read, of any pod, that finished within [start, end)."""

@@ -1,7 +1,9 @@
 """What loaded the arms during a window: `WindowLoad`, from the router's samples and the engines.
 
-The offered load per arm replica is the requests that finished in the window (every outcome), per
-second and per replica: in a window long against its requests, the arm's arrival rate.
+The offered load per arm replica is the requests sent to the arm that started in the window (every
+outcome, finished or still in flight when the router was last read), per second and per replica: its
+arrival rate. Counted as they finish, a slow arm would read less load than it was sent, since it
+finishes fewer of them in the window; two arms sent the same requests read the same load.
 
 The router's in-flight requests per arm replica come from its per-request samples by Little's law:
 the requests that finished in the window, each held in flight for its end-to-end time, over the
@@ -33,17 +35,18 @@ def _per_replica(value: float | None, replicas: int) -> float | None:
 def window_load(
     samples: Iterable[RequestSample],
     *,
+    arrived: Mapping[Arm, int],
     scope: str,
     start: datetime,
     end: datetime,
     replicas: Mapping[Arm, int],
     engines: Mapping[Arm, ArmEngine],
 ) -> WindowLoad:
-    """Each arm's load over [start, end) (all scopes), and the scope's arrival rate and lengths."""
+    """Each arm's load over [start, end) (all scopes): its `arrived` requests and the finished `samples`;
+    and the scope's arrival rate and lengths."""
     since, until = start.timestamp(), end.timestamp()
     seconds = until - since
     held: dict[Arm, float] = {}
-    finished: dict[Arm, int] = {}
     scope_requests = 0
     prompts: list[int] = []
     outputs: list[int] = []
@@ -51,7 +54,6 @@ def window_load(
         if not since <= finished_at(sample) < until:
             continue
         held[sample.arm] = held.get(sample.arm, 0.0) + sample.e2e
-        finished[sample.arm] = finished.get(sample.arm, 0) + 1
         if sample.scope != scope:
             continue
         scope_requests += 1
@@ -64,7 +66,7 @@ def window_load(
     for arm, count in replicas.items():
         engine = engines.get(arm, ArmEngine())
         arms[arm] = ArmLoad(
-            offered_per_replica=_per_replica(finished.get(arm, 0) / seconds, count) if seconds > 0 else None,
+            offered_per_replica=_per_replica(arrived.get(arm, 0) / seconds, count) if seconds > 0 else None,
             in_flight_per_replica=_per_replica(held.get(arm, 0.0) / seconds, count) if seconds > 0 else None,
             running_per_replica=_per_replica(engine.running, count),
             waiting_per_replica=_per_replica(engine.waiting, count),

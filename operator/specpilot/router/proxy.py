@@ -142,10 +142,12 @@ class Proxy:
         """Relay a measured exchange and record its sample (`divert`: see `Relay.run`)."""
         tally, counted = self._metrics.tally, (ex.scope, ex.arm.value)
         tally.enter(counted)
+        self._samples.opened(ex)
         try:
             await self._relay.run(ex, request, head, body, retry=True, divert=divert)
         finally:
             tally.leave(counted)
+            self._samples.closed(ex)
             if divert or ex.failure is not Failure.NO_ENDPOINT:  # a copy that found no endpoint was not sent
                 self._record(ex)
 

@@ -268,9 +268,9 @@ def requests(
     end: float,
     seq: Iterator[int],
 ) -> list[RequestSample]:
-    """`seconds` of requests per scope at `rate`, ending at `end`, split between the arms as `table` says and
-    spread evenly in time, the mirrored arm sent a copy of each speculative one; each arm as fast as
-    `traffic` says at its load per replica."""
+    """`seconds` of requests per scope at `rate`, arriving up to `end`, split between the arms as `table` says
+    and spread evenly in time, the mirrored arm sent a copy of each speculative one at the same moment; each
+    arm as fast as `traffic` says at its load per replica (a request may finish after `end`)."""
     routes = table.scopes if table is not None else ()
     out: list[RequestSample] = []
     per_replica = {arm: 0.0 for arm in Arm}
@@ -283,22 +283,22 @@ def requests(
         count = round(rate * seconds)
         for index in range(count):
             arm = pick_arm(route.weights, (index * GOLDEN) % 1)  # the router's split, spread evenly in time
-            finished = end - seconds + (index + 1) * seconds / count
+            arrived = end - seconds + index * seconds / count
             copies = (route.mirror,) if arm is Arm.SPECULATIVE and route.mirror is not None else ()
             for served in (arm, *copies):
-                out.append(_sample(traffic, served, per_replica[served], scope=route.name, seq=next(seq), at=finished))
+                out.append(_sample(traffic, served, per_replica[served], scope=route.name, seq=next(seq), at=arrived))
     return out
 
 
 def _sample(traffic: Traffic, arm: Arm, load: float, *, scope: str, seq: int, at: float) -> RequestSample:
-    """One request of `scope` that `arm` finished at `at`, at its offered `load` per replica."""
+    """One request of `scope` that arrived at `arm` at `at`, at its offered `load` per replica."""
     curve = traffic.curves.get(arm)
     per_token = curve(load) if curve else traffic.seconds_per_token[arm]
     decode = per_token * (traffic.tokens - 1)
     e2e = 0.05 + decode
     return RequestSample(
         seq=seq,
-        at=at - e2e,
+        at=at,
         scope=scope,
         arm=arm,
         endpoint="198.18.0.9:8000",

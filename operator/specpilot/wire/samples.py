@@ -11,13 +11,19 @@ its `RequestOutcome`. The router keeps the newest samples and serves them on its
                   "outcome": "ok", "e2eSeconds": 1.9, "ttftSeconds": 0.21, "outputTokens": 64,
                   "promptTokens": 120, "tokensFromUsage": true, "decodeSeconds": 1.68, "tpotSeconds": 0.0267,
                   "deadlineMet": true, "fallback": null,
-                  "chunkGaps": {"width": 1, "counts": {"103": 9, "104": 31, "105": 22}}}]}
+                  "chunkGaps": {"width": 1, "counts": {"103": 9, "104": 31, "105": 22}}}],
+     "open": [{"at": 1796040001.5, "scope": "code", "arm": "control"}]}
 
 ``chunkGaps`` counts the gaps between a stream's chunks of output after the first in fine buckets
 (`specpilot.wire.buckets.FineCounts`: each key the lowest of the `width` fine buckets it spans; keys
 103 to 105 are 19.6 to 21.4 ms), widened until at most `CHUNK_GAP_KEYS` keys are left, so a stream
 of thousands of chunks still makes a small sample. It is empty for requests that were not streamed,
 and for samples of routers that did not record it.
+
+``open`` lists the measured requests still in flight when the page was made (`OpenRequest`: when each
+started, its scope and the arm it is on), so that a reader counts every request that arrived in a window,
+finished or not, and reads an arm's offered load from its arrivals: a slow arm finishes fewer requests
+in a window than it was sent. Routers that predate it send none (read as empty).
 
 A reader passes the last ``seq`` it saw as ``since`` and the page's ``next`` the next time.
 ``epoch`` changes when the router restarts, which restarts ``seq`` at 1; ``dropped`` counts the
@@ -175,14 +181,33 @@ class RequestSample:
         )
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class OpenRequest:
+    """A measured request still in flight: when it started (Unix seconds), its scope, the arm it is on."""
+
+    at: float
+    scope: str
+    arm: Arm
+
+    def to_json(self) -> dict[str, Any]:
+        return {"at": round(self.at, 6), "scope": self.scope, "arm": self.arm.value}
+
+    @classmethod
+    def from_json(cls, doc: object, *, where: str = "") -> OpenRequest:
+        f = _Fields(doc, where)
+        return cls(at=f.number("at"), scope=f.string("scope"), arm=f.choice("arm", Arm))
+
+
 @dataclass(frozen=True, slots=True)
 class SamplesPage:
-    """Samples after a cursor, the cursor to read on from, and how many were lost to the bound unread."""
+    """Samples after a cursor, the cursor to read on from, how many were lost to the bound unread, and the
+    requests in flight when the page was made."""
 
     epoch: str
     samples: tuple[RequestSample, ...]
     next_cursor: int
     dropped: int
+    open: tuple[OpenRequest, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -190,6 +215,7 @@ class SamplesPage:
             "next": self.next_cursor,
             "dropped": self.dropped,
             "samples": [sample.to_json() for sample in self.samples],
+            "open": [request.to_json() for request in self.open],
         }
 
     @classmethod
@@ -199,11 +225,16 @@ class SamplesPage:
         raw = f.value("samples")
         if not isinstance(raw, list):
             raise ValueError(f"samples: expected a list, got {_kind(raw)}")
+        in_flight = f.optional("open", f.value, absent_ok=True)
+        in_flight = [] if in_flight is None else in_flight
+        if not isinstance(in_flight, list):
+            raise ValueError(f"open: expected a list, got {_kind(in_flight)}")
         return cls(
             epoch=f.string("epoch"),
             samples=tuple(RequestSample.from_json(item, where=f"samples[{i}].") for i, item in enumerate(raw)),
             next_cursor=f.integer("next"),
             dropped=f.integer("dropped"),
+            open=tuple(OpenRequest.from_json(item, where=f"open[{i}].") for i, item in enumerate(in_flight)),
         )
 
 

@@ -419,7 +419,7 @@ def test_arm_figures_pool_the_scopes_and_count_late_answers_as_missed() -> None:
     code = ArmRequests(outcomes={RequestOutcome.OK: 10}, e2e_seconds=(0.5,) * 10)
     at = datetime(2026, 12, 1, tzinfo=UTC)
     engine = ArmEngine(kv_usage=((at, 0.4), (at + timedelta(seconds=5), 0.7)), preemptions=3)
-    out = arm_figures([chat, code], engine, seconds=10, replicas=2, load=1.0)
+    out = arm_figures([chat, code], engine, seconds=10, replicas=2, arrived=20)
     assert out.requests == 20 and out.kept_up
     assert out.completed_per_replica == 1.0
     assert out.on_time == pytest.approx(16 / 20)
@@ -429,8 +429,10 @@ def test_arm_figures_pool_the_scopes_and_count_late_answers_as_missed() -> None:
     assert out.ttft_p50 == pytest.approx(0.4) and out.ttft_p99 == pytest.approx(0.8)
     assert (out.peak_kv_usage, out.preemptions) == (0.7, 3)
     # sent 4 per second per replica, it finished 1: falling behind, whatever the share on time
-    assert not arm_figures([chat, code], engine, seconds=10, replicas=2, load=4.0).kept_up
-    empty = arm_figures([], ArmEngine(), seconds=10, replicas=1, load=1.0)
+    assert not arm_figures([chat, code], engine, seconds=10, replicas=2, arrived=80).kept_up
+    # sent none it could tell of: nothing on keeping up
+    assert arm_figures([chat, code], engine, seconds=10, replicas=2).kept_up is None
+    empty = arm_figures([], ArmEngine(), seconds=10, replicas=1, arrived=10)
     assert (empty.requests, empty.on_time, empty.completed_per_replica, empty.kept_up) == (0, None, 0.0, False)
 
 
@@ -546,7 +548,7 @@ async def test_the_routing_fallback_at_peak_flips_the_rehearsal_table_and_times_
     assert rehearsal["phase"] == "Completed", rehearsal
     assert flipped_tables, "the rehearsal router's table sent the speculative share to the control arm"
     flip = rehearsal["routingFlip"]
-    assert flip["recovered"] is True and flip["missed"] == 0 and flip["recoverySeconds"] == 0
+    assert flip["recovered"] is True and flip["missed"] == 0 and flip["recoverySeconds"] == 0, (rehearsal, h)
     assert flip["requests"] > 0
     assert "recovered in 0 s" in rehearsal["message"]
     # the flip step is not a ladder step: capacity comes from the ladder

@@ -7,7 +7,8 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 from specpilot.metrics.ledger import SampleLedger
-from specpilot.wire.samples import RequestSample, SamplesPage
+from specpilot.wire.names import Arm
+from specpilot.wire.samples import OpenRequest, RequestSample, SamplesPage
 from tests.unit.metrics.builders import ok_sample
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -24,9 +25,15 @@ def finished(seq: int, seconds: float, **changes: object) -> RequestSample:
     return replace(SAMPLE, seq=seq, at=t(seconds).timestamp() - SAMPLE.e2e, **changes)
 
 
-def page(*samples: RequestSample, epoch: str = "e1", dropped: int = 0, cursor: int = 0) -> SamplesPage:
+def page(
+    *samples: RequestSample,
+    epoch: str = "e1",
+    dropped: int = 0,
+    cursor: int = 0,
+    open: tuple[OpenRequest, ...] = (),  # noqa: A002: the page's field
+) -> SamplesPage:
     return SamplesPage(
-        epoch=epoch, samples=samples, next_cursor=samples[-1].seq if samples else cursor, dropped=dropped
+        epoch=epoch, samples=samples, next_cursor=samples[-1].seq if samples else cursor, dropped=dropped, open=open
     )
 
 
@@ -150,3 +157,30 @@ def test_samples_and_gaps_older_than_the_horizon_are_let_go() -> None:
         "the window starts before 2026-11-29T12:00:50+00:00, the oldest time samples are kept for",
     )
     assert book.gaps(t(50), t(110)) == ()
+
+
+def test_arrivals_count_what_started_in_the_window_finished_or_still_in_flight_at_the_newest_read() -> None:
+    """Both arms are sent the same four requests in [0, 10); the control arm has finished them all by the
+    read at 12 s, the slow speculative arm one, with the other three in flight: both arrived 4."""
+    book = ledger()
+
+    def started(seq: int, at: float, e2e: float, arm: Arm) -> RequestSample:
+        return replace(SAMPLE, seq=seq, at=t(at).timestamp(), e2e=e2e, arm=arm)
+
+    control = [started(i + 1, 2.0 * i, 1.0, Arm.CONTROL) for i in range(4)]
+    slow = started(5, 0.0, 9.0, Arm.SPECULATIVE)
+    still = tuple(OpenRequest(at=t(2.0 * i).timestamp(), scope="code", arm=Arm.SPECULATIVE) for i in (1, 2, 3))
+    before = (OpenRequest(at=t(-1).timestamp(), scope="code", arm=Arm.SPECULATIVE),)  # started before the window
+    book.record("r-0", page(*control[:2], open=(*before, *still)), at=t(5), limit=LIMIT)
+    book.record("r-0", page(*control[2:], slow, open=(*before, *still)), at=t(12), limit=LIMIT)
+    view = book.view()
+    assert view.arrivals(t(0), t(10)) == {Arm.CONTROL: 4, Arm.SPECULATIVE: 4}
+    # counted as they finish, the slow arm would read a quarter of the control arm's load
+    finished_in = [s.arm for s in view.samples(t(0), t(10))]
+    assert (finished_in.count(Arm.CONTROL), finished_in.count(Arm.SPECULATIVE)) == (4, 1)
+    # the newest read's list replaces the last: a request that finished since is counted once, as a sample
+    book.record("r-0", page(started(6, 2.0, 11.0, Arm.SPECULATIVE), cursor=5, open=still[1:]), at=t(14), limit=LIMIT)
+    assert book.view().arrivals(t(0), t(10)) == {Arm.CONTROL: 4, Arm.SPECULATIVE: 4}
+    # a router gone takes its requests in flight with it (its window is a gap)
+    book.forget("r-0", at=t(15))
+    assert book.view().arrivals(t(0), t(10)) == {Arm.CONTROL: 4, Arm.SPECULATIVE: 2}

@@ -18,7 +18,7 @@ START = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 END = START + timedelta(seconds=10)
 
 
-def test_offered_load_counts_what_finished_and_in_flight_the_time_held_over_the_window() -> None:
+def test_offered_load_counts_what_arrived_and_in_flight_the_time_held_over_the_window() -> None:
     t0 = START.timestamp()
     samples = [
         # speculative: 4 requests of 5 s each finish inside: 20 s held over 10 s on 2 replicas = 1 per replica
@@ -30,8 +30,16 @@ def test_offered_load_counts_what_finished_and_in_flight_the_time_held_over_the_
         ok_sample(at=t0 + 8, e2e=5.0),  # finishes after it
     ]
     engines = {Arm.SPECULATIVE: ArmEngine(running=3.0, waiting=1.0, batch_seen=2.5)}
+    finished = [sample for sample in samples if START.timestamp() <= sample.at + sample.e2e < END.timestamp()]
+    arrived = {Arm.SPECULATIVE: 6, Arm.BASELINE: 2}  # the ledger's count of requests that started in the window
     load = window_load(
-        samples, scope="code", start=START, end=END, replicas={Arm.SPECULATIVE: 2, Arm.BASELINE: 1}, engines=engines
+        finished,
+        arrived=arrived,
+        scope="code",
+        start=START,
+        end=END,
+        replicas={Arm.SPECULATIVE: 2, Arm.BASELINE: 1},
+        engines=engines,
     )
     spec, base = load.arms[Arm.SPECULATIVE], load.arms[Arm.BASELINE]
     assert spec.in_flight_per_replica == pytest.approx(1.0)
@@ -39,8 +47,8 @@ def test_offered_load_counts_what_finished_and_in_flight_the_time_held_over_the_
     assert spec.running_per_replica == pytest.approx(1.5) and spec.waiting_per_replica == pytest.approx(0.5)
     assert base.running_per_replica is None
     assert spec.batch_seen == 2.5 and base.batch_seen is None  # the engines' batch, where reported
-    # offered load: every outcome finished in the window, per second and replica (4 on 2, 2 on 1, in 10 s)
-    assert spec.offered_per_replica == pytest.approx(0.2) and base.offered_per_replica == pytest.approx(0.2)
+    # offered load: every request that arrived in the window, per second and replica (6 on 2, 2 on 1, in 10 s)
+    assert spec.offered_per_replica == pytest.approx(0.3) and base.offered_per_replica == pytest.approx(0.2)
     assert load.arrival_rate == pytest.approx(0.5)  # five code requests finished in 10 s
     assert load.prompt_tokens == (100, 101, 102, 103)
     assert load.output_tokens == (11,) * 5

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 
 from specpilot.router.core.sample_log import SampleLog
 from specpilot.wire.names import Arm
-from specpilot.wire.samples import RequestOutcome, RequestSample
+from specpilot.wire.samples import OpenRequest, RequestOutcome, RequestSample
 
 
 def fill(log: SampleLog, count: int) -> None:
@@ -60,3 +62,24 @@ def test_reading_in_pages_sees_every_sample_once() -> None:
 
 def test_each_router_start_has_its_own_epoch() -> None:
     assert SampleLog(1).epoch != SampleLog(1).epoch
+
+
+def test_a_page_lists_the_requests_in_flight_on_the_arm_each_is_on_when_it_is_made() -> None:
+    @dataclass
+    class Proxied:
+        at: float
+        scope: str
+        arm: Arm
+
+    log = SampleLog(5)
+    first, second = Proxied(1.0, "chat", Arm.SPECULATIVE), Proxied(2.0, "chat", Arm.CONTROL)
+    log.opened(first)
+    log.opened(second)
+    first.arm = Arm.BASELINE  # diverted after it was opened
+    assert log.since(0, 10).open == (
+        OpenRequest(at=1.0, scope="chat", arm=Arm.BASELINE),
+        OpenRequest(at=2.0, scope="chat", arm=Arm.CONTROL),
+    )
+    log.closed(first)
+    log.closed(first)  # closing twice is harmless
+    assert [r.at for r in log.since(0, 10).open] == [2.0]

@@ -12,6 +12,7 @@ from specpilot.wire.buckets import FineCounts, fine_bucket
 from specpilot.wire.names import Arm
 from specpilot.wire.samples import (
     CHUNK_GAP_KEYS,
+    OpenRequest,
     RequestOutcome,
     RequestSample,
     SamplesPage,
@@ -105,13 +106,24 @@ PAGE = SamplesPage(
     ),
     next_cursor=9,
     dropped=6,
+    open=(
+        OpenRequest(at=1796040001.5, scope="code", arm=Arm.CONTROL),
+        OpenRequest(at=1796040002.25, scope="chat", arm=Arm.SPECULATIVE),
+    ),
 )
 
 
 def test_a_page_survives_json_as_the_router_serves_it() -> None:
     doc = json.loads(json.dumps(PAGE.to_json()))
-    assert set(doc) == {"epoch", "next", "dropped", "samples"}
+    assert set(doc) == {"epoch", "next", "dropped", "samples", "open"}
+    assert doc["open"][0] == {"at": 1796040001.5, "scope": "code", "arm": "control"}
     assert SamplesPage.from_json(doc) == PAGE
+
+
+def test_a_page_from_a_router_without_its_requests_in_flight_reads_none() -> None:
+    doc = PAGE.to_json()
+    del doc["open"]
+    assert SamplesPage.from_json(doc).open == ()
 
 
 def test_an_empty_page_parses() -> None:
@@ -193,6 +205,15 @@ def page_with(**changes: Any) -> dict[str, Any]:
         pytest.param(page_with(chunkGaps={"width": 1, "counts": {"-1": 1}}), r"counts\.-1: not a fine", id="key"),
         pytest.param(page_with(chunkGaps={"width": 1, "counts": {"9": 0}}), r"counts\.9: expected a positive", id="0"),
         pytest.param(page_with(chunkGaps={"width": 1, "counts": {"9": 1.5}}), r"counts\.9: expected an integ", id="n"),
+        pytest.param({**PAGE.to_json(), "open": {}}, "open: expected a list", id="open-dict"),
+        pytest.param(
+            {**PAGE.to_json(), "open": [{"at": 1.0, "scope": "s"}]}, r"open\[0\]\.arm: missing", id="open-arm"
+        ),
+        pytest.param(
+            {**PAGE.to_json(), "open": [{"at": "1", "scope": "s", "arm": "control"}]},
+            r"open\[0\]\.at: expected a finite number",
+            id="open-at",
+        ),
     ],
 )
 def test_garbage_is_refused_naming_the_field(doc: object, problem: str) -> None:

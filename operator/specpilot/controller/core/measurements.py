@@ -177,7 +177,13 @@ class Measurements:
         samples = self.samples.samples(window.start, window.end)
         engines = self.engines(start=window.start, end=window.end, analysis=analysis)
         return window_load(
-            samples, scope=window.scope, start=window.start, end=window.end, replicas=replicas, engines=engines
+            samples,
+            arrived=self.samples.arrivals(window.start, window.end),
+            scope=window.scope,
+            start=window.start,
+            end=window.end,
+            replicas=replicas,
+            engines=engines,
         )
 
     def kv_blocks(self) -> dict[Arm, int]:

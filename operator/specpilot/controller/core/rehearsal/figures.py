@@ -116,11 +116,17 @@ def kept_on_time(figures: ArmStepFigures | None, target: float) -> bool:
 
 
 def arm_figures(
-    requests: Sequence[ArmRequests], engine: ArmEngine | None, *, seconds: float, replicas: int, load: float
+    requests: Sequence[ArmRequests],
+    engine: ArmEngine | None,
+    *,
+    seconds: float,
+    replicas: int,
+    arrived: int | None = None,
 ) -> ArmStepFigures:
-    """One arm's figures over a step's read span from its requests of every rehearsed scope, the step
-    sending it `load` requests per second per replica (0: unknown, so nothing on keeping up); the
-    engine's figures are the arm's, none for part of its requests."""
+    """One arm's figures over a step's read span from its requests of every rehearsed scope, `arrived` of
+    them sent to it in the span (None: unknown, so nothing on keeping up): what the router sent, not the
+    step's plan, since a load generator may fall short of its rate and a flip reaches it at its next
+    request. The engine's figures are the arm's, none for part of its requests."""
     routed = sum(r.routed for r in requests)
     ok = sum(r.count(RequestOutcome.OK) for r in requests)
     late = sum(r.late for r in requests)
@@ -130,7 +136,7 @@ def arm_figures(
     e2e = sorted(v for r in requests for v in r.e2e_seconds)
     tokens = sum(t for r in requests for t in r.committed_tokens)
     decode = sum(d for r in requests for d in r.decode_seconds)
-    expected = load * replicas * seconds
+    expected = arrived or 0
     return ArmStepFigures(
         requests=routed,
         completed_per_replica=round(routed / seconds / replicas, 4) if seconds > 0 and replicas > 0 else None,

@@ -363,8 +363,8 @@ def step_figures(
     start = end - read_span(status.steps[status.step], spec.analysis.window, end=end)
     samples = measurements.samples.samples(start, end)
     engines = measurements.engines(start=start, end=end, analysis=spec.analysis)
-    sent = _sent(spec, status, start=start, end=end)
     seconds = (end - start).total_seconds()
+    sent = measurements.samples.arrivals(start, end, scopes=status.scopes)
     requests = {
         (scope, arm): arm_requests(samples, scope=scope, arm=arm, start=start, end=end)
         for scope in status.scopes
@@ -376,7 +376,7 @@ def step_figures(
             engines.get(arm, ArmEngine()),
             seconds=seconds,
             replicas=replicas.get(arm, 0),
-            load=sent[arm],
+            arrived=sent[arm],
         )
         for arm in REHEARSED_ARMS
     }
@@ -384,7 +384,7 @@ def step_figures(
         return StepFigures(arms)
     # a scope's part of a step's load is not planned on its own: keeping up is the arm's alone
     by_scope = {
-        (scope, arm): arm_figures([requests[scope, arm]], None, seconds=seconds, replicas=replicas.get(arm, 0), load=0)
+        (scope, arm): arm_figures([requests[scope, arm]], None, seconds=seconds, replicas=replicas.get(arm, 0))
         for scope, arm in requests
     }
     return StepFigures(
@@ -405,17 +405,6 @@ def read_span(step: RehearsalStep, window: timedelta, *, end: datetime) -> timed
     if not step.held or step.started_at is None:
         return window
     return max(window, end - step.started_at - window)
-
-
-def _sent(spec: SpeculationPilotSpec, status: RehearsalStatus, *, start: datetime, end: datetime) -> dict[Arm, float]:
-    """The mean load each arm was sent over [start, end), per second per replica: the step's, except that
-    after the routing fallback's flip the control arm takes the speculative arm's share too."""
-    load = status.steps[status.step].load
-    flip = flipped_at(spec.rehearsal, status) if spec.rehearsal is not None else None
-    if flip is None or flip >= end:
-        return {Arm.SPECULATIVE: load, Arm.CONTROL: load}
-    after = (end - max(flip, start)) / (end - start)
-    return {Arm.SPECULATIVE: load * (1 - after), Arm.CONTROL: load * (1 + after)}
 
 
 def events(previous: RehearsalStatus | None, current: RehearsalStatus | None) -> list[Event]:
