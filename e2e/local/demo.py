@@ -69,7 +69,7 @@ CLIMB = Scenario(
     mix=ROOT / "manifests/demo/schedule-mix.yaml",
     rate="5",  # 0.4 requests/s per replica of each compared arm at 8%, 2.5 at 50%
     outcomes={"mid": "RolledBack"},
-    timeout=420,  # two stages of two minutes, and windows held inconclusive on the first's few requests
+    timeout=600,  # stages of two and five minutes, and windows held inconclusive on the first's few requests
 )
 SCENARIO = os.environ.get("SPECPILOT_DEMO_SCENARIO", "")
 SCENARIOS = {"": DEMO, "schedule": CLIMB}

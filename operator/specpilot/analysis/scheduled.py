@@ -74,6 +74,18 @@ def no_worse(comparison: Comparison, *, confidence: float, margin: float = MARGI
     return bar - spec.tpct > NormalDist().inv_cdf(confidence) * spread
 
 
+def worse(comparison: Comparison, *, confidence: float, margin: float = MARGIN) -> bool:
+    """The speculative band is more than `margin` slower than the compared one, beyond the spread of both
+    arms' windows at `confidence`. A band neither `no_worse` nor `worse` is unsettled: its windows cannot
+    tell yet. False where unmeasured or thin."""
+    spec, ref = comparison.band, comparison.compared
+    if ref is None or not ref.tpct or not comparison.powered:
+        return False
+    bar = (1 + margin) * ref.tpct
+    spread = math.hypot(spec.tpct_se, (1 + margin) * ref.tpct_se)
+    return spec.tpct - bar > NormalDist().inv_cdf(confidence) * spread
+
+
 def below_switch(comparison: Comparison, switch: int) -> bool:
     """The band drafted for most of its steps: its requests in flight per replica at most `switch`."""
     in_flight = comparison.band.in_flight
@@ -89,6 +101,12 @@ class ScheduleVerdict:
     above: tuple[Comparison, ...]
     worse_above: tuple[Comparison, ...]  # full bands above the switch not shown to be no worse
     margin: float
+    shown_worse: tuple[Comparison, ...] = ()  # of those, the ones shown more than `margin` slower
+
+    @property
+    def unsettled_above(self) -> tuple[Comparison, ...]:
+        """Full bands above the switch shown neither no worse nor worse: more windows would tell."""
+        return tuple(c for c in self.worse_above if c not in self.shown_worse)
 
     @property
     def wins_below(self) -> tuple[Comparison, ...]:
@@ -119,5 +137,10 @@ def judge_schedule(
     level = noninferior_level(confidence, look)
     below = tuple(c for c in comparisons if below_switch(c, switch))
     above = tuple(c for c in comparisons if not below_switch(c, switch))
-    worse = tuple(c for c in above if c.measured and c.powered and not no_worse(c, confidence=level, margin=margin))
-    return ScheduleVerdict(switch=switch, below=below, above=above, worse_above=worse, margin=margin)
+    worse_above = tuple(
+        c for c in above if c.measured and c.powered and not no_worse(c, confidence=level, margin=margin)
+    )
+    shown = tuple(c for c in worse_above if worse(c, confidence=level, margin=margin))
+    return ScheduleVerdict(
+        switch=switch, below=below, above=above, worse_above=worse_above, margin=margin, shown_worse=shown
+    )

@@ -175,7 +175,24 @@ def test_a_scheduled_config_is_deployed_as_configured_up_to_the_highest_load_mea
 def test_a_scheduled_config_slower_above_its_switch_is_deferred_naming_the_load() -> None:
     decided = RULES[2](_scheduled(_facts(0.5), switch=5))
     assert decided is not None and decided.outcome is D and decided.defer_reason is DeferReason.NO_NET_GAIN
-    assert "not shown within 3% of the control arm above its switch: 1.17x at 7.50" in decided.reasons[0]
+    assert "is slower than the control arm by more than 3% above its switch: 1.17x at 7.50" in decided.reasons[0]
+
+
+def test_a_scheduled_config_even_above_its_switch_on_too_few_windows_waits_for_evidence_stating_its_win() -> None:
+    """Above the switch it reads the control arm's time, but its windows there cannot yet show it within
+    the margin: that is short evidence, not a loss, and its win below the switch is stated."""
+    f = _scheduled(_facts(), switch=5)
+    even = tuple(
+        replace(c, band=replace(c.band, tpct=c.compared.tpct, tpct_se=0.05 * c.compared.tpct))
+        if c.compared is not None and c.band.load > 5
+        else c
+        for c in f.measured
+    )
+    decided = RULES[2](replace(f, measured=even, comparisons=even))
+    assert decided is not None and decided.defer_reason is DeferReason.INSUFFICIENT_EVIDENCE, decided
+    first = decided.reasons[0]
+    assert "wins below its switch (" in first and "1.00x at 7.50" in first, first
+    assert "do not yet show it within 3%: a longer stage at that load would settle it" in first, first
 
 
 def test_a_switch_never_crossed_leaves_the_scheduled_config_undecided() -> None:

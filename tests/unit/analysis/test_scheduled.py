@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specpilot.analysis.bands import MIN_INDEPENDENT, Band, Comparison
-from specpilot.analysis.scheduled import MARGIN, ScheduleVerdict, judge_schedule, no_worse, noninferior_level
+from specpilot.analysis.scheduled import MARGIN, ScheduleVerdict, judge_schedule, no_worse, noninferior_level, worse
 
 SE = 0.01  # each band's standard error, relative to its mean
 
@@ -99,3 +99,13 @@ def test_revised_looks_spend_what_is_left_of_the_level() -> None:
     levels = [noninferior_level(0.95, look) for look in range(1, 200)]
     assert levels == sorted(levels)  # each later look asks for more confidence
     assert sum(1 - level for level in levels) <= 0.05 + 1e-12
+
+
+def test_a_band_above_the_switch_is_shown_worse_no_worse_or_unsettled() -> None:
+    """Within the margin on too few windows is unsettled, not a loss: only a band shown beyond the margin
+    (1.08x with a 1% error on each arm) is shown worse."""
+    slower, close, even = pair(6, 14, 1.08), pair(4, 9, 1.02), pair(5, 11, 1.0)
+    verdict = judge([pair(1, 2, 0.5), close, even, slower], switch=3)
+    assert verdict.worse_above == (close, slower)
+    assert verdict.shown_worse == (slower,) and verdict.unsettled_above == (close,)
+    assert worse(slower, confidence=0.95) and not worse(close, confidence=0.95) and not worse(even, confidence=0.95)

@@ -7,7 +7,7 @@ from specpilot.analysis.decision.outcomes import _adopt, _defer
 from specpilot.analysis.decision.phrases import _arm, _load, _ratios
 from specpilot.analysis.decision.scope_facts import Facts
 from specpilot.analysis.evidence import ScopeEvidence, load_bin
-from specpilot.analysis.scheduled import ScheduledArm, judge_schedule
+from specpilot.analysis.scheduled import ScheduledArm, ScheduleVerdict, judge_schedule
 from specpilot.api.status import DecisionOutcome, DeferReason, ScopeDecision
 from specpilot.wire.names import Arm
 
@@ -49,10 +49,26 @@ def _schedule_flipped(f: Facts, arm: ScheduledArm) -> ScopeDecision:
     )
 
 
+def _unsettled(f: Facts, verdict: ScheduleVerdict, named: str) -> ScopeDecision:
+    """Bands above the switch whose windows cannot yet tell whether it holds within the margin there: the
+    evidence is short, and the win below the switch (if any) is stated with what would settle it."""
+    loads = ", ".join(
+        f"{c.ratio or 0:.2f}x at {_load(c.band.load)} ({c.band.in_flight or 0:.1f} in flight)"
+        for c in verdict.unsettled_above
+    )
+    below = f"wins below its switch ({_ratios(verdict.wins_below)}) and " if verdict.wins_below else ""
+    return f.defer(
+        DeferReason.INSUFFICIENT_EVIDENCE,
+        f"{named} {below}reads {loads} of {_arm(f.compared)}'s above it, but its windows there do not yet show "
+        f"it within {verdict.margin:.0%}: a longer stage at that load would settle it.",
+    )
+
+
 def scheduled_config(f: Facts) -> ScopeDecision | None:
     """A scheduled arm: adopted with its schedule when it wins below its switch and is shown no worse than
-    the compared arm above it, up to the highest load measured; flipped back, slower above its switch, or
-    never measured on one side of it, deferred with what was seen."""
+    the compared arm above it, up to the highest load measured; flipped back, shown slower above its
+    switch, or never measured on one side of it, deferred with what was seen; where its windows above
+    the switch cannot yet tell, deferred for evidence, its win below stated."""
     arm = f.scheduled
     if arm is None:
         return None
@@ -60,14 +76,16 @@ def scheduled_config(f: Facts) -> ScopeDecision | None:
         return _schedule_flipped(f, arm)
     verdict = judge_schedule(f.measured, arm.switch, confidence=f.confidence, look=f.look)
     named = f"{f.name}: the scheduled config (drafting up to a batch of {arm.switch}, none above)"
-    if verdict.worse_above:
-        worst = max(verdict.worse_above, key=lambda c: c.ratio or 0.0)
+    if verdict.shown_worse:
+        worst = max(verdict.shown_worse, key=lambda c: c.ratio or 0.0)
         return f.defer(
             DeferReason.NO_NET_GAIN,
-            f"{named} is not shown within {verdict.margin:.0%} of {_arm(f.compared)} above its switch: "
+            f"{named} is slower than {_arm(f.compared)} by more than {verdict.margin:.0%} above its switch: "
             f"{worst.ratio or 0:.2f}x at {_load(worst.band.load)} ({worst.band.in_flight or 0:.1f} requests in "
             "flight per replica).",
         )
+    if verdict.unsettled_above:
+        return _unsettled(f, verdict, named)
     if not verdict.wins_below:
         return f.defer(
             DeferReason.NO_NET_GAIN if verdict.below else DeferReason.INSUFFICIENT_EVIDENCE,

@@ -39,13 +39,13 @@ from specpilot.wire.samples import RequestOutcome
 class ArmLoad:
     """One arm's load over a window, over every scope it served.
 
-    The load is the offered load per replica: requests per second, counted as they finish (in a
-    window long against its requests that is their arrival rate). It is what an SRE reads off a
-    production dashboard, and it is the same for two arms that take the same share at the same size
-    whatever their speed: a faster arm holds fewer requests in flight for it, so concurrency is an
-    outcome of the arm, not an axis to compare arms on, and it is kept as a diagnostic."""
+    The load is the offered load per replica: requests per second, counted as they arrive (finished or
+    still in flight when the router was last read), so that a slow arm reads the load it was sent. It is
+    what an SRE reads off a production dashboard, and it is the same for two arms that take the same
+    share at the same size whatever their speed: a faster arm holds fewer requests in flight for it, so
+    concurrency is an outcome of the arm, not an axis to compare arms on, and it is kept as a diagnostic."""
 
-    offered_per_replica: float | None  # requests finished per second, per replica
+    offered_per_replica: float | None  # requests sent per second, per replica
     in_flight_per_replica: float | None = None  # the router's requests in flight, by Little's law
     running_per_replica: float | None = None  # the engines' num_requests_running, mean
     waiting_per_replica: float | None = None  # the engines' num_requests_waiting, mean
