@@ -63,13 +63,15 @@ class Judged:
 
     `requests` counts the speculative-arm requests that this window is the first to include (those
     that finished after the previous window's end): windows overlap, and a request must count once
-    towards the stage's minRequests. A flip records `loads`: where speculation lost."""
+    towards the stage's minRequests. A flip records `loads` and `in_flight`: where speculation lost, and
+    the batch it ran at there."""
 
     verdict: WindowVerdict
     summary: WindowSummary
     start: datetime
     requests: int
     loads: Mapping[Arm, float] = field(default_factory=dict)  # the compared arms' offered load per replica
+    in_flight: Mapping[Arm, float] = field(default_factory=dict)  # their requests in flight per replica
 
 
 @dataclass(frozen=True)
@@ -401,6 +403,7 @@ def _roll_back(move: _Move) -> Step:
         threshold=check.threshold,
         window=Window(start=judged.start, end=judged.summary.end),
         loads=dict(judged.loads),
+        in_flight=dict(judged.in_flight),
     )
     message = f"Scope {status.name}: flipped back to ordinary decoding ({reason.value}): {check.reason}"
     return Step(status=status, record=record, events=(Event(EventType.WARNING, Reason.SCOPE_ROLLED_BACK, message),))

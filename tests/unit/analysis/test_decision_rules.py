@@ -210,6 +210,15 @@ def test_a_scheduled_config_flipped_back_names_the_batch_it_ran_at_there() -> No
     )
 
 
+def test_a_scheduled_config_flipped_at_its_first_windows_names_the_batch_its_flip_recorded() -> None:
+    """A flip at the first windows of a load leaves no window of it in the bins: the flip's record carries
+    the batch its own window ran at."""
+    flip = _flip(MetricName.TTFT_RATIO, 40.0).model_copy(update={"in_flight": {Arm.SPECULATIVE: 2.34}})
+    decided = RULES[2](_scheduled(_facts(flip=flip), switch=1))
+    assert decided is not None and decided.outcome is D
+    assert "flipped back, holding 2.3 requests in flight per replica, above its switch:" in decided.reasons[0]
+
+
 def test_a_scheduled_config_flipped_above_every_bin_names_the_batch_at_the_highest_load_below() -> None:
     # the flip's own window is never binned: where no other window shares its bin, the batch is read at the
     # highest load measured below it, and that load is named

@@ -577,6 +577,8 @@ async def test_a_staged_climb_past_the_crossover_is_adopted_below_its_win_with_t
     (flip,) = h.status()["fallbacks"]
     assert flip["metric"] == "timePerCommittedTokenRatio"
     assert flip["loads"] == {"speculative": pytest.approx(10, rel=0.05), "control": pytest.approx(10, rel=0.05)}
+    # and the batch each ran at there: the slower speculative arm held more of the same requests in flight
+    assert flip["inFlight"]["speculative"] > flip["inFlight"]["control"] > 0, flip
     decision = scope["decision"]
     assert decision["outcome"] == "AdoptInLowLoadWindows", decision["reasons"]
     assert decision["maxLoad"] == pytest.approx(2, rel=0.05)

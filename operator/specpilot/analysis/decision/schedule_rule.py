@@ -18,8 +18,8 @@ from specpilot.wire.names import Arm
 def _in_flight_up_to(f: Facts, load: float) -> tuple[float, float | None] | None:
     """Requests the speculative arm held in flight per replica in the load bin of `load`, or, where that bin
     holds none of its windows, in the highest bin below it that does, with that bin's load. A flip's own
-    window is never binned (the scope leaves the arm within the tick that records it), so the batch at a
-    flip is read from the windows at or below its load."""
+    window is never binned (the scope leaves the arm within the tick that records it), so a flip recorded
+    without its batch (before `FallbackRecord.in_flight`) is read from the windows at or below its load."""
     bins = f.evidence.scopes.get(f.name, ScopeEvidence()).bins.get(Arm.SPECULATIVE, {})
     index = load_bin(load)
     found = max((i for i, cell in bins.items() if i <= index and cell.in_flight.mean is not None), default=None)
@@ -32,10 +32,11 @@ def _in_flight_up_to(f: Facts, load: float) -> tuple[float, float | None] | None
 
 
 def _schedule_flipped(f: Facts, arm: ScheduledArm) -> ScopeDecision:
-    """Flipped back: the schedule failed at a load, named with the batch it ran at there (or at the highest
-    load below it where the arm was measured, named)."""
+    """Flipped back: the schedule failed at a load, named with the batch it ran at there (the flip's own
+    window's, where recorded; else the bins' at or below its load, a lower load named)."""
     assert f.flip is not None
-    read = _in_flight_up_to(f, f.flip_load) if f.flip_load is not None else None
+    own = f.flip.in_flight.get(Arm.SPECULATIVE)
+    read = (own, None) if own is not None else _in_flight_up_to(f, f.flip_load) if f.flip_load is not None else None
     held = ""
     if read is not None:
         batch, below = read

@@ -158,3 +158,6 @@ class FallbackRecord(ApiModel):
     loads: Annotated[dict[Arm, float], Field(max_length=4)] = {}
     """Each compared arm's offered load over that window, in requests per second per replica: where
     speculation lost, for a flip for speed or latency."""
+    in_flight: Annotated[dict[Arm, float], Field(max_length=4)] = {}
+    """Each compared arm's requests in flight per replica over that window (the router's, by Little's
+    law): the batch it ran at where it lost."""

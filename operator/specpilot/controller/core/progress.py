@@ -249,15 +249,19 @@ def _input(
         summary=summarize(item.window, verdict),
         start=item.window.start,
         requests=item.new_requests,
-        loads=_compared_loads(item.window, loads.get(name)),
+        loads=_compared(item.window, load.offered if (load := loads.get(name)) is not None else {}),
+        in_flight=_compared(item.window, _in_flight(load)),
     )
 
 
-def _compared_loads(window: ScopeWindow, load: WindowLoad | None) -> dict[Arm, float]:
-    """The speculative and compared arms' offered load per replica over the window, where measured."""
-    offered = load.offered if load is not None else {}
+def _in_flight(load: WindowLoad | None) -> dict[Arm, float | None]:
+    return {arm: arm_load.in_flight_per_replica for arm, arm_load in load.arms.items()} if load is not None else {}
+
+
+def _compared(window: ScopeWindow, per_arm: Mapping[Arm, float | None]) -> dict[Arm, float]:
+    """The speculative and compared arms' figures over the window, where measured."""
     arms = (Arm.SPECULATIVE, window.compared_arm)
-    return {arm: value for arm in arms if (value := offered.get(arm)) is not None}
+    return {arm: value for arm in arms if (value := per_arm.get(arm)) is not None}
 
 
 def _judge(
