@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from typing import Any
 
 import pytest
 from tests.component.router.harness import Harness, HarnessFactory
 
+from specpilot.testing.waiting import eventually
 from specpilot.wire.routes import RoutingTable
 
 
@@ -114,24 +114,17 @@ async def test_samples_list_the_requests_in_flight_on_their_arms_until_they_fini
     page lists it (with its mirrored copy) until its sample is made."""
     h = await make_router(routes=Harness.table(Harness.scope("code", spec=100, mirror=True)), control=True)
     slow = asyncio.ensure_future(h.chat(team="code", headers={"x-fake-chunks": "4", "x-fake-gap": "0.5"}))
-
-    async def in_flight() -> dict[str, Any]:
-        while len((page := await h.samples())["open"]) < 2:  # the copy's task starts a moment later
-            await asyncio.sleep(0.02)
-        return page
-
-    page = await asyncio.wait_for(in_flight(), timeout=10)
+    log = h.router.samples
+    await eventually("the request and its copy in flight", lambda: len(log.since(0, 10).open) == 2)
+    page = await h.samples()
     assert page["samples"] == []
     assert sorted(r["arm"] for r in page["open"]) == ["control", "speculative"]  # the request and its copy
     assert {r["scope"] for r in page["open"]} == {"code"}
     assert max(r["at"] for r in page["open"]) - min(r["at"] for r in page["open"]) < 0.01  # sent at once
     async with await slow as response:
         await response.read()
-    for _ in range(100):  # the copy may end a moment after the answer
-        done = await h.samples()
-        if not done["open"]:
-            break
-        await asyncio.sleep(0.02)
+    await eventually("both ended", lambda: not log.since(0, 10).open)  # the copy may end a moment later
+    done = await h.samples()
     assert done["open"] == [] and sorted(s["arm"] for s in done["samples"]) == ["control", "speculative"]
     started = {s["arm"]: s["at"] for s in done["samples"]}
     assert started == pytest.approx({r["arm"]: r["at"] for r in page["open"]}, abs=1e-5)

@@ -30,7 +30,7 @@ def page(
     epoch: str = "e1",
     dropped: int = 0,
     cursor: int = 0,
-    open: tuple[OpenRequest, ...] = (),  # noqa: A002: the page's field
+    open: tuple[OpenRequest, ...] = (),
 ) -> SamplesPage:
     return SamplesPage(
         epoch=epoch, samples=samples, next_cursor=samples[-1].seq if samples else cursor, dropped=dropped, open=open
