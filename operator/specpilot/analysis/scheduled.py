@@ -62,28 +62,31 @@ def noninferior_level(confidence: float, look: int) -> float:
     return 1 - spent_alpha(look, alpha=1 - confidence, failure_limit=1)
 
 
+def _past_margin(comparison: Comparison, margin: float) -> tuple[float, float] | None:
+    """How far the speculative band's time per committed token lies past `margin` slower than the
+    compared one (negative: inside it), and the spread of both arms' windows there; None where
+    unmeasured or thin."""
+    spec, ref = comparison.band, comparison.compared
+    if ref is None or not ref.tpct or not comparison.powered:
+        return None
+    bar = (1 + margin) * ref.tpct
+    return spec.tpct - bar, math.hypot(spec.tpct_se, (1 + margin) * ref.tpct_se)
+
+
 def no_worse(comparison: Comparison, *, confidence: float, margin: float = MARGIN) -> bool:
     """The speculative band is no more than `margin` slower than the compared one, beyond the spread of
     both arms' windows at `confidence`: the hypothesis that it is `margin` slower or worse is rejected.
     False where unmeasured or thin."""
-    spec, ref = comparison.band, comparison.compared
-    if ref is None or not ref.tpct or not comparison.powered:
-        return False
-    bar = (1 + margin) * ref.tpct
-    spread = math.hypot(spec.tpct_se, (1 + margin) * ref.tpct_se)
-    return bar - spec.tpct > NormalDist().inv_cdf(confidence) * spread
+    found = _past_margin(comparison, margin)
+    return found is not None and -found[0] > NormalDist().inv_cdf(confidence) * found[1]
 
 
 def worse(comparison: Comparison, *, confidence: float, margin: float = MARGIN) -> bool:
     """The speculative band is more than `margin` slower than the compared one, beyond the spread of both
     arms' windows at `confidence`. A band neither `no_worse` nor `worse` is unsettled: its windows cannot
     tell yet. False where unmeasured or thin."""
-    spec, ref = comparison.band, comparison.compared
-    if ref is None or not ref.tpct or not comparison.powered:
-        return False
-    bar = (1 + margin) * ref.tpct
-    spread = math.hypot(spec.tpct_se, (1 + margin) * ref.tpct_se)
-    return spec.tpct - bar > NormalDist().inv_cdf(confidence) * spread
+    found = _past_margin(comparison, margin)
+    return found is not None and found[0] > NormalDist().inv_cdf(confidence) * found[1]
 
 
 def below_switch(comparison: Comparison, switch: int) -> bool:

@@ -255,6 +255,7 @@ def _input(
 
 
 def _in_flight(load: WindowLoad | None) -> dict[Arm, float | None]:
+    """Each arm's requests in flight per replica over the window, where measured."""
     return {arm: arm_load.in_flight_per_replica for arm, arm_load in load.arms.items()} if load is not None else {}
 
 
