@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from specpilot.loadgen.workload import load_mix
 from specpilot.wire.batchschedule import BatchRange, switched_off_above
 from specpilot.wire.names import router_selector
 
@@ -151,7 +152,7 @@ def start_load(router_ip: str) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "specpilot.cli", "loadgen", "--url", f"http://{router_ip}:8080"]
     argv += ["--mix", str(SCENE.mix), "--arrivals", "poisson", "--rate", RATE]
     argv += ["--duration", str(seconds), "--timeout", "60", "--no-progress"]
-    scopes = ", ".join(mix["name"] for mix in yaml.safe_load(SCENE.mix.read_text())["scopes"])
+    scopes = ", ".join(scope.name for scope in load_mix(str(SCENE.mix)))
     print(f"  specpilot loadgen --rate {RATE}/s ({scopes}; Poisson arrivals) -> router {router_ip}:8080")
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

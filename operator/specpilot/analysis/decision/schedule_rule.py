@@ -36,7 +36,12 @@ def _schedule_flipped(f: Facts, arm: ScheduledArm) -> ScopeDecision:
     window's, where recorded; else the bins' at or below its load, a lower load named)."""
     assert f.flip is not None
     own = f.flip.in_flight.get(Arm.SPECULATIVE)
-    read = (own, None) if own is not None else _in_flight_up_to(f, f.flip_load) if f.flip_load is not None else None
+    if own is not None:
+        read: tuple[float, float | None] | None = (own, None)
+    elif f.flip_load is not None:
+        read = _in_flight_up_to(f, f.flip_load)
+    else:
+        read = None
     held = ""
     if read is not None:
         batch, below = read

@@ -66,6 +66,11 @@ class WindowLoad:
         """Each arm's offered load per replica."""
         return {arm: arm_load.offered_per_replica for arm, arm_load in self.arms.items()}
 
+    @property
+    def in_flight(self) -> dict[Arm, float | None]:
+        """Each arm's requests in flight per replica (the router's, by Little's law)."""
+        return {arm: arm_load.in_flight_per_replica for arm, arm_load in self.arms.items()}
+
 
 def _p99(values: Sequence[float]) -> float | None:
     usable = sorted(v for v in values if math.isfinite(v))

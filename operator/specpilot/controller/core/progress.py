@@ -243,20 +243,15 @@ def _input(
         return rollout.Manual(manual[name])
     if name not in verdicts:
         return rollout.Tick()
-    item, verdict = measured[name], verdicts[name]
+    item, verdict, load = measured[name], verdicts[name], loads.get(name)
     return rollout.Judged(
         verdict=verdict,
         summary=summarize(item.window, verdict),
         start=item.window.start,
         requests=item.new_requests,
-        loads=_compared(item.window, load.offered if (load := loads.get(name)) is not None else {}),
-        in_flight=_compared(item.window, _in_flight(load)),
+        loads=_compared(item.window, load.offered if load is not None else {}),
+        in_flight=_compared(item.window, load.in_flight if load is not None else {}),
     )
-
-
-def _in_flight(load: WindowLoad | None) -> dict[Arm, float | None]:
-    """Each arm's requests in flight per replica over the window, where measured."""
-    return {arm: arm_load.in_flight_per_replica for arm, arm_load in load.arms.items()} if load is not None else {}
 
 
 def _compared(window: ScopeWindow, per_arm: Mapping[Arm, float | None]) -> dict[Arm, float]:
