@@ -10,13 +10,16 @@ into a mixed figure.
 
 Each speculative band is compared with the compared arm's windows in the same bins, and nowhere else:
 no value is read between or beyond the loads the compared arm was measured at. With a control arm the
-pair is binned at one load, so every band is matched; without one, a band whose bins the baseline
-never ran in is unmeasured, and an unmeasured band never wins. The crossover is the load at which the
-difference between the arms turns from speculation's favour, read between adjacent matched bands.
-Its interval is a parametric bootstrap: each band mean is redrawn from a normal with its standard
-error (the spread of its windows; overlapping windows count once per window/interval), the crossing
-found again, and the interval read from the draws' quantiles. Seeded, so the same evidence always
-gives the same interval.
+pair is binned at one load, so every band is matched, and the two arms are compared window by window:
+the control arm serves a copy of each speculative request at the same moment, so the spread of each
+window's difference leaves out what they share (the requests' lengths, the load's drift across a band)
+and is what a difference is tested against (`Comparison.excess`); without one, a band whose bins the
+baseline never ran in is unmeasured, an unmeasured band never wins, and the arms' windows are taken as
+independent. The crossover is the load at which the difference between the arms turns from
+speculation's favour, read between adjacent matched bands. Its interval is a parametric bootstrap: each
+band's difference is redrawn from a normal with its standard error (overlapping windows count once per
+window/interval), the crossing found again, and the interval read from the draws' quantiles. Seeded,
+so the same evidence always gives the same interval.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import pairwise
 from statistics import NormalDist
 
-from specpilot.analysis.evidence import BinArm, Moments, add_counts, bin_bounds
+from specpilot.analysis.evidence import BinArm, Moments, bin_bounds
 from specpilot.wire.buckets import FineCounts
+from specpilot.wire.names import Arm
 
 MIN_BAND_WINDOWS = 3
 MIN_GAIN = 1.03  # a band is a win only when speculation is at least 3% faster there
@@ -58,29 +62,23 @@ class Band:
     e2e: float | None  # mean end-to-end time of ok requests, seconds
     routed: int
     on_time: int
+    paired_se: Mapping[Arm, float] = field(default_factory=dict)
+    """The standard error of its time per committed token less each other arm's, read from the windows
+    both measured (`BinArm.paired`), where they are `MIN_BAND_WINDOWS` or more."""
 
 
 def _merge(cells: Sequence[BinArm]) -> BinArm:
     out = BinArm()
     for cell in cells:
-        out = BinArm(
-            load=out.load.merge(cell.load),
-            in_flight=out.in_flight.merge(cell.in_flight),
-            tpct=out.tpct.merge(cell.tpct),
-            ttft_p99=out.ttft_p99.merge(cell.ttft_p99),
-            ttft=add_counts(out.ttft, cell.ttft),
-            e2e=out.e2e.merge(cell.e2e),
-            routed=out.routed + cell.routed,
-            on_time=out.on_time + cell.on_time,
-        )
+        out = out.merge(cell)
     return out
 
 
 def counts_quantile(counts: Mapping[int, int], q: float, width: int = 1) -> float | None:
     """The q-quantile (nearest rank) of values counted per TTFT bucket (each key spanning `width` fine
-    buckets), as its bucket's geometric middle."""
-    bounds = FineCounts(counts, width).quantile(q)
-    return math.sqrt(bounds[0] * bounds[1]) if bounds is not None else None
+    buckets), placed within its bucket by rank (`FineCounts.placed`), so that a store compacted into
+    wider buckets reads nearly what it read before."""
+    return FineCounts(counts, width).placed(q)
 
 
 def _se(tpct: Moments, overlap: float, pooled_cv: float | None) -> float:
@@ -90,6 +88,18 @@ def _se(tpct: Moments, overlap: float, pooled_cv: float | None) -> float:
     if sd is None:
         sd = (pooled_cv or 0.1) * mean
     return max(sd / math.sqrt(effective), MIN_RELATIVE_SE * mean)
+
+
+def _paired_se(paired: Mapping[Arm, Moments], overlap: float, mean: float) -> dict[Arm, float]:
+    """Each within-window difference's standard error, on as many windows as its requests fill, no
+    smaller than `MIN_RELATIVE_SE` of the band's mean; an arm paired in fewer than `MIN_BAND_WINDOWS`
+    windows is left out."""
+    out = {}
+    for arm, moments in paired.items():
+        if moments.n >= MIN_BAND_WINDOWS and moments.sd is not None:
+            effective = max(1.0, moments.n / max(1.0, overlap))
+            out[arm] = max(moments.sd / math.sqrt(effective), MIN_RELATIVE_SE * mean)
+    return out
 
 
 def bands(
@@ -137,6 +147,7 @@ def bands(
                 e2e=cell.e2e.mean,
                 routed=cell.routed,
                 on_time=cell.on_time,
+                paired_se=_paired_se(cell.paired, overlap, tpct),
             )
         )
     return out
@@ -156,6 +167,7 @@ class Comparison:
     band: Band
     compared: Band | None  # None: the compared arm was never measured at these loads
     confidence: float = 0.95  # of a win: one-sided, against the spread of both arms' windows
+    against: Arm | None = None  # the compared arm: the band's within-window differences from it are read
 
     @property
     def ratio(self) -> float | None:
@@ -189,21 +201,45 @@ class Comparison:
     @property
     def _faster(self) -> bool:
         """Faster by `MIN_GAIN` or more, beyond the spread of both arms' windows at `confidence`."""
-        spec, ref = self.band, self.compared
-        if ref is None or self.ratio is None or self.ratio > 1 / MIN_GAIN:
+        found = self.excess()
+        if found is None or self.ratio is None or self.ratio > 1 / MIN_GAIN:
             return False
-        return ref.tpct - spec.tpct > NormalDist().inv_cdf(self.confidence) * math.hypot(spec.tpct_se, ref.tpct_se)
+        return -found[0] > NormalDist().inv_cdf(self.confidence) * found[1]
+
+    def excess(self, margin: float = 0.0) -> tuple[float, float] | None:
+        """How far the speculative band's time per committed token lies past `1 + margin` times the
+        compared one's (negative: inside it), and its standard error; None where unmeasured. The error is
+        read from the band's within-window differences from the compared arm where it holds them
+        (`Band.paired_se`, plus the margin's share of the compared arm's own, which bounds the sum's),
+        else from both arms' windows as if independent."""
+        spec, ref = self.band, self.compared
+        if ref is None or not ref.tpct:
+            return None
+        value = spec.tpct - (1 + margin) * ref.tpct
+        if self.against is not None and self.paired:
+            return value, spec.paired_se[self.against] + margin * ref.tpct_se
+        return value, math.hypot(spec.tpct_se, (1 + margin) * ref.tpct_se)
+
+    @property
+    def paired(self) -> bool:
+        """The band's difference from the compared arm is read window by window (`Band.paired_se`)."""
+        return self.against is not None and self.compared is not None and self.against in self.band.paired_se
 
 
 def compare(
-    speculative: Sequence[Band], compared: Mapping[int, BinArm], *, overlap: float = 1.0, confidence: float = 0.95
+    speculative: Sequence[Band],
+    compared: Mapping[int, BinArm],
+    *,
+    overlap: float = 1.0,
+    confidence: float = 0.95,
+    against: Arm | None = None,
 ) -> list[Comparison]:
-    """Each speculative band against the compared arm's windows in the same bins; every band's win is
-    tested at `confidence` shared among the bands (Bonferroni), so that a pilot of many bands is no more
-    likely to find a win by chance than one of a single band."""
+    """Each speculative band against the compared arm's (`against`'s) windows in the same bins; every
+    band's win is tested at `confidence` shared among the bands (Bonferroni), so that a pilot of many
+    bands is no more likely to find a win by chance than one of a single band."""
     each = 1 - (1 - confidence) / max(1, len(speculative))
     return [
-        Comparison(band=band, compared=matched(band, compared, overlap=overlap), confidence=each)
+        Comparison(band=band, compared=matched(band, compared, overlap=overlap), confidence=each, against=against)
         for band in speculative
     ]
 
@@ -235,19 +271,17 @@ def crossover(
     """Where speculation stops winning, when it wins at some matched load and loses at a higher one, read
     between full bands only (a thin band's few windows understate its spread); with no `draws`, the point
     alone (its interval collapsed on it)."""
-    pairs = [(c.band, c.compared) for c in comparisons if c.compared is not None and c.powered]
+    pairs = [(c.band.load, excess) for c in comparisons if c.powered and (excess := c.excess()) is not None]
     if len(pairs) < 2:
         return None
-    points = [(spec.load, spec.tpct - ref.tpct) for spec, ref in pairs]
+    points = [(load, difference) for load, (difference, _) in pairs]
     point = first_crossing(points)
     if point is None:
         return None
     rng = random.Random(seed)
     found = []
     for _ in range(draws):
-        drawn = [
-            (spec.load, rng.gauss(spec.tpct, spec.tpct_se) - rng.gauss(ref.tpct, ref.tpct_se)) for spec, ref in pairs
-        ]
+        drawn = [(load, rng.gauss(difference, se)) for load, (difference, se) in pairs]
         x = first_crossing(drawn)
         if x is not None:
             found.append(x)

@@ -4,8 +4,9 @@ none above it (vLLM's dynamic speculative decoding, `wire.batchschedule`).
 Such a config is deployable only if it pays on both sides of its switch: below it, speculation must win
 as a plain speculative arm wins (`Comparison.wins`); above it the engine decodes ordinarily, so there it
 must be no worse than the control arm, up to the highest load measured. "No worse" is a non-inferiority
-test: the hypothesis that time per committed token is `MARGIN` worse or more is rejected beyond the
-spread of both arms' windows. It must be rejected at every full band above the switch, an
+test: the hypothesis that time per committed token is `MARGIN` worse or more is rejected beyond its
+standard error (window by window against the control arm, which serves the same requests:
+`Comparison.excess`). It must be rejected at every full band above the switch, an
 intersection-union test, so each band is tested at the pilot's own confidence, not a share of it (the
 config is called no worse only if it is shown no worse everywhere); `noninferior_level` spreads that
 level over the looks a revised decision takes.
@@ -19,7 +20,6 @@ sides) counts above, the stricter side. Pure.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from statistics import NormalDist
@@ -64,26 +64,22 @@ def noninferior_level(confidence: float, look: int) -> float:
 
 def _past_margin(comparison: Comparison, margin: float) -> tuple[float, float] | None:
     """How far the speculative band's time per committed token lies past `margin` slower than the
-    compared one (negative: inside it), and the spread of both arms' windows there; None where
+    compared one (negative: inside it), and its standard error (`Comparison.excess`); None where
     unmeasured or thin."""
-    spec, ref = comparison.band, comparison.compared
-    if ref is None or not ref.tpct or not comparison.powered:
-        return None
-    bar = (1 + margin) * ref.tpct
-    return spec.tpct - bar, math.hypot(spec.tpct_se, (1 + margin) * ref.tpct_se)
+    return comparison.excess(margin) if comparison.powered else None
 
 
 def no_worse(comparison: Comparison, *, confidence: float, margin: float = MARGIN) -> bool:
-    """The speculative band is no more than `margin` slower than the compared one, beyond the spread of
-    both arms' windows at `confidence`: the hypothesis that it is `margin` slower or worse is rejected.
+    """The speculative band is no more than `margin` slower than the compared one, beyond its standard
+    error at `confidence`: the hypothesis that it is `margin` slower or worse is rejected.
     False where unmeasured or thin."""
     found = _past_margin(comparison, margin)
     return found is not None and -found[0] > NormalDist().inv_cdf(confidence) * found[1]
 
 
 def worse(comparison: Comparison, *, confidence: float, margin: float = MARGIN) -> bool:
-    """The speculative band is more than `margin` slower than the compared one, beyond the spread of both
-    arms' windows at `confidence`. A band neither `no_worse` nor `worse` is unsettled: its windows cannot
+    """The speculative band is more than `margin` slower than the compared one, beyond its standard error
+    at `confidence`. A band neither `no_worse` nor `worse` is unsettled: its windows cannot
     tell yet. False where unmeasured or thin."""
     found = _past_margin(comparison, margin)
     return found is not None and found[0] > NormalDist().inv_cdf(confidence) * found[1]

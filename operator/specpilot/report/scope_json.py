@@ -68,12 +68,16 @@ def scope_json(
 
 
 def _comparison(c: Comparison) -> Json:
-    """The speculative arm against the compared arm at one band's load."""
+    """The speculative arm against the compared arm at one band's load: the standard error of their
+    difference, read window by window where `paired`."""
+    excess = c.excess()
     return {
         "load": rounded(c.band.load, 3),
         "speculativeSeconds": rounded(c.band.tpct),
         "comparedSeconds": rounded(c.compared.tpct) if c.compared is not None else None,
         "ratio": rounded(c.ratio, 4),
+        "differenceStandardErrorSeconds": rounded(excess[1]) if excess is not None else None,
+        "paired": c.paired,
         "measured": c.measured,
         "powered": c.powered,
         "speculationWins": c.wins,

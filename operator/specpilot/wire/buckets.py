@@ -143,6 +143,19 @@ class FineCounts:
                 return self.bounds(key)
         return None
 
+    def placed(self, q: float) -> float | None:
+        """The q-quantile (nearest rank) placed within its key by rank, the key's counts spread evenly
+        over its width on a log scale: a key of one count reads its geometric middle, and counts kept in
+        wider keys read nearly what finer ones do. None without counts."""
+        rank, seen = max(1, math.ceil(q * self.total)), 0
+        for key in sorted(self.counts):
+            count = self.counts[key]
+            if count and seen + count >= rank:
+                low, high = self.bounds(key)
+                return float(low * (high / low) ** ((rank - seen - 0.5) / count))
+            seen += count
+        return None
+
     def widened(self, width: int) -> FineCounts:
         """These counts in keys of `width` fine buckets (a multiple of this width)."""
         if width == self.width:

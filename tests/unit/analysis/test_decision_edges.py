@@ -114,7 +114,7 @@ def test_below_a_flip_the_rehearsal_finds_or_rules_out_a_low_load_window() -> No
         "the rehearsal's router measured it from 1.41 to 3.36, below that load, and it wins at none of them: "
         "no low-load window was found" in ruled_out.reasons[0]
     ), ruled_out.reasons[0]
-    found = _rolled_back(pilot({"s": 0.3}, loads=(1.5, 2, 3, 5), per_load=9, rehearsed_at=rehearsed), _flip(TPCT, 5))
+    found = _rolled_back(pilot({"s": 0.4}, loads=(1.5, 2, 3, 5), per_load=9, rehearsed_at=rehearsed), _flip(TPCT, 5))
     assert found.outcome is DecisionOutcome.ADOPT_IN_LOW_LOAD_WINDOWS, found.reasons
     assert found.max_load is not None and found.max_load < 5
     assert "speculation wins (found by the rehearsal's router, below the flip)" in found.reasons[0]

@@ -89,11 +89,13 @@ def test_speculation_is_set_against_the_control_arm_at_the_same_offered_load(evi
             "speculativeSeconds",
             "comparedSeconds",
             "ratio",
+            "differenceStandardErrorSeconds",
+            "paired",
             "measured",
             "powered",
             "speculationWins",
         }
-        assert comparison["measured"] is True
+        assert comparison["measured"] is True and comparison["paired"] is True
         assert comparison["ratio"] == pytest.approx(
             comparison["speculativeSeconds"] / comparison["comparedSeconds"], rel=1e-3
         )

@@ -68,6 +68,19 @@ def test_a_quantile_lies_in_its_keys_bounds() -> None:
     assert FineCounts().quantile(0.99) is None
 
 
+def test_a_placed_quantile_reads_within_its_key_by_rank_so_wider_keys_read_nearly_what_fine_ones_do() -> None:
+    one = counted([0.0325])
+    low, high = one.quantile(0.99) or (0, 0)
+    assert one.placed(0.99) == pytest.approx(math.sqrt(low * high)), "a key of one count: its geometric middle"
+    gaps = counted([0.005 * 100 ** (i / 1999) for i in range(2000)])  # evenly in log from 5 ms to 500 ms
+    for q in (0.5, 0.9, 0.99):
+        truth = 0.005 * 100 ** (q * 1999 / 1999)
+        for width in (1, 8):
+            found = gaps.widened(width).placed(q)
+            assert found is not None and abs(math.log2(found / truth)) < 1 / FINE_PER_OCTAVE, (q, width, found)
+    assert FineCounts().placed(0.5) is None
+
+
 def test_counts_pool_at_the_widest_width() -> None:
     fine, wide = counted([0.02, 0.021]), counted([0.04]).widened(4)
     pooled = FineCounts.pooled([fine, wide, FineCounts()])

@@ -34,7 +34,7 @@ def judge_alternative(
     each_way = 1 - (1 - confidence) / 2
 
     def against(arm: Arm, other: Arm) -> list[Comparison]:
-        found = compare(arm_bands[arm], scope.bins.get(other, {}), overlap=overlap, confidence=each_way)
+        found = compare(arm_bands[arm], scope.bins.get(other, {}), overlap=overlap, confidence=each_way, against=other)
         return [c for c in found if c.measured]
 
     versus_control = against(Arm.ALTERNATIVE, Arm.CONTROL)

@@ -131,6 +131,7 @@ def _compared(
         scope.bins.get(evidence.compared, {}),
         overlap=evidence.overlap,
         confidence=confidence,
+        against=evidence.compared,
     )
     return arm_bands, tuple(comparisons)
 

@@ -117,7 +117,15 @@ def matched_load(offered: Mapping[Arm, float | None], compared: Arm) -> dict[Arm
     return own
 
 
-def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float | None, ttft_width: int) -> BinArm:
+def _add_bin(
+    cell: BinArm,
+    requests: ArmRequests,
+    load: float,
+    *,
+    in_flight: float | None,
+    ttft_width: int,
+    paired: Mapping[Arm, float],
+) -> BinArm:
     counted = Counter(coarse_key(fine_bucket(v), ttft_width) for v in requests.ttft_seconds if math.isfinite(v))
     return BinArm(
         load=cell.load.add(load),
@@ -128,6 +136,7 @@ def _add_bin(cell: BinArm, requests: ArmRequests, load: float, in_flight: float 
         e2e=cell.e2e.add(_mean(requests.e2e_seconds)),
         routed=cell.routed + requests.routed,
         on_time=cell.on_time + _on_time(requests),
+        paired={arm: cell.paired.get(arm, Moments()).add(paired.get(arm)) for arm in {**cell.paired, **paired}},
     )
 
 
@@ -226,18 +235,42 @@ def _add_arms(
     totals = dict(scope.totals)
     loads = matched_load(load.offered, compared)
     marked = dict(scope.rehearsed)
+    binned = {
+        arm: requests
+        for arm, requests in arms.items()
+        if counted and settled and requests.routed and (loads.get(arm) or 0) > 0
+    }
     for arm, requests in arms.items() if counted else ():
         arm_load = load.arms.get(arm, ArmLoad(offered_per_replica=None))
         if not rehearsed:
             totals[arm] = _add_totals(totals.get(arm, ArmTotals()), requests, arm_load)
         value = loads.get(arm)
-        if settled and requests.routed and value is not None and value > 0:
+        if arm in binned and value is not None:
             index = load_bin(value)
             cell = bins[arm].get(index, BinArm())
-            bins[arm][index] = _add_bin(cell, requests, value, arm_load.in_flight_per_replica, ttft_width)
+            bins[arm][index] = _add_bin(
+                cell,
+                requests,
+                value,
+                in_flight=arm_load.in_flight_per_replica,
+                ttft_width=ttft_width,
+                paired=_paired(arm, binned, loads),
+            )
             if rehearsed and arm is compared:
                 marked[index] = marked.get(index, 0) + 1
     return bins, totals, marked
+
+
+def _paired(arm: Arm, binned: Mapping[Arm, ArmRequests], loads: Mapping[Arm, float | None]) -> dict[Arm, float]:
+    """`arm`'s time per committed token less each other binned arm's in the same window, for those binned
+    at the same load (so in the same bin), where both measured one."""
+    own = binned[arm].time_per_committed_token
+    out: dict[Arm, float] = {}
+    for other, requests in binned.items():
+        theirs = requests.time_per_committed_token
+        if other is not arm and loads.get(other) == loads.get(arm) and own is not None and theirs is not None:
+            out[other] = own - theirs
+    return out
 
 
 def _per_position(positions: Sequence[Moments], acceptance: Sequence[float]) -> list[Moments]:

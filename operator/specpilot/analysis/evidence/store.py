@@ -88,6 +88,28 @@ class BinArm(ApiModel):
     """Requests of the scope routed to the arm (every outcome)."""
     on_time: Annotated[int, Field(ge=0)] = 0
     """Of those, ok and within the scope's deadline."""
+    paired: dict[Arm, Moments] = {}
+    """The scope's time per committed token on the arm less another arm's in the same window, seconds,
+    for each arm binned at the same load (the compared pair with a control arm, and the alternative
+    arm): the within-window difference, whose spread leaves out what both arms' windows share (the
+    mirrored requests, the load's drift across a band)."""
+
+    def merge(self, other: BinArm) -> BinArm:
+        """Both cells' windows together."""
+        return BinArm(
+            load=self.load.merge(other.load),
+            in_flight=self.in_flight.merge(other.in_flight),
+            tpct=self.tpct.merge(other.tpct),
+            ttft_p99=self.ttft_p99.merge(other.ttft_p99),
+            ttft=add_counts(self.ttft, other.ttft),
+            e2e=self.e2e.merge(other.e2e),
+            routed=self.routed + other.routed,
+            on_time=self.on_time + other.on_time,
+            paired={
+                arm: self.paired.get(arm, Moments()).merge(other.paired.get(arm, Moments()))
+                for arm in {**self.paired, **other.paired}
+            },
+        )
 
 
 class ArmTotals(ApiModel):
