@@ -26,9 +26,9 @@ window holds them at the same load; both arms' windows are binned at the pair's 
 A band near the crossover holds a few dozen seconds of requests,
 so each band is held to what its own evidence can tell: within Z = 3 of its own standard errors of the
 truth (a band off by more than that is a bias, not noise), never less than 0.05. Its standard
-error is the ratio's, from both arms' standard errors as the report states them (the speculative band's
-and the compared arm's band at its load), combined with the truth's (the spread of its virtual-time
-runs). And no bias shared by every band: the mean signed difference over the full bands lies within
+error is the ratio's, from the standard error of the two arms' difference as the report states it (read
+window by window: the arms serve the same requests), combined with the truth's (the spread of its
+virtual-time runs). And no bias shared by every band: the mean signed difference over the full bands lies within
 three standard errors of that mean, so a uniform bias (a split in turn, which feeds each arm every k-th
 request, read 0.13 to 0.29 low on every band) fails even where each band alone is noisy.
 """
@@ -67,9 +67,9 @@ STAGES = [
     {"weight": 27, "minRequests": 40, "minDuration": "10m"},  # the load ends first
 ]
 FAILURE_LIMIT = 6  # failing windows in a row: a burst at the crossover spans about three (module docstring)
-# A band's tolerance is Z of its own standard errors, combined: the ratio's (the speculative band's and the
-# compared arm's relative standard errors as the report states them, added in quadrature) and the truth's
-# (its runs' spread over the root of their number). Off by more than three, a band reads a bias, not
+# A band's tolerance is Z of its own standard errors, combined: the ratio's (the report's standard error of
+# the arms' difference over the compared arm's time, paired window by window) and the truth's (its runs'
+# spread over the root of their number). Off by more than three, a band reads a bias, not
 # noise; a thin band (the climb's last windows) states a wider spread of its own. TOLERANCE is a floor
 # where a band's own spread is smaller: the store floors a band's error at 1% of its mean, and a few
 # runs' spread is itself only an estimate.
@@ -146,17 +146,6 @@ def engines_ratio(load: float) -> tuple[float, float]:
     return statistics.fmean(runs), statistics.stdev(runs) / math.sqrt(len(runs))
 
 
-def relative_se(band: dict[str, Any]) -> float:
-    """A report band's standard error of its time per committed token, over that time."""
-    return float(band["timePerCommittedTokenStandardError"]) / float(band["timePerCommittedTokenSeconds"])
-
-
-def band_at(bands: list[dict[str, Any]], load: float) -> dict[str, Any]:
-    """The report's band of an arm that holds `load`, else the one whose mean load lies nearest it."""
-    holding = [band for band in bands if band["loadLow"] <= load <= band["loadHigh"]]
-    return min(holding or bands, key=lambda band: abs(band["load"] - load))
-
-
 @dataclass(frozen=True)
 class BandReading:
     """One speculative band as the pilot read it, beside the engines' own ratio at its load, each with its
@@ -189,10 +178,10 @@ class BandReading:
         )
 
 
-def band_reading(comparison: dict[str, Any], band: dict[str, Any], compared: list[dict[str, Any]]) -> BandReading:
-    """A comparison of the report, with its speculative band and the compared arm's bands: the ratio's
-    standard error from the speculative band's and the compared arm's band at its load."""
-    assert comparison["measured"], comparison  # with a control arm every band is matched
+def band_reading(comparison: dict[str, Any], band: dict[str, Any]) -> BandReading:
+    """A comparison of the report, with its speculative band: the ratio's standard error from the arms'
+    difference, read window by window."""
+    assert comparison["measured"] and comparison["paired"], comparison  # a control arm: matched and paired
     assert comparison["load"] == band["load"], (comparison, band)
     ratio = comparison["ratio"]
     truth, truth_se = engines_ratio(comparison["load"])
@@ -201,7 +190,7 @@ def band_reading(comparison: dict[str, Any], band: dict[str, Any], compared: lis
         windows=band["windows"],
         powered=comparison["powered"],
         ratio=ratio,
-        ratio_se=ratio * math.hypot(relative_se(band), relative_se(band_at(compared, comparison["load"]))),
+        ratio_se=comparison["differenceStandardErrorSeconds"] / comparison["comparedSeconds"],
         truth=truth,
         truth_se=truth_se,
     )
@@ -229,9 +218,8 @@ def test_every_band_of_a_climb_across_the_crossover_reads_the_engines_ratio_at_i
         load.terminate()
         load.wait()
     (scope,) = body["scopes"]
-    speculative, compared = scope["bands"]["speculative"], scope["bands"][body["compared"]["arm"]]
-    pairs = zip(scope["comparisons"], speculative, strict=True)
-    bands = [band_reading(comparison, band, compared) for comparison, band in pairs]
+    pairs = zip(scope["comparisons"], scope["bands"]["speculative"], strict=True)
+    bands = [band_reading(comparison, band) for comparison, band in pairs]
     table = "\n".join(band.line for band in bands)
     print(f"mid at stage {mid['stage']} ({mid['state']}), {len(bands)} bands:\n{table}")
     # the full bands straddle the crossover: the engines gain below it and lose above it

@@ -39,6 +39,10 @@ MIN_BAND_WINDOWS = 3
 MIN_GAIN = 1.03  # a band is a win only when speculation is at least 3% faster there
 MIN_INDEPENDENT = MIN_BAND_WINDOWS  # and only on as many windows' worth of requests no two windows share
 MIN_RELATIVE_SE = 0.01  # no band mean is known better than 1%: the windows overlap and drift
+# Nor a pair's difference better than half that: the drift cancels out of it, but windows a few seconds
+# apart share the engines' queues. At 1% a 3% margin could be shown at three standard errors at most,
+# which the level spent over a revised decision's looks outgrows by its fourth (`scheduled.noninferior_level`).
+MIN_PAIRED_RELATIVE_SE = 0.005
 DRAWS = 1000
 
 
@@ -92,13 +96,13 @@ def _se(tpct: Moments, overlap: float, pooled_cv: float | None) -> float:
 
 def _paired_se(paired: Mapping[Arm, Moments], overlap: float, mean: float) -> dict[Arm, float]:
     """Each within-window difference's standard error, on as many windows as its requests fill, no
-    smaller than `MIN_RELATIVE_SE` of the band's mean; an arm paired in fewer than `MIN_BAND_WINDOWS`
+    smaller than `MIN_PAIRED_RELATIVE_SE` of the band's mean; an arm paired in fewer than `MIN_BAND_WINDOWS`
     windows is left out."""
     out = {}
     for arm, moments in paired.items():
         if moments.n >= MIN_BAND_WINDOWS and moments.sd is not None:
             effective = max(1.0, moments.n / max(1.0, overlap))
-            out[arm] = max(moments.sd / math.sqrt(effective), MIN_RELATIVE_SE * mean)
+            out[arm] = max(moments.sd / math.sqrt(effective), MIN_PAIRED_RELATIVE_SE * mean)
     return out
 
 

@@ -1,0 +1,138 @@
+"""A climb's load bins as a pilot's windows read them, against the engines' steady state at each bin's
+load, in virtual time: how far short stages near the crossover read from the long run.
+
+Both arms serve the same Poisson arrivals (the control arm's mirror), a stage per rate of --rates
+(requests per second per replica) of --stage-seconds each; windows of --window every --interval, none
+across a stage's start, each binned (the store's quarter-octave bins) at the arrivals over its own span,
+or over up to --span seconds of its stage when that is longer. Per bin with --min-windows or more: the
+mean of the windows' ratio of means (the speculative arm's time per committed token over the ordinary
+arm's, as a band reads them), the same pooled over the bin's tokens, and the engines' long-run ratio at
+the bin's load (--truth-seconds of arrivals in --truth-seeds runs). Defaults: the decision tests' engine
+and the band test's climb.
+
+    .venv/bin/python -m bench.stage_bands [--rates 0.76,0.96,1.08] [--stage-seconds 75] [--seeds 8] [--span 15]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from bench.crossover_reference import Setup, long_run
+
+from specpilot.analysis.evidence import load_bin
+from specpilot.mockvllm import simulate
+from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
+
+ARMS = ("speculative", "ordinary")
+
+
+@dataclass(frozen=True)
+class WindowRead:
+    load: float
+    decode: dict[str, float]  # per arm: seconds decoding the tokens after each request's first
+    tokens: dict[str, int]  # per arm: those tokens
+
+    def tpct(self, arm: str) -> float:
+        return self.decode[arm] / self.tokens[arm]
+
+
+def climb(setup: Setup, args: argparse.Namespace, seed: int) -> list[WindowRead]:
+    """One seeded climb's windows."""
+    stage = args.stage_seconds
+    lengths = setup.lengths(seed + 100)
+    arrivals = simulate.poisson(args.rates, stage, scope=setup.scope, lengths=lengths, rng=random.Random(seed + 50))
+    until = stage * len(args.rates)
+    served = {
+        arm: simulate.serve(simulate.engine(setup.profile, setup.spec_of(arm), seed=seed), arrivals, until=until + 60)
+        for arm in ARMS
+    }
+    out, end = [], args.window
+    while end <= until + 1e-9:
+        stage_start = (end - 1e-9) // stage * stage
+        if end - args.window >= stage_start - 1e-9:
+            span_start = max(stage_start, end - max(args.window, args.span))
+            load = sum(1 for a in arrivals if span_start <= a.at < end) / (end - span_start)
+            done = {arm: [s for s in served[arm] if end - args.window <= s.end < end] for arm in ARMS}
+            tokens = {arm: sum(s.output_tokens - 1 for s in done[arm]) for arm in ARMS}
+            if load > 0 and all(tokens.values()):
+                decode = {arm: sum(s.end - s.first_token for s in done[arm]) for arm in ARMS}
+                out.append(WindowRead(load=load, decode=decode, tokens=tokens))
+        end += args.interval
+    return out
+
+
+def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) -> list[dict[str, float]]:
+    grouped: dict[int, list[WindowRead]] = {}
+    for window in windows:
+        grouped.setdefault(load_bin(window.load), []).append(window)
+    rows = []
+    for index in sorted(grouped):
+        found = grouped[index]
+        if len(found) < args.min_windows:
+            continue
+        load = statistics.fmean(w.load for w in found)
+        mean = {arm: statistics.fmean(w.tpct(arm) for w in found) for arm in ARMS}
+        pooled = {arm: sum(w.decode[arm] for w in found) / sum(w.tokens[arm] for w in found) for arm in ARMS}
+        truth = statistics.fmean(
+            long_run(setup, "speculative", load, args.truth_seconds, seed)
+            / long_run(setup, "ordinary", load, args.truth_seconds, seed)
+            for seed in range(args.truth_seeds)
+        )
+        ratio = mean["speculative"] / mean["ordinary"]
+        rows.append(
+            {
+                "load": load,
+                "windows": len(found),
+                "ratio": ratio,
+                "pooled": pooled["speculative"] / pooled["ordinary"],
+                "truth": truth,
+            }
+        )
+    return rows
+
+
+def _range(kind: str) -> tuple[int, int]:
+    low, high = LENGTHS[kind]["min"], LENGTHS[kind]["max"]
+    assert isinstance(low, int) and isinstance(high, int), LENGTHS
+    return low, high
+
+
+def main(args: argparse.Namespace) -> list[dict[str, float]]:
+    setup = Setup(
+        profile=PROFILE,
+        speculative={"method": "draft_model", "model": "draft", "num_speculative_tokens": DRAFT_TOKENS},
+        scope="mid",
+        prompt=_range("input_tokens"),
+        output=_range("output_tokens"),
+    )
+    windows = [window for seed in range(args.seeds) for window in climb(setup, args, seed)]
+    rows = bins(windows, args, setup)
+    print(f"stages {args.rates} x {args.stage_seconds:g} s, {args.seeds} climbs, load over up to {args.span:g} s")
+    for row in rows:
+        print(
+            f"  load {row['load']:.3f} ({row['windows']:.0f} windows): windows read {row['ratio']:.3f}, pooled "
+            f"{row['pooled']:.3f}, long run {row['truth']:.3f}, difference {row['ratio'] - row['truth']:+.3f}"
+        )
+    return rows
+
+
+def parser() -> argparse.ArgumentParser:
+    out = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    out.add_argument("--rates", type=lambda text: [float(x) for x in text.split(",")], default=[0.76, 0.96, 1.08])
+    out.add_argument("--stage-seconds", type=float, default=75.0)
+    out.add_argument("--seeds", type=int, default=8, help="seeded climbs")
+    out.add_argument("--window", type=float, default=15.0)
+    out.add_argument("--interval", type=float, default=5.0)
+    out.add_argument("--span", type=float, default=15.0, help="seconds of its stage a window's load is read over")
+    out.add_argument("--min-windows", type=int, default=6)
+    out.add_argument("--truth-seconds", type=float, default=1000.0)
+    out.add_argument("--truth-seeds", type=int, default=2)
+    return out
+
+
+if __name__ == "__main__":
+    main(parser().parse_args())
