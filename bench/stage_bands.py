@@ -16,6 +16,7 @@ and the band test's climb.
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 from collections.abc import Sequence
@@ -40,29 +41,69 @@ class WindowRead:
         return self.decode[arm] / self.tokens[arm]
 
 
-def climb(setup: Setup, args: argparse.Namespace, seed: int) -> list[WindowRead]:
-    """One seeded climb's windows."""
-    stage = args.stage_seconds
+@dataclass(frozen=True)
+class Climb:
+    """Stages of Poisson arrivals at `rates` (requests per second per replica), `stage_seconds` each,
+    read in windows of `window` seconds every `interval`, none across a stage's start, each at the
+    arrivals over its own span or over up to `span` seconds of its stage."""
+
+    rates: tuple[float, ...]
+    stage_seconds: float
+    window: float = 15.0
+    interval: float = 5.0
+    span: float = 15.0
+
+
+def climb(setup: Setup, plan: Climb, seed: int) -> list[WindowRead]:
+    """One seeded climb's windows, both arms on the same arrivals."""
+    stage = plan.stage_seconds
     lengths = setup.lengths(seed + 100)
-    arrivals = simulate.poisson(args.rates, stage, scope=setup.scope, lengths=lengths, rng=random.Random(seed + 50))
-    until = stage * len(args.rates)
+    arrivals = simulate.poisson(plan.rates, stage, scope=setup.scope, lengths=lengths, rng=random.Random(seed + 50))
+    until = stage * len(plan.rates)
     served = {
         arm: simulate.serve(simulate.engine(setup.profile, setup.spec_of(arm), seed=seed), arrivals, until=until + 60)
         for arm in ARMS
     }
-    out, end = [], args.window
+    out, end = [], plan.window
     while end <= until + 1e-9:
         stage_start = (end - 1e-9) // stage * stage
-        if end - args.window >= stage_start - 1e-9:
-            span_start = max(stage_start, end - max(args.window, args.span))
+        if end - plan.window >= stage_start - 1e-9:
+            span_start = max(stage_start, end - max(plan.window, plan.span))
             load = sum(1 for a in arrivals if span_start <= a.at < end) / (end - span_start)
-            done = {arm: [s for s in served[arm] if end - args.window <= s.end < end] for arm in ARMS}
+            done = {arm: [s for s in served[arm] if end - plan.window <= s.end < end] for arm in ARMS}
             tokens = {arm: sum(s.output_tokens - 1 for s in done[arm]) for arm in ARMS}
             if load > 0 and all(tokens.values()):
                 decode = {arm: sum(s.end - s.first_token for s in done[arm]) for arm in ARMS}
                 out.append(WindowRead(load=load, decode=decode, tokens=tokens))
-        end += args.interval
+        end += plan.interval
     return out
+
+
+def windows_ratio(windows: Sequence[WindowRead]) -> float | None:
+    """The speculative arm's mean time per committed token over its windows, over the ordinary arm's: the
+    ratio a band reads."""
+    if not windows:
+        return None
+    return statistics.fmean(w.tpct("speculative") for w in windows) / statistics.fmean(
+        w.tpct("ordinary") for w in windows
+    )
+
+
+def decision_setup() -> Setup:
+    """The decision tests' engine and lengths, scope mid."""
+    return Setup(
+        profile=PROFILE,
+        speculative={"method": "draft_model", "model": "draft", "num_speculative_tokens": DRAFT_TOKENS},
+        scope="mid",
+        prompt=_range("input_tokens"),
+        output=_range("output_tokens"),
+    )
+
+
+def _range(kind: str) -> tuple[int, int]:
+    low, high = LENGTHS[kind]["min"], LENGTHS[kind]["max"]
+    assert isinstance(low, int) and isinstance(high, int), LENGTHS
+    return low, high
 
 
 def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) -> list[dict[str, float]]:
@@ -75,19 +116,17 @@ def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) 
         if len(found) < args.min_windows:
             continue
         load = statistics.fmean(w.load for w in found)
-        mean = {arm: statistics.fmean(w.tpct(arm) for w in found) for arm in ARMS}
         pooled = {arm: sum(w.decode[arm] for w in found) / sum(w.tokens[arm] for w in found) for arm in ARMS}
         truth = statistics.fmean(
             long_run(setup, "speculative", load, args.truth_seconds, seed)
             / long_run(setup, "ordinary", load, args.truth_seconds, seed)
             for seed in range(args.truth_seeds)
         )
-        ratio = mean["speculative"] / mean["ordinary"]
         rows.append(
             {
                 "load": load,
                 "windows": len(found),
-                "ratio": ratio,
+                "ratio": windows_ratio(found) or math.nan,
                 "pooled": pooled["speculative"] / pooled["ordinary"],
                 "truth": truth,
             }
@@ -95,21 +134,16 @@ def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) 
     return rows
 
 
-def _range(kind: str) -> tuple[int, int]:
-    low, high = LENGTHS[kind]["min"], LENGTHS[kind]["max"]
-    assert isinstance(low, int) and isinstance(high, int), LENGTHS
-    return low, high
-
-
 def main(args: argparse.Namespace) -> list[dict[str, float]]:
-    setup = Setup(
-        profile=PROFILE,
-        speculative={"method": "draft_model", "model": "draft", "num_speculative_tokens": DRAFT_TOKENS},
-        scope="mid",
-        prompt=_range("input_tokens"),
-        output=_range("output_tokens"),
+    setup = decision_setup()
+    plan = Climb(
+        rates=tuple(args.rates),
+        stage_seconds=args.stage_seconds,
+        window=args.window,
+        interval=args.interval,
+        span=args.span,
     )
-    windows = [window for seed in range(args.seeds) for window in climb(setup, args, seed)]
+    windows = [window for seed in range(args.seeds) for window in climb(setup, plan, seed)]
     rows = bins(windows, args, setup)
     print(f"stages {args.rates} x {args.stage_seconds:g} s, {args.seeds} climbs, load over up to {args.span:g} s")
     for row in rows:

@@ -1,11 +1,16 @@
 """Bands at the edge of the evidence: a pilot whose stages straddle its crossover reads, in every load band,
-the ratio the engines themselves give at that band's load.
+the ratio the engines themselves give on the same climb.
 
 The "mid" scope climbs three stages whose loads per replica of each compared arm fall at about 0.8x, 1.0x
 and 1.15x of the engines' crossover (near 0.95 requests per second per replica), where the speculative
-arm's time per committed token rises steeply with load. The truth at each band's load is the same
-engines loaded directly with Poisson arrivals in virtual time (bench/crossover_reference.py's
-`long_run`, which tests/component/mockvllm/test_simulate.py holds to the served mock).
+arm's time per committed token rises steeply with load. The truth at each band is the same engines
+climbing the same stages in virtual time, both on the same Poisson arrivals, read in the same windows
+binned the same way (bench/stage_bands.py's `climb`, whose engine tests/component/mockvllm/
+test_simulate.py holds to the served mock), over many seeded climbs: what the pilot's router, mirror,
+windows and store should read from these engines. Each band also prints the engines' long run at its
+load (bench/crossover_reference.py's `long_run`): near the knee a window of a 75 s stage reads
+speculation better than the long run does, on the engines alone too (bench/stage_bands.py), which is
+the windows' reading of a short stage, not the pilot's measurement.
 
 Limits: tests/cluster/pilots.py's judged pilot (its latency-tail ratios at 10x, for the reason given
 there), the default time-per-committed-token limit of 1.0, minSamples 5 (a 15 s window at the first
@@ -27,10 +32,11 @@ A band near the crossover holds a few dozen seconds of requests,
 so each band is held to what its own evidence can tell: within Z = 3 of its own standard errors of the
 truth (a band off by more than that is a bias, not noise), never less than 0.05. Its standard
 error is the ratio's, from the standard error of the two arms' difference as the report states it (read
-window by window: the arms serve the same requests), combined with the truth's (the spread of its
-virtual-time runs). And no bias shared by every band: the mean signed difference over the full bands lies within
-three standard errors of that mean, so a uniform bias (a split in turn, which feeds each arm every k-th
-request, read 0.13 to 0.29 low on every band) fails even where each band alone is noisy.
+window by window: the arms serve the same requests), combined with the truth's (the spread of the
+seeded climbs' readings in the band). And no bias shared by every band: the mean signed difference over
+the full bands lies within three standard errors of that mean, so a uniform bias (a split in turn,
+which feeds each arm every k-th request, read 0.13 to 0.29 low on every band) fails even where each
+band alone is noisy.
 """
 
 from __future__ import annotations
@@ -48,7 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.crossover_reference import Setup, long_run
+from bench.crossover_reference import long_run
+from bench.stage_bands import Climb, WindowRead, climb, decision_setup, windows_ratio
 
 from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
 from specpilot.testing.waiting import wait_until
@@ -68,15 +75,16 @@ STAGES = [
 ]
 FAILURE_LIMIT = 6  # failing windows in a row: a burst at the crossover spans about three (module docstring)
 # A band's tolerance is Z of its own standard errors, combined: the ratio's (the report's standard error of
-# the arms' difference over the compared arm's time, paired window by window) and the truth's (its runs'
-# spread over the root of their number). Off by more than three, a band reads a bias, not
-# noise; a thin band (the climb's last windows) states a wider spread of its own. TOLERANCE is a floor
-# where a band's own spread is smaller: the store floors a band's error at 1% of its mean, and a few
-# runs' spread is itself only an estimate.
+# the arms' difference over the compared arm's time, paired window by window) and the truth's (the seeded
+# climbs' spread over the root of their number). Off by more than three, a band reads a bias, not noise; a
+# thin band (the climb's last windows) states a wider spread of its own. TOLERANCE is a floor where a
+# band's own spread is smaller: the store floors a pair's error at half a percent of its mean, and a few
+# climbs' spread is itself only an estimate.
 Z = 3.0
 TOLERANCE = 0.05
-TRUTH_SECONDS = 2000.0  # model seconds of Poisson arrivals per run, after the reference's warm-up
-TRUTH_SEEDS = 4  # runs per load: enough of a spread to state the truth's own standard error
+CLIMB = Climb(rates=tuple(RATE * stage["weight"] / 100 for stage in STAGES), stage_seconds=STAGE_SECONDS)
+CLIMB_SEEDS = 24  # seeded climbs in virtual time: enough of a spread to state the truth's own standard error
+LONG_RUN_SECONDS = 1000.0  # model seconds of Poisson arrivals per long run (printed beside, not held to)
 
 
 @pytest.fixture(scope="module")
@@ -128,28 +136,37 @@ def climbed(cluster: Cluster, operator: Operator, namespace: str) -> dict[str, A
     return found
 
 
-def engines_ratio(load: float) -> tuple[float, float]:
-    """The engines' own speculative / ordinary time per committed token at `load` requests per second per
-    replica, with its standard error: Poisson arrivals in virtual time, the mean of `TRUTH_SEEDS` runs."""
-    setup = Setup(
-        profile=PROFILE,
-        speculative={"method": "draft_model", "model": "draft", "num_speculative_tokens": DRAFT_TOKENS},
-        scope="mid",
-        prompt=(LENGTHS["input_tokens"]["min"], LENGTHS["input_tokens"]["max"]),
-        output=(LENGTHS["output_tokens"]["min"], LENGTHS["output_tokens"]["max"]),
-    )
-    runs = [
-        long_run(setup, "speculative", load, TRUTH_SECONDS, seed)
-        / long_run(setup, "ordinary", load, TRUTH_SECONDS, seed)
-        for seed in range(TRUTH_SEEDS)
+def climbed_ratio(climbs: list[list[WindowRead]], low: float, high: float) -> tuple[float, float] | None:
+    """The engines' own ratio on the same climb, read in the windows whose load lies in [low, high), with
+    its standard error over the climbs that have two such windows or more; None with fewer than three."""
+    found = [
+        ratio
+        for windows in climbs
+        if len(inside := in_band(windows, low, high)) >= 2 and (ratio := windows_ratio(inside)) is not None
     ]
-    return statistics.fmean(runs), statistics.stdev(runs) / math.sqrt(len(runs))
+    if len(found) < 3:
+        return None
+    pooled = windows_ratio([w for windows in climbs for w in in_band(windows, low, high)])
+    assert pooled is not None
+    return pooled, statistics.stdev(found) / math.sqrt(len(found))
+
+
+def in_band(windows: list[WindowRead], low: float, high: float) -> list[WindowRead]:
+    return [w for w in windows if low <= w.load < high]
+
+
+def long_run_ratio(load: float) -> float:
+    """The engines' speculative / ordinary time per committed token over a long run at `load`."""
+    setup = decision_setup()
+    return long_run(setup, "speculative", load, LONG_RUN_SECONDS, 0) / long_run(
+        setup, "ordinary", load, LONG_RUN_SECONDS, 0
+    )
 
 
 @dataclass(frozen=True)
 class BandReading:
-    """One speculative band as the pilot read it, beside the engines' own ratio at its load, each with its
-    standard error."""
+    """One speculative band as the pilot read it, beside the engines' own ratio on the same climb, each
+    with its standard error, and the engines' long run at its load."""
 
     load: float
     windows: int
@@ -158,6 +175,7 @@ class BandReading:
     ratio_se: float
     truth: float
     truth_se: float
+    long_run: float
 
     @property
     def difference(self) -> float:
@@ -173,39 +191,41 @@ class BandReading:
         thin = "" if self.powered else ", thin"
         return (
             f"  load {self.load:.3f} ({self.windows} windows{thin}): ratio {self.ratio:.3f} +- {self.ratio_se:.3f}, "
-            f"the engines' {self.truth:.3f} +- {self.truth_se:.3f}, difference {self.difference:+.3f} "
-            f"(tolerance {self.tolerance:.3f})"
+            f"the engines' on the same climb {self.truth:.3f} +- {self.truth_se:.3f}, difference "
+            f"{self.difference:+.3f} (tolerance {self.tolerance:.3f}); their long run {self.long_run:.3f}"
         )
 
 
-def band_reading(comparison: dict[str, Any], band: dict[str, Any]) -> BandReading:
+def band_reading(comparison: dict[str, Any], band: dict[str, Any], climbs: list[list[WindowRead]]) -> BandReading:
     """A comparison of the report, with its speculative band: the ratio's standard error from the arms'
-    difference, read window by window."""
+    difference, read window by window; the engines' reading of the band's loads on the seeded climbs."""
     assert comparison["measured"] and comparison["paired"], comparison  # a control arm: matched and paired
     assert comparison["load"] == band["load"], (comparison, band)
     ratio = comparison["ratio"]
-    truth, truth_se = engines_ratio(comparison["load"])
+    found = climbed_ratio(climbs, band["loadLow"], band["loadHigh"])
+    assert found is not None, f"the seeded climbs rarely reach {band['loadLow']} to {band['loadHigh']}: {band}"
     return BandReading(
         load=comparison["load"],
         windows=band["windows"],
         powered=comparison["powered"],
         ratio=ratio,
         ratio_se=comparison["differenceStandardErrorSeconds"] / comparison["comparedSeconds"],
-        truth=truth,
-        truth_se=truth_se,
+        truth=found[0],
+        truth_se=found[1],
+        long_run=long_run_ratio(comparison["load"]),
     )
 
 
 def shared_bias(full: list[BandReading]) -> tuple[float, float]:
     """The mean signed difference over `full` and its standard error: the bands' own errors independent
-    (each holds its own windows), the truth's shared (every load runs the same seeds)."""
+    (each holds its own windows), the truth's shared (every band reads the same seeded climbs)."""
     measured = math.sqrt(sum(band.ratio_se**2 for band in full)) / len(full)
     return statistics.fmean(band.difference for band in full), math.hypot(
         measured, statistics.fmean(band.truth_se for band in full)
     )
 
 
-def test_every_band_of_a_climb_across_the_crossover_reads_the_engines_ratio_at_its_load(
+def test_every_band_of_a_climb_across_the_crossover_reads_the_engines_ratio_on_the_same_climb(
     cluster: Cluster, operator: Operator, namespace: str, tmp_path: Path
 ) -> None:
     cluster.kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(straddling_pilot()))
@@ -219,12 +239,13 @@ def test_every_band_of_a_climb_across_the_crossover_reads_the_engines_ratio_at_i
         load.wait()
     (scope,) = body["scopes"]
     pairs = zip(scope["comparisons"], scope["bands"]["speculative"], strict=True)
-    bands = [band_reading(comparison, band) for comparison, band in pairs]
+    climbs = [climb(decision_setup(), CLIMB, seed) for seed in range(CLIMB_SEEDS)]
+    bands = [band_reading(comparison, band, climbs) for comparison, band in pairs]
     table = "\n".join(band.line for band in bands)
     print(f"mid at stage {mid['stage']} ({mid['state']}), {len(bands)} bands:\n{table}")
-    # the full bands straddle the crossover: the engines gain below it and lose above it
+    # the full bands straddle the crossover: the engines gain below it and lose above it in the long run
     full = [band for band in bands if band.powered]
-    assert any(band.truth < 1 for band in full) and any(band.truth >= 1 for band in full), table
+    assert any(band.long_run < 1 for band in full) and any(band.long_run >= 1 for band in full), table
     bias, bias_se = shared_bias(full)
     table += f"\n  mean difference over the full bands {bias:+.3f} (tolerance {Z * bias_se:.3f})"
     print(table.splitlines()[-1])

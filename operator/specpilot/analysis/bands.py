@@ -170,7 +170,7 @@ class Comparison:
 
     band: Band
     compared: Band | None  # None: the compared arm was never measured at these loads
-    confidence: float = 0.95  # of a win: one-sided, against the spread of both arms' windows
+    confidence: float = 0.95  # of a win: one-sided, against the difference's standard error (`excess`)
     against: Arm | None = None  # the compared arm: the band's within-window differences from it are read
 
     @property
@@ -191,7 +191,7 @@ class Comparison:
     @property
     def wins(self) -> bool:
         """Speculation is faster here by `MIN_GAIN` or more, on `MIN_INDEPENDENT` windows' worth of
-        requests or more, beyond the spread of both arms' windows at `confidence`: two identical arms
+        requests or more, beyond the difference's standard error at `confidence`: two identical arms
         never win by chance alone (overlapping windows share requests, so a few of them understate it)."""
         ref = self.compared
         return self._faster and ref is not None and min(self.band.independent, ref.independent) >= MIN_INDEPENDENT
@@ -204,7 +204,7 @@ class Comparison:
 
     @property
     def _faster(self) -> bool:
-        """Faster by `MIN_GAIN` or more, beyond the spread of both arms' windows at `confidence`."""
+        """Faster by `MIN_GAIN` or more, beyond the difference's standard error (`excess`) at `confidence`."""
         found = self.excess()
         if found is None or self.ratio is None or self.ratio > 1 / MIN_GAIN:
             return False
