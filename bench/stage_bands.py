@@ -7,7 +7,8 @@ across a stage's start, each binned (the store's quarter-octave bins) at the arr
 or over up to --span seconds of its stage when that is longer. Per bin with --min-windows or more: the
 mean of the windows' ratio of means (the speculative arm's time per committed token over the ordinary
 arm's, as a band reads them), the same pooled over the bin's tokens, and the engines' long-run ratio at
-the bin's load (--truth-seconds of arrivals in --truth-seeds runs). Defaults: the decision tests' engine
+the bin's load (--truth-seconds of arrivals in --truth-seeds runs); then each stage's windows together,
+whatever their loads, against the long run at the stage's rate. Defaults: the decision tests' engine
 and the band test's climb.
 
     .venv/bin/python -m bench.stage_bands [--rates 0.76,0.96,1.08] [--stage-seconds 75] [--seeds 8] [--span 15]
@@ -33,6 +34,7 @@ ARMS = ("speculative", "ordinary")
 
 @dataclass(frozen=True)
 class WindowRead:
+    stage: int
     load: float
     decode: dict[str, float]  # per arm: seconds decoding the tokens after each request's first
     tokens: dict[str, int]  # per arm: those tokens
@@ -74,7 +76,7 @@ def climb(setup: Setup, plan: Climb, seed: int) -> list[WindowRead]:
             tokens = {arm: sum(s.output_tokens - 1 for s in done[arm]) for arm in ARMS}
             if load > 0 and all(tokens.values()):
                 decode = {arm: sum(s.end - s.first_token for s in done[arm]) for arm in ARMS}
-                out.append(WindowRead(load=load, decode=decode, tokens=tokens))
+                out.append(WindowRead(stage=int(stage_start // stage), load=load, decode=decode, tokens=tokens))
         end += plan.interval
     return out
 
@@ -116,7 +118,6 @@ def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) 
         if len(found) < args.min_windows:
             continue
         load = statistics.fmean(w.load for w in found)
-        pooled = {arm: sum(w.decode[arm] for w in found) / sum(w.tokens[arm] for w in found) for arm in ARMS}
         truth = statistics.fmean(
             long_run(setup, "speculative", load, args.truth_seconds, seed)
             / long_run(setup, "ordinary", load, args.truth_seconds, seed)
@@ -127,11 +128,34 @@ def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) 
                 "load": load,
                 "windows": len(found),
                 "ratio": windows_ratio(found) or math.nan,
-                "pooled": pooled["speculative"] / pooled["ordinary"],
+                "pooled": pooled_ratio(found),
                 "truth": truth,
             }
         )
     return rows
+
+
+def pooled_ratio(windows: Sequence[WindowRead]) -> float:
+    """The speculative arm's time per committed token over the ordinary arm's, pooled over the windows'
+    tokens (each request weighs the same, as in a long run)."""
+    spec, ordinary = (sum(w.decode[arm] for w in windows) / sum(w.tokens[arm] for w in windows) for arm in ARMS)
+    return spec / ordinary
+
+
+def by_stage(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) -> None:
+    """Each stage's windows together, however their loads fell: the mean of their reads against their
+    tokens pooled and the long run at the stage's rate."""
+    for index, rate in enumerate(args.rates):
+        found = [w for w in windows if w.stage == index]
+        truth = statistics.fmean(
+            long_run(setup, "speculative", rate, args.truth_seconds, seed)
+            / long_run(setup, "ordinary", rate, args.truth_seconds, seed)
+            for seed in range(args.truth_seeds)
+        )
+        print(
+            f"  stage at {rate:g} ({len(found)} windows): windows read {windows_ratio(found) or math.nan:.3f}, "
+            f"pooled {pooled_ratio(found):.3f}, long run {truth:.3f}"
+        )
 
 
 def main(args: argparse.Namespace) -> list[dict[str, float]]:
@@ -151,6 +175,8 @@ def main(args: argparse.Namespace) -> list[dict[str, float]]:
             f"  load {row['load']:.3f} ({row['windows']:.0f} windows): windows read {row['ratio']:.3f}, pooled "
             f"{row['pooled']:.3f}, long run {row['truth']:.3f}, difference {row['ratio'] - row['truth']:+.3f}"
         )
+    print("each stage's windows together:")
+    by_stage(windows, args, setup)
     return rows
 
 
