@@ -11,7 +11,7 @@ the bin's load (--truth-seconds of arrivals in --truth-seeds runs); then each st
 whatever their loads, against the long run at the stage's rate. Defaults: the decision tests' engine
 and the band test's climb.
 
-    .venv/bin/python -m bench.stage_bands [--rates 0.76,0.96,1.08] [--stage-seconds 75] [--seeds 8] [--span 15]
+    .venv/bin/python bench/stage_bands.py [--rates 0.76,0.96,1.08] [--stage-seconds 75] [--seeds 8] [--span 15]
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from bench.crossover_reference import Setup, long_run
+from crossover_reference import Setup, long_run
 
 from specpilot.analysis.evidence import load_bin
 from specpilot.mockvllm import simulate

@@ -54,8 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from bench.crossover_reference import long_run
-from bench.stage_bands import Climb, WindowRead, climb, decision_setup, windows_ratio
+from crossover_reference import long_run
+from stage_bands import Climb, WindowRead, climb, decision_setup, windows_ratio
 
 from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
 from specpilot.testing.waiting import wait_until
