@@ -91,6 +91,15 @@ def windows_ratio(windows: Sequence[WindowRead]) -> float | None:
     )
 
 
+def long_run_ratio(setup: Setup, load: float, *, seconds: float, seeds: int) -> float:
+    """The speculative arm's time per committed token over the ordinary arm's in long runs at `load`, the
+    mean over `seeds` runs of `seconds`."""
+    return statistics.fmean(
+        long_run(setup, "speculative", load, seconds, seed) / long_run(setup, "ordinary", load, seconds, seed)
+        for seed in range(seeds)
+    )
+
+
 def decision_setup() -> Setup:
     """The decision tests' engine and lengths, scope mid."""
     return Setup(
@@ -118,11 +127,7 @@ def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) 
         if len(found) < args.min_windows:
             continue
         load = statistics.fmean(w.load for w in found)
-        truth = statistics.fmean(
-            long_run(setup, "speculative", load, args.truth_seconds, seed)
-            / long_run(setup, "ordinary", load, args.truth_seconds, seed)
-            for seed in range(args.truth_seeds)
-        )
+        truth = long_run_ratio(setup, load, seconds=args.truth_seconds, seeds=args.truth_seeds)
         rows.append(
             {
                 "load": load,
@@ -147,11 +152,7 @@ def by_stage(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Set
     tokens pooled and the long run at the stage's rate."""
     for index, rate in enumerate(args.rates):
         found = [w for w in windows if w.stage == index]
-        truth = statistics.fmean(
-            long_run(setup, "speculative", rate, args.truth_seconds, seed)
-            / long_run(setup, "ordinary", rate, args.truth_seconds, seed)
-            for seed in range(args.truth_seeds)
-        )
+        truth = long_run_ratio(setup, rate, seconds=args.truth_seconds, seeds=args.truth_seeds)
         print(
             f"  stage at {rate:g} ({len(found)} windows): windows read {windows_ratio(found) or math.nan:.3f}, "
             f"pooled {pooled_ratio(found):.3f}, long run {truth:.3f}"

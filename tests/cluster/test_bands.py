@@ -54,8 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from crossover_reference import long_run
-from stage_bands import Climb, WindowRead, climb, decision_setup, windows_ratio
+from stage_bands import Climb, WindowRead, climb, decision_setup, long_run_ratio, windows_ratio
 
 from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
 from specpilot.testing.waiting import wait_until
@@ -155,14 +154,6 @@ def in_band(windows: list[WindowRead], low: float, high: float) -> list[WindowRe
     return [w for w in windows if low <= w.load < high]
 
 
-def long_run_ratio(load: float) -> float:
-    """The engines' speculative / ordinary time per committed token over a long run at `load`."""
-    setup = decision_setup()
-    return long_run(setup, "speculative", load, LONG_RUN_SECONDS, 0) / long_run(
-        setup, "ordinary", load, LONG_RUN_SECONDS, 0
-    )
-
-
 @dataclass(frozen=True)
 class BandReading:
     """One speculative band as the pilot read it, beside the engines' own ratio on the same climb, each
@@ -212,7 +203,7 @@ def band_reading(comparison: dict[str, Any], band: dict[str, Any], climbs: list[
         ratio_se=comparison["differenceStandardErrorSeconds"] / comparison["comparedSeconds"],
         truth=found[0],
         truth_se=found[1],
-        long_run=long_run_ratio(comparison["load"]),
+        long_run=long_run_ratio(decision_setup(), comparison["load"], seconds=LONG_RUN_SECONDS, seeds=1),
     )
 
 

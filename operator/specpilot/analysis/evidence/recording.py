@@ -236,7 +236,7 @@ def _add_arms(
     loads = matched_load(load.offered, compared)
     marked = dict(scope.rehearsed)
     binned = {
-        arm: requests
+        arm: requests.time_per_committed_token
         for arm, requests in arms.items()
         if counted and settled and requests.routed and (loads.get(arm) or 0) > 0
     }
@@ -261,13 +261,12 @@ def _add_arms(
     return bins, totals, marked
 
 
-def _paired(arm: Arm, binned: Mapping[Arm, ArmRequests], loads: Mapping[Arm, float | None]) -> dict[Arm, float]:
-    """`arm`'s time per committed token less each other binned arm's in the same window, for those binned
-    at the same load (so in the same bin), where both measured one."""
-    own = binned[arm].time_per_committed_token
+def _paired(arm: Arm, tpct: Mapping[Arm, float | None], loads: Mapping[Arm, float | None]) -> dict[Arm, float]:
+    """`arm`'s time per committed token less each other binned arm's (`tpct`) in the same window, for those
+    binned at the same load (so in the same bin), where both measured one."""
+    own = tpct[arm]
     out: dict[Arm, float] = {}
-    for other, requests in binned.items():
-        theirs = requests.time_per_committed_token
+    for other, theirs in tpct.items():
         if other is not arm and loads.get(other) == loads.get(arm) and own is not None and theirs is not None:
             out[other] = own - theirs
     return out
