@@ -3,15 +3,16 @@ load, in virtual time: how far short stages near the crossover read from the lon
 
 Both arms serve the same Poisson arrivals (the control arm's mirror), a stage per rate of --rates
 (requests per second per replica) of --stage-seconds each; windows of --window every --interval, none
-across a stage's start, each binned (the store's quarter-octave bins) at the arrivals over its own span,
-or over up to --span seconds of its stage when that is longer. Per bin with --min-windows or more: the
-mean of the windows' ratio of means (the speculative arm's time per committed token over the ordinary
-arm's, as a band reads them), the same pooled over the bin's tokens, and the engines' long-run ratio at
-the bin's load (--truth-seconds of arrivals in --truth-seeds runs); then each stage's windows together,
-whatever their loads, against the long run at the stage's rate. Defaults: the decision tests' engine
-and the band test's climb.
+across a stage's start, each binned (the store's quarter-octave bins) at the arrivals over up to --span
+seconds of its stage (the operator's `RECENT_LOAD`: 60), or over its own span when that is longer. Per
+bin with --min-windows or more: the speculative arm's time per committed token over the ordinary arm's
+pooled over the bin's tokens (as a band reads them, `BinArm.time_per_token`), the same as the mean of
+the windows' ratios (as bands read them before), and the engines' long-run ratio at the bin's load
+(--truth-seconds of arrivals in --truth-seeds runs); then each stage's windows together, whatever their
+loads, against the long run at the stage's rate. Defaults: the decision tests' engine and the band
+test's climb; `--span 15` bins each window at its own arrivals, as the store did before.
 
-    .venv/bin/python bench/stage_bands.py [--rates 0.76,0.96,1.08] [--stage-seconds 75] [--seeds 8] [--span 15]
+    .venv/bin/python bench/stage_bands.py [--rates 0.76,0.96,1.08] [--stage-seconds 75] [--seeds 8] [--span 60]
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ class Climb:
     stage_seconds: float
     window: float = 15.0
     interval: float = 5.0
-    span: float = 15.0
+    span: float = 60.0
 
 
 def climb(setup: Setup, plan: Climb, seed: int) -> list[WindowRead]:
@@ -83,7 +84,7 @@ def climb(setup: Setup, plan: Climb, seed: int) -> list[WindowRead]:
 
 def windows_ratio(windows: Sequence[WindowRead]) -> float | None:
     """The speculative arm's mean time per committed token over its windows, over the ordinary arm's: the
-    ratio a band reads."""
+    ratio bands read before they pooled their windows' tokens."""
     if not windows:
         return None
     return statistics.fmean(w.tpct("speculative") for w in windows) / statistics.fmean(
@@ -132,17 +133,19 @@ def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) 
             {
                 "load": load,
                 "windows": len(found),
-                "ratio": windows_ratio(found) or math.nan,
-                "pooled": pooled_ratio(found),
+                "ratio": pooled_ratio(found) or math.nan,
+                "mean": windows_ratio(found) or math.nan,
                 "truth": truth,
             }
         )
     return rows
 
 
-def pooled_ratio(windows: Sequence[WindowRead]) -> float:
+def pooled_ratio(windows: Sequence[WindowRead]) -> float | None:
     """The speculative arm's time per committed token over the ordinary arm's, pooled over the windows'
-    tokens (each request weighs the same, as in a long run)."""
+    tokens (each token weighs the same, as in a long run): the ratio a band reads."""
+    if not windows:
+        return None
     spec, ordinary = (sum(w.decode[arm] for w in windows) / sum(w.tokens[arm] for w in windows) for arm in ARMS)
     return spec / ordinary
 
@@ -154,8 +157,8 @@ def by_stage(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Set
         found = [w for w in windows if w.stage == index]
         truth = long_run_ratio(setup, rate, seconds=args.truth_seconds, seeds=args.truth_seeds)
         print(
-            f"  stage at {rate:g} ({len(found)} windows): windows read {windows_ratio(found) or math.nan:.3f}, "
-            f"pooled {pooled_ratio(found):.3f}, long run {truth:.3f}"
+            f"  stage at {rate:g} ({len(found)} windows): pooled {pooled_ratio(found) or math.nan:.3f}, "
+            f"windows' mean {windows_ratio(found) or math.nan:.3f}, long run {truth:.3f}"
         )
 
 
@@ -173,8 +176,8 @@ def main(args: argparse.Namespace) -> list[dict[str, float]]:
     print(f"stages {args.rates} x {args.stage_seconds:g} s, {args.seeds} climbs, load over up to {args.span:g} s")
     for row in rows:
         print(
-            f"  load {row['load']:.3f} ({row['windows']:.0f} windows): windows read {row['ratio']:.3f}, pooled "
-            f"{row['pooled']:.3f}, long run {row['truth']:.3f}, difference {row['ratio'] - row['truth']:+.3f}"
+            f"  load {row['load']:.3f} ({row['windows']:.0f} windows): pooled {row['ratio']:.3f} (windows' mean "
+            f"{row['mean']:.3f}), long run {row['truth']:.3f}, difference {row['ratio'] - row['truth']:+.3f}"
         )
     print("each stage's windows together:")
     by_stage(windows, args, setup)
@@ -188,7 +191,7 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--seeds", type=int, default=8, help="seeded climbs")
     out.add_argument("--window", type=float, default=15.0)
     out.add_argument("--interval", type=float, default=5.0)
-    out.add_argument("--span", type=float, default=15.0, help="seconds of its stage a window's load is read over")
+    out.add_argument("--span", type=float, default=60.0, help="seconds of its stage a window's load is read over")
     out.add_argument("--min-windows", type=int, default=6)
     out.add_argument("--truth-seconds", type=float, default=1000.0)
     out.add_argument("--truth-seeds", type=int, default=2)

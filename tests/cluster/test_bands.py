@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from stage_bands import Climb, WindowRead, climb, decision_setup, long_run_ratio, windows_ratio
+from stage_bands import Climb, WindowRead, climb, decision_setup, long_run_ratio, pooled_ratio
 
 from specpilot.testing.decision_profile import DRAFT_TOKENS, LENGTHS, PROFILE
 from specpilot.testing.waiting import wait_until
@@ -141,11 +141,11 @@ def climbed_ratio(climbs: list[list[WindowRead]], low: float, high: float) -> tu
     found = [
         ratio
         for windows in climbs
-        if len(inside := in_band(windows, low, high)) >= 2 and (ratio := windows_ratio(inside)) is not None
+        if len(inside := in_band(windows, low, high)) >= 2 and (ratio := pooled_ratio(inside)) is not None
     ]
     if len(found) < 3:
         return None
-    pooled = windows_ratio([w for windows in climbs for w in in_band(windows, low, high)])
+    pooled = pooled_ratio([w for windows in climbs for w in in_band(windows, low, high)])
     assert pooled is not None
     return pooled, statistics.stdev(found) / math.sqrt(len(found))
 

@@ -58,7 +58,7 @@ class Band:
     in_flight: float | None  # mean router requests in flight per replica
     windows: int
     independent: float  # windows / overlap: how many windows' worth of distinct requests it holds
-    tpct: float  # mean time per committed token, seconds
+    tpct: float  # time per committed token over its windows' tokens (`BinArm.time_per_token`), seconds
     tpct_se: float  # its standard error
     ttft: Mapping[int, int]  # times to first token per fine bucket (`wire.buckets`), once per window
     ttft_width: int  # fine buckets each key of `ttft` spans (`Evidence.ttft_width`)
@@ -129,7 +129,7 @@ def bands(
     pooled = math.sqrt(sum(cv * cv for cv in cvs) / len(cvs)) if cvs else None
     out = []
     for group, cell in merged:
-        tpct = cell.tpct.mean
+        tpct = cell.time_per_token
         load = cell.load.mean
         if tpct is None or load is None:
             continue

@@ -2,8 +2,10 @@
 
 The offered load per arm replica is the requests sent to the arm that started in the window (every
 outcome, finished or still in flight when the router was last read), per second and per replica: its
-arrival rate. Counted as they finish, a slow arm would read less load than it was sent, since it
-finishes fewer of them in the window; two arms sent the same requests read the same load.
+arrival rate; read too over the last minute of the window's stage, where the operator holds its
+requests (`Measurements.load`), which is the load a window is binned at. Counted as they finish, a slow
+arm would read less load than it was sent, since it finishes fewer of them in the window; two arms
+sent the same requests read the same load.
 
 The router's in-flight requests per arm replica come from its per-request samples by Little's law:
 the requests that finished in the window, each held in flight for its end-to-end time, over the
@@ -41,9 +43,11 @@ def window_load(
     end: datetime,
     replicas: Mapping[Arm, int],
     engines: Mapping[Arm, ArmEngine],
+    recent: tuple[Mapping[Arm, int], float] | None = None,
 ) -> WindowLoad:
-    """Each arm's load over [start, end) (all scopes): its `arrived` requests and the finished `samples`;
-    and the scope's arrival rate and lengths."""
+    """Each arm's load over [start, end) (all scopes): its `arrived` requests and the finished `samples`,
+    and over a longer span to `end` where `recent` gives its arrivals and seconds; and the scope's
+    arrival rate and lengths."""
     since, until = start.timestamp(), end.timestamp()
     seconds = until - since
     held: dict[Arm, float] = {}
@@ -67,6 +71,7 @@ def window_load(
         engine = engines.get(arm, ArmEngine())
         arms[arm] = ArmLoad(
             offered_per_replica=_per_replica(arrived.get(arm, 0) / seconds, count) if seconds > 0 else None,
+            recent_per_replica=_per_replica(recent[0].get(arm, 0) / recent[1], count) if recent else None,
             in_flight_per_replica=_per_replica(held.get(arm, 0.0) / seconds, count) if seconds > 0 else None,
             running_per_replica=_per_replica(engine.running, count),
             waiting_per_replica=_per_replica(engine.waiting, count),

@@ -29,7 +29,7 @@ from specpilot.api.status import (
     Window,
 )
 from specpilot.controller.core.arm_objects import render_arm
-from specpilot.controller.core.measurements import horizon
+from specpilot.controller.core.measurements import RECENT_LOAD, horizon
 from specpilot.controller.core.objects import PilotRef
 from specpilot.controller.core.rehearsal.figures import arm_figures, capacity_of
 from specpilot.controller.core.rehearsal.ladder import bracket, ladder, step_duration
@@ -268,16 +268,18 @@ def test_a_ladder_step_is_read_past_its_first_window_and_any_other_step_over_its
         assert read_span(other, window, end=start + timedelta(seconds=60)) == window
 
 
-def test_measurements_reach_back_over_a_rehearsal_step_longer_than_two_windows() -> None:
+def test_measurements_reach_back_over_a_rehearsal_step_longer_than_the_recent_load() -> None:
     analysis = Analysis(window=Duration("15s"), interval=Duration("5s"))
-    margin = horizon(analysis) - timedelta(seconds=30)
-    ladder_only = Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("60s"), crossover_steps=0)
-    assert horizon(analysis, ladder_only) == timedelta(seconds=60) + margin
+    # a window's load reads back over the recent span, longer than two windows
+    margin = horizon(analysis) - RECENT_LOAD
+    assert margin > timedelta(0) and 2 * analysis.window < RECENT_LOAD
+    ladder_only = Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("90s"), crossover_steps=0)
+    assert horizon(analysis, ladder_only) == timedelta(seconds=90) + margin
     # a crossover step runs twice as long, and is read over most of it too
-    assert horizon(analysis, Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("60s"))) == (
-        timedelta(seconds=120) + margin
+    assert horizon(analysis, Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("90s"))) == (
+        timedelta(seconds=180) + margin
     )
-    short = Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("30s"), crossover_steps=0)
+    short = Rehearsal(peak=Peak(per_replica=4.0), step_duration=Duration("45s"), crossover_steps=0)
     assert horizon(analysis, short) == horizon(analysis)
 
 

@@ -46,6 +46,9 @@ class ArmLoad:
     concurrency is an outcome of the arm, not an axis to compare arms on, and it is kept as a diagnostic."""
 
     offered_per_replica: float | None  # requests sent per second, per replica
+    # The same over the last minute of the stage (`RECENT_LOAD`), where the requests read reach that far:
+    # the load the engines' queues answer to, which a 15 s burst within a quieter minute has not built.
+    recent_per_replica: float | None = None
     in_flight_per_replica: float | None = None  # the router's requests in flight, by Little's law
     running_per_replica: float | None = None  # the engines' num_requests_running, mean
     waiting_per_replica: float | None = None  # the engines' num_requests_waiting, mean
@@ -65,6 +68,15 @@ class WindowLoad:
     def offered(self) -> dict[Arm, float | None]:
         """Each arm's offered load per replica."""
         return {arm: arm_load.offered_per_replica for arm, arm_load in self.arms.items()}
+
+    @property
+    def recent(self) -> dict[Arm, float | None]:
+        """Each arm's offered load per replica over the recent span (`ArmLoad.recent_per_replica`), else
+        over the window: the load its window is binned at."""
+        return {
+            arm: arm_load.offered_per_replica if arm_load.recent_per_replica is None else arm_load.recent_per_replica
+            for arm, arm_load in self.arms.items()
+        }
 
     @property
     def in_flight(self) -> dict[Arm, float | None]:
@@ -127,10 +139,13 @@ def _add_bin(
     paired: Mapping[Arm, float],
 ) -> BinArm:
     counted = Counter(coarse_key(fine_bucket(v), ttft_width) for v in requests.ttft_seconds if math.isfinite(v))
+    tpct = requests.time_per_committed_token
     return BinArm(
         load=cell.load.add(load),
         in_flight=cell.in_flight.add(in_flight),
-        tpct=cell.tpct.add(requests.time_per_committed_token),
+        tpct=cell.tpct.add(tpct),
+        decode=cell.decode.add(sum(requests.decode_seconds) if tpct is not None else None),
+        tokens=cell.tokens.add(sum(requests.committed_tokens) if tpct is not None else None),
         ttft_p99=cell.ttft_p99.add(_p99(requests.ttft_seconds)),
         ttft=add_counts(cell.ttft, counted),
         e2e=cell.e2e.add(_mean(requests.e2e_seconds)),
@@ -233,7 +248,7 @@ def _add_arms(
     bin, which a rehearsed window marks on the compared arm."""
     bins = {arm: dict(scope.bins.get(arm, {})) for arm in Arm if arm in scope.bins or arm in arms}
     totals = dict(scope.totals)
-    loads = matched_load(load.offered, compared)
+    loads = matched_load(load.recent, compared)
     marked = dict(scope.rehearsed)
     binned = {
         arm: requests.time_per_committed_token

@@ -76,6 +76,10 @@ class BinArm(ApiModel):
     """The router's requests in flight per replica: concurrency, an outcome of the load (a diagnostic)."""
     tpct: Moments = Moments()
     """The scope's time per committed token on the arm, seconds."""
+    decode: Moments = Moments()
+    """The scope's decode seconds on the arm (after each request's first token), summed in each window."""
+    tokens: Moments = Moments()
+    """The committed tokens those seconds decoded, summed in each window."""
     ttft_p99: Moments = Moments()
     """The scope's 99th percentile time to first token on the arm in each window, seconds."""
     ttft: dict[int, Annotated[int, Field(ge=0)]] = {}
@@ -100,6 +104,8 @@ class BinArm(ApiModel):
             load=self.load.merge(other.load),
             in_flight=self.in_flight.merge(other.in_flight),
             tpct=self.tpct.merge(other.tpct),
+            decode=self.decode.merge(other.decode),
+            tokens=self.tokens.merge(other.tokens),
             ttft_p99=self.ttft_p99.merge(other.ttft_p99),
             ttft=add_counts(self.ttft, other.ttft),
             e2e=self.e2e.merge(other.e2e),
@@ -110,6 +116,16 @@ class BinArm(ApiModel):
                 for arm in {**self.paired, **other.paired}
             },
         )
+
+    @property
+    def time_per_token(self) -> float | None:
+        """Time per committed token over every window's tokens together, seconds: each token weighs the
+        same, as in a long run, where the windows' mean (`tpct`) weighs a quiet window as much as a burst,
+        and so reads a band below its long run near the knee. The windows' mean where some window's tokens
+        were not kept (a store written before they were)."""
+        if self.tokens.n == self.tpct.n and self.tokens.sum > 0:
+            return self.decode.sum / self.tokens.sum
+        return self.tpct.mean
 
 
 class ArmTotals(ApiModel):

@@ -95,7 +95,7 @@ def record(
         if item is None or status.last_window is None or status.last_window.end != item.window.end:
             continue  # not judged this time (a manual action took the scope instead)
         quality_failed = any(check.verdict is Verdict.FAIL for check in item.quality)
-        changes = _load_changes(status, out.scopes.get(status.name, ScopeEvidence()), load_changed_at)
+        changes = load_changes(status, out.scopes.get(status.name, ScopeEvidence()), load_changed_at)
         out = record_window(
             out,
             item.window,
@@ -139,13 +139,22 @@ def _mix_changed(
     return mix_changed(evidence, others, at=at)
 
 
-def _load_changes(
+def load_changes(
     status: ScopeStatus, scope: ScopeEvidence, load_changed_at: datetime | None
 ) -> tuple[datetime | None, ...]:
     """When the load the scope's window measured may have changed: its stage began, the speculative
     arm's mix changed, the rehearsal moved, or (rolled back, and rehearsed since) it left the arms."""
     flipped = status.last_transition_time if status.state is ScopeState.ROLLED_BACK else None
     return status.stage_started_at, flipped, scope.mix_changed_at, load_changed_at
+
+
+def load_since(
+    status: ScopeStatus, scope: ScopeEvidence, load_changed_at: datetime | None, *, end: datetime
+) -> datetime | None:
+    """When the load of the scope's window ending at `end` last changed (`load_changes`); None where it
+    never did."""
+    changes = load_changes(status, scope, load_changed_at)
+    return max((at for at in changes if at is not None and at <= end), default=None)
 
 
 # Evidence stores whose findings are kept: one a pilot, for this many pilots deciding at once. Only a

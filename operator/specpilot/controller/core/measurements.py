@@ -42,13 +42,19 @@ def cadence(analysis: Analysis) -> float:
     return min(10.0, max(2.0, analysis.interval.total_seconds() / 5))
 
 
+# A window's load is binned as read over the last minute of its stage: an engine's queue answers to the
+# load of the last tens of seconds, so a 15 s burst within a quieter minute reads a queue the burst's own
+# rate would build only over a longer run (bench/stage_bands.py).
+RECENT_LOAD = timedelta(seconds=60)
+
+
 def horizon(analysis: Analysis, rehearsal: Rehearsal | None = None) -> timedelta:
-    """How far back measurements are kept: two windows (KV loads look that far), or a rehearsal step
-    where longer (a ladder or crossover step is read over most of it), and a margin."""
+    """How far back measurements are kept: two windows (KV loads look that far), the recent load's span,
+    or a rehearsal step where longer (a ladder or crossover step is read over most of it), and a margin."""
     step = timedelta(0)
     if rehearsal is not None:
         step = rehearsal.crossover_step_duration if rehearsal.crossover_steps else rehearsal.step_duration
-    return max(analysis.window * 2, step) + timedelta(seconds=4 * cadence(analysis))
+    return max(analysis.window * 2, RECENT_LOAD, step) + timedelta(seconds=4 * cadence(analysis))
 
 
 class EngineReadings(Protocol):
@@ -172,10 +178,18 @@ class Measurements:
         samples = self.samples.samples(start, end)
         return {scope: kv_load(samples, scope=scope, arm=Arm.SPECULATIVE, start=start, end=end) for scope in scopes}
 
-    def load(self, window: ScopeWindow, *, replicas: Mapping[Arm, int], analysis: Analysis) -> WindowLoad:
-        """What loaded the arms during the scope's window (every scope's requests), for the evidence."""
+    def load(
+        self, window: ScopeWindow, *, replicas: Mapping[Arm, int], analysis: Analysis, since: datetime | None = None
+    ) -> WindowLoad:
+        """What loaded the arms during the scope's window (every scope's requests), for the evidence, and
+        over up to `RECENT_LOAD` before its end, from `since` on (the load last changed then: the stage
+        began, the arm's mix changed) and where every request of that span was read."""
         samples = self.samples.samples(window.start, window.end)
         engines = self.engines(start=window.start, end=window.end, analysis=analysis)
+        start = window.end - RECENT_LOAD if since is None else max(window.end - RECENT_LOAD, since)
+        recent = None
+        if start < window.start and not self.samples.gaps(start, window.start):
+            recent = (self.samples.arrivals(start, window.end), (window.end - start).total_seconds())
         return window_load(
             samples,
             arrived=self.samples.arrivals(window.start, window.end),
@@ -184,6 +198,7 @@ class Measurements:
             end=window.end,
             replicas=replicas,
             engines=engines,
+            recent=recent,
         )
 
     def kv_blocks(self) -> dict[Arm, int]:

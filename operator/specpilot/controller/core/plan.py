@@ -12,7 +12,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from specpilot.analysis.evidence import Evidence, WindowLoad
+from specpilot.analysis.evidence import Evidence, ScopeEvidence, WindowLoad
 from specpilot.analysis.rollout import Action, Event, EventType
 from specpilot.api.pilot import ABORT_ANNOTATION, ALL_SCOPES
 from specpilot.api.reasons import Reason
@@ -30,7 +30,7 @@ from specpilot.api.status import (
 from specpilot.api.validate import Problem
 from specpilot.controller.core.arm_objects import ArmPlan, arm_plans
 from specpilot.controller.core.changes import Apply, changes
-from specpilot.controller.core.decide import Decided, decide, fresh_for, record
+from specpilot.controller.core.decide import Decided, decide, fresh_for, load_since, record
 from specpilot.controller.core.guard import Reading, guard_production, saturation_message
 from specpilot.controller.core.health import Observed
 from specpilot.controller.core.measurements import compared_arm
@@ -252,8 +252,16 @@ def _move(snapshot: Snapshot, spec: SpeculationPilotSpec, *, paused: bool) -> _M
     rehearsal = previous.rehearsal if previous is not None else None
     rehearsed = rehearsing(rehearsal, window=spec.analysis.window, now=now)
     replicas = {arm_plan.arm: len(seen.ready(arm_plan.arm.value)) or arm_plan.replicas for arm_plan in arms}
+    changed = load_changed_at(rehearsal, spec, now)
+    held = snapshot.evidence.scopes if snapshot.evidence is not None else {}
+    statuses = {status.name: status for status in scopes}
     loads = {
-        name: snapshot.measurements.load(item.window, replicas=replicas, analysis=spec.analysis)
+        name: snapshot.measurements.load(
+            item.window,
+            replicas=replicas,
+            analysis=spec.analysis,
+            since=load_since(statuses[name], held.get(name, ScopeEvidence()), changed, end=item.window.end),
+        )
         for name, item in measured.items()
     }
     progress = advance_scopes(
