@@ -182,9 +182,12 @@ def rehearsed_crossover(
             if load > 0:
                 for arm in ARMS:
                     cell = bins[arm].get(load_bin(load), BinArm())
+                    tokens = sum(s.output_tokens - 1 for s in read[arm])
                     bins[arm][load_bin(load)] = BinArm(
                         load=cell.load.add(load),
                         tpct=cell.tpct.add(tpct(read[arm])),
+                        decode=cell.decode.add(sum(s.end - s.first_token for s in read[arm]) if tokens else None),
+                        tokens=cell.tokens.add(tokens or None),
                         routed=cell.routed + len(read[arm]),
                     )
             end += interval
