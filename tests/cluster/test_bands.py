@@ -2,15 +2,16 @@
 the ratio the engines themselves give on the same climb.
 
 The "mid" scope climbs three stages whose loads per replica of each compared arm fall at about 0.8x, 1.0x
-and 1.15x of the engines' crossover (near 0.95 requests per second per replica), where the speculative
+and 1.25x of the engines' crossover (near 0.95 requests per second per replica), where the speculative
 arm's time per committed token rises steeply with load. The truth at each band is the same engines
 climbing the same stages in virtual time, both on the same Poisson arrivals, read in the same windows
-binned the same way (bench/stage_bands.py's `climb`, whose engine tests/component/mockvllm/
-test_simulate.py holds to the served mock), over many seeded climbs: what the pilot's router, mirror,
-windows and store should read from these engines. Each band also prints the engines' long run at its
-load (bench/crossover_reference.py's `long_run`): near the knee a window of a 75 s stage reads
-speculation better than the long run does, on the engines alone too (bench/stage_bands.py), which is
-the windows' reading of a short stage, not the pilot's measurement.
+binned the same way (at the arrivals of the last minute of their stage) and pooled over their tokens
+(bench/stage_bands.py's `climb`, whose engine tests/component/mockvllm/test_simulate.py holds to the
+served mock), over many seeded climbs: what the pilot's router, mirror, windows and store should read
+from these engines. Each band also prints the engines' long run at its load (bench/crossover_reference.py's
+`long_run`): near the knee a band of a 75 s stage reads speculation a few hundredths better than the long
+run does, on the engines alone too (bench/stage_bands.py), which is what a short stage can see, not the
+pilot's measurement.
 
 Limits: tests/cluster/pilots.py's judged pilot (its latency-tail ratios at 10x, for the reason given
 there), minSamples 5 (a 15 s window at the first stage carries about 11 requests per arm, and a window
