@@ -183,10 +183,11 @@ def rehearsed_crossover(
                 for arm in ARMS:
                     cell = bins[arm].get(load_bin(load), BinArm())
                     tokens = sum(s.output_tokens - 1 for s in read[arm])
+                    decode = sum(s.end - s.first_token for s in read[arm]) if tokens else None
                     bins[arm][load_bin(load)] = BinArm(
                         load=cell.load.add(load),
-                        tpct=cell.tpct.add(tpct(read[arm])),
-                        decode=cell.decode.add(sum(s.end - s.first_token for s in read[arm]) if tokens else None),
+                        tpct=cell.tpct.add(decode / tokens if decode is not None else None),
+                        decode=cell.decode.add(decode),
                         tokens=cell.tokens.add(tokens or None),
                         routed=cell.routed + len(read[arm]),
                     )

@@ -134,12 +134,13 @@ def _add_bin(
     requests: ArmRequests,
     load: float,
     *,
+    tpct: float | None,
     in_flight: float | None,
     ttft_width: int,
     paired: Mapping[Arm, float],
 ) -> BinArm:
+    """The cell with one window of `requests` at `load`, whose time per committed token is `tpct`."""
     counted = Counter(coarse_key(fine_bucket(v), ttft_width) for v in requests.ttft_seconds if math.isfinite(v))
-    tpct = requests.time_per_committed_token
     return BinArm(
         load=cell.load.add(load),
         in_flight=cell.in_flight.add(in_flight),
@@ -267,6 +268,7 @@ def _add_arms(
                 cell,
                 requests,
                 value,
+                tpct=binned[arm],
                 in_flight=arm_load.in_flight_per_replica,
                 ttft_width=ttft_width,
                 paired=_paired(arm, binned, loads),
