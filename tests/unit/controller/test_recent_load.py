@@ -1,6 +1,6 @@
 """A window's load read over the last minute of its stage (`Measurements.load`): the span a window is
-binned at, clipped where the load last changed and left out where the samples of that span are not all
-read."""
+binned at, clipped where the load last changed (`load_since`) and left out where the samples of that
+span are not all read."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from specpilot.analysis.evidence import ScopeEvidence
 from specpilot.analysis.window import ArmEngine
 from specpilot.api.common import Duration
 from specpilot.api.spec import Analysis
+from specpilot.api.status import ScopeState, ScopeStatus
+from specpilot.controller.core.decide import load_since
 from specpilot.controller.core.measurements import RECENT_LOAD, Measurements, horizon
 from specpilot.metrics.ledger import SampleLedger
 from specpilot.metrics.scope_window import scope_window
@@ -93,3 +96,15 @@ def test_a_span_with_samples_lost_reads_the_window_alone() -> None:
     found = measured((100, early), (121, late), dropped=3)
     offered, recent = load_of(found, since=T0)
     assert recent is None and offered == pytest.approx(1.0)
+
+
+def test_the_load_last_changed_at_the_latest_change_up_to_the_windows_end() -> None:
+    stage = END - timedelta(seconds=50)
+    status = ScopeStatus(name="code", state=ScopeState.PILOTING, stage_started_at=stage)
+    assert load_since(status, ScopeEvidence(), None, end=END) == stage
+    # the arm's mix changed after the stage began: the span starts there
+    mixed = ScopeEvidence(mix_changed_at=END - timedelta(seconds=20))
+    assert load_since(status, mixed, None, end=END) == END - timedelta(seconds=20)
+    # a rehearsal step beginning after the window's end is not the window's
+    assert load_since(status, ScopeEvidence(), END + timedelta(seconds=1), end=END) == stage
+    assert load_since(ScopeStatus(name="code"), ScopeEvidence(), None, end=END) is None
