@@ -10,9 +10,11 @@ pooled over the bin's tokens (as a band reads them, `BinArm.time_per_token`), th
 the windows' ratios (as bands read them before), and the engines' long-run ratio at the bin's load
 (--truth-seconds of arrivals in --truth-seeds runs); then each stage's windows together, whatever their
 loads, against the long run at the stage's rate. Defaults: the decision tests' engine and the band
-test's climb; `--span 15` bins each window at its own arrivals, as the store did before.
+test's climb; `--span 15` bins each window at its own arrivals, as the store did before. `--redraw` reads
+each climb again on the same arrivals with other acceptance draws, and prints how far its bins move.
 
     .venv/bin/python bench/stage_bands.py [--rates 0.76,0.96,1.08] [--stage-seconds 75] [--seeds 8] [--span 60]
+        [--redraw]
 """
 
 from __future__ import annotations
@@ -57,14 +59,19 @@ class Climb:
     span: float = 60.0
 
 
-def climb(setup: Setup, plan: Climb, seed: int) -> list[WindowRead]:
-    """One seeded climb's windows, both arms on the same arrivals."""
+def climb(setup: Setup, plan: Climb, seed: int, *, draws: int | None = None) -> list[WindowRead]:
+    """One seeded climb's windows, both arms on the same arrivals, their acceptances drawn from seed `draws`
+    (else `seed`)."""
     stage = plan.stage_seconds
     lengths = setup.lengths(seed + 100)
     arrivals = simulate.poisson(plan.rates, stage, scope=setup.scope, lengths=lengths, rng=random.Random(seed + 50))
     until = stage * len(plan.rates)
     served = {
-        arm: simulate.serve(simulate.engine(setup.profile, setup.spec_of(arm), seed=seed), arrivals, until=until + 60)
+        arm: simulate.serve(
+            simulate.engine(setup.profile, setup.spec_of(arm), seed=seed if draws is None else draws),
+            arrivals,
+            until=until + 60,
+        )
         for arm in ARMS
     }
     out, end = [], plan.window
@@ -119,9 +126,7 @@ def _range(kind: str) -> tuple[int, int]:
 
 
 def bins(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Setup) -> list[dict[str, float]]:
-    grouped: dict[int, list[WindowRead]] = {}
-    for window in windows:
-        grouped.setdefault(load_bin(window.load), []).append(window)
+    grouped = _by_bin(windows)
     rows = []
     for index in sorted(grouped):
         found = grouped[index]
@@ -162,6 +167,29 @@ def by_stage(windows: Sequence[WindowRead], args: argparse.Namespace, setup: Set
         )
 
 
+def redrawn(setup: Setup, plan: Climb, args: argparse.Namespace) -> None:
+    """Each climb read again on the same arrivals with other acceptance draws: how far its bins move."""
+    moved = []
+    for seed in range(args.seeds):
+        once, again = (_by_bin(climb(setup, plan, seed, draws=draws)) for draws in (seed, seed + 1000))
+        for index in once.keys() & again.keys():
+            if min(len(once[index]), len(again[index])) >= args.min_windows:
+                first, second = pooled_ratio(once[index]), pooled_ratio(again[index])
+                if first is not None and second is not None:
+                    moved.append(second - first)
+    print(
+        f"the same arrivals with other acceptance draws, {len(moved)} bins: their pooled ratios moved by "
+        f"{statistics.pstdev(moved):.3f} (standard deviation), {max(map(abs, moved)):.3f} at most"
+    )
+
+
+def _by_bin(windows: Sequence[WindowRead]) -> dict[int, list[WindowRead]]:
+    grouped: dict[int, list[WindowRead]] = {}
+    for window in windows:
+        grouped.setdefault(load_bin(window.load), []).append(window)
+    return grouped
+
+
 def main(args: argparse.Namespace) -> list[dict[str, float]]:
     setup = decision_setup()
     plan = Climb(
@@ -181,6 +209,8 @@ def main(args: argparse.Namespace) -> list[dict[str, float]]:
         )
     print("each stage's windows together:")
     by_stage(windows, args, setup)
+    if args.redraw:
+        redrawn(setup, plan, args)
     return rows
 
 
@@ -195,6 +225,7 @@ def parser() -> argparse.ArgumentParser:
     out.add_argument("--min-windows", type=int, default=6)
     out.add_argument("--truth-seconds", type=float, default=1000.0)
     out.add_argument("--truth-seeds", type=int, default=2)
+    out.add_argument("--redraw", action="store_true", help="read each climb again with other acceptance draws")
     return out
 
 

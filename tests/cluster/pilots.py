@@ -7,11 +7,14 @@ import copy
 import json
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from specpilot.wire.names import ROUTER_ADMIN_PORT
+from specpilot.wire.samples import RequestSample, SamplesPage
 from tests.cluster.local import ROOT, Cluster
 from tests.cluster.operator_process import pilot
 
@@ -86,3 +89,18 @@ def report(cluster: Cluster, namespace: str, folder: Path, name: str = "demo") -
     done = subprocess.run(argv, check=True, capture_output=True, text=True, env=cluster.env(), timeout=120)
     assert done.stdout.splitlines()[-1] == f"report written to {folder / 'report.md'}"
     return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def router_samples(router: str) -> list[RequestSample]:
+    """Every request the router at `router` has served, oldest first (its buffer holds far more than a run)."""
+    found: list[RequestSample] = []
+    cursor = 0
+    while True:
+        url = f"http://{router}:{ROUTER_ADMIN_PORT}/samples?since={cursor}&limit=5000"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            page = SamplesPage.from_json(json.loads(resp.read()))
+        assert page.dropped == 0
+        if not page.samples:
+            return found
+        found.extend(page.samples)
+        cursor = page.next_cursor

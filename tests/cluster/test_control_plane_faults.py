@@ -23,7 +23,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,11 +34,11 @@ import pytest
 
 from specpilot.testing.waiting import wait_until
 from specpilot.wire.names import ROUTER_ADMIN_PORT
-from specpilot.wire.samples import Fallback, RequestSample, SamplesPage
+from specpilot.wire.samples import Fallback, RequestSample
 from tests.cluster.faults import wait_for_a_pass
 from tests.cluster.local import CLUSTER_SH, ROOT, Cluster
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
-from tests.cluster.pilots import judged_pilot, router_ip, scopes
+from tests.cluster.pilots import judged_pilot, router_ip, router_samples, scopes
 
 pytestmark = [pytest.mark.cluster, pytest.mark.long]
 
@@ -73,18 +72,8 @@ class Run:
             raise AssertionError(f"{error}: {self.states()}\n{self.operator.tail(80)}") from None
 
     def samples(self) -> list[RequestSample]:
-        """Every request the router has served, oldest first (its buffer holds far more than a run)."""
-        found: list[RequestSample] = []
-        cursor = 0
-        while True:
-            url = f"http://{self.router}:{ROUTER_ADMIN_PORT}/samples?since={cursor}&limit=5000"
-            with urllib.request.urlopen(url, timeout=10) as resp:
-                page = SamplesPage.from_json(json.loads(resp.read()))
-            assert page.dropped == 0
-            if not page.samples:
-                return found
-            found.extend(page.samples)
-            cursor = page.next_cursor
+        """Every request the router has served, oldest first."""
+        return router_samples(self.router)
 
     def finish(self) -> dict[str, Any]:
         """Stop the load; loadgen's own summary (what its clients saw)."""

@@ -297,8 +297,9 @@ def _bounded(text: str) -> str:
     return text if len(text) <= REASON_LIMIT else text[: REASON_LIMIT - 1] + "…"
 
 
-def summarize(window: ScopeWindow, verdict: WindowVerdict) -> WindowSummary:
-    """The window as status shows it: the speculative arm's figures, the ratio, the verdict and why."""
+def summarize(window: ScopeWindow, verdict: WindowVerdict, *, offered_load: float | None = None) -> WindowSummary:
+    """The window as status shows it: the speculative arm's figures, the ratio at the `offered_load` its
+    evidence is filed at, the verdict and why."""
     spec = window.speculative
     tpct = spec.time_per_committed_token
     base_tpct = window.compared.time_per_committed_token
@@ -309,6 +310,7 @@ def summarize(window: ScopeWindow, verdict: WindowVerdict) -> WindowSummary:
         samples=spec.routed,
         ms_per_committed_token=finite(tpct * 1000) if tpct is not None else None,
         ratio=finite(ratio),
+        offered_load=finite(offered_load),
         ttft_p99=_quantile(spec.ttft_seconds, 0.99),
         e2eP95=_quantile(spec.e2e_seconds, 0.95),
         acceptance_length=finite(window.speculative_engine.acceptance_length),

@@ -6,7 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 Json = dict[str, Any]
-COLUMNS = ("SCOPE", "STATE", "STAGE", "WEIGHT", "RATIO", "VERDICT", "DECISION", "WHY")
+# RATIO and LOAD: the last window's time per committed token, speculative over ordinary, and the load (requests
+# per second per replica) its evidence is filed at
+COLUMNS = ("SCOPE", "STATE", "STAGE", "WEIGHT", "RATIO", "LOAD", "VERDICT", "DECISION", "WHY")
 
 
 def _cell(value: Any, spec: str = "") -> str:
@@ -28,6 +30,7 @@ def _row(scope: Json) -> tuple[str, ...]:
         _cell(stage + 1 if stage is not None else None),
         f"{scope.get('weight', 0)}%",
         _cell(window.get("ratio"), ".2f"),
+        _cell(window.get("offeredLoad"), ".2f"),
         _cell(window.get("verdict")),
         _cell(outcome),
         _cell(window.get("reason"))[:60],

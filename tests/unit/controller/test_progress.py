@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from specpilot.analysis import rollout
+from specpilot.analysis.evidence import ArmLoad, WindowLoad
 from specpilot.analysis.window import ArmEngine, ArmRequests, ScopeWindow
 from specpilot.api.pilot import ABORT_ANNOTATION, PROMOTE_ANNOTATION, RESUME_ANNOTATION
 from specpilot.api.reasons import FallbackReason, MetricName
@@ -35,6 +36,7 @@ from specpilot.controller.core.progress import (
     window_due,
     window_summary,
 )
+from specpilot.wire.names import Arm
 from specpilot.wire.samples import RequestOutcome
 from tests.unit.analysis.windows import engine as analysis_engine
 from tests.unit.analysis.windows import window as analysis_window
@@ -347,3 +349,27 @@ def test_speed_failures_are_held_while_another_scope_builds_kv_pressure() -> Non
     assert verdict({"chat": 9.0, "longform": 1.0}).verdict is Verdict.FAIL, "its own pressure holds nothing"
     draining = verdict({"chat": 1.0, "code": 9.0})  # code's requests still in flight after its flip
     assert "put on scope 'code', which is on ordinary decoding already; its requests still hold" in draining.reason
+
+
+@pytest.mark.parametrize(
+    ("compared", "expected"),
+    [(Arm.CONTROL, 1.1), (Arm.BASELINE, 1.0)],
+)
+def test_the_last_window_shows_the_load_its_evidence_is_filed_at(compared: Arm, expected: float) -> None:
+    """The compared pair's mean over the stage's last minute against a control arm (the window's own
+    arrivals where that minute was not all read), the speculative arm's own against the baseline."""
+    statuses = [ScopeStatus(name="code", state=ScopeState.PILOTING, stage=0, weight=25, stage_started_at=T0)]
+    now = T0 + timedelta(minutes=2)
+    window = replace(slow_window(now), compared_arm=compared)
+    arms = {
+        Arm.SPECULATIVE: ArmLoad(offered_per_replica=0.7, recent_per_replica=1.0),
+        compared: ArmLoad(offered_per_replica=1.2),
+    }
+    load = WindowLoad(arms=arms, arrival_rate=2.0)
+    measured = {"code": Measured(window, new_requests=50)}
+    for loads, shown in (({"code": load}, expected), (None, None)):
+        step = advance_scopes(
+            statuses, UNPROBED, measured=measured, manual={}, fallbacks=[], warm=True, now=now, loads=loads
+        )
+        (code,) = step.scopes
+        assert code.last_window is not None and code.last_window.offered_load == pytest.approx(shown)

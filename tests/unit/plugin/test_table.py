@@ -18,7 +18,7 @@ def test_one_row_per_scope_with_state_weight_window_and_decision() -> None:
                     "state": "Speculative",
                     "stage": 1,
                     "weight": 50,
-                    "lastWindow": {"ratio": 0.612, "verdict": "Pass", "reason": ""},
+                    "lastWindow": {"ratio": 0.612, "offeredLoad": 4.127, "verdict": "Pass", "reason": ""},
                     "decision": {"outcome": "AdoptInLowLoadWindows", "crossoverLoad": 6.34},
                 },
                 {
@@ -33,7 +33,8 @@ def test_one_row_per_scope_with_state_weight_window_and_decision() -> None:
     }
     lines = render([pilot]).splitlines()
     assert lines[0] == "team-a/demo  phase Healthy  decision AdoptInLowLoadWindows"
-    assert lines[1].split() == ["SCOPE", "STATE", "STAGE", "WEIGHT", "RATIO", "VERDICT", "DECISION", "WHY"]
-    assert lines[2].split() == ["chat", "Speculative", "2", "50%", "0.61", "Pass", "AdoptInLowLoadWindows(<6.3)", "-"]
-    assert lines[3].split() == ["code", "RolledBack", "-", "0%", "1.31", "Fail", "Defer(NoNetGain)", "slower"]
-    assert lines[4].split() == ["new", "-", "-", "0%", "-", "-", "-", "-"]
+    assert lines[1].split() == ["SCOPE", "STATE", "STAGE", "WEIGHT", "RATIO", "LOAD", "VERDICT", "DECISION", "WHY"]
+    chat = ["chat", "Speculative", "2", "50%", "0.61", "4.13", "Pass", "AdoptInLowLoadWindows(<6.3)", "-"]
+    assert lines[2].split() == chat
+    assert lines[3].split() == ["code", "RolledBack", "-", "0%", "1.31", "-", "Fail", "Defer(NoNetGain)", "slower"]
+    assert lines[4].split() == ["new", "-", "-", "0%", "-", "-", "-", "-", "-"]

@@ -30,6 +30,7 @@ from specpilot.analysis.evidence.production import production_quantile, rehearsa
 from specpilot.analysis.evidence.recording import (
     ArmLoad,
     WindowLoad,
+    matched_load,
     mix_changed,
     record_probes,
     record_window,
@@ -73,6 +74,7 @@ __all__ = [
     "fit",
     "load",
     "load_bin",
+    "matched_load",
     "mix_changed",
     "production_quantile",
     "record_probes",

@@ -51,6 +51,9 @@ class WindowSummary(ApiModel):
     """Speculative arm's decode time per committed token, in milliseconds."""
     ratio: float | None = None
     """Speculative / baseline decode time per committed token."""
+    offered_load: float | None = None
+    """The load the window's evidence is filed at, in requests per second per replica: the compared arms'
+    arrivals over up to the last minute of its stage, as the bands read load."""
     ttft_p99: float | None = None
     """Speculative arm's 99th percentile time to first token, in seconds."""
     e2e_p95: float | None = Field(default=None, alias="e2eP95")

@@ -11,7 +11,7 @@ from typing import Any
 
 from specpilot.analysis import rollout
 from specpilot.analysis.checks import Check
-from specpilot.analysis.evidence import WindowLoad
+from specpilot.analysis.evidence import WindowLoad, matched_load
 from specpilot.analysis.judge import (
     WindowVerdict,
     attribute_kv_pressure,
@@ -246,12 +246,17 @@ def _input(
     item, verdict, load = measured[name], verdicts[name], loads.get(name)
     return rollout.Judged(
         verdict=verdict,
-        summary=summarize(item.window, verdict),
+        summary=summarize(item.window, verdict, offered_load=_filed_at(item.window, load)),
         start=item.window.start,
         requests=item.new_requests,
         loads=_compared(item.window, load.offered if load is not None else {}),
         in_flight=_compared(item.window, load.in_flight if load is not None else {}),
     )
+
+
+def _filed_at(window: ScopeWindow, load: WindowLoad | None) -> float | None:
+    """The load the window's evidence is filed at (the speculative arm's, matched with its compared arm's)."""
+    return None if load is None else matched_load(load.recent, window.compared_arm).get(Arm.SPECULATIVE)
 
 
 def _compared(window: ScopeWindow, per_arm: Mapping[Arm, float | None]) -> dict[Arm, float]:
