@@ -40,6 +40,7 @@ except ImportError:  # pragma: no cover - uvloop does not build everywhere; asyn
 log = logging.getLogger("specpilot.router")
 
 SHUTDOWN_GRACE_SECONDS = 30.0
+SHUTDOWN_POLL_SECONDS = 0.05  # how often a stopping router closes the connections gone idle
 
 
 def _bind_address(address: str) -> tuple[str, int]:
@@ -125,11 +126,12 @@ class Router:
         if self._listener is not None and self.traffic is not None:
             self._listener.close()
             traffic = self.traffic
-            traffic.draining = True
-            traffic.close_idle()
-            in_flight = traffic.in_flight()
-            if in_flight:
-                await asyncio.wait(in_flight, timeout=SHUTDOWN_GRACE_SECONDS)
+            traffic.draining = True  # every response from now on closes its connection
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + SHUTDOWN_GRACE_SECONDS
+            while traffic.connections and loop.time() < deadline:
+                traffic.close_idle()  # a connection just accepted is given its request first
+                await asyncio.sleep(SHUTDOWN_POLL_SECONDS)
             traffic.abort_all()
             await asyncio.sleep(0)  # let the aborted connections' callbacks run
         if self.proxy is not None:

@@ -32,6 +32,9 @@ log = logging.getLogger("specpilot.router.http")
 
 WRITE_HIGH_WATER = 64 << 10  # client write buffer above which upstream reading pauses
 IDLE_TIMEOUT = 75.0  # a keep-alive connection with no request in progress closes after this
+# A connection accepted but with no request begun yet, while the router stops: its request is on its way (a
+# client sends it as soon as it has connected), so it is given this long to begin before it counts as idle.
+NEW_CONNECTION_GRACE = 2.0
 LINGER_SECONDS = 2.0  # after a refusal, how long what the client still sends is read and dropped
 ERROR_TYPES = {
     400: "BadRequestError",
@@ -85,13 +88,11 @@ class Server:
     def __call__(self) -> ClientConnection:
         return ClientConnection(self)
 
-    def in_flight(self) -> list[asyncio.Task[None]]:
-        """The requests in progress."""
-        return [conn.task for conn in self.connections if conn.task is not None]
-
     def close_idle(self) -> None:
+        """Close the connections with no request in progress: between requests, or accepted more than
+        NEW_CONNECTION_GRACE ago without one begun."""
         for conn in list(self.connections):
-            if conn.task is None:
+            if conn.idle:
                 conn.close()
 
     def abort_all(self) -> None:
@@ -206,12 +207,15 @@ class ClientConnection(asyncio.Protocol):
         self._reader = RequestReader(
             server.limits,
             busy=lambda: self._responding,
-            began=lambda: self._timer.arm(server.limits.read_timeout),
+            began=self._began,
             proceed=self._out.proceed,
             whole=self._whole,
         )
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
+        self.served = 0  # responses finished
+        self._reading = False  # a request has begun and is not whole yet
+        self._accepted_at = self._loop.time()
         self.flow = Backpressure()  # pauses the upstream transport while this client's buffer is full
         self.gone = False
         self._timer = Countdown(self._loop, self._timed_out)
@@ -252,9 +256,21 @@ class ClientConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.flow.resume()
 
+    @property
+    def idle(self) -> bool:
+        """No request in progress: between requests, or accepted over NEW_CONNECTION_GRACE ago with none begun."""
+        if self.task is not None or self._reading:
+            return False
+        return self.served > 0 or self._loop.time() - self._accepted_at >= NEW_CONNECTION_GRACE
+
     # What the reader tells
 
+    def _began(self) -> None:
+        self._reading = True
+        self._timer.arm(self._server.limits.read_timeout)
+
     def _whole(self, request: Request) -> None:
+        self._reading = False
         self._timer.disarm()
         self._out.keep_alive, self._out.head_request = request.keep_alive, request.method == "HEAD"
         self._responding = True
@@ -273,6 +289,7 @@ class ClientConnection(asyncio.Protocol):
     def finish(self) -> None:
         """The response is whole; the connection takes the next request or closes."""
         close, self._responding = self._out.end(), False
+        self.served += 1
         if self._lingering:
             if _linger(self.transport):
                 self._timer.arm(LINGER_SECONDS)

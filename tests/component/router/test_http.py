@@ -16,7 +16,7 @@ import pytest
 from tests.component.router.harness import TEAM_HEADER, Harness, HarnessFactory, _established
 
 from specpilot.router.core.choice import Endpoint
-from specpilot.router.server import WRITE_HIGH_WATER, Limits, Server
+from specpilot.router.server import NEW_CONNECTION_GRACE, WRITE_HIGH_WATER, Limits, Server
 from specpilot.testing.waiting import eventually
 from specpilot.wire.names import Arm
 
@@ -385,3 +385,33 @@ async def test_upstream_reading_follows_the_clients_buffer_and_resumes_when_the_
     client.flow.attach(second)  # the next exchange starts paused, as the client still is
     assert not second.reading
     client.connection_lost(None)
+
+
+async def test_a_stopping_router_answers_a_connection_it_just_accepted_and_closes_idle_ones(
+    make_router: HarnessFactory,
+) -> None:
+    """A client sends its request as soon as it has connected: the router, stopping, answers what a connection
+    it accepted brings (closing it after), closes a keep-alive connection between requests at once, and one
+    that brings nothing after NEW_CONNECTION_GRACE."""
+    h = await make_router()
+    traffic = h.router.traffic
+    assert traffic is not None
+    async with _connection(h) as (kept, kept_writer), _connection(h) as (fresh, fresh_writer):
+        kept_writer.write(_head(f"Content-Length: {len(CHAT)}") + CHAT)  # answered, then kept alive
+        head = await kept.readuntil(b"\r\n\r\n")
+        await kept.readexactly(int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0]))
+        async with _connection(h) as (silent, _):
+            await eventually("three connections accepted", lambda: len(traffic.connections) == 3)
+            began = asyncio.get_running_loop().time()
+            stopping = asyncio.create_task(h.router.stop())
+            async with asyncio.timeout(1):
+                assert await kept.read(-1) == b"", "the idle keep-alive connection closes at once"
+            fresh_writer.write(_head(f"Content-Length: {len(CHAT)}") + CHAT)  # its request, a moment late
+            async with asyncio.timeout(5):
+                answer = await fresh.read(-1)
+            assert answer.startswith(b"HTTP/1.1 200 ") and b"Connection: close" in answer.split(b"\r\n\r\n")[0]
+            async with asyncio.timeout(NEW_CONNECTION_GRACE + 5):
+                assert await silent.read(-1) == b""
+                await stopping
+            assert asyncio.get_running_loop().time() - began >= NEW_CONNECTION_GRACE
+    assert [s.outcome for s in h.router.samples.since(0, 10).samples] == ["ok", "ok"]  # its admin port is closed
