@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from typing import cast
@@ -91,8 +92,9 @@ class Server:
     def close_idle(self) -> None:
         """Close the connections with no request in progress: between requests, or accepted more than
         NEW_CONNECTION_GRACE ago without one begun."""
+        now = asyncio.get_running_loop().time()
         for conn in list(self.connections):
-            if conn.idle:
+            if conn.task is None and now >= conn.idle_from:
                 conn.close()
 
     def abort_all(self) -> None:
@@ -213,9 +215,7 @@ class ClientConnection(asyncio.Protocol):
         )
         self.transport: asyncio.Transport | None = None
         self.task: asyncio.Task[None] | None = None
-        self.served = 0  # responses finished
-        self._reading = False  # a request has begun and is not whole yet
-        self._accepted_at = self._loop.time()
+        self.idle_from = self._loop.time() + NEW_CONNECTION_GRACE  # then when a response ends; never mid-request
         self.flow = Backpressure()  # pauses the upstream transport while this client's buffer is full
         self.gone = False
         self._timer = Countdown(self._loop, self._timed_out)
@@ -256,21 +256,13 @@ class ClientConnection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.flow.resume()
 
-    @property
-    def idle(self) -> bool:
-        """No request in progress: between requests, or accepted over NEW_CONNECTION_GRACE ago with none begun."""
-        if self.task is not None or self._reading:
-            return False
-        return self.served > 0 or self._loop.time() - self._accepted_at >= NEW_CONNECTION_GRACE
-
     # What the reader tells
 
     def _began(self) -> None:
-        self._reading = True
+        self.idle_from = math.inf
         self._timer.arm(self._server.limits.read_timeout)
 
     def _whole(self, request: Request) -> None:
-        self._reading = False
         self._timer.disarm()
         self._out.keep_alive, self._out.head_request = request.keep_alive, request.method == "HEAD"
         self._responding = True
@@ -289,7 +281,7 @@ class ClientConnection(asyncio.Protocol):
     def finish(self) -> None:
         """The response is whole; the connection takes the next request or closes."""
         close, self._responding = self._out.end(), False
-        self.served += 1
+        self.idle_from = self._loop.time()
         if self._lingering:
             if _linger(self.transport):
                 self._timer.arm(LINGER_SECONDS)
