@@ -103,7 +103,8 @@ def piloting(cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Run]:
 
 
 def cluster_sh(*args: str) -> None:
-    subprocess.run([str(CLUSTER_SH), *args], check=True, capture_output=True, timeout=300)
+    done = subprocess.run([str(CLUSTER_SH), *args], check=False, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"cluster.sh {' '.join(args)} failed ({done.returncode}): {done.stderr[-2000:]}"
 
 
 def split(samples: list[RequestSample], start: float, end: float) -> dict[str, dict[str, int]]:
