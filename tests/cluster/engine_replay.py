@@ -84,8 +84,8 @@ def _as_sample(sample: RequestSample, done: simulate.Served) -> RequestSample:
 
 @dataclass(frozen=True)
 class JudgedWindow:
-    """A window the operator judged (Unix seconds), the load its status showed it filed at, and when the
-    scope's load last changed before its end."""
+    """A window the operator judged (Unix seconds), the load its status showed it filed at, and the stage
+    start shown beside it: the window is filed as settled when that stage began before the window did."""
 
     start: float
     end: float
