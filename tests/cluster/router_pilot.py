@@ -15,6 +15,7 @@ from specpilot.testing.waiting import wait_until
 from specpilot.wire.names import routes_name
 from specpilot.wire.routes import ArmWeights, RoutingTable, ScopeRoute, render_routes
 from tests.cluster.local import Cluster
+from tests.cluster.pilots import router_samples
 
 PILOT = "p1"
 IMAGE = "specpilot/specpilot:dev"
@@ -136,12 +137,8 @@ class Pilot:
         return result
 
     def samples(self) -> list[dict[str, Any]]:
-        samples: list[dict[str, Any]] = []
-        cursor = 0
-        while page := get_json(f"{self.admin}/samples?since={cursor}")["samples"]:
-            samples += page
-            cursor = page[-1]["seq"]
-        return samples
+        """Every request the router has served, oldest first, as its admin port sends them."""
+        return [sample.to_json() for sample in router_samples(self.router_ip)]
 
     def metrics(self) -> str:
         with urllib.request.urlopen(f"{self.admin}/metrics", timeout=5) as resp:

@@ -25,7 +25,7 @@ from specpilot.testing.waiting import wait_until
 from tests.cluster.faults import ADMIN_PORT, inject
 from tests.cluster.local import Cluster
 from tests.cluster.operator_process import Operator, events, pilot, running_operator, wait_ready
-from tests.cluster.pilots import router_ip
+from tests.cluster.pilots import router_ip, router_samples
 from tests.cluster.rehearsals import MODEL_LOAD_SECONDS, PEAK, live_load, rehearsed_pilot
 
 pytestmark = pytest.mark.cluster
@@ -38,8 +38,7 @@ def operator(cluster: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Iter
 
 
 def samples(address: str) -> list[dict[str, Any]]:
-    with urllib.request.urlopen(f"http://{address}:9090/samples?limit=100000", timeout=5) as answer:
-        return list(json.loads(answer.read())["samples"])
+    return [sample.to_json() for sample in router_samples(address)]
 
 
 # A rehearsal run (about 4 minutes): in `make test` through the rehearsal's climb in the controller's shell
